@@ -1,0 +1,1 @@
+"""Execution and analysis engines. Framework imports live only in engines.adapters.<framework>."""

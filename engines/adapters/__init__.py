@@ -1,0 +1,1 @@
+"""Framework adapters. Importing this package imports no framework."""

@@ -1,0 +1,3 @@
+from probe_tui.cli import main
+
+raise SystemExit(main())

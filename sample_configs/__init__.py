@@ -1,0 +1,1 @@
+"""Sample job configs, shipped as package data (read them with importlib.resources)."""

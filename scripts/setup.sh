@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Create (or reuse) .venv and install probe-tui with everything the tests need.
+# Idempotent: a second run only checks. torch and numpy are pinned by constraints-dev.txt.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+if [ ! -x .venv/bin/python ]; then
+    "$PY" -m venv .venv
+fi
+. .venv/bin/activate
+stamp=.venv/.probe-tui-installed
+want=$(cat pyproject.toml constraints-dev.txt | sha1sum | cut -c1-16)
+if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
+    python -m pip install -q --upgrade pip
+    python -m pip install -q -c constraints-dev.txt -e ".[torch,mindspore,dev,report]"
+    echo "$want" > "$stamp"
+fi
