@@ -35,11 +35,15 @@ class CompareOutcome:
     summary: Dict[str, Any]
     top_suspects: List[Dict[str, Any]]
     exit_code: int
-    output_dir: Optional[Path] = None
+    output_dir: Optional[Path] = None  # also ``run_dir`` for the runner
     files: Dict[str, str] = field(default_factory=dict)
     results: Dict[str, np.ndarray] = field(default_factory=dict)
     divergence: Dict[str, np.ndarray] = field(default_factory=dict)
     tree: Dict[str, np.ndarray] = field(default_factory=dict)
+
+    @property
+    def run_dir(self) -> Optional[Path]:
+        return self.output_dir
 
 
 def _emit(events, kind: str, **fields) -> None:
@@ -135,11 +139,12 @@ def _num(v) -> Optional[float]:
     return v if math.isfinite(v) else (1e308 if v > 0 else -1e308)
 
 
-def run_compare(job: Any, events=None, *, fail_on_findings: bool = False, write: bool = True) -> CompareOutcome:
+def run_compare(job: Any, events=None, *, fail_on_findings: bool = True, write: bool = True) -> CompareOutcome:
     """Compare the two dumps a compare job names and write the reports.
 
-    Raises :class:`CompareError` (one line naming the field or file) for bad input. ``exit_code`` is 0, or 3
-    when ``fail_on_findings`` and some row is an error.
+    Raises :class:`CompareError` (a ``JobError``: one line naming the field or file, exit code 2) for bad input.
+    ``exit_code`` is 3 when some row is an error and ``fail_on_findings`` (the default: the runner turns 3 into
+    0 unless ``--fail-on-findings`` was given), else 0. Events: ``message`` and one ``step`` per (rank, step).
     """
     started = time.time()
     opts = CompareOptions.from_job(job)
@@ -157,7 +162,6 @@ def run_compare(job: Any, events=None, *, fail_on_findings: bool = False, write:
         mode=mode, keys=opts.key_options(map_mindspore=cross, renumber_backward=renumber),
         fuzzy=opts.fuzzy_match, cross_framework=cross, rel_eps=opts.rel_eps, small_value=opts.small_value,
         thresholds=opts.thresholds, highlight=opts.highlight, workers=opts.workers)
-    _emit(events, "run_started", run_dir=str(opts.output_path or ""), task="compare", total_steps=len(pieces))
     _say(events, "compare {} ({}) against {} ({}), mode {}, {} piece(s)".format(
         target.path, target.origin, golden.path, golden.origin, mode, len(pieces)))
     results, divs, trees, golden_only = [], [], [], []
@@ -196,14 +200,16 @@ def run_compare(job: Any, events=None, *, fail_on_findings: bool = False, write:
     top = [_suspect(div_all, i, table) for i in range(min(opts.top, len(div_all.get("record", []))))]
     counts = {name: int((table["verdict"] == code).sum()) for code, name in enumerate(VERDICTS)}
     summary = {
-        "task": "compare", "mode": mode, "target": str(opts.target_path), "golden": str(opts.golden_path),
+        "mode": mode, "target": str(opts.target_path), "golden": str(opts.golden_path),
         "target_origin": target.origin, "golden_origin": golden.origin,
         "pieces": [{"rank": r, "target_step": a, "golden_step": b} for r, a, b in pieces],
         "rows": int(table["verdict"].shape[0]), "verdicts": counts,
         "golden_only_rows": int(len(only.get("golden_name", []))), "notes": notes,
         "first_differing_op": next((x for x in naive["first_differing"] if x), None),
         "largest_error_op": next((x for x in naive["largest_error"] if x), None),
+        "errors": counts["error"], "warnings": counts["warning"], "unmatched": counts["unmatched"],
         "top_suspects": top, "options": summary_options(opts),
+        "tables": [_suspects_table(top)] if top else [],
     }
     outcome = CompareOutcome(summary=summary, top_suspects=top, exit_code=EXIT_OK, results=table,
                              divergence=div_all, tree=tree_all)
@@ -212,7 +218,7 @@ def run_compare(job: Any, events=None, *, fail_on_findings: bool = False, write:
 
         outcome.output_dir, outcome.files = write_outputs(opts, mode, table, div_all, tree_all, only, summary,
                                                           events)
-        summary["output_dir"] = str(outcome.output_dir)
+        summary["run_dir"] = str(outcome.output_dir)
         summary["files"] = outcome.files
     summary["elapsed_s"] = round(time.time() - started, 3)
     findings = counts["error"] > 0
@@ -220,11 +226,25 @@ def run_compare(job: Any, events=None, *, fail_on_findings: bool = False, write:
         outcome.exit_code = EXIT_FINDINGS
     _say(events, "{} rows: {}".format(summary["rows"], ", ".join("{} {}".format(v, k) for k, v in counts.items()
                                                                     if v)))
-    _emit(events, "run_finished", status="finished", exit_code=outcome.exit_code,
-          run_dir=str(outcome.output_dir or ""), summary=summary)
     target.close()
     golden.close()
     return outcome
+
+
+def _suspects_table(top: List[Dict[str, Any]]) -> Dict[str, Any]:
+    rows = []
+    for t in top:
+        rows.append([t["position"], t["record"], t["rank"], t["step"], _short(t["score"]), _short(t["out_err"]),
+                     _short(t["in_err"]), t["verdict"], t["changed_args"]])
+    return {"title": "Top suspects: operators ranked by the error they add (first divergence)",
+            "columns": ["#", "record", "rank", "step", "score", "out err", "in err", "verdict", "changed args"],
+            "rows": rows}
+
+
+def _short(v: Optional[float]) -> str:
+    if v is None:
+        return "-"
+    return "{:.3g}".format(v) if abs(v) < 1e300 else "inf"
 
 
 def _merge_divergence(divs: List[Dict[str, np.ndarray]]) -> Dict[str, np.ndarray]:

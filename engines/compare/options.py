@@ -9,11 +9,16 @@ from typing import Any, Dict, List, Optional, Union
 from engines.compare.mapping import KeyOptions, MappingError, load_mapping_file, parse_api_mapping
 from engines.compare.verdicts import Thresholds
 
+try:
+    from engines.runner import JobError
+except ImportError:  # engines.events not merged yet
+    JobError = ValueError
+
 FORMATS = ("hdf5", "csv", "xlsx")
 DEFAULT_SMALL_VALUE = 2.0 ** -20
 
 
-class CompareError(ValueError):
+class CompareError(JobError):
     """Bad compare input (a path, a mapping file, an option). One line naming what is wrong; exit code 2."""
 
 

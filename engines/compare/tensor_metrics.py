@@ -85,7 +85,7 @@ class TensorPartial:
     any_nan_metric: bool = False  # a NaN reached MaxAbsErr (cannot happen after masking; kept for safety)
     nonfinite_mismatch: bool = False
     nonfinite_matched: int = 0  # positions where both sides hold the same inf/nan (zeroed, msprobe rule)
-    fill_yy: float = 0.0  # golden energy at matched extreme positions, excluded from rel_err
+    core_yy: float = 0.0  # golden energy without matched extreme (fill) positions: rel_err's denominator
     fill_count: int = 0
 
     def merge(self, other: "TensorPartial") -> "TensorPartial":
@@ -101,7 +101,7 @@ class TensorPartial:
         self.any_nan_metric |= other.any_nan_metric
         self.nonfinite_mismatch |= other.nonfinite_mismatch
         self.nonfinite_matched += other.nonfinite_matched
-        self.fill_yy += other.fill_yy
+        self.core_yy += other.core_yy
         self.fill_count += other.fill_count
         return self
 
@@ -183,16 +183,18 @@ class TensorAccumulator:
         part.dd += float(np.dot(d64, d64))
         part.max_abs = max(part.max_abs, float(d64.max()), -float(d64.min()))
         if yy >= self.limit * self.limit or xx >= self.limit * self.limit:
-            self._exclude_fills(x, y)
+            part.core_yy += self._core_energy(x, y)
+        else:
+            part.core_yy += yy
         self._update_rel(x, y)
 
-    def _exclude_fills(self, x: np.ndarray, y: np.ndarray) -> None:
-        """Record golden energy at positions where both sides hold the same extreme (fill) value."""
+    def _core_energy(self, x: np.ndarray, y: np.ndarray) -> float:
+        """Golden energy without positions where both sides hold the same extreme (fill) value."""
         y64 = y.astype(np.float64)
         fill = (np.abs(y64) >= self.limit) & (x.astype(np.float64) == y64)
-        if fill.any():
-            self.part.fill_yy += float(np.dot(y64[fill], y64[fill]))
-            self.part.fill_count += int(np.count_nonzero(fill))
+        self.part.fill_count += int(np.count_nonzero(fill))
+        keep = y64[~fill]
+        return float(np.dot(keep, keep))
 
     def _update_rel(self, x: np.ndarray, y: np.ndarray) -> None:
         part = self.part
@@ -256,9 +258,8 @@ def finish(part: TensorPartial, shape: Tuple[int, ...], *, dtype_differs: bool =
     m.max_abs_err = part.max_abs
     m.max_rel_err = part.max_rel if not part.any_nan_metric else math.nan
     nx, ny = math.sqrt(part.xx), math.sqrt(part.yy)
-    core_yy = part.yy - part.fill_yy
-    if core_yy > 0:
-        m.rel_err = math.sqrt(part.dd) / math.sqrt(core_yy)
+    if part.core_yy > 0:
+        m.rel_err = math.sqrt(part.dd) / math.sqrt(part.core_yy)
     elif part.dd == 0:
         m.rel_err = 0.0
     else:
