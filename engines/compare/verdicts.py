@@ -50,6 +50,10 @@ FINDINGS = (
     "no tensor data",  # 16
 )
 F = {name: 1 << i for i, name in enumerate(FINDINGS)}
+# reason texts where msprobe users know another wording
+FINDING_TEXT = {"no golden row": "No bench data matched.", "dtype class differs": "Dtype of NPU and bench tensor "
+                "do not match (another dtype class): compared as unmatched.", "fuzzy match":
+                "Fuzzy matching data, the comparison accuracy may be affected."}
 
 IGNORED_APIS = {"empty", "empty_like", "numpy", "to", "__setitem__", "empty_with_format", "new_empty_strided",
                 "new_empty", "empty_strided"}
@@ -164,6 +168,6 @@ def _reasons(flags, verdict, rel, cos, mabs, th: Thresholds) -> np.ndarray:
                 parts.append("{}: max_abs_err {} > {}".format(level, _fmt(mabs[i]), _fmt(
                     th.max_abs_err.error if level == "error" else th.max_abs_err.warning)))
             else:
-                parts.append(name)
+                parts.append(FINDING_TEXT.get(name, name))
         out[i] = "; ".join(parts)
     return out
