@@ -22,45 +22,100 @@ values (``-inf`` mask fills) compare as equal and never count.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Dict, List, Optional
 
 import numpy as np
 
 from engines.compare.matching import dtype_class
-from engines.compare.verdicts import ERROR, PASS, UNMATCHED, WARNING, F
-from engines.parse.names import parse_record
-from engines.parse.rows import DIR_BACKWARD, IO_INPUT, IO_OUTPUT, IO_PARAM, KIND_API, KIND_MODULE
+from engines.compare.verdicts import ERROR, PASS, SKIPPED, UNMATCHED, WARNING, F
+from engines.parse.rows import (
+    DIR_BACKWARD,
+    DIR_FORWARD,
+    IO_INPUT,
+    IO_OUTPUT,
+    IO_PARAM,
+    KIND_API,
+    KIND_MODULE,
+    factorize,
+    group_reduce,
+)
 
 DEFAULT_FLOOR = 2.0 ** -20
+UNIT_ROUNDOFF = {"bfloat16": 2.0 ** -8, "float16": 2.0 ** -11, "half": 2.0 ** -11, "float8": 2.0 ** -4}
+# severity for "worst": error > warning > unmatched > pass = skipped
+SEVERITY = np.array([1, 3, 4, 2, 0], dtype=np.int8)  # indexed by verdict code
+FROM_SEVERITY = np.array([SKIPPED, PASS, UNMATCHED, WARNING, ERROR], dtype=np.uint8)
 
 
-def _record_groups(records: np.ndarray) -> Dict[str, List[int]]:
-    groups: Dict[str, List[int]] = {}
-    for i, r in enumerate(records.tolist()):
-        groups.setdefault(r, []).append(i)
-    return groups
+def dtype_floor(dtype: str) -> float:
+    """Unit roundoff of a low-precision float dtype (0 for float32 and wider, and for non-floats)."""
+    base = str(dtype).lower().rsplit(".", 1)[-1]
+    for key, u in UNIT_ROUNDOFF.items():
+        if base.startswith(key):
+            return u
+    return 0.0
 
 
-def _max_err(rows: List[int], cols, want_io) -> float:
-    best = math.nan
-    for i in rows:
-        if cols["io"][i] not in want_io or not cols["matched"][i]:
-            continue
-        if dtype_class(str(cols["target_dtype"][i])) != "float":
-            continue
-        e = cols["rel_err"][i]
-        if math.isnan(e):
-            continue
-        best = e if math.isnan(best) else max(best, e)
-    return best
+def _per_value(values: np.ndarray, fn, dtype) -> np.ndarray:
+    """``fn`` applied once per distinct value of an object column."""
+    codes, uniques = factorize(values)
+    table = np.array([fn(u) for u in uniques.tolist()], dtype=dtype) if len(uniques) else np.zeros(0, dtype)
+    return table[codes] if len(uniques) else np.zeros(values.shape[0], dtype)
 
 
-def _changed_args(rows: List[int], cols) -> str:
+@dataclass
+class RecordFrame:
+    """Per-record aggregates of one piece's result rows (records in first-seen order)."""
+
+    codes: np.ndarray  # record code of each row
+    records: np.ndarray
+    first_row: np.ndarray
+    kind: np.ndarray
+    direction: np.ndarray
+    out_err: np.ndarray  # NaN: no comparable floating output
+    in_err: np.ndarray  # NaN: no comparable floating input
+    floor_dtype: np.ndarray
+    worst: np.ndarray  # verdict code
+
+
+def record_frame(cols: Dict[str, np.ndarray]) -> RecordFrame:
+    n = int(cols["record"].shape[0])
+    codes, records = factorize(cols["record"])
+    k = len(records)
+    first_row = group_reduce(np.minimum, codes, np.arange(n, dtype=np.int64), k, n)
+    is_float = _per_value(cols["target_dtype"], lambda d: dtype_class(str(d)) == "float", bool)
+    rel = cols["rel_err"]
+    usable = cols["matched"] & is_float & ~np.isnan(rel)
+    io = cols["io"]
+    out_rows = usable & (io == IO_OUTPUT)
+    in_rows = usable & ((io == IO_INPUT) | (io == IO_PARAM))
+    out_err = group_reduce(np.fmax, codes[out_rows], rel[out_rows], k, np.nan)
+    in_err = group_reduce(np.fmax, codes[in_rows], rel[in_rows], k, np.nan)
+    outputs = io == IO_OUTPUT
+    row_floor = np.maximum(_per_value(cols["target_dtype"], dtype_floor, np.float64),
+                           _per_value(cols["golden_dtype"], dtype_floor, np.float64))
+    floor_dtype = group_reduce(np.maximum, codes[outputs], row_floor[outputs], k, 0.0)
+    sev = SEVERITY[cols["verdict"]]
+    worst = FROM_SEVERITY[group_reduce(np.maximum, codes, sev, k, np.int8(0))]
+    return RecordFrame(codes, records, first_row, cols["kind"][first_row], cols["direction"][first_row],
+                       out_err, in_err, floor_dtype, worst)
+
+
+def _forward_twin(name: str) -> str:
+    """The forward record a backward record differentiates (same call index)."""
+    tokens = name.split(".")
+    if tokens[-1] == "backward":
+        tokens[-1] = "forward"
+    elif len(tokens) > 1 and tokens[-2] == "backward":
+        tokens[-2] = "forward"
+    return ".".join(tokens)
+
+
+def _changed_args(cols, rows) -> str:
     parts = []
     for i in rows:
-        if cols["flags"][i] & F["scalar argument changed"]:
-            parts.append("{}: {} -> {}".format(cols["slot"][i], _scalar_text(cols, i, "t"),
-                                               _scalar_text(cols, i, "g")))
+        parts.append("{}: {} -> {}".format(cols["slot"][i], _scalar_text(cols, i, "t"), _scalar_text(cols, i, "g")))
     return "; ".join(parts)
 
 
@@ -72,241 +127,153 @@ def _scalar_text(cols, i: int, side: str) -> str:
     return "{:g}".format(v) if not math.isnan(v) else "None"
 
 
-UNIT_ROUNDOFF = {"bfloat16": 2.0 ** -8, "float16": 2.0 ** -11, "half": 2.0 ** -11, "float8": 2.0 ** -4}
-
-
-def dtype_floor(dtypes) -> float:
-    """Unit roundoff of the least precise low-precision float among ``dtypes`` (0 when none is)."""
-    best = 0.0
-    for d in dtypes:
-        base = str(d).lower().rsplit(".", 1)[-1]
-        for key, u in UNIT_ROUNDOFF.items():
-            if base.startswith(key):
-                best = max(best, u)
-    return best
-
-
-def rank_records(cols: Dict[str, np.ndarray], *, small_value: float = DEFAULT_FLOOR) -> Dict[str, np.ndarray]:
+def rank_records(cols: Dict[str, np.ndarray], *, small_value: float = DEFAULT_FLOOR,
+                 frame: Optional[RecordFrame] = None) -> Dict[str, np.ndarray]:
     """The first-divergence table of one piece, best suspect first."""
-    groups = _record_groups(cols["record"])
-    entries = []
-    forward_of: Dict[str, List[int]] = {}
-    for record, rows in groups.items():
-        rec = parse_record(record)
-        if rec.direction == 0 and rec.index is not None:
-            forward_of[rec.base + "#" + str(rec.index)] = rows
-    for record, rows in groups.items():
-        rec = parse_record(record)
-        if rec.kind not in (KIND_API, KIND_MODULE):
-            continue
-        out_err = _max_err(rows, cols, (IO_OUTPUT,))
-        if math.isnan(out_err) or out_err <= 0:
-            continue
-        in_err = _max_err(rows, cols, (IO_INPUT, IO_PARAM))
-        if rec.direction == DIR_BACKWARD:
-            twin = forward_of.get(rec.base + "#" + str(rec.index))
-            if twin:
-                fwd = _max_err(twin, cols, (IO_INPUT, IO_PARAM, IO_OUTPUT))
-                if not math.isnan(fwd):
-                    in_err = fwd if math.isnan(in_err) else max(in_err, fwd)
-        entries.append((record, rows, rec, out_err, 0.0 if math.isnan(in_err) else in_err))
-    if not entries:
-        return _table([])
-    has_api = any(e[2].kind == KIND_API for e in entries)
-    ranked = []
-    for record, rows, rec, out_err, in_err in entries:
-        if has_api and rec.kind != KIND_API:
-            continue
-        outs = [i for i in rows if cols["io"][i] == IO_OUTPUT]
-        floor = max(small_value, dtype_floor([cols["target_dtype"][i] for i in outs]
-                                             + [cols["golden_dtype"][i] for i in outs]))
-        if math.isinf(out_err):
-            score = 1.0 if math.isinf(in_err) else math.inf
-        else:
-            score = out_err / max(in_err, floor)
-        worst = max(int(cols["verdict"][i]) for i in rows if cols["verdict"][i] != UNMATCHED) \
-            if any(cols["verdict"][i] != UNMATCHED for i in rows) else UNMATCHED
-        ranked.append(dict(record=record, kind=rec.kind, direction=rec.direction, score=score, out_err=out_err,
-                           in_err=in_err, floor=floor, worst_verdict=worst, first_row=rows[0],
-                           order=int(cols["order"][rows[0]]), parent=str(cols["parent"][rows[0]]),
-                           changed_args=_changed_args(rows, cols), rank=int(cols["rank"][rows[0]]),
-                           step=int(cols["step"][rows[0]])))
-    ranked.sort(key=lambda e: (-e["score"], e["order"]))
-    return _table(ranked)
+    fr = frame or record_frame(cols)
+    in_err = fr.in_err.copy()
+    backward = np.flatnonzero(fr.direction == DIR_BACKWARD)
+    if backward.size:
+        index = {r: i for i, r in enumerate(fr.records.tolist())}
+        for b in backward.tolist():
+            twin = index.get(_forward_twin(fr.records[b]))
+            if twin is not None and fr.direction[twin] == DIR_FORWARD:
+                in_err[b] = np.fmax(in_err[b], np.fmax(fr.in_err[twin], fr.out_err[twin]))
+    candidates = (fr.kind == KIND_API) | (fr.kind == KIND_MODULE)
+    with np.errstate(invalid="ignore"):
+        candidates &= fr.out_err > 0
+    if (candidates & (fr.kind == KIND_API)).any():
+        candidates &= fr.kind == KIND_API
+    idx = np.flatnonzero(candidates)
+    out_e = fr.out_err[idx]
+    in_e = np.nan_to_num(in_err[idx], nan=0.0)
+    floor = np.maximum(small_value, fr.floor_dtype[idx])
+    with np.errstate(invalid="ignore", divide="ignore"):
+        score = out_e / np.maximum(in_e, floor)
+    inf_out = np.isinf(out_e)
+    score[inf_out] = np.where(np.isinf(in_e[inf_out]), 1.0, np.inf)
+    first = fr.first_row[idx]
+    order = cols["order"][first]
+    sort = np.lexsort((order, -score))
+    idx, score, first, order = idx[sort], score[sort], first[sort], order[sort]
+    changed = np.full(idx.shape[0], "", dtype=object)
+    flagged = np.flatnonzero((cols["flags"] & F["scalar argument changed"]) != 0)
+    if flagged.size:
+        by_code: Dict[int, List[int]] = {}
+        for i in flagged.tolist():
+            by_code.setdefault(int(fr.codes[i]), []).append(i)
+        pos = {int(c): p for p, c in enumerate(idx.tolist())}
+        for code, rows in by_code.items():
+            if code in pos:
+                changed[pos[code]] = _changed_args(cols, rows)
+    return {
+        "rank": cols["rank"][first].astype(np.int64), "step": cols["step"][first].astype(np.int64),
+        "position": np.arange(1, idx.shape[0] + 1, dtype=np.int64), "record": fr.records[idx],
+        "kind": fr.kind[idx].astype(np.uint8), "direction": fr.direction[idx].astype(np.uint8),
+        "score": score.astype(np.float64), "out_err": out_e[sort], "in_err": in_e[sort],
+        "floor": floor[sort], "worst_verdict": fr.worst[idx], "first_row": first.astype(np.int64),
+        "order": order.astype(np.int64), "parent": cols["parent"][first], "changed_args": changed,
+    }
 
 
-_DIV_COLUMNS = (("rank", np.int64), ("step", np.int64), ("position", np.int64), ("record", object),
-                ("kind", np.uint8), ("direction", np.uint8), ("score", np.float64), ("out_err", np.float64),
-                ("in_err", np.float64), ("floor", np.float64), ("worst_verdict", np.uint8),
-                ("first_row", np.int64), ("order", np.int64), ("parent", object), ("changed_args", object))
+def _naive(cols, fr: Optional[RecordFrame], pick_first: bool) -> Optional[str]:
+    fr = fr or record_frame(cols)
+    with np.errstate(invalid="ignore"):
+        ok = (fr.kind == KIND_API) & ~np.isnan(fr.out_err)
+        if pick_first:
+            ok &= (fr.out_err > 0) & (fr.direction != DIR_BACKWARD)
+    idx = np.flatnonzero(ok)
+    if idx.size == 0:
+        return None
+    if pick_first:
+        best = idx[np.argmin(cols["order"][fr.first_row[idx]])]
+    else:
+        best = idx[np.argmax(fr.out_err[idx])]
+    return str(fr.records[best])
 
 
-def _table(entries: List[dict]) -> Dict[str, np.ndarray]:
-    out = {}
-    for name, dtype in _DIV_COLUMNS:
-        if name == "position":
-            out[name] = np.arange(1, len(entries) + 1, dtype=np.int64)
-            continue
-        values = [e[name] for e in entries]
-        if dtype is object:
-            arr = np.empty(len(values), dtype=object)
-            arr[:] = values
-        else:
-            arr = np.asarray(values, dtype=dtype)
-        out[name] = arr
-    return out
+def first_differing(cols: Dict[str, np.ndarray], frame: Optional[RecordFrame] = None) -> Optional[str]:
+    """The first forward API record in dump order whose output differs at all (the naive rule, for contrast)."""
+    return _naive(cols, frame, True)
 
 
-def first_differing(cols: Dict[str, np.ndarray]) -> Optional[str]:
-    """The first API record in dump order whose output differs at all (the naive rule, for contrast)."""
-    groups = _record_groups(cols["record"])
-    best = None
-    for record, rows in groups.items():
-        rec = parse_record(record)
-        if rec.kind != KIND_API or rec.direction == DIR_BACKWARD:
-            continue
-        err = _max_err(rows, cols, (IO_OUTPUT,))
-        if not math.isnan(err) and err > 0:
-            order = int(cols["order"][rows[0]])
-            if best is None or order < best[0]:
-                best = (order, record)
-    return best[1] if best else None
-
-
-def largest_error(cols: Dict[str, np.ndarray]) -> Optional[str]:
-    """The API record with the largest output error (the plain sorted-by-error list's top)."""
-    groups = _record_groups(cols["record"])
-    best = None
-    for record, rows in groups.items():
-        if parse_record(record).kind != KIND_API:
-            continue
-        err = _max_err(rows, cols, (IO_OUTPUT,))
-        if not math.isnan(err) and (best is None or err > best[0]):
-            best = (err, record)
-    return best[1] if best else None
-
-
-_TREE_COLUMNS = (("rank", np.int64), ("step", np.int64), ("node", object), ("parent", object),
-                 ("kind", np.uint8), ("depth", np.int64), ("n_rows", np.int64), ("n_pass", np.int64),
-                 ("n_warning", np.int64), ("n_error", np.int64), ("n_unmatched", np.int64),
-                 ("worst_verdict", np.uint8), ("max_rel_err", np.float64), ("min_cosine", np.float64),
-                 ("max_score", np.float64), ("first_row", np.int64))
+def largest_error(cols: Dict[str, np.ndarray], frame: Optional[RecordFrame] = None) -> Optional[str]:
+    """The API record with the largest output error (the top of a plain sorted-by-error list)."""
+    return _naive(cols, frame, False)
 
 
 def module_rollup(cols: Dict[str, np.ndarray], divergence: Dict[str, np.ndarray],
-                  tree: Optional[Dict[str, Optional[str]]] = None) -> Dict[str, np.ndarray]:
-    """One node per record (and per enclosing module), each with the worst of itself and its descendants.
-
-    ``tree`` adds parents of modules that have no rows. Nodes come in dump order; the root's children have
-    ``parent == ""``.
-    """
-    groups = _record_groups(cols["record"])
-    parent: Dict[str, str] = {}
-    for record, rows in groups.items():
-        parent[record] = str(cols["parent"][rows[0]] or "")
-    for node, up in (tree or {}).items():
-        parent.setdefault(node, up or "")
-    for node in list(parent):
-        up = parent[node]
-        while up and up not in parent:
-            parent[up] = (tree or {}).get(up) or ""
-            up = parent[up]
-    score = dict(zip(divergence["record"].tolist(), divergence["score"].tolist()))
-    stats: Dict[str, dict] = {}
-    for node in parent:
-        rows = groups.get(node, [])
-        v = cols["verdict"][rows] if rows else np.zeros(0, dtype=np.uint8)
-        rel = cols["rel_err"][rows] if rows else np.zeros(0)
-        cos = cols["cosine"][rows] if rows else np.zeros(0)
-        stats[node] = dict(
-            n_rows=len(rows), n_pass=int((v == PASS).sum()), n_warning=int((v == WARNING).sum()),
-            n_error=int((v == ERROR).sum()), n_unmatched=int((v == UNMATCHED).sum()),
-            worst=_worst(v), max_rel=_nanmax(rel), min_cos=_nanmin(cos), max_score=score.get(node, math.nan),
-            first_row=rows[0] if rows else -1)
-    depth: Dict[str, int] = {}
-
-    def depth_of(node: str) -> int:
-        chain = []
-        while node and node not in depth:
-            chain.append(node)
-            node = parent.get(node, "")
-            if len(chain) > 10000:
-                break
-        base = depth.get(node, -1) if node else -1
-        for n in reversed(chain):
-            base += 1
-            depth[n] = base
-        return depth[chain[0]] if chain else base
-
-    for node in parent:
-        depth_of(node)
-    for node in sorted(parent, key=lambda x: -depth[x]):
-        up = parent[node]
-        if up and up in stats:
-            a, b = stats[up], stats[node]
-            for k in ("n_rows", "n_pass", "n_warning", "n_error", "n_unmatched"):
-                a[k] += b[k]
-            a["worst"] = _worse(a["worst"], b["worst"])
-            a["max_rel"] = _nanmax(np.array([a["max_rel"], b["max_rel"]]))
-            a["min_cos"] = _nanmin(np.array([a["min_cos"], b["min_cos"]]))
-            a["max_score"] = _nanmax(np.array([a["max_score"], b["max_score"]]))
-    order = {r: i for i, r in enumerate(groups)}
-    nodes = sorted(parent, key=lambda x: (order.get(x, -1) if x in order else _first_desc(x, parent, order), x))
+                  tree: Optional[Dict[str, Optional[str]]] = None,
+                  frame: Optional[RecordFrame] = None) -> Dict[str, np.ndarray]:
+    """One node per record (and per enclosing module without rows), each with the worst of itself and its
+    descendants. ``tree`` (record -> parent) adds ancestors the rows do not name. Nodes come in dump order; the
+    root's children have ``parent == ""``."""
+    fr = frame or record_frame(cols)
+    nodes: List[str] = fr.records.tolist()
+    index = {r: i for i, r in enumerate(nodes)}
+    parent_name = [str(p or "") for p in cols["parent"][fr.first_row].tolist()]
+    tree = tree or {}
+    i = 0
+    while i < len(nodes):  # add ancestors that have no rows
+        up = parent_name[i]
+        if up and up not in index:
+            index[up] = len(nodes)
+            nodes.append(up)
+            parent_name.append(str(tree.get(up) or ""))
+        i += 1
+    n_nodes = len(nodes)
+    parent = np.array([index[p] if p else -1 for p in parent_name], dtype=np.int64)
+    k = len(fr.records)
+    v = cols["verdict"]
+    counts = {name: np.zeros(n_nodes, np.int64) for name in ("n_rows", "n_pass", "n_warning", "n_error",
+                                                             "n_unmatched")}
+    counts["n_rows"][:k] = np.bincount(fr.codes, minlength=k)
+    for name, code in (("n_pass", PASS), ("n_warning", WARNING), ("n_error", ERROR), ("n_unmatched", UNMATCHED)):
+        counts[name][:k] = np.bincount(fr.codes[v == code], minlength=k)
+    sev = np.zeros(n_nodes, np.int8)
+    sev[:k] = SEVERITY[fr.worst]
+    max_rel = np.full(n_nodes, np.nan)
+    max_rel[:k] = group_reduce(np.fmax, fr.codes, cols["rel_err"], k, np.nan)
+    min_cos = np.full(n_nodes, np.nan)
+    min_cos[:k] = group_reduce(np.fmin, fr.codes, cols["cosine"], k, np.nan)
+    max_score = np.full(n_nodes, np.nan)
+    if len(divergence["record"]):
+        pos = np.array([index[r] for r in divergence["record"].tolist()], dtype=np.int64)
+        max_score[pos] = divergence["score"]
+    first_row = np.full(n_nodes, -1, np.int64)
+    first_row[:k] = fr.first_row
+    order = np.full(n_nodes, np.iinfo(np.int64).max, np.int64)
+    order[:k] = cols["order"][fr.first_row]
+    depth = np.zeros(n_nodes, np.int64)
+    has_parent = parent >= 0
+    for _ in range(n_nodes):
+        new = np.where(has_parent, depth[np.maximum(parent, 0)] + 1, 0)
+        if np.array_equal(new, depth):
+            break
+        depth = new
+    for d in range(int(depth.max()) if n_nodes else 0, 0, -1):
+        child = np.flatnonzero(depth == d)
+        up = parent[child]
+        for arr in counts.values():
+            np.add.at(arr, up, arr[child])
+        np.maximum.at(sev, up, sev[child])
+        np.fmax.at(max_rel, up, max_rel[child])
+        np.fmin.at(min_cos, up, min_cos[child])
+        np.fmax.at(max_score, up, max_score[child])
+        np.minimum.at(order, up, order[child])
+    sort = np.argsort(order, kind="stable")
+    node_arr = np.empty(n_nodes, dtype=object)
+    node_arr[:] = nodes
+    parent_arr = np.empty(n_nodes, dtype=object)
+    parent_arr[:] = parent_name
+    kind = np.zeros(n_nodes, np.uint8)
+    kind[:k] = fr.kind
+    kind[k:] = KIND_MODULE
     rank0 = int(cols["rank"][0]) if len(cols["rank"]) else 0
     step0 = int(cols["step"][0]) if len(cols["step"]) else 0
-    out: Dict[str, list] = {name: [] for name, _ in _TREE_COLUMNS}
-    for node in nodes:
-        s = stats[node]
-        rec = parse_record(node)
-        for name, value in (("rank", rank0), ("step", step0), ("node", node), ("parent", parent[node]),
-                            ("kind", rec.kind), ("depth", depth[node]), ("n_rows", s["n_rows"]),
-                            ("n_pass", s["n_pass"]), ("n_warning", s["n_warning"]), ("n_error", s["n_error"]),
-                            ("n_unmatched", s["n_unmatched"]), ("worst_verdict", s["worst"]),
-                            ("max_rel_err", s["max_rel"]), ("min_cosine", s["min_cos"]),
-                            ("max_score", s["max_score"]), ("first_row", s["first_row"])):
-            out[name].append(value)
-    result = {}
-    for name, dtype in _TREE_COLUMNS:
-        if dtype is object:
-            arr = np.empty(len(out[name]), dtype=object)
-            arr[:] = out[name]
-        else:
-            arr = np.asarray(out[name], dtype=dtype)
-        result[name] = arr
-    return result
-
-
-def _first_desc(node: str, parent: Dict[str, str], order: Dict[str, int]) -> int:
-    best = 1 << 62
-    for child, up in parent.items():
-        if up == node and child in order:
-            best = min(best, order[child])
-    return best
-
-
-# severity order for roll-up: error > warning > unmatched > pass; skipped counts as pass
-_SEVERITY = {ERROR: 4, WARNING: 3, UNMATCHED: 2, PASS: 1}
-
-
-def _worse(a: int, b: int) -> int:
-    return a if _SEVERITY.get(a, 0) >= _SEVERITY.get(b, 0) else b
-
-
-def _worst(v: np.ndarray) -> int:
-    worst = PASS
-    for code in v.tolist():
-        worst = _worse(worst, code)
-    return worst
-
-
-def _nanmax(a: np.ndarray) -> float:
-    a = a[~np.isnan(a)]
-    return float(a.max()) if a.size else math.nan
-
-
-def _nanmin(a: np.ndarray) -> float:
-    a = a[~np.isnan(a)]
-    return float(a.min()) if a.size else math.nan
-
-
-
+    out = {"rank": np.full(n_nodes, rank0, np.int64), "step": np.full(n_nodes, step0, np.int64),
+           "node": node_arr, "parent": parent_arr, "kind": kind, "depth": depth}
+    out.update(counts)
+    out.update({"worst_verdict": FROM_SEVERITY[sev], "max_rel_err": max_rel, "min_cosine": min_cos,
+                "max_score": max_score, "first_row": first_row})
+    return {key: val[sort] for key, val in out.items()}

@@ -181,11 +181,12 @@ def run_compare(job: Any, events=None, *, fail_on_findings: bool = True, write: 
                             "golden_dtype": g_rows.dtype[match.golden_only],
                             "golden_shape": g_rows.shape[match.golden_only]})
         if opts.first_divergence:
-            div = divergence.rank_records(cols, small_value=opts.small_value)
+            frame = divergence.record_frame(cols)
+            div = divergence.rank_records(cols, small_value=opts.small_value, frame=frame)
             divs.append(div)
-            trees.append(divergence.module_rollup(cols, div, target.tree(rank, t_step)))
-            naive["first_differing"].append(divergence.first_differing(cols))
-            naive["largest_error"].append(divergence.largest_error(cols))
+            trees.append(divergence.module_rollup(cols, div, target.tree(rank, t_step), frame=frame))
+            naive["first_differing"].append(divergence.first_differing(cols, frame))
+            naive["largest_error"].append(divergence.largest_error(cols, frame))
         _emit(events, "step", step=n + 1, total_steps=len(pieces), elapsed_s=time.time() - started,
               records=len(t_rows))
     offsets = np.cumsum([0] + [len(c["verdict"]) for c in results[:-1]])
@@ -251,7 +252,7 @@ def _merge_divergence(divs: List[Dict[str, np.ndarray]]) -> Dict[str, np.ndarray
     """All pieces' rankings in one list, best score first (positions renumbered)."""
     table = _concat(divs)
     if not table or len(table["record"]) == 0:
-        return table if table else divergence._table([])
+        return table
     order = np.lexsort((table["order"], table["step"], table["rank"], -table["score"]))
     table = {k: v[order] for k, v in table.items()}
     table["position"] = np.arange(1, len(order) + 1, dtype=np.int64)

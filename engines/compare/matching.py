@@ -50,6 +50,9 @@ def dtype_compatible(a: str, b: str, cross_framework: bool) -> bool:
 
 
 def exact_pairs(t_keys: np.ndarray, g_keys: np.ndarray) -> np.ndarray:
+    if t_keys.shape == g_keys.shape and bool(np.all(t_keys == g_keys)) and \
+            len(set(g_keys.tolist())) == g_keys.shape[0]:
+        return np.arange(t_keys.shape[0], dtype=np.int64)  # the two dumps list the same rows in the same order
     lookup: Dict[str, int] = {}
     for i, k in enumerate(g_keys.tolist()):
         lookup.setdefault(k, i)

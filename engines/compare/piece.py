@@ -87,12 +87,8 @@ def compare_piece(t: RowTable, g: RowTable, t_spec, g_spec, st: PieceSettings):
     g_text = _golden(g.text, gi, None)
     cols["t_text"] = t.text
     cols["g_text"] = g_text
-    data_name = np.empty(n, dtype=object)
-    g_dn = _golden(g.data_name, gi, "")
-    for i in range(n):
-        a, b = t.data_name[i], g_dn[i]
-        data_name[i] = "['{}', '{}']".format(a or "-1", b or "-1") if (a or b) else "-1"
-    cols["data_name"] = data_name
+    cols["data_name"] = _data_names(t.data_name, _golden(g.data_name, gi, "")) if st.mode == "tensor" else \
+        np.full(n, "-1", dtype=object)
 
     flags = np.zeros(n, dtype=np.uint32)
     status = np.full(n, ST_OK, dtype=np.uint8)
@@ -109,8 +105,10 @@ def compare_piece(t: RowTable, g: RowTable, t_spec, g_spec, st: PieceSettings):
     rg_t, rg_g = t.requires_grad, cols["golden_requires_grad"]
     cols["requires_grad_equal"] = np.where((rg_t < 0) | (rg_g < 0), -1, (rg_t == rg_g).astype(np.int8))
     flags[matched & (rg_t >= 0) & (rg_g >= 0) & (rg_t != rg_g)] |= F["requires_grad differs"]
-    ignored = np.array([_api_name(r) in IGNORED_APIS for r in t.record.tolist()], dtype=bool)
-    flags[ignored] |= F["ignored api"]
+    ignored_records = {r for r in t.record_order() if _api_name(r) in IGNORED_APIS}
+    if ignored_records:
+        ignored = np.fromiter((r in ignored_records for r in t.record.tolist()), bool, n)
+        flags[ignored] |= F["ignored api"]
     _nonfinite_flags(cols, flags, matched)
 
     stat_cols = stats_metrics.stats_table(_stats(t), g_stats, {s: t.text for s in STATS},
@@ -152,6 +150,14 @@ def compare_piece(t: RowTable, g: RowTable, t_spec, g_spec, st: PieceSettings):
     if st.highlight == "classic":
         _classic(cols, st.mode == "tensor")
     return cols, match
+
+
+def _data_names(t_names: np.ndarray, g_names: np.ndarray) -> np.ndarray:
+    """msprobe's Data_name cell: ``"['<target file>', '<golden file>']"``, ``-1`` for none."""
+    out = np.empty(t_names.shape[0], dtype=object)
+    out[:] = ["['{}', '{}']".format(a or "-1", b or "-1") if (a or b) else "-1"
+              for a, b in zip(t_names.tolist(), g_names.tolist())]
+    return out
 
 
 def _nonfinite_flags(cols, flags, matched) -> None:

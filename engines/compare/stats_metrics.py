@@ -68,7 +68,7 @@ def stat_diff(n: np.ndarray, b: np.ndarray, n_text: Optional[np.ndarray] = None,
     if n_text is not None or b_text is not None:
         nt = n_text if n_text is not None else np.full(rows, None, dtype=object)
         bt = b_text if b_text is not None else np.full(rows, None, dtype=object)
-        has_text = np.fromiter((a is not None or c is not None for a, c in zip(nt, bt)), bool, rows)
+        has_text = np.not_equal(nt, None) | np.not_equal(bt, None)
         for i in np.flatnonzero(has_text):
             d, r, code = _text_rule(nt[i], bt[i], n[i], b[i])
             diff[i], rel[i], note[i] = d, r, code

@@ -48,6 +48,9 @@ FINDINGS = (
     "fuzzy match",  # 14
     "ignored api",  # 15
     "no tensor data",  # 16
+    "relative error (error level)",  # 17
+    "cosine (error level)",  # 18
+    "absolute error (error level)",  # 19
 )
 F = {name: 1 << i for i, name in enumerate(FINDINGS)}
 # reason texts where msprobe users know another wording
@@ -118,56 +121,59 @@ def _below(values: np.ndarray, limit: Optional[float]) -> np.ndarray:
 def judge(cols: Dict[str, np.ndarray], th: Thresholds):
     """Verdict codes, finding bits and reason texts for every row of a result table.
 
-    Needs the columns ``matched``, ``status``, ``flags`` (findings set while comparing), ``rel_err``,
-    ``cosine``, ``max_abs_err``.
+    Needs the columns ``matched``, ``flags`` (findings set while comparing), ``rel_err``, ``cosine``,
+    ``max_abs_err``. Reason texts depend on the finding bits only (the values are in their own columns), so they
+    are built once per distinct combination.
     """
     n = cols["matched"].shape[0]
     flags = cols["flags"].astype(np.uint32).copy()
     rel, cos, mabs = cols["rel_err"], cols["cosine"], cols["max_abs_err"]
-    flags[_above(rel, th.rel_err.warning)] |= F["relative error"]
-    flags[_below(cos, th.cosine.warning)] |= F["cosine"]
-    flags[_above(mabs, th.max_abs_err.warning)] |= F["absolute error"]
+    for metric, values, test in (("relative error", rel, _above), ("cosine", cos, _below),
+                                 ("absolute error", mabs, _above)):
+        limits = getattr(th, _METRIC_FIELD[metric])
+        flags[test(values, limits.warning)] |= F[metric]
+        flags[test(values, limits.error)] |= F[metric] | F[metric + " (error level)"]
     err_bits = (F["target non-finite"] | F["non-finite positions differ"] | F["shape differs"]
-                | F["one side all zeros"] | F["scalar argument changed"] | F["hash differs"])
+                | F["one side all zeros"] | F["scalar argument changed"] | F["hash differs"]
+                | F["relative error (error level)"] | F["cosine (error level)"] | F["absolute error (error level)"])
     warn_bits = (F["dtype differs"] | F["golden non-finite"] | F["requires_grad differs"]
                  | F["relative error"] | F["cosine"] | F["absolute error"])
     verdict = np.full(n, PASS, dtype=np.uint8)
     verdict[(flags & warn_bits) != 0] = WARNING
-    metric_error = _above(rel, th.rel_err.error) | _below(cos, th.cosine.error) | _above(mabs, th.max_abs_err.error)
-    verdict[((flags & err_bits) != 0) | metric_error] = ERROR
+    verdict[(flags & err_bits) != 0] = ERROR
     skipped = (flags & (F["ignored api"] | F["no tensor data"])) != 0
     verdict[skipped & (verdict != ERROR)] = SKIPPED
     verdict[~cols["matched"]] = UNMATCHED
-    reasons = _reasons(flags, verdict, rel, cos, mabs, th)
-    return verdict, flags, reasons
+    return verdict, flags, reason_texts(flags, th)
 
 
-def _fmt(v: float) -> str:
-    return "{:.4g}".format(v) if math.isfinite(v) else str(v)
+_METRIC_FIELD = {"relative error": "rel_err", "cosine": "cosine", "absolute error": "max_abs_err"}
+_METRIC_TEXT = {"relative error": ("rel_err", ">"), "cosine": ("cosine", "<"), "absolute error": ("max_abs_err", ">")}
 
 
-def _reasons(flags, verdict, rel, cos, mabs, th: Thresholds) -> np.ndarray:
-    out = np.full(flags.shape[0], "", dtype=object)
-    for i in np.flatnonzero(flags):
-        f = int(flags[i])
-        parts = []
-        for bit, name in enumerate(FINDINGS):
-            if not f & (1 << bit):
-                continue
-            if name == "relative error":
-                level = "error" if th.rel_err.error is not None and rel[i] > th.rel_err.error else "warning"
-                parts.append("{}: rel_err {} > {}".format(level, _fmt(rel[i]), _fmt(
-                    th.rel_err.error if level == "error" else th.rel_err.warning)))
-            elif name == "cosine":
-                level = "error" if th.cosine.error is not None and cos[i] < th.cosine.error else "warning"
-                parts.append("{}: cosine {} < {}".format(level, _fmt(cos[i]), _fmt(
-                    th.cosine.error if level == "error" else th.cosine.warning)))
-            elif name == "absolute error":
-                level = ("error" if th.max_abs_err.error is not None and mabs[i] > th.max_abs_err.error
-                         else "warning")
-                parts.append("{}: max_abs_err {} > {}".format(level, _fmt(mabs[i]), _fmt(
-                    th.max_abs_err.error if level == "error" else th.max_abs_err.warning)))
+def _fmt(v: Optional[float]) -> str:
+    return "{:.4g}".format(v) if v is not None and math.isfinite(v) else str(v)
+
+
+def reason_text(bits: int, th: Thresholds) -> str:
+    parts = []
+    for bit, name in enumerate(FINDINGS):
+        if not bits & (1 << bit) or name.endswith("(error level)"):
+            continue
+        if name in _METRIC_TEXT:
+            label, op = _METRIC_TEXT[name]
+            limits = getattr(th, _METRIC_FIELD[name])
+            if bits & F[name + " (error level)"]:
+                parts.append("error: {} {} {}".format(label, op, _fmt(limits.error)))
             else:
-                parts.append(FINDING_TEXT.get(name, name))
-        out[i] = "; ".join(parts)
-    return out
+                parts.append("warning: {} {} {}".format(label, op, _fmt(limits.warning)))
+        else:
+            parts.append(FINDING_TEXT.get(name, name))
+    return "; ".join(parts)
+
+
+def reason_texts(flags: np.ndarray, th: Thresholds) -> np.ndarray:
+    """Reason text of every row (one text per distinct set of finding bits)."""
+    uniq, inverse = np.unique(flags, return_inverse=True)
+    texts = np.array([reason_text(int(b), th) for b in uniq.tolist()] or [""], dtype=object)
+    return texts[inverse.reshape(-1)] if uniq.size else np.full(flags.shape[0], "", dtype=object)

@@ -135,3 +135,27 @@ def parse_shape(text: str) -> Optional[tuple]:
     if isinstance(value, list) and all(isinstance(v, int) for v in value):
         return tuple(value)
     return None
+
+
+def factorize(values: np.ndarray):
+    """Integer codes of an object array's values (first-seen order) and the distinct values."""
+    table: Dict[object, int] = {}
+    setdefault = table.setdefault
+    codes = np.fromiter((setdefault(v, len(table)) for v in values.tolist()), dtype=np.int64,
+                        count=int(values.shape[0]))
+    uniques = np.empty(len(table), dtype=object)
+    uniques[:] = list(table)
+    return codes, uniques
+
+
+def group_reduce(ufunc, codes: np.ndarray, values: np.ndarray, n_groups: int, initial) -> np.ndarray:
+    """``ufunc.reduce`` of ``values`` per group code (groups without rows get ``initial``)."""
+    out = np.full(n_groups, initial, dtype=np.result_type(values.dtype, type(initial)))
+    if codes.size == 0:
+        return out
+    order = np.argsort(codes, kind="stable")
+    sorted_codes = codes[order]
+    starts = np.flatnonzero(np.r_[True, sorted_codes[1:] != sorted_codes[:-1]])
+    reduced = ufunc.reduceat(values[order], starts)
+    out[sorted_codes[starts]] = ufunc(out[sorted_codes[starts]], reduced)
+    return out
