@@ -4,9 +4,9 @@ Results go to a new run folder under `dump_path` (`<dump_path>/<run-id>/`, with 
 collection run, so the app lists and opens them the same way; `output_path` names a folder instead.
 """
 
-from typing import Any, List, Literal, Optional, Union
+from typing import Annotated, Any, List, Literal, Optional, Union
 
-from pydantic import field_validator, model_validator
+from pydantic import PlainValidator, WithJsonSchema, field_validator, model_validator
 
 from .base import ConfigModel
 from .common import JobBase
@@ -68,9 +68,22 @@ class CompareThresholds(ConfigModel):
         return self
 
 
-def _mapping_schema(schema: dict) -> None:
-    schema.pop("type", None)
-    schema.update({"anyOf": [{"type": "string", "minLength": 1}, {"const": True}, {"type": "null"}]})
+def _path_or_true(value: Any) -> Any:
+    if value is None or value is True:
+        return value
+    if value is False:
+        return None
+    if isinstance(value, str) and value.strip():
+        return value
+    raise config_error(f"must be true (built-in mapping) or a YAML file path (got {value!r})")
+
+
+MappingOption = Annotated[
+    Union[str, bool, None],
+    PlainValidator(_path_or_true),
+    WithJsonSchema({"anyOf": [{"type": "string", "minLength": 1}, {"const": True}, {"type": "null"}]}),
+]
+"""`true` for a built-in mapping, or the path of a YAML mapping file."""
 
 
 class CompareSection(ConfigModel):
@@ -88,12 +101,12 @@ class CompareSection(ConfigModel):
                                      "instead of exact names.")
     data_mapping: Optional[str] = field(None, "YAML file mapping target names to golden names, row by row.",
                                         min_length=1, advanced=True)
-    api_mapping: Union[str, bool, None] = field(
+    api_mapping: MappingOption = field(
         None, "MindSpore-vs-PyTorch API name mapping: true for the built-in table, or a YAML file adding to it.",
-        json_schema_extra=_mapping_schema, advanced=True)
-    cell_mapping: Union[str, bool, None] = field(
+        advanced=True)
+    cell_mapping: MappingOption = field(
         None, "MindSpore Cell to PyTorch Module name mapping: true for Cell->Module only, or a YAML file.",
-        json_schema_extra=_mapping_schema, advanced=True)
+        advanced=True)
     layer_mapping: Optional[str] = field(None, "YAML file mapping layer scopes between the two models.",
                                          min_length=1, advanced=True)
     rank: RankList = field(default_factory=list, description="Ranks to compare (ids, paired by id); empty = all.")
@@ -116,17 +129,6 @@ class CompareSection(ConfigModel):
         description="Result files: hdf5 (always), csv, xlsx (refused above Excel's row limit).")
     output_path: Optional[str] = field(
         None, "Folder for the results. Unset: a new run folder under dump_path.", min_length=1)
-
-    @field_validator("api_mapping", "cell_mapping", mode="plain")
-    @classmethod
-    def _path_or_true(cls, value: Any) -> Any:
-        if value is None or value is True:
-            return value
-        if value is False:
-            return None
-        if isinstance(value, str) and value.strip():
-            return value
-        raise config_error(f"must be true (built-in mapping) or a YAML file path (got {value!r})")
 
     @field_validator("formats")
     @classmethod

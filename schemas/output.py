@@ -1,19 +1,14 @@
 """How a run writes its HDF5 store: compression, a disk budget, and the store mode (docs/FORMAT.md)."""
 
-from typing import Any, Literal, Optional
+from typing import Literal, Optional
 
-from pydantic import field_validator, model_validator
+from pydantic import model_validator
 
 from .base import ConfigModel
 from .errors import RuleCollector
-from .types import SIZE_SCHEMA, field, parse_size
+from .types import SizeBytes, field
 
 __all__ = ["OutputSpec"]
-
-
-def _size_schema(schema: dict) -> None:
-    schema.pop("type", None)
-    schema.update(SIZE_SCHEMA)
 
 
 class OutputSpec(ConfigModel):
@@ -22,19 +17,14 @@ class OutputSpec(ConfigModel):
                 "gzip (slower, smallest; level in compression_level).")
     compression_level: Optional[int] = field(
         None, "gzip level 1-9 (default 4). Only with compression gzip.", ge=1, le=9, advanced=True)
-    disk_budget: Optional[int] = field(
+    disk_budget: SizeBytes = field(
         None, 'Stop writing tensor data once the run has written this many bytes: a number, or a string such as '
               '"20GB" (powers of 1000) or "512MiB" (powers of 1024). Statistics keep being recorded and the run '
-              'says what was skipped. Unset: unlimited.', json_schema_extra=_size_schema)
+              'says what was skipped. Unset: unlimited.')
     store_mode: Literal["auto", "swmr", "per_step"] = field(
         "auto", "How the store is written while the run goes on: swmr (one file, readable live), per_step (one "
                 "file a step, closed then announced; for NFS/Lustre where HDF5 locking fails), auto (swmr, or "
                 "per_step on a shared file system).", advanced=True)
-
-    @field_validator("disk_budget", mode="plain")
-    @classmethod
-    def _parse_budget(cls, value: Any) -> Optional[int]:
-        return parse_size(value)
 
     @model_validator(mode="after")
     def _level_needs_gzip(self) -> "OutputSpec":

@@ -16,6 +16,7 @@ __all__ = [
     "parse_rank_item",
     "compact_ranks",
     "parse_size",
+    "SizeBytes",
     "config_error",
     "field",
     "ADVANCED",
@@ -182,3 +183,7 @@ def parse_size(value: Any) -> Optional[int]:
             return size
         raise config_error(f"{value!r} is not a size", 'use bytes or a unit: "500MB", "20GB", "512MiB", "2TiB"')
     raise config_error(f"{value!r} is not a size", 'give bytes as a number or a string like "20GB"')
+
+
+SizeBytes = Annotated[Optional[int], PlainValidator(parse_size), WithJsonSchema(SIZE_SCHEMA)]
+"""A byte count: an int or a "20GB"/"512MiB" string, normalised to an int; None = unlimited."""
