@@ -10,7 +10,8 @@ import difflib
 import json
 import re
 import warnings
-from typing import Any, Callable, Iterable, List, NamedTuple, Optional, Sequence, Tuple
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 
 from pydantic import ValidationError
 from pydantic_core import PydanticCustomError
@@ -35,12 +36,22 @@ WarnFn = Callable[[str, str], None]
 RULES_ERROR = "config_rules"
 
 
-class ConfigIssue(NamedTuple):
-    """One problem in a config: where (`path`), what (`message`), and how to fix it (`hint`, may be empty)."""
+@dataclass(frozen=True)
+class ConfigIssue:
+    """One problem in a config: where (`path`), what (`message`), and how to fix it (`hint`, may be empty).
+
+    Unpacks like a tuple (`path, message, hint = issue`); `issue.__dict__` / `as_dict()` give a JSON-ready dict.
+    """
 
     path: str
     message: str
     hint: str = ""
+
+    def __iter__(self) -> Iterator[str]:
+        return iter((self.path, self.message, self.hint))
+
+    def as_dict(self) -> Dict[str, str]:
+        return {"path": self.path, "message": self.message, "hint": self.hint}
 
     def __str__(self) -> str:
         text = f"{self.path}: {self.message}" if self.path else self.message

@@ -2,6 +2,7 @@
 
 import copy
 import json
+import re
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple, Union
 
@@ -101,8 +102,18 @@ def load_config(source: Source, *, on_warning: Optional[WarnFn] = None) -> JobBa
         issues.extend(issues_from_validation_error(exc))
         job = None
     if issues:
-        raise ConfigError(issues)
+        raise ConfigError(_in_document_order(issues, data))
     return job
+
+
+def _in_document_order(issues: List[ConfigIssue], data: Dict[str, Any]) -> List[ConfigIssue]:
+    """Sort issues by where their top-level key appears in the file (stable within a key)."""
+    order = {key: i for i, key in enumerate(data)}
+
+    def position(issue: ConfigIssue) -> int:
+        head = re.split(r"[.\[]", issue.path, maxsplit=1)[0]
+        return order.get(head, len(order))
+    return sorted(issues, key=position)
 
 
 def dump_config(job: JobBase) -> Dict[str, Any]:

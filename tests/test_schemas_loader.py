@@ -76,6 +76,14 @@ def test_wrong_source_type():
         schemas.load_config(42)
 
 
+def test_issue_is_a_record_that_unpacks():
+    issue = ConfigIssue("rank[2]", "bad", "hint")
+    path, message, hint = issue
+    assert (path, message, hint) == ("rank[2]", "bad", "hint")
+    assert issue.__dict__ == issue.as_dict() == {"path": "rank[2]", "message": "bad", "hint": "hint"}
+    assert json.loads(json.dumps(issue.__dict__))["path"] == "rank[2]"
+
+
 def test_issue_formatting():
     assert str(ConfigIssue("a.b[1]", "bad", "try x")) == "a.b[1]: bad (try x)"
     assert str(ConfigIssue("a", "bad")) == "a: bad"
@@ -90,8 +98,8 @@ def test_every_message_names_its_path_and_is_one_line():
                              "framework": "jax", "seed": -1, "dump_path": "",
                              "statistics": {"summary_mode": "sha256", "list": [""]}})
     paths = [i.path for i in err.value.errors]
-    assert paths == ["dump_path", "framework", "seed", "level", "async_dump", "precision",
-                     "statistics.list", "statistics.summary_mode"]
+    assert paths == ["level", "async_dump", "precision", "framework", "seed", "dump_path",
+                     "statistics.list", "statistics.summary_mode"]  # in the order of the file
     for line in str(err.value).splitlines():
         assert line.split(":")[0] in paths
 
@@ -99,7 +107,8 @@ def test_every_message_names_its_path_and_is_one_line():
 def test_python_39_syntax():
     """The package must import on Python 3.9 (DECISIONS 13): compile every module with 3.9 when available."""
     exe = None
-    for candidate in ("python3.9",):
+    pyenv = sorted(Path.home().glob(".pyenv/versions/3.9*/bin/python3.9"))
+    for candidate in ["python3.9", *map(str, pyenv)]:
         try:
             subprocess.run([candidate, "-c", "import sys; assert sys.version_info[:2] == (3, 9)"], check=True,
                            capture_output=True)
