@@ -63,7 +63,7 @@ class ConfigError(Exception):
 
     def __init__(self, errors: Iterable[ConfigIssue]):
         self.errors: List[ConfigIssue] = list(errors)
-        super().__init__("\n".join(str(e) for e in self.errors))
+        super().__init__(self.errors)  # args[0] is the list, so the error pickles and re-raises across processes
 
     def __str__(self) -> str:
         return "\n".join(str(e) for e in self.errors)

@@ -18,7 +18,7 @@ from pydantic import BaseModel
 from .errors import ConfigIssue, WarnFn, did_you_mean, format_path, join_path
 from .foreign import FOREIGN_SECTIONS, all_foreign_names, foreign_key
 
-__all__ = ["nested_shape", "check_keys", "check_job_keys"]
+__all__ = ["nested_shape", "check_job_keys"]
 
 Shape = Tuple[str, Any]  # ("model", cls) | ("list", Shape) | ("dict", Shape)
 COMMENT_KEYS = ("comment", "_comment")
@@ -123,14 +123,6 @@ class _Walk:
                                             "ignored")
             return True
         return False
-
-
-def check_keys(model: type, data: Dict[str, Any], warn: WarnFn, loc: Sequence[Any] = ()
-               ) -> Tuple[Dict[str, Any], List[ConfigIssue]]:
-    """Check one object against `model`; returns the data without foreign keys, and the unknown-key issues."""
-    walk = _Walk(warn)
-    cleaned = walk.model(model, data, list(loc))
-    return cleaned, walk.issues
 
 
 def check_job_keys(job_model: type, data: Dict[str, Any], warn: WarnFn) -> Tuple[Dict[str, Any], List[ConfigIssue]]:

@@ -31,8 +31,12 @@ def looks_like_compare(data: Dict[str, Any]) -> bool:
 
 def normalise_shape(data: Dict[str, Any], warn: WarnFn) -> Dict[str, Any]:
     data = dict(data)
-    if "_comment" in data and "comment" not in data:
-        data["comment"] = data.pop("_comment")
+    if "_comment" in data:
+        if "comment" in data:
+            warn("_comment", "both comment and _comment are given; _comment is ignored")
+            data.pop("_comment")
+        else:
+            data["comment"] = data.pop("_comment")
     if "task" in data:
         return data
     if looks_like_compare(data):

@@ -84,6 +84,14 @@ def test_issue_is_a_record_that_unpacks():
     assert json.loads(json.dumps(issue.__dict__))["path"] == "rank[2]"
 
 
+def test_config_error_pickles():
+    import pickle
+
+    err = schemas.ConfigError([ConfigIssue("a", "x", "h")])
+    again = pickle.loads(pickle.dumps(err))
+    assert again.errors == err.errors and str(again) == "a: x (h)"
+
+
 def test_issue_formatting():
     assert str(ConfigIssue("a.b[1]", "bad", "try x")) == "a.b[1]: bad (try x)"
     assert str(ConfigIssue("a", "bad")) == "a: bad"

@@ -122,6 +122,8 @@ def test_comment_keys():
     assert _load({"task": "statistics", "comment": "hi"})[0].comment == "hi"
     paths, _ = _paths({"task": "statistics", "comment": 3})
     assert paths == ["comment"]
+    job, warnings = _load({"task": "statistics", "comment": "a", "_comment": "b"})
+    assert job.comment == "a" and [p for p, _ in warnings] == ["_comment"]
 
 
 # ------------------------------------------------------------------------------------------------- target
