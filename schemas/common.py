@@ -16,7 +16,7 @@ from pydantic import ConfigDict, ValidationInfo, field_validator, model_validato
 from .base import ConfigModel
 from .errors import warn_from_context
 from .output import OutputSpec
-from .target import TargetSpec, _target_schema, expand_target_shorthand
+from .target import TargetSpec, expand_target_shorthand, target_field_schema
 from .types import RankList, config_error, field
 
 __all__ = ["ALL_LEVELS", "LEVEL_NOTES", "JobBase", "RunJob", "CollectionJob", "DumpJob", "level_field", "level_literal",
@@ -78,7 +78,7 @@ class RunJob(JobBase):
     target: Optional[TargetSpec] = field(
         None, 'What to run with `probe-tui --run`: {"demo": {...knobs}} (or just "demo"), {"script": '
               '"train.py", "args": [...]}, or {"callable": "pkg.module:function"}. Not needed when the script '
-              'itself uses the in-script API.', json_schema_extra=_target_schema)
+              'itself uses the in-script API.', json_schema_extra=target_field_schema)
     framework: Literal["pytorch", "mindspore", "auto"] = field(
         "auto", "Framework to instrument. auto: the one the target uses (the demo runs on PyTorch when it is "
                 "installed, else MindSpore).")

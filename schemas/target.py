@@ -30,6 +30,7 @@ __all__ = [
     "DemoKnobs",
     "TargetSpec",
     "expand_target_shorthand",
+    "target_field_schema",
 ]
 
 DEMO_SIZE_KEYS = ("n_layer", "d_model", "n_head", "d_mlp", "vocab", "seq", "batch")
@@ -135,7 +136,7 @@ def expand_target_shorthand(value: Any) -> Any:
     return value
 
 
-def _target_schema(schema: Dict[str, Any]) -> None:
+def target_field_schema(schema: Dict[str, Any]) -> None:
     schema["anyOf"] = [{"const": "demo", "type": "string"}] + list(schema.get("anyOf", []))
 
 
