@@ -6,6 +6,7 @@ import math
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 from rich.console import Console
@@ -21,6 +22,8 @@ from engines.events import (
     parse_event_line,
 )
 from probe_tui.progress import RichProgressSink, format_bytes
+
+ROOT = str(Path(__file__).resolve().parents[1])
 
 
 def _demo_run(sink, knobs, run_dir="dump/run1"):
@@ -173,7 +176,7 @@ def test_default_console_is_stderr_and_plain_when_piped():
         "s.emit('run_finished', status='done', exit_code=0, run_dir='d', summary={})\n"
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                          env={"PYTHONPATH": ".", "TERM": "xterm-256color", "PATH": "/usr/bin:/bin"})
+                          cwd=ROOT, env={"PYTHONPATH": ROOT, "TERM": "xterm-256color", "PATH": "/usr/bin:/bin"})
     assert proc.stdout == ""
     assert proc.stderr.splitlines() == ["probe-tui t → d", "step 1/2  loss 1.5000  0.2s", "step 2/2  loss nan  0.4s",
                                         "done (exit 0) → d"]

@@ -6,12 +6,14 @@ import re
 import subprocess
 import sys
 from datetime import datetime
+from pathlib import Path
 
 import pytest
 
 from engines import runs
 from engines.runs import RunError, create_run, list_runs, new_run_id, open_run, resolve_latest
 
+ROOT = str(Path(__file__).resolve().parents[1])
 CONFIG = {"task": "statistics", "dump_path": "x", "statistics": {"level": "L1"}}
 
 
@@ -164,7 +166,7 @@ def test_a_run_whose_process_died_is_crashed(tmp_path):
         "print(run.path)\n"
     )
     out = subprocess.run([sys.executable, "-c", script, str(tmp_path)], capture_output=True, text=True,
-                         check=True, cwd=os.getcwd(), env={**os.environ, "PYTHONPATH": os.getcwd()})
+                         check=True, cwd=ROOT, env={**os.environ, "PYTHONPATH": ROOT})
     path = out.stdout.strip()
     assert json.loads(open(os.path.join(path, "run.json")).read())["status"] == "running"
     assert open_run(path).status == "crashed"

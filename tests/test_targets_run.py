@@ -4,6 +4,7 @@ import json
 import os
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -282,3 +283,14 @@ def test_detect_framework_on_callables_and_bad_scripts(tmp_path, monkeypatch):
     broken = _write(tmp_path / "broken.py", "def (:\n")
     with pytest.raises(TargetError, match=r"^target.script: .*broken.py: syntax error at line 1"):
         detect_framework({"script": str(broken)})
+
+
+def test_importing_these_modules_imports_no_framework():
+    import subprocess
+
+    code = ("import sys\n"
+            "import engines.targets, engines.runs, engines.events, engines.demo\n"
+            "import engines.demo.data, engines.demo.weights, engines.demo.faults, probe_tui.progress\n"
+            "bad = sorted(m for m in ('torch', 'mindspore', 'textual') if m in sys.modules)\n"
+            "assert not bad, bad\n")
+    subprocess.run([sys.executable, "-c", code], check=True, env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])})
