@@ -14,6 +14,7 @@ from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedCo
 from rich.text import Text
 
 LEVEL_STYLES = {"debug": "dim", "info": "", "warning": "yellow", "error": "bold red"}
+STATUS_STYLES = {"done": "green", "finished": "green", "stopped": "yellow", "interrupted": "yellow"}
 
 
 def format_loss(loss: Any) -> str:
@@ -69,7 +70,8 @@ class RichProgressSink:
 
     # -- handlers ------------------------------------------------------------------------------------------
     def _on_run_started(self, fields: dict) -> None:
-        self._print(Text.assemble(("probe-tui ", "bold"), f"{fields.get('task')} → {fields.get('run_dir')}"))
+        where = f" → {fields['run_dir']}" if fields.get("run_dir") else ""
+        self._print(Text.assemble(("probe-tui ", "bold"), f"{fields.get('task')}{where}"))
         if not self.live:
             return
         self._progress = Progress(
@@ -119,8 +121,8 @@ class RichProgressSink:
             self._pending_plain = None
         self.close()
         status, code = fields.get("status"), fields.get("exit_code")
-        style = "green" if status == "done" else "bold red"
-        text = Text.assemble((f"{status}", style), f" (exit {code}) → {fields.get('run_dir')}")
+        where = f" → {fields['run_dir']}" if fields.get("run_dir") else ""
+        text = Text.assemble((f"{status}", STATUS_STYLES.get(str(status), "bold red")), f" (exit {code}){where}")
         if self.live:
             self._print(text)
         else:

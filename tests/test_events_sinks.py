@@ -196,5 +196,13 @@ def test_default_console_is_stderr_and_plain_when_piped():
                                         "done (exit 0) → d"]
 
 
+def test_analysis_runs_have_no_run_dir():
+    out = io.StringIO()
+    sink = RichProgressSink(Console(file=out, width=200))
+    sink.emit("run_started", run_dir=None, task="compare", total_steps=None)
+    sink.emit("run_finished", status="finished", exit_code=0, run_dir=None, summary={})
+    assert out.getvalue().splitlines() == ["probe-tui compare", "finished (exit 0)"]
+
+
 def test_format_bytes():
     assert [format_bytes(n) for n in (None, 512, 2048, 5 * 1024 ** 3)] == ["", "512 B", "2.0 KB", "5.0 GB"]
