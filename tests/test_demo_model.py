@@ -161,3 +161,24 @@ def test_knobs_accept_none_for_unset_fields_and_report_active_faults():
                                                                          "wrong_eps": {"layer": 1}}})
     assert knobs.n_layer == 2
     assert knobs.to_dict()["faults"] == {"wrong_eps": {"layer": 1}}
+
+
+def test_global_optimizer_step_hooks_count_the_demo_steps():
+    """The capture engines count steps like in a user script: torch's global optimizer-step hooks."""
+    from torch.optim.optimizer import register_optimizer_step_post_hook
+
+    counted = []
+    handle = register_optimizer_step_post_hook(lambda optimizer, args, kwargs: counted.append(len(counted)))
+    try:
+        result = train({"preset": "tiny", "steps": 4})
+    finally:
+        handle.remove()
+    assert counted == [0, 1, 2, 3] and result.steps == 4
+
+
+def test_framework_neutral_parts_take_plain_dicts():
+    knobs = {"preset": "tiny", "steps": 2}
+    assert set(initial_weights(knobs)) == set(initial_weights(resolve_knobs(knobs)))
+    assert len(list(batches(knobs))) == 2
+    with pytest.raises(DemoKnobError, match="^demo.steps"):
+        batches({"steps": -1})

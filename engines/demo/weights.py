@@ -12,11 +12,11 @@ Initialisation follows GPT-2: normal(0, 0.02) for embeddings and linear weights,
 
 import math
 import zlib
-from typing import Dict, List, Tuple
+from typing import Any, Dict, List, Tuple
 
 import numpy as np
 
-from engines.demo.knobs import DemoKnobs
+from engines.demo.knobs import resolve_knobs
 
 INIT_STD = 0.02
 
@@ -35,8 +35,9 @@ def _layer_norm(prefix: str, d: int) -> List[ParamSpec]:
     return [(f"{prefix}.weight", (d,), "ones"), (f"{prefix}.bias", (d,), "zeros")]
 
 
-def param_specs(knobs: DemoKnobs) -> List[ParamSpec]:
+def param_specs(knobs: Any) -> List[ParamSpec]:
     """Every parameter of the demo model in module order (the order of ``named_parameters()``)."""
+    knobs = resolve_knobs(knobs)
     d = knobs.d_model
     specs: List[ParamSpec] = [
         ("tok_emb.weight", (knobs.vocab, d), "normal"),
@@ -55,7 +56,7 @@ def param_specs(knobs: DemoKnobs) -> List[ParamSpec]:
     return specs
 
 
-def parameter_count(knobs: DemoKnobs) -> int:
+def parameter_count(knobs: Any) -> int:
     return sum(int(np.prod(shape)) for _, shape, _ in param_specs(knobs))
 
 
@@ -63,8 +64,9 @@ def _stream(seed: int, name: str) -> np.random.Generator:
     return np.random.Generator(np.random.PCG64(np.random.SeedSequence([seed, zlib.crc32(name.encode())])))
 
 
-def initial_weights(knobs: DemoKnobs) -> Dict[str, np.ndarray]:
-    """Float32 arrays for every parameter, a pure function of the seed and the sizes."""
+def initial_weights(knobs: Any) -> Dict[str, np.ndarray]:
+    """Float32 arrays for every parameter, a pure function of the seed and the sizes (knobs: dict or DemoKnobs)."""
+    knobs = resolve_knobs(knobs)
     residual_std = INIT_STD / math.sqrt(2 * knobs.n_layer)
     out: Dict[str, np.ndarray] = {}
     for name, shape, init in param_specs(knobs):
