@@ -105,13 +105,7 @@ def point_latest(dump_path: Path, run_id: str) -> None:
     except (OSError, NotImplementedError):
         with open(tmp, "w", encoding="utf-8") as f:
             f.write(run_id + "\n")
-    try:
-        os.replace(tmp, latest)
-    except OSError:
-        if latest.is_dir() and not latest.is_symlink():
-            tmp.unlink()
-            raise RunError(f"{latest}: is a folder, cannot point it at the newest run") from None
-        raise
+    os.replace(tmp, latest)
 
 
 def resolve_latest(dump_path: PathLike) -> Optional[Path]:
@@ -235,6 +229,9 @@ def _mkdir_dump_path(dump_path: Path) -> None:
         dump_path.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise RunError(f"{dump_path}: cannot create dump_path ({exc.strerror or exc})") from None
+    latest = dump_path / LATEST
+    if latest.is_dir() and not latest.is_symlink():
+        raise RunError(f"{latest}: is a folder; probe-tui keeps its 'latest' pointer there")
 
 
 def create_run(

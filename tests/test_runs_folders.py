@@ -90,6 +90,13 @@ def test_dump_path_that_is_a_file_is_a_one_line_error(tmp_path):
     assert str(err.value) == f"{target}: dump_path is a file, not a folder"
 
 
+def test_a_folder_named_latest_is_refused_before_anything_is_written(tmp_path):
+    (tmp_path / "latest").mkdir()
+    with pytest.raises(RunError, match="latest: is a folder"):
+        create_run(tmp_path, task="t", config={}, framework="pytorch")
+    assert [p.name for p in tmp_path.iterdir()] == ["latest"]
+
+
 def test_latest_as_text_file_when_symlinks_fail(tmp_path, monkeypatch):
     def no_symlinks(*args, **kwargs):
         raise OSError("symlinks not supported")
