@@ -6,8 +6,7 @@ floating inputs and parameters (for a backward record, also among the inputs and
 which the gradient depends on). An op that only inherits an error scores about 1; the op that introduces one
 scores far above, even when everything after it differs too (msprobe's stated limitation, §6.1).
 
-``floor`` is the larger of ``small_value`` (2^-20 by default, about where float32 kernels of two devices
-differ) and the unit roundoff of the least precise floating dtype among the op's outputs on either side (2^-8
+``floor`` is the larger of 2^-20 (about where float32 kernels of two devices differ) and the unit roundoff of the least precise floating dtype among the op's outputs on either side (2^-8
 for bfloat16, 2^-11 for float16): an op that computes in bfloat16 adds a few 2^-8 of error by design, so against
 a float32 reference it only ranks high when it adds clearly more than its precision explains.
 

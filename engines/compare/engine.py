@@ -182,7 +182,7 @@ def run_compare(job: Any, events=None, *, fail_on_findings: bool = True, write: 
                             "golden_shape": g_rows.shape[match.golden_only]})
         if opts.first_divergence:
             frame = divergence.record_frame(cols)
-            div = divergence.rank_records(cols, small_value=opts.small_value, frame=frame)
+            div = divergence.rank_records(cols, frame=frame)
             divs.append(div)
             trees.append(divergence.module_rollup(cols, div, target.tree(rank, t_step), frame=frame))
             naive["first_differing"].append(divergence.first_differing(cols, frame))
@@ -214,22 +214,40 @@ def run_compare(job: Any, events=None, *, fail_on_findings: bool = True, write: 
     }
     outcome = CompareOutcome(summary=summary, top_suspects=top, exit_code=EXIT_OK, results=table,
                              divergence=div_all, tree=tree_all)
-    if write:
-        from engines.compare.outputs import write_outputs
-
-        outcome.output_dir, outcome.files = write_outputs(opts, mode, table, div_all, tree_all, only, summary,
-                                                          events)
-        summary["run_dir"] = str(outcome.output_dir)
-        summary["files"] = outcome.files
-    summary["elapsed_s"] = round(time.time() - started, 3)
     findings = counts["error"] > 0
     if fail_on_findings and findings:
         outcome.exit_code = EXIT_FINDINGS
+    if write:
+        from engines.compare.outputs import output_folder, write_outputs
+
+        outcome.output_dir, run = output_folder(opts, job, target.framework)
+        summary["run_dir"] = str(outcome.output_dir)
+        try:
+            outcome.files = write_outputs(outcome.output_dir, opts, mode, table, div_all, tree_all, only, summary,
+                                          events)
+        except BaseException as exc:
+            if run is not None:
+                run.finish("failed", 1, {"error": str(exc)})
+            raise
+        summary["files"] = outcome.files
+        summary["elapsed_s"] = round(time.time() - started, 3)
+        if run is not None:
+            run.finish("finished", outcome.exit_code, _run_summary(summary))
+    summary["elapsed_s"] = round(time.time() - started, 3)
     _say(events, "{} rows: {}".format(summary["rows"], ", ".join("{} {}".format(v, k) for k, v in counts.items()
                                                                     if v)))
     target.close()
     golden.close()
     return outcome
+
+
+def _run_summary(summary: Dict[str, Any]) -> Dict[str, Any]:
+    """What run.json keeps: the scalars and the verdict counts (the tables live in the result files)."""
+    keep = ("mode", "target", "golden", "rows", "verdicts", "errors", "warnings", "unmatched",
+            "first_differing_op", "largest_error_op", "golden_only_rows", "elapsed_s")
+    out = {k: summary[k] for k in keep if k in summary}
+    out["top_suspects"] = [t["record"] for t in summary.get("top_suspects", [])]
+    return out
 
 
 def _suspects_table(top: List[Dict[str, Any]]) -> Dict[str, Any]:

@@ -15,7 +15,7 @@ except ImportError:  # engines.events not merged yet
     JobError = ValueError
 
 FORMATS = ("hdf5", "csv", "xlsx")
-DEFAULT_SMALL_VALUE = 2.0 ** -20
+DEFAULT_SMALL_VALUE = 0.0
 
 
 class CompareError(JobError):
@@ -40,7 +40,8 @@ class CompareOptions:
     highlight: str = "none"
     first_divergence: bool = True
     formats: List[str] = field(default_factory=lambda: ["hdf5", "csv"])
-    output_path: Optional[Path] = None
+    output_path: Optional[Path] = None  # results go here; unset: a new run folder under dump_path
+    dump_path: Path = Path("./probe_dump")
     workers: Optional[int] = None
     top: int = 10
 
@@ -54,8 +55,6 @@ class CompareOptions:
             if not data.get(key):
                 raise CompareError("compare.{}: missing".format(key))
         out_path = data.get("output_path")
-        if out_path is None and _get(job, "dump_path", None):
-            out_path = Path(str(_get(job, "dump_path", None))) / "compare"
         opts = cls(
             target_path=Path(str(data["target_path"])).expanduser(),
             golden_path=Path(str(data["golden_path"])).expanduser(),
@@ -74,6 +73,7 @@ class CompareOptions:
             first_divergence=bool(data.get("first_divergence", True)),
             formats=list(data.get("formats") or ["hdf5", "csv"]),
             output_path=Path(str(out_path)).expanduser() if out_path else None,
+            dump_path=Path(str(_get(job, "dump_path", None) or "./probe_dump")).expanduser(),
             workers=data.get("workers"),
             top=int(data.get("top") or 10),
         )

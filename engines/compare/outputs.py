@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import json
-import os
-import secrets
 import time
 from pathlib import Path
-from typing import Dict, Tuple
+from typing import Any, Dict
 
 import numpy as np
 
@@ -15,40 +13,48 @@ from engines.compare.csv_out import write_csv
 from engines.compare.options import CompareError, CompareOptions
 from engines.compare.xlsx_out import XlsxRefused, write_xlsx
 
+RESULT_FILE = "compare.h5"
 
-def new_output_dir(base: Path) -> Path:
-    """``<base>/compare-<YYYYmmdd-HHMMSS>-<6 hex>/`` (never reused) and a ``latest`` pointer beside it."""
-    if base.exists() and not base.is_dir():
-        raise CompareError("compare.output_path: {} is a file, not a folder".format(base))
-    base.mkdir(parents=True, exist_ok=True)
-    while True:
-        name = "compare-{}-{}".format(time.strftime("%Y%m%d-%H%M%S"), secrets.token_hex(3))
-        out = base / name
+
+def output_folder(opts: CompareOptions, job: Any, framework: str):
+    """Where results go: ``output_path`` (created; refused if it already holds results, nothing is overwritten),
+    else a new run folder ``<dump_path>/<run-id>/`` with run.json and ``latest`` (engines.runs). Returns
+    (folder, run or None)."""
+    if opts.output_path is not None:
+        out = opts.output_path
+        if out.exists() and not out.is_dir():
+            raise CompareError("compare.output_path: {} is a file, not a folder".format(out))
+        if (out / "summary.json").exists() or (out / RESULT_FILE).exists():
+            raise CompareError("compare.output_path: {} already holds compare results; give a new folder (results "
+                               "are never overwritten)".format(out))
         try:
-            out.mkdir()
-            break
-        except FileExistsError:
-            continue
-    _point_latest(base, name)
-    return out
+            out.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise CompareError("compare.output_path: {}: {}".format(out, exc.strerror or exc)) from None
+        return out, None
+    from engines.runs import RunError, create_run
 
-
-def _point_latest(base: Path, name: str) -> None:
-    link = base / "latest"
-    tmp = base / ".latest.{}".format(os.getpid())
+    config = _config_of(job)
     try:
-        if tmp.is_symlink() or tmp.exists():
-            tmp.unlink()
-        os.symlink(name, tmp)
-        os.replace(tmp, link)
-    except OSError:
-        (base / "latest").write_text(name + "\n")
+        run = create_run(opts.dump_path, task="compare", config=config, framework=framework or "none")
+    except (RunError, OSError) as exc:
+        raise CompareError("dump_path: {}".format(exc)) from None
+    return run.path, run
 
 
-def write_outputs(opts: CompareOptions, mode: str, table, div, tree, golden_only, summary,
-                  events) -> Tuple[Path, Dict[str, str]]:
-    base = opts.output_path or Path("compare_output")
-    out = new_output_dir(base)
+def _config_of(job: Any) -> Dict[str, Any]:
+    if isinstance(job, dict):
+        return job
+    try:
+        from schemas import dump_config
+
+        return dump_config(job)
+    except Exception:  # a job object that is not a schemas model: keep what can be shown
+        return {"task": "compare"}
+
+
+def write_outputs(out: Path, opts: CompareOptions, mode: str, table, div, tree, golden_only, summary,
+                  events) -> Dict[str, str]:
     stamp = time.strftime("%Y%m%d%H%M%S")
     files: Dict[str, str] = {}
     stack = bool(np.any(table["stack"] != "")) if len(table["stack"]) else False
@@ -73,4 +79,4 @@ def write_outputs(opts: CompareOptions, mode: str, table, div, tree, golden_only
     tmp.write_text(json.dumps(dict(summary, output_dir=str(out), files=files), indent=2, default=str))
     tmp.replace(path)
     files["summary"] = str(path)
-    return out, files
+    return files

@@ -38,7 +38,7 @@ class PieceSettings:
     fuzzy: bool = False
     cross_framework: bool = False
     rel_eps: Optional[float] = None
-    small_value: float = 2.0 ** -20
+    small_value: float = 0.0
     thresholds: Thresholds = field(default_factory=Thresholds.default)
     highlight: str = "none"
     workers: Optional[int] = None
@@ -112,7 +112,7 @@ def compare_piece(t: RowTable, g: RowTable, t_spec, g_spec, st: PieceSettings):
     _nonfinite_flags(cols, flags, matched)
 
     stat_cols = stats_metrics.stats_table(_stats(t), g_stats, {s: t.text for s in STATS},
-                                          {s: g_text for s in STATS}, matched)
+                                          {s: g_text for s in STATS}, matched, small_value=st.small_value)
     cols.update(stat_cols)
     scalar = ~t.is_tensor & matched
     status[scalar] = ST_NOT_TENSOR
@@ -141,7 +141,7 @@ def compare_piece(t: RowTable, g: RowTable, t_spec, g_spec, st: PieceSettings):
     cols["rel_err"] = rel_err
     cols["status"] = status
     cols["flags"] = flags
-    verdict, flags, reasons = verdicts.judge(cols, st.thresholds)
+    verdict, flags, reasons = verdicts.judge(cols, st.thresholds, st.mode)
     cols["verdict"] = verdict
     cols["flags"] = flags
     for i in np.flatnonzero(messages != ""):
@@ -209,8 +209,8 @@ def _tensor_metrics(t, g, gi, comparable, t_spec, g_spec, st, cols, flags, statu
                       itemsize_of(str(t.dtype[i]))) for i in np.flatnonzero(has_data)]
     if not tasks:
         return
-    outcomes = compare_pairs(tasks, t_spec, g_spec, rel_eps=st.rel_eps, workers=st.workers,
-                             progress=st.progress)
+    outcomes = compare_pairs(tasks, t_spec, g_spec, rel_eps=st.rel_eps, small_value=st.small_value,
+                             workers=st.workers, progress=st.progress)
     for row, out in outcomes.items():
         if out.error:
             status[row] = tensor_metrics.ST_READ_ERROR

@@ -46,12 +46,13 @@ def is_device_text(text) -> bool:
 
 
 def stat_diff(n: np.ndarray, b: np.ndarray, n_text: Optional[np.ndarray] = None,
-              b_text: Optional[np.ndarray] = None, matched: Optional[np.ndarray] = None
-              ) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
+              b_text: Optional[np.ndarray] = None, matched: Optional[np.ndarray] = None,
+              small_value: float = 0.0) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Diff, relative error and note code of one statistic for every row.
 
     ``n``/``b``: float64 values (NaN where absent or not numeric); ``n_text``/``b_text``: object arrays holding
-    the text of non-numeric values (None elsewhere); ``matched``: bool, False for rows without a golden row.
+    the text of non-numeric values (None elsewhere); ``matched``: bool, False for rows without a golden row;
+    ``small_value``: where ``|B| <= small_value`` the relative error is the absolute difference (0: never).
     """
     n = np.asarray(n, dtype=np.float64)
     b = np.asarray(b, dtype=np.float64)
@@ -59,6 +60,9 @@ def stat_diff(n: np.ndarray, b: np.ndarray, n_text: Optional[np.ndarray] = None,
     with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
         diff = n - b
         rel = np.abs(diff / b)
+        if small_value > 0:
+            tiny = np.abs(b) <= small_value
+            rel[tiny] = np.abs(diff[tiny])
         nonfinite = ~np.isfinite(diff) & ~np.isnan(n) & ~np.isnan(b)
         rel[nonfinite] = diff[nonfinite]
         equal = n == b
@@ -101,13 +105,13 @@ def _num_text(v: float) -> str:
 
 def stats_table(n_stats: Dict[str, np.ndarray], b_stats: Dict[str, np.ndarray],
                 n_text: Optional[Dict[str, np.ndarray]] = None, b_text: Optional[Dict[str, np.ndarray]] = None,
-                matched: Optional[np.ndarray] = None) -> Dict[str, np.ndarray]:
+                matched: Optional[np.ndarray] = None, small_value: float = 0.0) -> Dict[str, np.ndarray]:
     """``{stat}_diff``, ``{stat}_rel`` and ``{stat}_note`` for the four statistics."""
     out = {}
     n_text = n_text or {}
     b_text = b_text or {}
     for s in STATS:
-        d, r, note = stat_diff(n_stats[s], b_stats[s], n_text.get(s), b_text.get(s), matched)
+        d, r, note = stat_diff(n_stats[s], b_stats[s], n_text.get(s), b_text.get(s), matched, small_value)
         out[s + "_diff"] = d
         out[s + "_rel"] = r
         out[s + "_note"] = note

@@ -138,15 +138,17 @@ class TensorAccumulator:
 
     ``rel_eps``: the epsilon added where the golden value is 0 (msprobe: ``x' = x+ε, y' = y+ε`` there). ``None``
     means the machine epsilon of the compute dtype, as msprobe 26.2 (1.19e-7 for float32 data, 2.2e-16 for
-    float64).
+    float64). ``small_value``: where ``|golden| <= small_value`` the element's relative error is its absolute
+    error (0, the default: never).
     """
 
-    def __init__(self, x_dtype, y_dtype, rel_eps: Optional[float] = None):
+    def __init__(self, x_dtype, y_dtype, rel_eps: Optional[float] = None, small_value: float = 0.0):
         self.x_dtype = np.dtype(x_dtype)
         self.y_dtype = np.dtype(y_dtype)
         self.cdt = compute_dtype(self.x_dtype, self.y_dtype)
         self.rel_eps = self.cdt.type(np.finfo(self.cdt).eps if rel_eps is None else rel_eps)
         self.limit = min(_extreme_limit(self.x_dtype), _extreme_limit(self.y_dtype))
+        self.small_value = float(small_value)
         self.part = TensorPartial()
 
     def update(self, x: np.ndarray, y: np.ndarray) -> None:
@@ -211,6 +213,10 @@ class TensorAccumulator:
                 xs = xc[zero] + eps
                 ys = yc[zero] + eps
                 rel[zero] = np.abs((xs - ys) / ys)
+                top = rel.max()
+            if self.small_value > 0:
+                tiny = np.abs(yc) <= self.small_value
+                rel[tiny] = np.abs(xc[tiny] - yc[tiny])
                 top = rel.max()
         if np.isnan(top):
             part.any_nan_metric = True
@@ -296,7 +302,8 @@ def finish(part: TensorPartial, shape: Tuple[int, ...], *, dtype_differs: bool =
     return m
 
 
-def compare_arrays(x: np.ndarray, y: np.ndarray, *, rel_eps: Optional[float] = None) -> TensorMetrics:
+def compare_arrays(x: np.ndarray, y: np.ndarray, *, rel_eps: Optional[float] = None,
+                   small_value: float = 0.0) -> TensorMetrics:
     """Metrics of two whole arrays (the parse tool and tests; compare streams through the accumulator)."""
     x = np.asarray(x)
     y = np.asarray(y)
@@ -304,7 +311,7 @@ def compare_arrays(x: np.ndarray, y: np.ndarray, *, rel_eps: Optional[float] = N
         return TensorMetrics(status=ST_SHAPE, messages=[MSG_SHAPE])
     if not _float_convertible(x.dtype) or not _float_convertible(y.dtype):
         return TensorMetrics(status=ST_UNREADABLE, messages=[MSG_UNREADABLE])
-    acc = TensorAccumulator(x.dtype, y.dtype, rel_eps)
+    acc = TensorAccumulator(x.dtype, y.dtype, rel_eps, small_value)
     acc.update(x, y)
     return finish(acc.part, x.shape, dtype_differs=x.dtype != y.dtype)
 

@@ -69,17 +69,19 @@ def plan_units(tasks: Sequence[PairTask], unit_bytes: int = UNIT_BYTES) -> List[
 _WORKER: Dict[str, object] = {}
 
 
-def _worker_init(t_spec, g_spec, rel_eps) -> None:
+def _worker_init(t_spec, g_spec, rel_eps, small_value) -> None:
     _WORKER["t"] = t_spec.open()
     _WORKER["g"] = g_spec.open()
     _WORKER["rel_eps"] = rel_eps
+    _WORKER["small_value"] = small_value
 
 
 def _run_unit(unit: Unit) -> List[Tuple[int, PairOutcome]]:
-    return compare_unit(unit, _WORKER["t"], _WORKER["g"], _WORKER["rel_eps"])
+    return compare_unit(unit, _WORKER["t"], _WORKER["g"], _WORKER["rel_eps"], _WORKER["small_value"])
 
 
-def compare_unit(unit: Unit, t_reader, g_reader, rel_eps, chunk: int = CHUNK) -> List[Tuple[int, PairOutcome]]:
+def compare_unit(unit: Unit, t_reader, g_reader, rel_eps, small_value: float = 0.0,
+                 chunk: int = CHUNK) -> List[Tuple[int, PairOutcome]]:
     out = []
     for task, start, stop in unit:
         try:
@@ -88,7 +90,7 @@ def compare_unit(unit: Unit, t_reader, g_reader, rel_eps, chunk: int = CHUNK) ->
             if x_numel != y_numel:
                 out.append((task.row, PairOutcome(error="element counts differ: {} vs {}".format(x_numel, y_numel))))
                 continue
-            acc = TensorAccumulator(x_dtype, y_dtype, rel_eps)
+            acc = TensorAccumulator(x_dtype, y_dtype, rel_eps, small_value)
             for lo in range(start, stop, chunk):
                 hi = min(stop, lo + chunk)
                 acc.update(t_reader.read(task.t_loc, lo, hi), g_reader.read(task.g_loc, lo, hi))
@@ -103,7 +105,7 @@ def default_workers() -> int:
 
 
 def compare_pairs(tasks: Sequence[PairTask], t_spec, g_spec, *, rel_eps: Optional[float] = None,
-                  workers: Optional[int] = None, progress: Optional[Callable[[int, int], None]] = None,
+                  small_value: float = 0.0, workers: Optional[int] = None, progress: Optional[Callable[[int, int], None]] = None,
                   unit_bytes: int = UNIT_BYTES) -> Dict[int, PairOutcome]:
     """Compare every pair; returns row -> merged outcome. ``progress(done_bytes, total_bytes)``."""
     units = plan_units(tasks, unit_bytes)
@@ -133,7 +135,7 @@ def compare_pairs(tasks: Sequence[PairTask], t_spec, g_spec, *, rel_eps: Optiona
         t_reader, g_reader = t_spec.open(), g_spec.open()
         try:
             for unit in units:
-                absorb(compare_unit(unit, t_reader, g_reader, rel_eps), unit_size(unit))
+                absorb(compare_unit(unit, t_reader, g_reader, rel_eps, small_value), unit_size(unit))
         finally:
             t_reader.close()
             g_reader.close()
@@ -141,7 +143,7 @@ def compare_pairs(tasks: Sequence[PairTask], t_spec, g_spec, *, rel_eps: Optiona
     ctx = multiprocessing.get_context("spawn")
     workers = min(workers, len(units))
     with ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_worker_init,
-                             initargs=(t_spec, g_spec, rel_eps)) as pool:
+                             initargs=(t_spec, g_spec, rel_eps, small_value)) as pool:
         pending = {}
         queue = iter(units)
         for unit in queue:
