@@ -150,45 +150,59 @@ class TensorAccumulator:
         self.limit = min(_extreme_limit(self.x_dtype), _extreme_limit(self.y_dtype))
         self.small_value = float(small_value)
         self.part = TensorPartial()
+        self._buf: Optional[dict] = None
+
+    def _buffers(self) -> dict:
+        """Work arrays reused for every block: fresh 0.5 MiB temporaries would cost a page fault storm."""
+        if self._buf is None:
+            self._buf = {"x64": np.empty(BLOCK), "y64": np.empty(BLOCK), "d64": np.empty(BLOCK),
+                         "rel": np.empty(BLOCK, self.cdt), "ay": np.empty(BLOCK, self.cdt),
+                         "xc": np.empty(BLOCK, self.cdt), "yc": np.empty(BLOCK, self.cdt),
+                         "mask": np.empty(BLOCK, bool)}
+        return self._buf
 
     def update(self, x: np.ndarray, y: np.ndarray) -> None:
         x = np.ravel(x)
         y = np.ravel(y)
         if x.shape != y.shape:
             raise ValueError("chunks of different lengths")
-        for start in range(0, x.size, BLOCK):
-            self._update_block(x[start:start + BLOCK], y[start:start + BLOCK])
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            for start in range(0, x.size, BLOCK):
+                self._update_block(x[start:start + BLOCK], y[start:start + BLOCK])
 
     def _update_block(self, x: np.ndarray, y: np.ndarray) -> None:
         part = self.part
-        if part.nonfinite_mismatch or x.size == 0:
-            part.n += x.size
+        n = x.size
+        if part.nonfinite_mismatch or n == 0:
+            part.n += n
             return
-        x64 = x.astype(np.float64)
-        y64 = y.astype(np.float64)
+        buf = self._buffers()
+        x64, y64, d64 = buf["x64"][:n], buf["y64"][:n], buf["d64"][:n]
+        np.copyto(x64, x, casting="unsafe")
+        np.copyto(y64, y, casting="unsafe")
         xx = float(np.dot(x64, x64))
         yy = float(np.dot(y64, y64))
         if not (math.isfinite(xx) and math.isfinite(yy)):
             x, y, mismatch = _clean_nonfinite(x, y, part)
             if mismatch:
-                part.n += x.size
+                part.n += n
                 return
-            x64 = x.astype(np.float64)
-            y64 = y.astype(np.float64)
+            np.copyto(x64, x, casting="unsafe")
+            np.copyto(y64, y, casting="unsafe")
             xx = float(np.dot(x64, x64))
             yy = float(np.dot(y64, y64))
-        part.n += x.size
+        part.n += n
         part.xx += xx
         part.yy += yy
         part.xy += float(np.dot(x64, y64))
-        d64 = np.subtract(x64, y64, out=x64)
+        np.subtract(x64, y64, out=d64)
         part.dd += float(np.dot(d64, d64))
         part.max_abs = max(part.max_abs, float(d64.max()), -float(d64.min()))
         if yy >= self.limit * self.limit or xx >= self.limit * self.limit:
             part.core_yy += self._core_energy(x, y)
         else:
             part.core_yy += yy
-        self._update_rel(x, y)
+        self._update_rel(x, y, buf, n)
 
     def _core_energy(self, x: np.ndarray, y: np.ndarray) -> float:
         """Golden energy without positions where both sides hold the same extreme (fill) value."""
@@ -198,32 +212,42 @@ class TensorAccumulator:
         keep = y64[~fill]
         return float(np.dot(keep, keep))
 
-    def _update_rel(self, x: np.ndarray, y: np.ndarray) -> None:
+    def _update_rel(self, x: np.ndarray, y: np.ndarray, buf: dict, n: int) -> None:
+        """Element-wise relative error in the compute dtype (msprobe 26.2): max and the two ratio counts."""
         part = self.part
-        xc = x.astype(self.cdt, copy=False)
-        yc = y.astype(self.cdt, copy=False)
-        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-            rel = np.subtract(xc, yc)
-            np.abs(rel, out=rel)
-            rel /= np.abs(yc)
+        if x.dtype == self.cdt and y.dtype == self.cdt:
+            xc, yc = x, y
+        elif self.cdt == np.float64:
+            xc, yc = buf["x64"][:n], buf["y64"][:n]  # still the exact float64 copies of x and y
+        else:
+            xc, yc = buf["xc"][:n], buf["yc"][:n]
+            np.copyto(xc, x, casting="unsafe")
+            np.copyto(yc, y, casting="unsafe")
+        rel, ay, mask = buf["rel"][:n], buf["ay"][:n], buf["mask"][:n]
+        np.subtract(xc, yc, out=rel)
+        np.abs(rel, out=rel)
+        np.abs(yc, out=ay)
+        np.divide(rel, ay, out=rel)
+        top = rel.max()
+        if not np.isfinite(top):
+            zero = yc == 0
+            eps = self.rel_eps
+            xs = xc[zero] + eps
+            ys = yc[zero] + eps
+            rel[zero] = np.abs((xs - ys) / ys)
             top = rel.max()
-            if not np.isfinite(top):
-                zero = yc == 0
-                eps = self.rel_eps
-                xs = xc[zero] + eps
-                ys = yc[zero] + eps
-                rel[zero] = np.abs((xs - ys) / ys)
-                top = rel.max()
-            if self.small_value > 0:
-                tiny = np.abs(yc) <= self.small_value
-                rel[tiny] = np.abs(xc[tiny] - yc[tiny])
-                top = rel.max()
+        if self.small_value > 0:
+            tiny = ay <= self.small_value
+            rel[tiny] = np.abs(xc[tiny] - yc[tiny])
+            top = rel.max()
         if np.isnan(top):
             part.any_nan_metric = True
         else:
             part.max_rel = max(part.max_rel, float(top))
-        part.below_1e3 += int(np.count_nonzero(rel < 0.001))
-        part.below_5e3 += int(np.count_nonzero(rel < 0.005))
+        np.less(rel, 0.001, out=mask)
+        part.below_1e3 += int(np.count_nonzero(mask))
+        np.less(rel, 0.005, out=mask)
+        part.below_5e3 += int(np.count_nonzero(mask))
 
 
 @dataclass
