@@ -39,6 +39,7 @@ class PairOutcome:
     x_dtype: Optional[str] = None
     y_dtype: Optional[str] = None
     error: str = ""
+    worker: int = 0  # pid of the process that computed it
 
 
 Unit = List[Tuple[PairTask, int, int]]  # (task, start, stop)
@@ -94,7 +95,7 @@ def compare_unit(unit: Unit, t_reader, g_reader, rel_eps, small_value: float = 0
             for lo in range(start, stop, chunk):
                 hi = min(stop, lo + chunk)
                 acc.update(t_reader.read(task.t_loc, lo, hi), g_reader.read(task.g_loc, lo, hi))
-            out.append((task.row, PairOutcome(acc.part, str(x_dtype), str(y_dtype))))
+            out.append((task.row, PairOutcome(acc.part, str(x_dtype), str(y_dtype), worker=os.getpid())))
         except (OSError, ValueError, KeyError) as exc:
             out.append((task.row, PairOutcome(error=str(exc).splitlines()[0] if str(exc) else type(exc).__name__)))
     return out
