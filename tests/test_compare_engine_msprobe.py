@@ -133,6 +133,9 @@ def test_s_vectors_through_the_engine(tmp_path):
         "Functional.mul.0.forward": {"input_args": [leaf(stats=(1, -1, 0, 2), rg=False)], "input_kwargs": {},
                                      "output": [leaf(stats=(1, -1, 0, 2))]},
         "Functional.npu_only.0.forward": {"input_args": [x], "input_kwargs": {}, "output": [x]},
+        "Functional.s2.0.forward": {"input_args": [x], "input_kwargs": {},
+                                    "output": [leaf(stats=(1, -3.2, 0, 2))]},
+        "Functional.s3.0.forward": {"input_args": [x], "input_kwargs": {}, "output": [leaf(stats=(5, 0, 0, 0))]},
     }
     g = {
         "Functional.add.0.forward": {"input_args": [x], "input_kwargs": {"alpha": {"type": "int", "value": 3}},
@@ -140,10 +143,21 @@ def test_s_vectors_through_the_engine(tmp_path):
         "Functional.exp.0.forward": {"input_args": [x], "input_kwargs": {}, "output": [leaf(stats=(2, 0, 1, 2))]},
         "Functional.mul.0.forward": {"input_args": [leaf(stats=(1, -1, 0, 2), rg=True)], "input_kwargs": {},
                                      "output": [leaf(stats=(1, -1, 0, 2))]},
+        "Functional.s2.0.forward": {"input_args": [x], "input_kwargs": {}, "output": [leaf(stats=(1, -2, 0, 2))]},
+        "Functional.s3.0.forward": {"input_args": [x], "input_kwargs": {},
+                                    "output": [leaf(stats=(2, 0, 0.001, 0))]},
     }
     tp, gp = _stats_pair(tmp_path, t, g)
     out = run_compare(job(tp, gp, tmp_path / "out", formats=["csv"]), None)
     rows = {r["NPU Name"]: r for r in read_csv(out.files["csv"])}
+    # S1: max off by 1 over max(|2|, rms 3.5/2) = 0.5: past stats_rel_err's warning (0.1), not its error (> 0.5)
+    s1 = rows["Functional.add.0.forward.output.0"]
+    assert float(s1["RelErr"]) == 0.5 and s1["Result"] == "warning"
+    # S2: min -3.2 vs -2.0, 1.2 over max(2, rms 1) = 0.6: an error (msprobe 26.2: pass; classic: Warning)
+    s2 = rows["Functional.s2.0.forward.output.0"]
+    assert float(s2["RelErr"]) == pytest.approx(0.6) and s2["Result"] == "error"
+    # S3: max 5 vs 2 (1.5 of scale), mean 0 vs 0.001 against a zero tensor: an error
+    assert rows["Functional.s3.0.forward.output.0"]["Result"] == "error"
     alpha = rows["Functional.add.0.forward.input.alpha"]
     assert alpha["NPU Dtype"] == "<class 'int'>" and float(alpha["Max diff"]) == -1.0
     assert alpha["Result"] == "error" and "scalar argument changed" in alpha["Err_message"]
