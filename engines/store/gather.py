@@ -1,19 +1,23 @@
-"""Reading global arrays that segment files cut into pieces.
+"""Plans for reading global arrays that segment files cut into pieces.
 
 Every table column, the string table and each pool is one global array. Segment ``s`` holds elements
-``[base[s], end[s])`` of it, stored from local position 0. These helpers read ranges or arbitrary element lists
-across segments with one HDF5 read per segment touched.
+``[base[s], end[s])`` of it, stored from local position 0. A plan lists, per segment touched, what to read there,
+so a reader visits each segment once for all the columns it wants (per-step stores have thousands of files).
 """
 
-from typing import Callable, List, Optional, Sequence, Tuple
+from typing import List, NamedTuple, Sequence, Tuple
 
 import numpy as np
 
-#: read(segment index, local start, local stop) -> array; only called for non-empty pieces
-ReadFn = Callable[[int, int, int], np.ndarray]
-PointsFn = Callable[[int, np.ndarray], np.ndarray]
-
 Ranges = List[Tuple[int, int]]
+
+
+class Piece(NamedTuple):
+    segment: int
+    lo: int  # local span to read
+    hi: int
+    take: np.ndarray  # local positions wanted, relative to lo (None: the whole span, in order)
+    dest: np.ndarray  # where they go in the output (None: appended in order)
 
 
 def merge_ranges(ranges: Sequence[Tuple[int, int]]) -> Ranges:
@@ -32,43 +36,39 @@ def ranges_to_indices(ranges: Ranges) -> np.ndarray:
     return np.concatenate([np.arange(a, b, dtype=np.int64) for a, b in ranges])
 
 
-def _empty(dtype, tail: Tuple[int, ...]) -> np.ndarray:
-    return np.empty((0,) + tail, dtype=dtype)
-
-
-def read_ranges(ranges: Ranges, base: np.ndarray, end: np.ndarray, read: ReadFn, dtype,
-                tail: Tuple[int, ...] = ()) -> np.ndarray:
-    """Concatenate global ``ranges`` of one array. ``base``/``end`` give each segment's slice of it."""
+def plan_ranges(ranges: Ranges, base: np.ndarray, end: np.ndarray) -> List[Piece]:
+    """Pieces covering global ``ranges`` in order, one per (range, segment) overlap."""
     pieces = []
     for a, b in ranges:
-        first = int(np.searchsorted(end, a, side="right"))
-        for s in range(first, len(base)):
-            lo, hi = max(a, int(base[s])), min(b, int(end[s]))
+        for s in range(int(np.searchsorted(end, a, side="right")), len(base)):
             if int(base[s]) >= b:
                 break
+            lo, hi = max(a, int(base[s])), min(b, int(end[s]))
             if hi > lo:
-                pieces.append(read(s, lo - int(base[s]), hi - int(base[s])))
-    if not pieces:
-        return _empty(dtype, tail)
-    return pieces[0] if len(pieces) == 1 else np.concatenate(pieces)
+                pieces.append(Piece(s, lo - int(base[s]), hi - int(base[s]), None, None))
+    return pieces
 
 
-def read_points(indices: np.ndarray, base: np.ndarray, end: np.ndarray, read: ReadFn,
-                points: Optional[PointsFn], dtype, tail: Tuple[int, ...] = ()) -> np.ndarray:
-    """Elements at global ``indices`` (any order, repeats allowed), in that order."""
+def plan_points(indices: np.ndarray, base: np.ndarray, end: np.ndarray,
+                sparse_ok: bool = True) -> Tuple[int, np.ndarray, List[Piece]]:
+    """Pieces reading the elements at global ``indices`` (any order, repeats allowed).
+
+    Returns ``(n_unique, inverse, pieces)``: fill an array of ``n_unique`` from the pieces, then index it with
+    ``inverse``. A segment's span is read whole unless it is much longer than what is wanted from it
+    (``take`` is then absolute and ``lo == hi == -1``: use a point selection)."""
     indices = np.asarray(indices, dtype=np.int64)
-    if indices.size == 0:
-        return _empty(dtype, tail)
     uniq, inverse = np.unique(indices, return_inverse=True)
-    out = np.empty((len(uniq),) + tail, dtype=dtype)
+    if uniq.size == 0:
+        return 0, inverse, []
     seg_of = np.searchsorted(end, uniq, side="right")
+    pieces = []
     bounds = np.flatnonzero(np.diff(seg_of)) + 1
     for part in np.split(np.arange(len(uniq)), bounds):
         s = int(seg_of[part[0]])
         local = uniq[part] - int(base[s])
         lo, hi = int(local[0]), int(local[-1]) + 1
-        if points is None or hi - lo <= 8 * len(local) + 4096:
-            out[part] = read(s, lo, hi)[local - lo]
-        else:  # sparse: a point selection beats reading the whole span
-            out[part] = points(s, local)
-    return out[inverse]
+        if sparse_ok and hi - lo > 8 * len(local) + 4096:
+            pieces.append(Piece(s, -1, -1, local, part))
+        else:
+            pieces.append(Piece(s, lo, hi, local - lo, part))
+    return len(uniq), inverse.reshape(-1), pieces

@@ -7,7 +7,7 @@ import socket
 import time
 from collections import OrderedDict
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Union
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
 import h5py
 import numpy as np
@@ -16,11 +16,14 @@ from . import h5io
 from .announce import SEGMENTS_FILE, kinds_in, read_events
 from .errors import StoreError
 from .fs import filesystem_type, is_network_fs
-from .gather import Ranges, merge_ranges, ranges_to_indices, read_points, read_ranges
+from .gather import Ranges, merge_ranges, plan_points, plan_ranges, ranges_to_indices
 from .segment import commit_check
 from .spec import FORMAT_VERSION, STRINGS_KEY, TableSpec, TensorRef, pool_key, table_key, tables_from_json
 
 _MAX_OPEN = 32
+#: Chunk cache of an open pool: several pool chunks, so tensors read one by one out of a compressed pool do not
+#: decompress the same chunk again for each tensor. Table columns keep HDF5's 1 MiB (many chunks of theirs).
+POOL_CACHE_BYTES = 8 << 20
 RowSelection = Union[None, slice, Sequence[int], np.ndarray]
 
 
@@ -46,6 +49,7 @@ class StoreReader:
         self.directory = path
         self._locking = not is_network_fs(filesystem_type(path))
         self._handles: "OrderedDict[int, h5py.File]" = OrderedDict()
+        self._dsets: Dict[Tuple[int, str], h5py.Dataset] = {}
         self._segments: List[_Segment] = []
         self._steps: List[int] = []
         self._counts: List[np.ndarray] = []
@@ -117,7 +121,7 @@ class StoreReader:
                              f"({FORMAT_VERSION}); upgrade probe-tui")
 
     def _open(self, path: Path, swmr: bool) -> h5py.File:
-        kwargs = {"swmr": True} if swmr else {}
+        kwargs: Dict[str, Any] = {"swmr": True} if swmr else {}
         try:
             return h5io.open_h5(path, "r", locking=self._locking, **kwargs)
         except OSError as exc:
@@ -138,7 +142,9 @@ class StoreReader:
             raise StoreError(f"{seg.path}: cannot open ({exc})") from None
         self._handles[s] = f
         while len(self._handles) > _MAX_OPEN:
-            _, old = self._handles.popitem(last=False)
+            gone, old = self._handles.popitem(last=False)
+            for key in [k for k in self._dsets if k[0] == gone]:
+                del self._dsets[key]
             old.close()
         return f
 
@@ -286,33 +292,47 @@ class StoreReader:
         return base, end
 
     def _dataset(self, s: int, path: str) -> Optional[h5py.Dataset]:
+        """Dataset handles are kept: each holds its own chunk cache, so reopening one per read would decompress
+        the same chunk again and again."""
         f = self._file(s)
-        if path not in f:
-            return None
-        d = f[path]
+        d = self._dsets.get((s, path))
+        if d is None:
+            try:
+                d = self._dsets[(s, path)] = _open_dataset(f, path)
+            except KeyError:  # per-step segments hold only the datasets that got data
+                return None
         if self._segments[s].swmr and self._status is None:
             d.refresh()
         return d
 
-    def _gather(self, key: str, path: str, dtype, tail=(), ranges: Optional[Ranges] = None,
-                points: Optional[np.ndarray] = None) -> np.ndarray:
+    def _need(self, s: int, path: str) -> h5py.Dataset:
+        d = self._dataset(s, path)
+        if d is None:
+            raise StoreError(f"{self._segments[s].path}: {path} is missing")
+        return d
+
+    def _gather(self, key: str, specs: Sequence[Tuple[str, Any, Tuple[int, ...]]], ranges: Optional[Ranges] = None,
+                points: Optional[np.ndarray] = None) -> List[np.ndarray]:
+        """Read datasets ``(path, dtype, tail shape)`` that all follow global array ``key``, at global ``ranges``
+        or ``points``; each segment touched is visited once for all of them."""
         base, end = self._bounds(key)
-
-        def read(s, lo, hi):
-            d = self._dataset(s, path)
-            if d is None:
-                raise StoreError(f"{self._segments[s].path}: {path} is missing")
-            return d[lo:hi]
-
-        def read_pts(s, local):
-            return self._dataset(s, path)[local]
-
         try:
             if points is not None:
-                return read_points(points, base, end, read, read_pts, dtype, tail)
-            return read_ranges(ranges or [], base, end, read, dtype, tail)
+                n, inverse, pieces = plan_points(points, base, end)
+                outs = [np.empty((n,) + tail, dtype=dtype) for _, dtype, tail in specs]
+                for p in pieces:
+                    for out, (path, _, _) in zip(outs, specs):
+                        d = self._need(p.segment, path)
+                        out[p.dest] = d[p.take] if p.lo < 0 else d[p.lo:p.hi][p.take]
+                return [out[inverse] for out in outs]
+            parts: List[List[np.ndarray]] = [[] for _ in specs]
+            for p in plan_ranges(ranges or [], base, end):
+                for lst, (path, _, _) in zip(parts, specs):
+                    lst.append(self._need(p.segment, path)[p.lo:p.hi])
         except OSError as exc:
-            raise StoreError(f"{self.directory}: reading {path} failed ({exc})") from None
+            raise StoreError(f"{self.directory}: reading {key} failed ({exc})") from None
+        return [np.concatenate(lst) if len(lst) > 1 else lst[0] if lst else np.empty((0,) + tail, dtype=dtype)
+                for lst, (_, dtype, tail) in zip(parts, specs)]
 
     def _selection(self, table: str, rows: RowSelection, steps: Optional[Sequence[int]]):
         """``(ranges, None)`` or ``(None, indices)`` of committed global rows."""
@@ -350,14 +370,11 @@ class StoreReader:
         names = spec.column_names if columns is None else list(columns)
         ranges, idx = self._selection(table, rows, steps)
         key = table_key(table)
+        cols = [spec.column(name) for name in names]
+        specs = [(f"{key}/{c.name}", c.storage_dtype, () if c.width is None else (c.width,)) for c in cols]
         out: Dict[str, np.ndarray] = {}
-        for name in names:
-            col = spec.column(name)
-            tail = () if col.width is None else (col.width,)
-            values = self._gather(key, f"{key}/{name}", col.storage_dtype, tail, ranges, idx)
-            if col.is_text and decode:
-                values = self.decode(values)
-            out[name] = values
+        for col, values in zip(cols, self._gather(key, specs, ranges, idx)):
+            out[col.name] = self.decode(values) if col.is_text and decode else values
         if with_row:
             out["row"] = ranges_to_indices(ranges) if idx is None else idx
         return out
@@ -378,8 +395,8 @@ class StoreReader:
 
     def _decode_ids(self, ids: np.ndarray) -> List[str]:
         base, end = self._bounds(STRINGS_KEY)
-        offsets = self._gather(STRINGS_KEY, "strings/offset", np.int64, points=ids)
-        lengths = self._gather(STRINGS_KEY, "strings/length", np.int64, points=ids)
+        offsets, lengths = self._gather(STRINGS_KEY, [("strings/offset", np.int64, ()),
+                                                      ("strings/length", np.int64, ())], points=ids)
         seg_of = np.searchsorted(end, ids, side="right")
         out: List[str] = []
         bounds = np.flatnonzero(np.diff(seg_of)) + 1
@@ -408,10 +425,11 @@ class StoreReader:
             raise StoreError(f"read_array: unknown pool {pool!r}")
         if offset + numel > self._committed(key):
             raise StoreError(f"read_array: {pool} elements {offset}..{offset + numel} are not committed")
-        data = self._gather(key, key, np.dtype(pool), ranges=[(offset, offset + numel)])
+        data = self._gather(key, [(key, np.dtype(pool), ())], ranges=[(offset, offset + numel)])[0]
         return data.reshape(shape)
 
     def close(self) -> None:
+        self._dsets.clear()
         while self._handles:
             _, f = self._handles.popitem()
             f.close()
@@ -424,6 +442,14 @@ class StoreReader:
 
     def __repr__(self) -> str:
         return f"StoreReader({str(self.directory)!r}, kind={self.kind!r}, steps={len(self._steps)})"
+
+
+def _open_dataset(f: h5py.File, path: str) -> h5py.Dataset:
+    if not path.startswith("pools/"):
+        return f[path]
+    dapl = h5py.h5p.create(h5py.h5p.DATASET_ACCESS)
+    dapl.set_chunk_cache(1009, POOL_CACHE_BYTES, 0.75)
+    return h5py.Dataset(h5py.h5d.open(f.id, path.encode(), dapl))
 
 
 def _pid_alive(pid: int) -> bool:

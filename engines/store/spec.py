@@ -4,6 +4,7 @@ The store keeps every table as a set of global, append-only arrays (one per colu
 typed tensor pools. Segment files cut these arrays at commit boundaries; the layout is in docs/FORMAT.md.
 """
 
+import functools
 import json
 import re
 from dataclasses import dataclass, field
@@ -18,7 +19,7 @@ FORMAT_VERSION = 1
 #: Rows per chunk of a table column. Chosen by benchmarks/store_write.py (docs/FORMAT.md, "Figures").
 TABLE_CHUNK_ROWS = 16384
 #: Bytes per chunk of a tensor pool.
-POOL_CHUNK_BYTES = 1 << 20
+POOL_CHUNK_BYTES = 256 << 10
 #: Staged (not yet written) pool bytes that trigger an early write within a step.
 POOL_STAGE_BYTES = 8 << 20
 #: Staged table rows that trigger an early write within a step.
@@ -153,7 +154,13 @@ class TensorRef:
 
 
 def shape_json(shape: Sequence[int]) -> str:
-    return "[" + ", ".join(str(int(s)) for s in shape) + "]"
+    """A shape as JSON text, ``[2, 3]`` (shapes repeat: the text is cached)."""
+    return _shape_text(tuple(int(s) for s in shape))
+
+
+@functools.lru_cache(maxsize=8192)
+def _shape_text(shape: Tuple[int, ...]) -> str:
+    return "[" + ", ".join(str(s) for s in shape) + "]"
 
 
 def table_key(table: str) -> str:
