@@ -70,11 +70,14 @@ def parse_mounts(text: str, fmt: str = "mountinfo") -> List[Tuple[str, str]]:
     return mounts
 
 
-def _existing_ancestor(path: Path) -> Path:
+def _resolved(path: Path) -> Path:
+    """``path`` with symlinks resolved in the part that exists (the store folder may not exist yet)."""
     p = Path(os.path.abspath(path))
+    rest = []
     while not p.exists() and p != p.parent:
+        rest.append(p.name)
         p = p.parent
-    return Path(os.path.realpath(p))
+    return Path(os.path.realpath(p)).joinpath(*reversed(rest))
 
 
 def filesystem_type(path, mountinfo: Optional[Tuple[str, str]] = None) -> str:
@@ -83,7 +86,7 @@ def filesystem_type(path, mountinfo: Optional[Tuple[str, str]] = None) -> str:
     ``mountinfo`` is ``(text, format)`` as from :func:`read_mountinfo`; tests inject fake tables here.
     Returns ``""`` when it cannot tell."""
     text, fmt = mountinfo if mountinfo is not None else read_mountinfo()
-    target = str(_existing_ancestor(Path(path)))
+    target = str(_resolved(Path(path)))
     best, best_len = "", -1
     for mount_point, fstype in parse_mounts(text, fmt):
         mp = mount_point.rstrip("/") or "/"

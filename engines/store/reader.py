@@ -49,7 +49,8 @@ class StoreReader:
         self.directory = path
         self._locking = not is_network_fs(filesystem_type(path))
         self._handles: "OrderedDict[int, h5py.File]" = OrderedDict()
-        self._dsets: Dict[Tuple[int, str], h5py.Dataset] = {}
+        self._dsets: Dict[Tuple[int, str], Tuple[h5py.Dataset, int]] = {}
+        self._generation = 0  # bumped by each new commit seen
         self._segments: List[_Segment] = []
         self._steps: List[int] = []
         self._counts: List[np.ndarray] = []
@@ -170,6 +171,7 @@ class StoreReader:
         self._infos.append(info)
         self._seg_of_commit.append(segment)
         self._bounds_cache.clear()
+        self._generation += 1
 
     def _refresh_swmr(self) -> bool:
         new = False
@@ -295,14 +297,17 @@ class StoreReader:
         """Dataset handles are kept: each holds its own chunk cache, so reopening one per read would decompress
         the same chunk again and again."""
         f = self._file(s)
-        d = self._dsets.get((s, path))
-        if d is None:
+        held = self._dsets.get((s, path))
+        if held is None:
             try:
-                d = self._dsets[(s, path)] = _open_dataset(f, path)
+                d = _open_dataset(f, path)
             except KeyError:  # per-step segments hold only the datasets that got data
                 return None
-        if self._segments[s].swmr and self._status is None:
-            d.refresh()
+        else:
+            d, generation = held
+            if generation != self._generation and self._segments[s].swmr:
+                d.refresh()  # a live file grew since this handle last looked
+        self._dsets[(s, path)] = (d, self._generation)
         return d
 
     def _need(self, s: int, path: str) -> h5py.Dataset:
