@@ -61,6 +61,14 @@ def test_not_a_store_file(tmp_path):
     with pytest.raises(StoreError) as e:
         StoreReader(path)
     assert str(path) in one_line(e)
+    with DumpWriter(tmp_path / "steps", meta={}, mode="per_step") as w:
+        for step in range(2):
+            w.add_records(step=step, name=["a"])
+            w.commit_step(step)
+    with pytest.raises(StoreError) as e:
+        StoreReader(tmp_path / "steps" / "dump-s1.h5")
+    assert f"one per-step segment of a store; open its folder, {tmp_path / 'steps'}" in one_line(e)
+    assert StoreReader(tmp_path / "steps" / "dump-s0.h5").read("records")["name"].tolist() == ["a"]
     (tmp_path / "text.h5").write_text("not hdf5")
     with pytest.raises(StoreError) as e:
         StoreReader(tmp_path / "text.h5")

@@ -7,6 +7,7 @@ import numpy as np
 
 from .dtypes import to_float
 from .dump_schema import DUMP_KIND
+from .gather import unique_inverse
 from .reader import StoreReader
 
 StepSelection = Union[None, int, Sequence[int]]
@@ -48,12 +49,12 @@ class DumpReader:
         t = self.store.read("tensors", ["record", "slot"], steps=_steps_arg(step), decode=False)
         if t["record"].size == 0:
             return np.empty(0, dtype=object)
-        rec_rows, rec_inverse = np.unique(t["record"], return_inverse=True)
+        rec_rows, rec_inverse = unique_inverse(t["record"])
         name_ids = self.store.read("records", ["name"], rows=rec_rows, decode=False)["name"][rec_inverse]
         slot_ids = t["slot"]
         width = int(slot_ids.max()) + 1
         if int(name_ids.max()) < np.iinfo(np.int64).max // width:  # one int64 key per pair: a fast 1-D unique
-            keys, inverse = np.unique(name_ids * width + slot_ids, return_inverse=True)
+            keys, inverse = unique_inverse(name_ids * width + slot_ids)
             uniq_names, uniq_slots = keys // width, keys % width
         else:
             pairs, inverse = np.unique(np.stack([name_ids, slot_ids], axis=1), axis=0, return_inverse=True)

@@ -20,6 +20,26 @@ class Piece(NamedTuple):
     dest: np.ndarray  # where they go in the output (None: appended in order)
 
 
+def unique_inverse(values: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
+    """``np.unique(values, return_inverse=True)`` for int64 ids; a lookup table instead of a sort when the
+    values span a range not much larger than their count (string ids and row numbers usually do)."""
+    values = np.asarray(values, dtype=np.int64).reshape(-1)
+    if values.size == 0:
+        return values.copy(), np.empty(0, dtype=np.int64)
+    lo, hi = int(values.min()), int(values.max())
+    span = hi - lo + 1
+    if span > 4 * values.size + (1 << 20):
+        uniq, inverse = np.unique(values, return_inverse=True)
+        return uniq, inverse.reshape(-1)
+    shifted = values - lo
+    present = np.zeros(span, dtype=bool)
+    present[shifted] = True
+    uniq = np.flatnonzero(present)
+    position = np.empty(span, dtype=np.int64)
+    position[uniq] = np.arange(len(uniq), dtype=np.int64)
+    return uniq + lo, position[shifted]
+
+
 def merge_ranges(ranges: Sequence[Tuple[int, int]]) -> Ranges:
     out: Ranges = []
     for a, b in sorted((int(a), int(b)) for a, b in ranges if b > a):
@@ -56,8 +76,7 @@ def plan_points(indices: np.ndarray, base: np.ndarray, end: np.ndarray,
     Returns ``(n_unique, inverse, pieces)``: fill an array of ``n_unique`` from the pieces, then index it with
     ``inverse``. A segment's span is read whole unless it is much longer than what is wanted from it
     (``take`` is then absolute and ``lo == hi == -1``: use a point selection)."""
-    indices = np.asarray(indices, dtype=np.int64)
-    uniq, inverse = np.unique(indices, return_inverse=True)
+    uniq, inverse = unique_inverse(indices)
     if uniq.size == 0:
         return 0, inverse, []
     seg_of = np.searchsorted(end, uniq, side="right")
@@ -71,4 +90,4 @@ def plan_points(indices: np.ndarray, base: np.ndarray, end: np.ndarray,
             pieces.append(Piece(s, -1, -1, local, part))
         else:
             pieces.append(Piece(s, lo, hi, local - lo, part))
-    return len(uniq), inverse.reshape(-1), pieces
+    return len(uniq), inverse, pieces

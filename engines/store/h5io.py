@@ -8,9 +8,9 @@ import numpy as np
 
 from .errors import StoreError
 
-#: Format bounds of SWMR files: HDF5 1.10 objects, readable by any HDF5 >= 1.10 (h5py >= 2.7), even when the
-#: writer links a newer HDF5 whose "latest" format older readers cannot open.
-SWMR_LIBVER = ("v110", "v110")
+#: Format bounds of every segment file: HDF5 1.10 objects (what SWMR needs, and compact chunk indexes), readable
+#: by any HDF5 >= 1.10 (h5py >= 2.7) even when the writer links a newer HDF5 whose "latest" format is newer.
+LIBVER = ("v110", "v110")
 
 COMPRESSIONS = ("none", "lzf", "gzip")
 LOCKING_ENV = "HDF5_USE_FILE_LOCKING"

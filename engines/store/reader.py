@@ -16,7 +16,7 @@ from . import h5io
 from .announce import SEGMENTS_FILE, kinds_in, read_events
 from .errors import StoreError
 from .fs import filesystem_type, is_network_fs
-from .gather import Ranges, merge_ranges, plan_points, plan_ranges, ranges_to_indices
+from .gather import Ranges, merge_ranges, plan_points, plan_ranges, ranges_to_indices, unique_inverse
 from .segment import commit_check
 from .spec import FORMAT_VERSION, STRINGS_KEY, TableSpec, TensorRef, pool_key, table_key, tables_from_json
 
@@ -109,6 +109,9 @@ class StoreReader:
             f.close()
             raise StoreError(f"{path}: not a probe-tui store (no /meta or /commits)") from None
         self._handles[0] = f
+        if base.any():
+            f.close()
+            raise StoreError(f"{path}: one per-step segment of a store; open its folder, {path.parent}")
         self.kind = str(meta.get("kind", ""))
         self._tables = {t.name: t for t in tables_from_json(_as_str(meta.pop("tables")))}
         self._meta_attrs = {k: _plain(v) for k, v in meta.items()}
@@ -387,7 +390,7 @@ class StoreReader:
     def decode(self, ids: np.ndarray) -> np.ndarray:
         """String ids to an object array of str, decoding each distinct id once (-1 gives "")."""
         ids = np.asarray(ids, dtype=np.int64)
-        uniq, inverse = np.unique(ids, return_inverse=True)
+        uniq, inverse = unique_inverse(ids)
         texts = np.empty(len(uniq), dtype=object)
         valid = uniq >= 0
         texts[~valid] = ""
@@ -396,7 +399,7 @@ class StoreReader:
             if good[-1] >= self._committed(STRINGS_KEY):
                 raise StoreError(f"{self.directory}: string id {int(good[-1])} is not committed")
             texts[valid] = self._decode_ids(good)
-        return texts[inverse.reshape(-1)].reshape(ids.shape)
+        return texts[inverse].reshape(ids.shape)
 
     def _decode_ids(self, ids: np.ndarray) -> List[str]:
         base, end = self._bounds(STRINGS_KEY)

@@ -26,10 +26,6 @@ def commit_check(step: int, info: int, counts: np.ndarray) -> int:
     return zlib.crc32(payload) ^ 0x5052_4F42  # "PROB"
 
 
-def _next_pow2(n: int) -> int:
-    return 1 << max(0, int(n - 1).bit_length())
-
-
 class SegmentFile:
     def __init__(self, path, *, swmr: bool, locking: bool, tables: Sequence[TableSpec], arrays: List[str],
                  meta_attrs: Dict[str, object], base: np.ndarray, chunk_rows: int, pool_chunk_bytes: int,
@@ -42,8 +38,7 @@ class SegmentFile:
         self.pool_chunk_bytes = pool_chunk_bytes
         self.compression = compression
         self.string_bytes = 0  # bytes of /strings/data in this file: string offsets are local to it
-        kwargs = {"libver": h5io.SWMR_LIBVER} if swmr else {}
-        self.file = h5io.open_h5(path, "w-", locking=locking, **kwargs)
+        self.file = h5io.open_h5(path, "w-", locking=locking, libver=h5io.LIBVER)
         meta = self.file.create_group("meta")
         for key, value in meta_attrs.items():
             meta.attrs[key] = value
@@ -54,11 +49,11 @@ class SegmentFile:
         commits = self.file.create_group("commits")
         commits.attrs["arrays"] = json.dumps(arrays)
         commits.attrs["base"] = json.dumps([int(x) for x in base])
-        comp: dict = {}
+        rows = COMMIT_CHUNK_ROWS if swmr else 1  # a per-step file holds one commit
         for name, dtype in (("step", "int64"), ("time", "float64"), ("info", "int64"), ("check", "int64")):
-            h5io.create_extendible(commits, name, dtype, width=None, chunk_rows=COMMIT_CHUNK_ROWS, compression=comp)
-        h5io.create_extendible(commits, "counts", "int64", width=len(arrays),
-                               chunk_rows=COMMIT_CHUNK_ROWS * len(arrays), compression=comp)
+            h5io.create_extendible(commits, name, dtype, width=None, chunk_rows=rows, compression={})
+        h5io.create_extendible(commits, "counts", "int64", width=len(arrays), chunk_rows=rows * len(arrays),
+                               compression={})
         if swmr:
             for t in tables:
                 for col in t.columns:
@@ -68,61 +63,66 @@ class SegmentFile:
                 self._pool(d, 0)
 
     # -- objects -------------------------------------------------------------------------------------------
+    # SWMR files get the configured chunk sizes. Per-step files get chunks sized to the data when it is written
+    # at commit (``final``): one chunk per dataset and no chunk index to speak of; data written before the
+    # commit (a step too large to hold in memory) gets the configured sizes.
     def _group(self, key: str) -> h5py.Group:
         return self.file.require_group(key)
 
-    def _column(self, table: str, column: str, first_rows: int) -> h5py.Dataset:
+    def _chunk(self, configured: int, first: int, final: bool) -> int:
+        return min(configured, max(1, first)) if final and not self.swmr else configured
+
+    def _column(self, table: str, column: str, first_rows: int, final: bool = False) -> h5py.Dataset:
         group = self._group(table_key(table))
         if column in group:
             return group[column]
         col = self.tables[table].column(column)
-        rows = self.chunk_rows if self.swmr else min(self.chunk_rows, max(256, _next_pow2(first_rows)))
+        rows = self._chunk(self.chunk_rows, first_rows, final)
+        if col.width is not None:
+            rows *= col.width  # create_extendible divides by the width
         dset = h5io.create_extendible(group, column, col.storage_dtype, width=col.width, chunk_rows=rows,
                                       compression=self.compression)
         dset.attrs["type"] = col.dtype
         return dset
 
-    def _strings(self, first_rows: int, first_bytes: int = 0):
+    def _strings(self, first_rows: int, first_bytes: int = 0, final: bool = False):
         group = self._group(STRINGS_KEY)
         if "offset" not in group:
-            rows = self.chunk_rows if self.swmr else min(self.chunk_rows, max(256, _next_pow2(first_rows)))
-            nbytes = STRING_CHUNK_BYTES if self.swmr else min(STRING_CHUNK_BYTES,
-                                                                max(4096, _next_pow2(first_bytes)))
-            h5io.create_extendible(group, "data", "uint8", width=None, chunk_rows=nbytes,
+            h5io.create_extendible(group, "data", "uint8", width=None,
+                                   chunk_rows=self._chunk(STRING_CHUNK_BYTES, first_bytes, final),
                                    compression=self.compression)
             for name in ("offset", "length"):
-                h5io.create_extendible(group, name, "int64", width=None, chunk_rows=rows,
+                h5io.create_extendible(group, name, "int64", width=None,
+                                       chunk_rows=self._chunk(self.chunk_rows, first_rows, final),
                                        compression=self.compression)
         return group["data"], group["offset"], group["length"]
 
-    def _pool(self, dtype: str, first_elems: int) -> h5py.Dataset:
+    def _pool(self, dtype: str, first_elems: int, final: bool = False) -> h5py.Dataset:
         group = self._group("pools")
         if dtype in group:
             return group[dtype]
-        itemsize = np.dtype(dtype).itemsize
-        elems = max(1, self.pool_chunk_bytes // itemsize)
-        if not self.swmr:
-            elems = min(elems, max(4096, _next_pow2(first_elems)))
-        return h5io.create_extendible(group, dtype, dtype, width=None, chunk_rows=elems,
+        elems = max(1, self.pool_chunk_bytes // np.dtype(dtype).itemsize)
+        return h5io.create_extendible(group, dtype, dtype, width=None,
+                                      chunk_rows=self._chunk(elems, first_elems, final),
                                       compression=self.compression)
 
     # -- writes --------------------------------------------------------------------------------------------
-    def write_table(self, table: str, columns: Dict[str, np.ndarray]) -> None:
+    def write_table(self, table: str, columns: Dict[str, np.ndarray], final: bool = False) -> None:
         for name, values in columns.items():
-            h5io.append_rows(self._column(table, name, len(values)), values)
+            h5io.append_rows(self._column(table, name, len(values), final), values)
 
-    def write_strings(self, blob: bytes, lengths: np.ndarray) -> None:
+    def write_strings(self, blob: bytes, lengths: np.ndarray, final: bool = False) -> None:
         if len(lengths) == 0:
             return
-        data, offset, length = self._strings(len(lengths), len(blob))
+        data, offset, length = self._strings(len(lengths), len(blob), final)
         offsets = self.string_bytes + np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
         h5io.append_rows(data, np.frombuffer(blob, dtype=np.uint8))
         h5io.append_rows(offset, offsets)
         h5io.append_rows(length, lengths)
         self.string_bytes += len(blob)
 
-    def write_pool(self, dtype: str, flat: np.ndarray) -> None:
-        h5io.append_rows(self._pool(dtype, flat.size), flat)
+    def write_pool(self, dtype: str, flat: np.ndarray, final: bool = False) -> None:
+        h5io.append_rows(self._pool(dtype, flat.size, final), flat)
 
     def write_commit(self, step: int, info: int, counts: np.ndarray) -> None:
         c = self.file["commits"]

@@ -22,8 +22,11 @@ TABLE_CHUNK_ROWS = 16384
 POOL_CHUNK_BYTES = 256 << 10
 #: Staged (not yet written) pool bytes that trigger an early write within a step.
 POOL_STAGE_BYTES = 8 << 20
-#: Staged table rows that trigger an early write within a step.
+#: Staged table rows that trigger an early write within a step (SWMR files).
 TABLE_STAGE_ROWS = 1 << 16
+#: The same for per-step files, which write a step's rows at its commit, in chunks sized to fit, unless the
+#: step grows past this.
+PER_STEP_STAGE_ROWS = 1 << 20
 
 #: Storage dtypes of the tensor pools. bfloat16 (and other dtypes numpy lacks) arrive as their bit pattern in an
 #: unsigned integer array; the logical dtype name travels in the row that references the tensor.

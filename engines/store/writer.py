@@ -22,6 +22,7 @@ from .errors import StoreError, StoreWarning
 from .fs import SWMR, resolve_mode
 from .segment import SegmentFile
 from .spec import (
+    PER_STEP_STAGE_ROWS,
     POOL_CHUNK_BYTES,
     POOL_DTYPES,
     POOL_STAGE_BYTES,
@@ -88,6 +89,8 @@ class StoreWriter:
         if self.mode == SWMR:
             final = self.directory / f"{self.kind}.h5"
             partial = final.with_name(final.name + ".partial")
+            if partial.exists():
+                partial.unlink()  # a writer killed before its file was announced: it holds nothing committed
             self._segment = self._new_segment(partial)
             self._segment.start_swmr()
             os.replace(partial, final)  # readers only ever see a file already in SWMR mode
@@ -148,7 +151,8 @@ class StoreWriter:
         if stage is None:
             raise StoreError(f"store {self.kind!r} has no table {table!r} (tables: {', '.join(self._stages)})")
         rows = stage.append(self._strings, columns)
-        if stage.staged_rows >= TABLE_STAGE_ROWS or self._strings.staged >= TABLE_STAGE_ROWS:
+        limit = TABLE_STAGE_ROWS if self.mode == SWMR else PER_STEP_STAGE_ROWS
+        if stage.staged_rows >= limit or self._strings.staged >= limit:
             self._write_staged()
         return rows
 
@@ -196,26 +200,27 @@ class StoreWriter:
         return True
 
     # -- writes and commits --------------------------------------------------------------------------------
-    def _write_pool(self, name: str) -> None:
+    def _write_pool(self, name: str, final: bool = False) -> None:
         pool = self._pools[name]
         if pool.fill:
             data = pool.take()
-            self._open_segment().write_pool(name, data)
+            self._open_segment().write_pool(name, data, final)
             self._bytes_written += data.nbytes
 
-    def _write_staged(self) -> None:
+    def _write_staged(self, final: bool = False) -> None:
+        """Hand staged rows, strings and tensors to HDF5; ``final`` at commit (sizes per-step chunks to fit)."""
         try:
             for name, stage in self._stages.items():
                 if stage.staged_rows:
                     nbytes = stage.staged_bytes
-                    self._open_segment().write_table(name, stage.take())
+                    self._open_segment().write_table(name, stage.take(), final)
                     self._bytes_written += nbytes
             if self._strings.staged:
                 blob, lengths = self._strings.take()
-                self._open_segment().write_strings(blob, lengths)
+                self._open_segment().write_strings(blob, lengths, final)
                 self._bytes_written += len(blob) + 16 * len(lengths)
             for name in self._pools:
-                self._write_pool(name)
+                self._write_pool(name, final)
         except OSError as exc:
             raise StoreError(f"{self.directory}: write failed ({exc})") from None
 
@@ -230,7 +235,7 @@ class StoreWriter:
         self._check_open()
         step = int(step)
         info_id = self._strings.add(json.dumps(info, sort_keys=True, default=str)) if info else -1
-        self._write_staged()
+        self._write_staged(final=True)
         counts = self._counts()
         seg = self._open_segment()
         try:
