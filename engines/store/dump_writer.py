@@ -54,25 +54,23 @@ class DumpWriter:
     def add_tensors(self, refs: Optional[Sequence[Optional[TensorRef]]] = None, **columns: Any) -> np.ndarray:
         """Append tensor rows. ``shape`` takes one shape (tuple or JSON text) per row; ``refs`` (from
         ``put_tensor``, None where nothing was stored) fill ``pool``, ``offset`` and ``numel``."""
-        if "shape" in columns:
-            shapes = columns["shape"]
-            if isinstance(shapes, tuple) and all(isinstance(s, (int, np.integer)) for s in shapes):
-                raise StoreError("table 'tensors': column 'shape' takes one shape per row (a list of shapes)")
-            if isinstance(shapes, (list, tuple)) and "numel" not in columns and refs is None:
-                columns["numel"] = [_numel(s) for s in shapes]
-            if isinstance(shapes, (list, tuple)):
-                columns["shape"] = [s if isinstance(s, str) else shape_json(s) for s in shapes]
+        shapes = columns.get("shape")
+        if isinstance(shapes, tuple) and all(isinstance(s, (int, np.integer)) for s in shapes):
+            raise StoreError("table 'tensors': column 'shape' takes one shape per row (a list of shapes)")
+        if "numel" not in columns and isinstance(shapes, (list, tuple)):
+            columns["numel"] = [_numel(s) for s in shapes]
         if refs is not None:
             refs = list(refs)
             columns.setdefault("pool", [r.pool if r is not None else "" for r in refs])
             columns.setdefault("offset", [r.offset if r is not None else -1 for r in refs])
-            if "numel" in columns:  # a stored tensor's element count comes from its reference
-                given = np.broadcast_to(np.asarray(columns["numel"], dtype=np.int64), (len(refs),))
-                columns["numel"] = [r.numel if r is not None else int(given[i]) for i, r in enumerate(refs)]
-            else:
-                shapes = columns.get("shape")
-                columns["numel"] = [r.numel if r is not None else
-                                    (_numel(shapes[i]) if shapes is not None else -1) for i, r in enumerate(refs)]
+            # a stored tensor's element count comes from its reference
+            try:
+                given = np.broadcast_to(np.asarray(columns.get("numel", -1), dtype=np.int64), (len(refs),))
+            except ValueError:
+                raise StoreError(f"table 'tensors': column 'numel' does not match {len(refs)} refs") from None
+            columns["numel"] = [r.numel if r is not None else int(given[i]) for i, r in enumerate(refs)]
+        if isinstance(shapes, (list, tuple)):
+            columns["shape"] = [s if isinstance(s, str) else shape_json(s) for s in shapes]
         return self.store.append("tensors", **columns)
 
     def intern_stack(self, frames: Sequence[str]) -> int:
