@@ -62,10 +62,9 @@ def check_step(r, step):
     assert np.array_equal(got["value"], np.arange(n, dtype=np.float64) + step)
     assert got["name"][13] == "layer3.grad_norm" and got["hist"].shape == (n, 4)
     assert (got["hist"] == step).all()
-    info = r.commits()[-1]["info"] if r.steps()[-1] == step else None
-    if info is not None:
-        data = r.read_array({"pool": "float16", "offset": info["offset"], "numel": 1000, "shape": [1000]})
-        assert (data == step).all()
+    (commit,) = [c for c in r.commits() if c["step"] == step]
+    data = r.read_array({"pool": "float16", "offset": commit["info"]["offset"], "numel": 1000, "shape": [1000]})
+    assert data.dtype == np.float16 and (data == step).all()
 
 
 @pytest.mark.parametrize("mode", ["swmr", "per_step"])

@@ -216,9 +216,10 @@ class StoreReader:
                 seen = len(self._steps)
                 last_news = time.monotonic()
             if self.status != "running":
-                if not self.refresh():
-                    return
-                continue
+                self.refresh()
+                if len(self._steps) > seen:
+                    continue  # the last commits, then stop
+                return
             if timeout_s is not None and time.monotonic() - last_news > timeout_s:
                 return
             time.sleep(poll_s)
@@ -239,6 +240,9 @@ class StoreReader:
     def status(self) -> str:
         """``finished``/``failed``/... as the writer closed; ``running``; ``killed`` (the writer process is gone
         without closing, same host); ``unknown`` (a lone file)."""
+        if self._status is None and self._single_file is None:  # a close line may have come since
+            events, self._events_offset = read_events(self.directory, self._events_offset)
+            self._take_events(events)
         if self._status is not None:
             return self._status
         ev = self._open_event
@@ -268,10 +272,12 @@ class StoreReader:
 
     def commits(self) -> List[Dict[str, Any]]:
         """One entry per commit: its step and the ``info`` given to ``commit``."""
+        ids = [i for i in self._infos if isinstance(i, (int, np.integer)) and i >= 0]  # SWMR: string ids
+        texts = dict(zip(ids, self.decode(np.array(ids, dtype=np.int64)).tolist())) if ids else {}
         out = []
         for step, info in zip(self._steps, self._infos):
             if isinstance(info, (int, np.integer)):
-                info = json.loads(self.decode(np.array([info]))[0]) if info >= 0 else {}
+                info = json.loads(texts[info]) if info >= 0 else {}
             out.append({"step": step, "info": info})
         return out
 
