@@ -121,8 +121,8 @@ def test_per_step_store_on_nfs_is_read_without_locking(tmp_path, monkeypatch):
         w.commit(0)
     monkeypatch.setattr("engines.store.reader.filesystem_type", _nfs_detector)
     r = StoreReader(tmp_path)
-    assert r._locking is False
+    assert r._files.locking is False
     assert list(r.read("t")["name"]) == ["a", "b"]
-    f = r._file(0)
+    f = r._files.file(0)
     assert f.id.get_access_plist().get_file_locking()[0] == 0
     assert np.array_equal(r.read("t")["step"], [0, 0])

@@ -5,34 +5,20 @@ import json
 import os
 import socket
 import time
-from collections import OrderedDict
 from pathlib import Path
 from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
-import h5py
 import numpy as np
 
-from . import h5io
 from .announce import SEGMENTS_FILE, kinds_in, read_events
 from .errors import StoreError
 from .fs import filesystem_type, is_network_fs
 from .gather import Ranges, merge_ranges, plan_points, plan_ranges, ranges_to_indices, unique_inverse
 from .segment import commit_check
+from .segment_files import SegmentFiles
 from .spec import FORMAT_VERSION, STRINGS_KEY, TableSpec, TensorRef, pool_key, table_key, tables_from_json
 
-_MAX_OPEN = 32
-#: Chunk cache of an open pool: several pool chunks, so tensors read one by one out of a compressed pool do not
-#: decompress the same chunk again for each tensor. Table columns keep HDF5's 1 MiB (many chunks of theirs).
-POOL_CACHE_BYTES = 8 << 20
 RowSelection = Union[None, slice, Sequence[int], np.ndarray]
-
-
-class _Segment:
-    __slots__ = ("path", "swmr", "base", "seen")
-
-    def __init__(self, path: Path, swmr: bool, base: np.ndarray):
-        self.path, self.swmr, self.base = path, swmr, base
-        self.seen = 0  # commit rows already taken from the file (SWMR)
 
 
 class StoreReader:
@@ -47,11 +33,8 @@ class StoreReader:
         elif not path.is_dir():
             raise StoreError(f"{path}: no such folder")
         self.directory = path
-        self._locking = not is_network_fs(filesystem_type(path))
-        self._handles: "OrderedDict[int, h5py.File]" = OrderedDict()
-        self._dsets: Dict[Tuple[int, str], Tuple[h5py.Dataset, int]] = {}
-        self._generation = 0  # bumped by each new commit seen
-        self._segments: List[_Segment] = []
+        self._files = SegmentFiles(locking=not is_network_fs(filesystem_type(path)))
+        self._segments = self._files.segments
         self._steps: List[int] = []
         self._counts: List[np.ndarray] = []
         self._infos: List[Any] = []
@@ -89,8 +72,8 @@ class StoreReader:
         self._meta_attrs = dict(self._open_event["meta"])
         self._tables = {t.name: t for t in (TableSpec.from_json(x) for x in self._open_event["tables"])}
         if self._open_event.get("mode") == "swmr":
-            self._segments.append(_Segment(self.directory / self._open_event["file"], True,
-                                           np.zeros(len(self._arrays), dtype=np.int64)))
+            self._files.add(self.directory / self._open_event["file"], True,
+                            np.zeros(len(self._arrays), dtype=np.int64))
         self._take_events(events)
         self._check_version()
 
@@ -98,7 +81,7 @@ class StoreReader:
         path = self._single_file
         assert path is not None
         try:
-            f = self._open(path, swmr=True)
+            f = self._files.open_file(path, swmr=True)
         except (OSError, StoreError) as exc:
             raise StoreError(f"{path}: not a readable probe-tui store ({exc})") from None
         try:
@@ -108,14 +91,13 @@ class StoreReader:
         except KeyError:
             f.close()
             raise StoreError(f"{path}: not a probe-tui store (no /meta or /commits)") from None
-        self._handles[0] = f
         if base.any():
             f.close()
             raise StoreError(f"{path}: one per-step segment of a store; open its folder, {path.parent}")
+        self._files.adopt(self._files.add(path, True, base), f)
         self.kind = str(meta.get("kind", ""))
         self._tables = {t.name: t for t in tables_from_json(_as_str(meta.pop("tables")))}
         self._meta_attrs = {k: _plain(v) for k, v in meta.items()}
-        self._segments.append(_Segment(path, True, base))
         self._check_version()
 
     def _check_version(self) -> None:
@@ -124,34 +106,6 @@ class StoreReader:
             raise StoreError(f"{self.directory}: store format {version} is newer than this probe-tui reads "
                              f"({FORMAT_VERSION}); upgrade probe-tui")
 
-    def _open(self, path: Path, swmr: bool) -> h5py.File:
-        kwargs: Dict[str, Any] = {"swmr": True} if swmr else {}
-        try:
-            return h5io.open_h5(path, "r", locking=self._locking, **kwargs)
-        except OSError as exc:
-            if self._locking and "lock" in str(exc).lower():
-                self._locking = False  # a file system whose locks fail though we did not recognise it
-                return h5io.open_h5(path, "r", locking=False, **kwargs)
-            raise
-
-    def _file(self, s: int) -> h5py.File:
-        f = self._handles.get(s)
-        if f is not None:
-            self._handles.move_to_end(s)
-            return f
-        seg = self._segments[s]
-        try:
-            f = self._open(seg.path, seg.swmr)
-        except OSError as exc:
-            raise StoreError(f"{seg.path}: cannot open ({exc})") from None
-        self._handles[s] = f
-        while len(self._handles) > _MAX_OPEN:
-            gone, old = self._handles.popitem(last=False)
-            for key in [k for k in self._dsets if k[0] == gone]:
-                del self._dsets[key]
-            old.close()
-        return f
-
     # -- commit log ----------------------------------------------------------------------------------------
     def _take_events(self, events: List[Dict[str, Any]]) -> bool:
         new = False
@@ -159,8 +113,7 @@ class StoreReader:
             if ev.get("kind") != self.kind:
                 continue
             if ev.get("event") == "segment":
-                self._segments.append(_Segment(self.directory / ev["file"], False,
-                                               np.array(ev["base"], dtype=np.int64)))
+                self._files.add(self.directory / ev["file"], False, np.array(ev["base"], dtype=np.int64))
                 self._add_commit(int(ev["step"]), np.array(ev["counts"], dtype=np.int64), ev.get("info") or {},
                                  len(self._segments) - 1)
                 new = True
@@ -174,14 +127,14 @@ class StoreReader:
         self._infos.append(info)
         self._seg_of_commit.append(segment)
         self._bounds_cache.clear()
-        self._generation += 1
+        self._files.grew()
 
     def _refresh_swmr(self) -> bool:
         new = False
         for s, seg in enumerate(self._segments):
             if not seg.swmr:
                 continue
-            c = self._file(s)["commits"]
+            c = self._files.file(s)["commits"]
             parts = [c[name] for name in ("step", "info", "counts", "check")]
             for d in parts:
                 d.refresh()
@@ -302,29 +255,6 @@ class StoreReader:
         self._bounds_cache[key] = (base, end)
         return base, end
 
-    def _dataset(self, s: int, path: str) -> Optional[h5py.Dataset]:
-        """Dataset handles are kept: each holds its own chunk cache, so reopening one per read would decompress
-        the same chunk again and again."""
-        f = self._file(s)
-        held = self._dsets.get((s, path))
-        if held is None:
-            try:
-                d = _open_dataset(f, path)
-            except KeyError:  # per-step segments hold only the datasets that got data
-                return None
-        else:
-            d, generation = held
-            if generation != self._generation and self._segments[s].swmr:
-                d.refresh()  # a live file grew since this handle last looked
-        self._dsets[(s, path)] = (d, self._generation)
-        return d
-
-    def _need(self, s: int, path: str) -> h5py.Dataset:
-        d = self._dataset(s, path)
-        if d is None:
-            raise StoreError(f"{self._segments[s].path}: {path} is missing")
-        return d
-
     def _gather(self, key: str, specs: Sequence[Tuple[str, Any, Tuple[int, ...]]], ranges: Optional[Ranges] = None,
                 points: Optional[np.ndarray] = None) -> List[np.ndarray]:
         """Read datasets ``(path, dtype, tail shape)`` that all follow global array ``key``, at global ``ranges``
@@ -336,13 +266,13 @@ class StoreReader:
                 outs = [np.empty((n,) + tail, dtype=dtype) for _, dtype, tail in specs]
                 for p in pieces:
                     for out, (path, _, _) in zip(outs, specs):
-                        d = self._need(p.segment, path)
+                        d = self._files.need(p.segment, path)
                         out[p.dest] = d[p.take] if p.lo < 0 else d[p.lo:p.hi][p.take]
                 return [out[inverse] for out in outs]
             parts: List[List[np.ndarray]] = [[] for _ in specs]
             for p in plan_ranges(ranges or [], base, end):
                 for lst, (path, _, _) in zip(parts, specs):
-                    lst.append(self._need(p.segment, path)[p.lo:p.hi])
+                    lst.append(self._files.need(p.segment, path)[p.lo:p.hi])
         except OSError as exc:
             raise StoreError(f"{self.directory}: reading {key} failed ({exc})") from None
         return [np.concatenate(lst) if len(lst) > 1 else lst[0] if lst else np.empty((0,) + tail, dtype=dtype)
@@ -418,7 +348,7 @@ class StoreReader:
             s = int(seg_of[part[0]])
             off, ln = offsets[part], lengths[part]
             lo, hi = int(off.min()), int((off + ln).max())
-            blob = self._dataset(s, "strings/data")[lo:hi].tobytes()
+            blob = self._files.dataset(s, "strings/data")[lo:hi].tobytes()
             out.extend(blob[o:o + n].decode("utf-8", "surrogatepass") for o, n in zip((off - lo).tolist(),
                                                                                      ln.tolist()))
         return out
@@ -443,10 +373,7 @@ class StoreReader:
         return data.reshape(shape)
 
     def close(self) -> None:
-        self._dsets.clear()
-        while self._handles:
-            _, f = self._handles.popitem()
-            f.close()
+        self._files.close()
 
     def __enter__(self) -> "StoreReader":
         return self
@@ -456,14 +383,6 @@ class StoreReader:
 
     def __repr__(self) -> str:
         return f"StoreReader({str(self.directory)!r}, kind={self.kind!r}, steps={len(self._steps)})"
-
-
-def _open_dataset(f: h5py.File, path: str) -> h5py.Dataset:
-    if not path.startswith("pools/"):
-        return f[path]
-    dapl = h5py.h5p.create(h5py.h5p.DATASET_ACCESS)
-    dapl.set_chunk_cache(1009, POOL_CACHE_BYTES, 0.75)
-    return h5py.Dataset(h5py.h5d.open(f.id, path.encode(), dapl))
 
 
 def _pid_alive(pid: int) -> bool:
