@@ -148,3 +148,16 @@ def test_close_commits_pending_rows_and_failed_status(tmp_path):
     with pytest.raises(StoreError) as e:
         r.read_array({"pool": "float32", "offset": 0, "numel": 4, "shape": [4]})
     assert "not committed" in one_line(e)
+
+
+def test_newer_format_is_refused(tmp_path):
+    with StoreWriter(tmp_path, "dump", [TABLE], meta={}, mode="per_step") as w:
+        w.append("t", step=0, name="a")
+        w.commit(0)
+    seg = tmp_path / "segments.jsonl"
+    text = seg.read_text()
+    assert '"format_version":1' in text
+    seg.write_text(text.replace('"format_version":1', '"format_version":2'))
+    with pytest.raises(StoreError) as e:
+        StoreReader(tmp_path)
+    assert "store format 2 is newer than this probe-tui reads (1)" in one_line(e)

@@ -250,10 +250,22 @@ class StoreReader:
         k = self._arrays.index(key)
         base = np.array([seg.base[k] for seg in self._segments], dtype=np.int64)
         end = base.copy()
-        for counts, s in zip(self._counts, self._seg_of_commit):
-            end[s] = counts[k]
+        steps, counts, seg_of = self._log()
+        if len(seg_of):
+            last = np.flatnonzero(np.diff(seg_of, append=-1) != 0)  # each segment's last commit
+            end[seg_of[last]] = counts[last, k]
         self._bounds_cache[key] = (base, end)
         return base, end
+
+    def _log(self):
+        """The commit log as arrays: steps (C,), counts (C x arrays), segment of each commit (C,)."""
+        cached = self._bounds_cache.get("")
+        if cached is None:
+            n = len(self._arrays)
+            counts = np.array(self._counts, dtype=np.int64).reshape(-1, n)
+            cached = self._bounds_cache[""] = (np.array(self._steps, dtype=np.int64), counts,
+                                               np.array(self._seg_of_commit, dtype=np.int64))
+        return cached
 
     def _gather(self, key: str, specs: Sequence[Tuple[str, Any, Tuple[int, ...]]], ranges: Optional[Ranges] = None,
                 points: Optional[np.ndarray] = None) -> List[np.ndarray]:
@@ -283,14 +295,11 @@ class StoreReader:
         n = self.num_rows(table)
         ranges: Optional[Ranges] = [(0, n)]
         if steps is not None:
-            wanted = set(int(s) for s in np.atleast_1d(steps))
-            k = self._arrays.index(table_key(table))
-            found, prev = [], 0
-            for step, counts in zip(self._steps, self._counts):
-                if step in wanted:
-                    found.append((prev, int(counts[k])))
-                prev = int(counts[k])
-            ranges = merge_ranges(found)
+            log_steps, counts, _ = self._log()
+            ends = counts[:, self._arrays.index(table_key(table))]
+            starts = np.concatenate([[0], ends[:-1]]).astype(np.int64)
+            hit = np.isin(log_steps, np.atleast_1d(np.asarray(steps, dtype=np.int64)))
+            ranges = merge_ranges(zip(starts[hit].tolist(), ends[hit].tolist()))
         if rows is None:
             return ranges, None
         if isinstance(rows, slice):

@@ -22,6 +22,7 @@ from .errors import StoreError, StoreWarning
 from .fs import SWMR, resolve_mode
 from .segment import SegmentFile
 from .spec import (
+    FORMAT_VERSION,
     PER_STEP_STAGE_ROWS,
     POOL_CHUNK_BYTES,
     POOL_DTYPES,
@@ -115,6 +116,7 @@ class StoreWriter:
         except (TypeError, ValueError) as exc:
             raise StoreError(f"meta.run_meta: not JSON-serialisable ({exc})") from None
         return {
+            "format_version": FORMAT_VERSION,
             "kind": self.kind,
             "rank": int(meta.get("rank", 0)),
             "world_size": int(meta.get("world_size", 1)),
