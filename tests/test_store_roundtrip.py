@@ -43,6 +43,11 @@ TENSOR_KINDS = ["bfloat16", "float16", "float32", "float64", "int8", "int16", "i
 SHAPES = [(), (0,), (3, 0, 2), (7,), (4, 5), (2, 3, 4), (1, 1, 1, 9)]
 
 
+@pytest.fixture(autouse=True)
+def no_mode_override(monkeypatch):
+    monkeypatch.delenv("PROBE_TUI_STORE_MODE", raising=False)
+
+
 def stats_batch(step: int, rng: np.random.Generator):
     n = ROWS_PER_STEP
     value = rng.standard_normal(n)
