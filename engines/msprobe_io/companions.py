@@ -6,15 +6,17 @@ import json
 from pathlib import Path
 from typing import Dict, Optional
 
+from engines.parse.sources import DumpSourceError
+
 
 def read_json(path: Path, what: str):
     try:
         with open(path, "rb") as fh:
             return json.load(fh)
     except OSError as exc:
-        raise ValueError("{}: cannot read {} ({})".format(path, what, exc.strerror or exc)) from None
+        raise DumpSourceError("{}: cannot read {} ({})".format(path, what, exc.strerror or exc)) from None
     except ValueError as exc:
-        raise ValueError("{}: not valid JSON ({})".format(path, exc)) from None
+        raise DumpSourceError("{}: not valid JSON ({})".format(path, exc)) from None
 
 
 def read_stacks(folder: Path) -> Dict[str, str]:

@@ -58,7 +58,10 @@ def _rank_dirs(path: Path) -> Optional[Dict[int, Path]]:
     if DUMP_KIND in store.store_kinds(path):
         m = _RANK_DIR.match(path.name)
         return {int(m.group(1)) if m else 0: path}
-    ranks = {r: p for r, p in store.open_rank_dirs(path).items() if DUMP_KIND in store.store_kinds(p)}
+    try:
+        ranks = {r: p for r, p in store.open_rank_dirs(path).items() if DUMP_KIND in store.store_kinds(p)}
+    except store.StoreError:
+        ranks = {}
     if ranks:
         return ranks
     if not (path / "run.json").exists():
