@@ -8,11 +8,7 @@ from typing import Any, Dict, List, Optional, Union
 
 from engines.compare.mapping import KeyOptions, MappingError, load_mapping_file, parse_api_mapping
 from engines.compare.verdicts import Thresholds
-
-try:
-    from engines.runner import JobError
-except ImportError:  # engines.events not merged yet
-    JobError = ValueError
+from engines.runner import JobError
 
 FORMATS = ("hdf5", "csv", "xlsx")
 DEFAULT_SMALL_VALUE = 0.0
