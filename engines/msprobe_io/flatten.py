@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 import zlib
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, Optional
 
 from engines.parse.names import parse_record
 from engines.parse.rows import (
@@ -20,7 +20,6 @@ from engines.parse.rows import (
     IO_PARAM,
     IO_PARAM_GRAD,
     KIND_PARAM_GRAD,
-    STAT_BITS,
     RowBuilder,
     RowTable,
     shape_text,
@@ -160,27 +159,27 @@ class Flattener:
 
     def _add(self, slot, io, *, dtype, shape, numel, stats, text, crc, requires_grad, is_tensor, data,
              data_name) -> None:
-        values = [math.nan] * 4
+        nan = math.nan
+        mx = mn = mean = norm = nan
         valid = 0
+        nonfinite = -1
         if stats is not None:
-            for i, (key, v) in enumerate(zip(("max", "min", "mean", "norm"), stats)):
-                if isinstance(v, bool):
+            vals = []
+            for bit, v in zip((1, 2, 4, 8), stats):
+                if v is True or v is False:
                     v = float(v)
                 if isinstance(v, (int, float)):
-                    values[i] = float(v)
-                    valid |= STAT_BITS[key]
+                    v = float(v)
+                    valid |= bit
+                else:
+                    v = nan
+                vals.append(v)
+            mx, mn, mean, norm = vals
+            if valid:  # msprobe dumps have no NaN/inf counts: 1 when a statistic is non-finite
+                nonfinite = int(any(not math.isfinite(v) for v, bit in zip(vals, (1, 2, 4, 8)) if valid & bit))
         rec = self._rec
-        self.rows.add(
-            name=self._record + "." + slot, record=self._record, slot=slot, io=io, kind=rec.kind,
-            direction=rec.direction, dtype=dtype, shape=shape, numel=numel, max=values[0], min=values[1],
-            mean=values[2], norm=values[3], valid=valid, text=text, requires_grad=requires_grad, crc32=crc,
-            nonfinite=_nonfinite_hint(values, valid), is_tensor=is_tensor, step=self.step, rank=self.rank,
-            order=self.order, parent=self._parent, stack=self._stack, data=data, data_name=data_name)
+        record = self._record
+        self.rows.append((record + "." + slot, record, slot, io, rec.kind, rec.direction, dtype, shape, numel,
+                          mx, mn, mean, norm, valid, text, requires_grad, crc, nonfinite, is_tensor, self.step,
+                          self.rank, self.order, self._parent, self._stack, data, data_name))
         self.order += 1
-
-
-def _nonfinite_hint(values: List[float], valid: int) -> int:
-    """msprobe dumps have no NaN/inf counts: 1 when a statistic is non-finite, 0 when all are finite."""
-    if not valid:
-        return -1
-    return int(any(not math.isfinite(v) for v in values))

@@ -88,8 +88,12 @@ class RowTable:
         return list(seen)
 
 
+FIELDS = tuple(f.name for f in fields(RowTable) if f.name != "args")
+
+
 class RowBuilder:
-    """Collects rows as Python lists (fast appends) and freezes them into a :class:`RowTable`."""
+    """Collects rows as tuples in :data:`FIELDS` order (one append per row) and freezes them into a
+    :class:`RowTable` (a C-level transpose)."""
 
     _NUM = {"io": np.uint8, "kind": np.uint8, "direction": np.uint8, "numel": np.int64, "max": np.float64,
             "min": np.float64, "mean": np.float64, "norm": np.float64, "valid": np.uint8,
@@ -97,16 +101,19 @@ class RowBuilder:
             "rank": np.int64, "order": np.int64, "data": np.int64}
 
     def __init__(self) -> None:
-        self.cols: Dict[str, list] = {f.name: [] for f in fields(RowTable) if f.name != "args"}
+        self.rows: list = []
         self.args: Dict[str, str] = {}
 
+    def append(self, row: tuple) -> None:
+        self.rows.append(row)
+
     def add(self, **values) -> None:
-        for key, col in self.cols.items():
-            col.append(values[key])
+        self.rows.append(tuple(values[k] for k in FIELDS))
 
     def build(self) -> RowTable:
+        columns = list(zip(*self.rows)) if self.rows else [()] * len(FIELDS)
         out = {}
-        for key, col in self.cols.items():
+        for key, col in zip(FIELDS, columns):
             dtype = self._NUM.get(key)
             if dtype is None:
                 arr = np.empty(len(col), dtype=_OBJ)
@@ -138,14 +145,27 @@ def parse_shape(text: str) -> Optional[tuple]:
 
 
 def factorize(values: np.ndarray):
-    """Integer codes of an object array's values (first-seen order) and the distinct values."""
+    """Integer codes of an object array's values (first-seen order) and the distinct values.
+
+    Values repeat as shared objects in our columns (a reader decodes each distinct string once; a record's rows
+    share its name), so rows are grouped by object identity in numpy first and only one object per group goes
+    through a dict, which also merges equal values held by distinct objects.
+    """
+    n = int(values.shape[0])
+    if n == 0:
+        return np.zeros(0, dtype=np.int64), np.empty(0, dtype=object)
+    objs = values.tolist()
+    ids = np.fromiter(map(id, objs), dtype=np.int64, count=n)
+    _, first, inverse = np.unique(ids, return_index=True, return_inverse=True)
     table: Dict[object, int] = {}
     setdefault = table.setdefault
-    codes = np.fromiter((setdefault(v, len(table)) for v in values.tolist()), dtype=np.int64,
-                        count=int(values.shape[0]))
+    order = np.argsort(first, kind="stable")
+    code_of_group = np.empty(first.shape[0], dtype=np.int64)
+    code_of_group[order] = np.fromiter((setdefault(objs[i], len(table)) for i in first[order].tolist()),
+                                       dtype=np.int64, count=first.shape[0])
     uniques = np.empty(len(table), dtype=object)
     uniques[:] = list(table)
-    return codes, uniques
+    return code_of_group[inverse.reshape(-1)], uniques
 
 
 def group_reduce(ufunc, codes: np.ndarray, values: np.ndarray, n_groups: int, initial) -> np.ndarray:
