@@ -41,7 +41,7 @@ def test_worker_processes_give_the_in_process_answer(two_dumps, monkeypatch):
     spec_t, spec_g, tasks, arrays = two_dumps
     monkeypatch.setattr(tensor_stream, "INPROCESS_BYTES", 0)
     seen = []
-    par = compare_pairs(tasks, spec_t, spec_g, workers=2, unit_bytes=400_000,
+    par = compare_pairs(tasks, spec_t, spec_g, workers=2, unit_bytes=400_000, parent_helps=False,
                         progress=lambda done, total: seen.append((done, total)))
     assert seen[-1][0] == seen[-1][1] == sum(t.numel * 8 for t in tasks)
     assert {o.worker for o in par.values()} - {0, os.getpid()}, "computed in worker processes"
@@ -50,6 +50,15 @@ def test_worker_processes_give_the_in_process_answer(two_dumps, monkeypatch):
         want = compare_arrays(x, y)
         for a, b in zip(got.as_tuple() + (got.rel_err,), want.as_tuple() + (want.rel_err,)):
             assert a == pytest.approx(b, rel=1e-9, nan_ok=True)
+
+
+def test_the_parent_helps_and_the_answer_is_the_same(two_dumps, monkeypatch):
+    spec_t, spec_g, tasks, arrays = two_dumps
+    monkeypatch.setattr(tensor_stream, "INPROCESS_BYTES", 0)
+    par = compare_pairs(tasks, spec_t, spec_g, workers=2, unit_bytes=100_000)
+    for task, (x, y) in zip(tasks, arrays):
+        assert finish(par[task.row].partial, x.shape).rel_err == pytest.approx(compare_arrays(x, y).rel_err,
+                                                                               rel=1e-9)
 
 
 def test_a_missing_file_is_reported_per_row(two_dumps):

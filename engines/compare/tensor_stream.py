@@ -21,7 +21,7 @@ from engines.compare.tensor_metrics import TensorAccumulator, TensorPartial
 
 CHUNK = 1 << 22  # elements read per side per step (16 MiB of float32 each)
 UNIT_BYTES = 64 << 20
-INPROCESS_BYTES = 96 << 20
+INPROCESS_BYTES = 256 << 20
 
 
 @dataclass(frozen=True)
@@ -106,9 +106,10 @@ def default_workers() -> int:
 
 
 def compare_pairs(tasks: Sequence[PairTask], t_spec, g_spec, *, rel_eps: Optional[float] = None,
-                  small_value: float = 0.0, workers: Optional[int] = None, progress: Optional[Callable[[int, int], None]] = None,
+                  small_value: float = 0.0, parent_helps: bool = True, workers: Optional[int] = None, progress: Optional[Callable[[int, int], None]] = None,
                   unit_bytes: int = UNIT_BYTES) -> Dict[int, PairOutcome]:
-    """Compare every pair; returns row -> merged outcome. ``progress(done_bytes, total_bytes)``."""
+    """Compare every pair; returns row -> merged outcome. ``progress(done_bytes, total_bytes)``.
+    ``parent_helps``: this process computes units too while the workers start and whenever none is done."""
     units = plan_units(tasks, unit_bytes)
     total = sum(t.numel * t.itemsize * 2 for t in tasks)
     workers = default_workers() if workers is None else max(1, workers)
@@ -132,34 +133,43 @@ def compare_pairs(tasks: Sequence[PairTask], t_spec, g_spec, *, rel_eps: Optiona
     def unit_size(unit: Unit) -> int:
         return sum((stop - start) * task.itemsize * 2 for task, start, stop in unit)
 
-    if workers == 1 or total <= INPROCESS_BYTES or len(units) == 1:
-        t_reader, g_reader = t_spec.open(), g_spec.open()
-        try:
+    t_reader, g_reader = t_spec.open(), g_spec.open()
+    try:
+        if workers == 1 or total <= INPROCESS_BYTES or len(units) == 1:
             for unit in units:
                 absorb(compare_unit(unit, t_reader, g_reader, rel_eps, small_value), unit_size(unit))
-        finally:
-            t_reader.close()
-            g_reader.close()
-        return results
-    ctx = multiprocessing.get_context("spawn")
-    workers = min(workers, len(units))
-    with ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_worker_init,
-                             initargs=(t_spec, g_spec, rel_eps, small_value)) as pool:
-        pending = {}
+            return results
+        # workers - 1 processes plus this one: while the pool starts (imports, opening the dumps) and whenever no
+        # result is ready, the parent takes the next unit itself, so starting workers never idles the job.
+        ctx = multiprocessing.get_context("spawn")
         queue = iter(units)
-        for unit in queue:
-            pending[pool.submit(_run_unit, unit)] = unit_size(unit)
-            if len(pending) >= 2 * workers:
-                break
-        while pending:
-            finished, _ = wait(pending, return_when=FIRST_COMPLETED)
-            for fut in finished:
-                size = pending.pop(fut)
-                absorb(fut.result(), size)
-                nxt = next(queue, None)
-                if nxt is not None:
-                    pending[pool.submit(_run_unit, nxt)] = unit_size(nxt)
-    return results
+        helpers = workers - 1 if parent_helps else workers
+        with ProcessPoolExecutor(max_workers=min(helpers, len(units)), mp_context=ctx,
+                                 initializer=_worker_init, initargs=(t_spec, g_spec, rel_eps, small_value)) as pool:
+            pending = {}
+            for unit in queue:
+                pending[pool.submit(_run_unit, unit)] = unit_size(unit)
+                if len(pending) >= 2 * helpers:
+                    break
+            while pending:
+                finished = [f for f in pending if f.done()]
+                if not finished and parent_helps:
+                    unit = next(queue, None)
+                    if unit is not None:
+                        absorb(compare_unit(unit, t_reader, g_reader, rel_eps, small_value), unit_size(unit))
+                        continue
+                if not finished:
+                    finished, _ = wait(pending, return_when=FIRST_COMPLETED)
+                for fut in finished:
+                    size = pending.pop(fut)
+                    absorb(fut.result(), size)
+                    nxt = next(queue, None)
+                    if nxt is not None:
+                        pending[pool.submit(_run_unit, nxt)] = unit_size(nxt)
+        return results
+    finally:
+        t_reader.close()
+        g_reader.close()
 
 
 def itemsize_of(dtype_text: str) -> int:
