@@ -4,17 +4,18 @@ Tables: ``results`` (one row per target row), ``divergence`` (first-divergence r
 roll-up), ``golden_only`` (golden rows no target row took), and small code tables ``verdicts``, ``findings``,
 ``statuses``. Columnar, numbers as numbers, verdicts as uint8 codes. The summary is the store's ``run_meta``.
 
-Text columns of ``results`` other than ``target_name`` are dictionary-encoded: an int32 code per row and a table
-``dict_<column>`` whose row ``code`` holds the text (-1: empty; ``golden_name`` -2: same as ``target_name``).
-Interning a million strings per column through the string table costs about a second each; the codes cost a
-few milliseconds, and each distinct text is stored once. :func:`read_results` decodes them.
+Text columns are dictionary-encoded: an int32 code per row into a text table (-1: empty). Record and module
+names of every table share the table ``names`` (``results.golden_name`` -2: the same as the target name), the
+other text columns of ``results`` each have ``dict_<column>``. ``results.target_name`` is not stored: it is
+``record + "." + slot``. Interning a million strings through the store's string table costs about a second a
+column; codes cost milliseconds and each distinct text is stored once. :func:`read_results` decodes everything.
 """
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Dict, Optional
+from typing import Any, Dict, List, Optional
 
 import numpy as np
 
@@ -32,60 +33,70 @@ from engines.parse.rows import factorize
 KIND = "compare"
 SCHEMA_VERSION = 1
 CODE_TABLES = {"verdicts": VERDICTS, "findings": FINDINGS, "statuses": STATUS_NAMES}
-
-
 SAME_AS_TARGET = -2
+NAME_COLUMNS = {"results": ("record", "parent", "golden_name"), "divergence": ("record", "parent"),
+                "tree": ("node", "parent"), "golden_only": ("golden_name",)}
+DERIVED = ("target_name",)
 
 
-def _result_columns(classic: bool):
-    cols = RESULT_COLUMNS + (CLASSIC_COLUMNS if classic else ()) + (("matched", "uint8"),)
-    return tuple((c, "int32" if t in ("str", "json") and c != "target_name" else t) for c, t in cols)
+def _layout(classic: bool):
+    """Stored columns of each table: (name, type, dictionary) with dictionary None for plain columns."""
+    out = {}
+    base = RESULT_COLUMNS + (CLASSIC_COLUMNS if classic else ()) + (("matched", "uint8"),)
+    for table, cols in (("results", base), ("divergence", DIVERGENCE_COLUMNS), ("tree", TREE_COLUMNS),
+                        ("golden_only", GOLDEN_ONLY_COLUMNS)):
+        spec = []
+        for c, t in cols:
+            if table == "results" and c in DERIVED:
+                continue
+            if c in NAME_COLUMNS.get(table, ()):
+                spec.append((c, "int32", "names"))
+            elif t in ("str", "json"):
+                spec.append((c, "int32", "dict_" + c if table == "results" else "dict_{}_{}".format(table, c)))
+            else:
+                spec.append((c, t, None))
+        out[table] = spec
+    return out
 
 
-def encoded_columns(classic: bool):
-    """Results columns stored as dictionary codes."""
-    cols = RESULT_COLUMNS + (CLASSIC_COLUMNS if classic else ())
-    return [c for c, t in cols if t in ("str", "json") and c != "target_name"]
-
-
-def _specs(classic: bool):
+def _specs(layout):
     from engines.store import Column, TableSpec
 
-    def spec(name, cols):
-        return TableSpec(name, [Column(c, t) for c, t in cols])
-
-    tables = [spec("results", _result_columns(classic)), spec("divergence", DIVERGENCE_COLUMNS),
-              spec("tree", TREE_COLUMNS), spec("golden_only", GOLDEN_ONLY_COLUMNS)]
-    tables += [spec(name, (("code", "int64"), ("name", "str"))) for name in CODE_TABLES]
-    tables += [spec("dict_" + c, (("text", "str"),)) for c in encoded_columns(classic)]
+    tables = [TableSpec(t, [Column(c, typ) for c, typ, _ in cols]) for t, cols in layout.items()]
+    tables += [TableSpec(name, [Column("code", "int64"), Column("name", "str")]) for name in CODE_TABLES]
+    dicts = sorted({d for cols in layout.values() for _, _, d in cols if d})
+    tables += [TableSpec(d, [Column("text", "str")]) for d in dicts]
     return tables
 
 
-def encode_text(values: np.ndarray, same_as: Optional[np.ndarray] = None):
-    """(int32 codes, distinct texts): -1 for ""/None, -2 where equal to ``same_as``. Comparisons run in C; only
-    the remaining values go through a dict."""
-    n = values.shape[0]
-    codes = np.full(n, -1, dtype=np.int32)
-    rest = np.not_equal(values, None) & np.not_equal(values, "")
-    if same_as is not None:
-        same = values == same_as
-        codes[same] = SAME_AS_TARGET
-        rest &= ~same
-    idx = np.flatnonzero(rest)
-    if idx.size == 0:
-        return codes, []
-    sub, texts = factorize(values[idx])
-    codes[idx] = sub.astype(np.int32)
-    return codes, [t if isinstance(t, str) else json.dumps(t) for t in texts.tolist()]
+class TextDictionary:
+    """Distinct texts in first-seen order; :meth:`encode` gives int32 codes (-1 for ""/None)."""
+
+    def __init__(self):
+        self.index: Dict[str, int] = {}
+
+    def encode(self, values: np.ndarray, same_as: Optional[np.ndarray] = None) -> np.ndarray:
+        n = values.shape[0]
+        codes = np.full(n, -1, dtype=np.int32)
+        rest = np.not_equal(values, None) & np.not_equal(values, "")
+        if same_as is not None:
+            same = values == same_as
+            codes[same] = SAME_AS_TARGET
+            rest &= ~same
+        idx = np.flatnonzero(rest)
+        if idx.size:
+            sub, uniques = factorize(values[idx])
+            setdefault = self.index.setdefault
+            mapped = np.fromiter((setdefault(u if isinstance(u, str) else json.dumps(u), len(self.index))
+                                  for u in uniques.tolist()), dtype=np.int32, count=len(uniques))
+            codes[idx] = mapped[sub]
+        return codes
+
+    def texts(self) -> List[str]:
+        return list(self.index)
 
 
-def _column(values: np.ndarray, kind: str):
-    if kind in ("str", "json"):
-        if values.dtype != object:
-            values = values.astype(object)
-        if kind == "json":
-            return ["" if v is None else (v if isinstance(v, str) else json.dumps(v)) for v in values.tolist()]
-        return values
+def _plain(values: np.ndarray, kind: str):
     return np.asarray(values).astype(kind, copy=False)
 
 
@@ -95,24 +106,26 @@ def write_hdf5(out_dir: Path, mode: str, table: Dict[str, np.ndarray], div: Dict
     from engines.store import StoreWriter
 
     classic = "classic_colour" in table
+    layout = _layout(classic)
     meta = {"framework": "", "schema_version": SCHEMA_VERSION,
             "run_meta": {"mode": mode, "summary": _jsonable(summary)}}
-    with StoreWriter(out_dir, KIND, _specs(classic), meta=meta) as w:
-        if len(table.get("verdict", ())):
+    dicts: Dict[str, TextDictionary] = {}
+    with StoreWriter(out_dir, KIND, _specs(layout), meta=meta) as w:
+        for name, data in (("results", table), ("divergence", div), ("tree", tree), ("golden_only", golden_only)):
+            if not data or not len(next(iter(data.values()))):
+                continue
             values = {}
-            for c, t in _result_columns(classic):
-                if c in table and c not in encoded_columns(classic):
-                    values[c] = _column(table[c], t)
-            for c in encoded_columns(classic):
-                codes, texts = encode_text(table[c], table["target_name"] if c == "golden_name" else None)
-                values[c] = codes
-                if texts:
-                    w.append("dict_" + c, text=texts)
-            w.append("results", **values)
-        for name, cols, data in (("divergence", DIVERGENCE_COLUMNS, div), ("tree", TREE_COLUMNS, tree),
-                                 ("golden_only", GOLDEN_ONLY_COLUMNS, golden_only)):
-            if data and len(next(iter(data.values()))):
-                w.append(name, **{c: _column(data[c], t) for c, t in cols})
+            for c, kind, d in layout[name]:
+                if d is None:
+                    values[c] = _plain(data[c], kind)
+                    continue
+                same = data["target_name"] if (name == "results" and c == "golden_name") else None
+                values[c] = dicts.setdefault(d, TextDictionary()).encode(data[c], same)
+            w.append(name, **values)
+        for d, dictionary in dicts.items():
+            texts = dictionary.texts()
+            if texts:
+                w.append(d, text=texts)
         for name, names in CODE_TABLES.items():
             w.append(name, code=np.arange(len(names), dtype=np.int64), name=list(names))
         w.commit(0)
@@ -125,33 +138,60 @@ def _jsonable(value: Any) -> Any:
 
 def read_results(path, table: str = "results", columns: Optional[list] = None,
                  decode: bool = True) -> Dict[str, np.ndarray]:
-    """A table of a compare result folder (or its ``compare.h5``), as numpy columns; dictionary-coded text
-    columns of ``results`` come back as object arrays of str (``decode=False``: their codes)."""
+    """A table of a compare result folder (or its ``compare.h5``), as numpy columns; text columns come back as
+    object arrays of str (``decode=False``: their codes), ``results.target_name`` rebuilt from record and slot."""
     from engines.store import StoreReader
 
     with StoreReader(Path(path), KIND) as r:
-        out = r.read(table, columns)
-        if table != "results" or not decode:
-            return out
+        if not decode or table not in ("results", "divergence", "tree", "golden_only"):
+            return r.read(table, columns)
+        stored = {c for c in r.table_spec(table).column_names}
+        want = list(columns) if columns is not None else None
+        read_cols = None
+        if want is not None:
+            read_cols = [c for c in want if c in stored]
+            if "target_name" in want or "golden_name" in want:
+                read_cols += [c for c in ("record", "slot") if c not in read_cols]
+        out = r.read(table, read_cols)
+        cache: Dict[str, np.ndarray] = {}
+
+        def lookup(dict_table: str) -> np.ndarray:
+            if dict_table not in cache:
+                texts = r.read(dict_table, ["text"])["text"] if dict_table in r.tables() else np.empty(0, object)
+                arr = np.empty(len(texts) + 1, dtype=object)
+                arr[:len(texts)] = texts
+                arr[-1] = ""  # code -1
+                cache[dict_table] = arr
+            return cache[dict_table]
+
+        layout = {c: d for c, _, d in _layout(False)[table] + _layout(True)[table]}
         for c in list(out):
-            if ("dict_" + c) not in r.tables():
+            d = layout.get(c)
+            if d is None:
                 continue
-            texts = r.read("dict_" + c, ["text"])["text"]
-            lookup = np.empty(len(texts) + 2, dtype=object)
-            lookup[:len(texts)] = texts
-            lookup[-1] = ""  # code -1
             codes = out[c].astype(np.int64)
-            if c == "golden_name":
-                same = codes == SAME_AS_TARGET
-                codes = np.where(same, -1, codes)
-                decoded = lookup[codes]
-                target = out["target_name"] if "target_name" in out else r.read("results", ["target_name"])[
-                    "target_name"]
-                decoded[same] = target[same]
-            else:
-                decoded = lookup[codes]
-            out[c] = decoded
+            same = codes == SAME_AS_TARGET
+            out[c] = lookup(d)[np.where(same, -1, codes)]
+            if same.any():
+                out[c + "__same"] = same
+        if table == "results" and (want is None or "target_name" in want or "golden_name" in want):
+            target = _join(out["record"], out["slot"])
+            if want is None or "target_name" in want:
+                out["target_name"] = target
+            if "golden_name__same" in out:
+                same = out.pop("golden_name__same")
+                out["golden_name"][same] = target[same]
+        for c in [c for c in out if c.endswith("__same")]:
+            del out[c]
+        if want is not None:
+            out = {c: out[c] for c in want if c in out}
         return out
+
+
+def _join(records: np.ndarray, slots: np.ndarray) -> np.ndarray:
+    out = np.empty(records.shape[0], dtype=object)
+    out[:] = [r + "." + s for r, s in zip(records.tolist(), slots.tolist())]
+    return out
 
 
 def read_summary(path) -> Dict[str, Any]:
