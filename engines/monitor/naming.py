@@ -1,0 +1,41 @@
+"""Parameter and module names: wrapper prefixes stripped, and the name filters of ``param_list`` / ``targets``.
+
+A filter entry matches a name when it is equal to it, when it is a glob (``layers.*.attn.*``) that matches, when
+it is a regular expression that matches the whole name, or when it is a dotted prefix of it (``layers.0`` selects
+``layers.0.attn.qkv.weight``: msprobe's monitor selects parameters by prefix).
+"""
+
+import fnmatch
+import re
+from typing import Callable, Iterable, List, Optional
+
+# Wrappers that insert a level into every name: DDP / DataParallel, FSDP1, torch.compile, activation checkpointing.
+_WRAPPER_PARTS = ("module", "_fsdp_wrapped_module", "_orig_mod", "_checkpoint_wrapped_module")
+
+
+def strip_wrappers(name: str) -> str:
+    """``module._orig_mod.layers.0.weight`` -> ``layers.0.weight`` (DECISIONS 14: prefixes stripped for matching)."""
+    parts = [p for p in name.split(".") if p not in _WRAPPER_PARTS]
+    return ".".join(parts)
+
+
+def _compile_one(pattern: str) -> Callable[[str], bool]:
+    pattern = pattern.strip()
+    checks: List[Callable[[str], bool]] = [lambda name, p=pattern: name == p or name.startswith(p + ".")]
+    if any(ch in pattern for ch in "*?["):
+        checks.append(lambda name, p=pattern: fnmatch.fnmatchcase(name, p))
+    try:
+        regex = re.compile(pattern)
+    except re.error:
+        regex = None
+    if regex is not None:
+        checks.append(lambda name, r=regex: r.fullmatch(name) is not None)
+    return lambda name: any(check(name) for check in checks)
+
+
+def name_filter(patterns: Optional[Iterable[str]]) -> Callable[[str], bool]:
+    """A predicate for names; no patterns (None or empty) selects everything."""
+    compiled = [_compile_one(p) for p in (patterns or []) if str(p).strip()]
+    if not compiled:
+        return lambda name: True
+    return lambda name: any(match(name) for match in compiled)
