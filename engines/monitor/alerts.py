@@ -2,11 +2,11 @@
 
 - ``AnomalyTurbulence(threshold, direction)``: the history of a series is an EMA of ``|value|`` (beta 0.99,
   started at the first value, compared *before* it is updated). A value is anomalous when
-  ``|v| > avg * (1 + threshold)`` (``up``), ``|v| < avg * (1 - threshold)`` (``down``), or either (``both``, the
-  default: msprobe's docs promise both directions, its code checks only up). Judged on ``norm``, ``mean`` and
-  single-value series (the loss); the first sample of a series never alerts.
-- ``AnomalyNan(threshold=None)``: NaN **and** ±inf values (msprobe misses inf), a positive ``nans``/``infs``
-  count, and, with a threshold, ``|v| > threshold``. Judged on every metric.
+  ``|v| > avg * (1 + threshold)`` (``up``, the default and msprobe's behaviour), ``|v| < avg * (1 - threshold)``
+  (``down``), or either (``both``: msprobe's docs promise both directions, its code checks only up). Judged on
+  ``norm``, ``mean`` and single-value series (the loss); the first sample of a series never alerts.
+- ``AnomalyNan(threshold=None, include_inf=True)``: NaN and ±inf values (msprobe misses inf), a positive
+  ``nans``/``infs`` count, and, with a threshold, ``|v| > threshold``. Judged on every metric.
 
 Rules are evaluated in the configured order; the first that fires for a value wins. Non-finite values never
 enter the history, so one NaN step does not blind the turbulence rule for the rest of the run.
@@ -55,7 +55,8 @@ class Alert:
 class RuleSpec:
     name: str
     threshold: Optional[float] = None
-    direction: str = "both"
+    direction: str = "up"
+    include_inf: bool = True
 
     @classmethod
     def from_config(cls, rule: Any) -> "RuleSpec":
@@ -65,14 +66,15 @@ class RuleSpec:
         name = rule.get("rule_name") or rule.get("name")
         if name not in RULE_NAMES:
             raise ValueError(f"alert.rules: unknown rule_name {name!r} (one of {', '.join(RULE_NAMES)})")
-        args = dict(rule.get("args") or {})
+        args = {k: v for k, v in dict(rule.get("args") or {}).items() if v is not None}
         threshold = args.get("threshold")
-        direction = str(args.get("direction", "both"))
+        direction = str(args.get("direction", "up"))
         if direction not in DIRECTIONS:
             raise ValueError(f"alert.rules.args.direction: {direction!r} is not one of {', '.join(DIRECTIONS)}")
         if name == "AnomalyTurbulence" and threshold is None:
             raise ValueError("alert.rules: AnomalyTurbulence needs args.threshold")
-        return cls(name, None if threshold is None else float(threshold), direction)
+        return cls(name, None if threshold is None else float(threshold), direction,
+                   bool(args.get("include_inf", True)))
 
 
 class AlertEngine:
@@ -105,8 +107,11 @@ class AlertEngine:
         found = []
         for rule in self.rules:
             if rule.name == "AnomalyNan":
-                counts = np.array([m in ("nans", "infs") for m in metrics]) & (values > 0)
-                hit = ~finite | counts
+                counted = ("nans", "infs") if rule.include_inf else ("nans",)
+                counts = np.array([m in counted for m in metrics]) & (values > 0)
+                hit = np.isnan(values) | counts
+                if rule.include_inf:
+                    hit |= np.isinf(values)
                 if rule.threshold is not None:
                     hit |= finite & (magnitude > rule.threshold)
                 kinds = np.where(np.isnan(values), "nan", np.where(np.isinf(values), "inf", np.where(counts, "count", "threshold")))

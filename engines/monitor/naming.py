@@ -39,3 +39,35 @@ def name_filter(patterns: Optional[Iterable[str]]) -> Callable[[str], bool]:
     if not compiled:
         return lambda name: True
     return lambda name: any(match(name) for match in compiled)
+
+
+def module_filter(patterns: Optional[Iterable[str]]) -> Callable[[str], bool]:
+    """Like :func:`name_filter` but without the prefix rule: ``blocks.0`` selects that module, not its children
+    (use ``blocks.0.*`` or ``blocks\\.0\\..*`` for those). No patterns selects every module."""
+    compiled = []
+    for pattern in (p.strip() for p in (patterns or []) if str(p).strip()):
+        checks: List[Callable[[str], bool]] = [lambda name, p=pattern: name == p]
+        if any(ch in pattern for ch in "*?["):
+            checks.append(lambda name, p=pattern: fnmatch.fnmatchcase(name, p))
+        try:
+            regex = re.compile(pattern)
+            checks.append(lambda name, r=regex: r.fullmatch(name) is not None)
+        except re.error:
+            pass
+        compiled.append(checks)
+    if not compiled:
+        return lambda name: True
+    return lambda name: any(check(name) for checks in compiled for check in checks)
+
+
+_SQUASH = [re.compile(p) for p in (r".*\.(layers?\..*)", r".*?(embeddings?\..*)", r".*?(final.*)", r".*?(output.*)",
+                                   r".*?(norm.*)")]
+
+
+def squash(name: str) -> str:
+    """msprobe's ``squash_name``: keep the tail from the first ``layers.``/``embedding``/``final``/``output``/``norm``."""
+    for pattern in _SQUASH:
+        match = pattern.match(name)
+        if match:
+            return match.group(1)
+    return name
