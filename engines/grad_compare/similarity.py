@@ -1,7 +1,7 @@
 """Direction similarity: the fraction of elements whose ``grad > 0`` bit agrees between two runs.
 
 Both sides keep directions as packed bits (``numpy.packbits``), so a parameter's similarity is
-``1 - popcount(a XOR b) / numel`` computed on the packed bytes (the padding bits are zero on both sides).
+``(numel - popcount(a XOR b)) / numel`` computed on the packed bytes (the padding bits are zero on both sides).
 The per-step ``summary`` is the element-weighted mean over the parameters compared at that step.
 """
 
@@ -19,7 +19,7 @@ def direction_similarity(packed_a: np.ndarray, packed_b: np.ndarray, numel: int)
     if packed_a.shape != packed_b.shape:
         raise ValueError(f"packed directions differ in size: {packed_a.size} vs {packed_b.size} bytes")
     mismatches = int(_POPCOUNT[np.bitwise_xor(packed_a, packed_b)].sum())
-    return 1.0 - mismatches / float(numel)
+    return (numel - mismatches) / float(numel)
 
 
 @dataclass
