@@ -52,6 +52,7 @@ def run_collection(job, run, events) -> CollectionResult:
     from engines.monitor.config_watch import ConfigWatcher
     from engines.monitor.progress import StepReporter
     from engines.monitor.writer import MetricsWriter
+    from engines.monitor.writer_thread import BackgroundWriter
     from engines.targets import run_target
 
     section = job.monitor
@@ -73,16 +74,17 @@ def run_collection(job, run, events) -> CollectionResult:
 
     writer = MetricsWriter(rank_dir, rank=rank, world_size=world_size, framework=framework,
                            rules=alert_rules(section), store_options=store_options(job),
-                           run_meta=section_meta(section), on_alert=on_alert, **writer_options(section))
+                           run_meta=section_meta(section), **writer_options(section))
+    background = BackgroundWriter(writer)
     reporter = StepReporter(events, declared_steps(target), target_reports_steps=from_demo,
                             extra=lambda: {"records": writer.series_count, "bytes": writer.bytes_written})
     path = config_path_of(job)
     watcher = None
     if path is not None and path.is_file():
         watcher = ConfigWatcher(path, on_error=lambda text: events.emit("message", level="warning", text=text))
-    session = MonitorSession(section, writer, rank=rank, loss_from_target=from_demo, watcher=watcher,
+    session = MonitorSession(section, background, rank=rank, loss_from_target=from_demo, watcher=watcher,
                              on_message=lambda level, text: events.emit("message", level=level, text=text),
-                             on_step=reporter.from_hook)
+                             on_step=reporter.from_hook, on_alert=on_alert)
     session.install()
 
     def on_step(step, loss=None):
@@ -97,7 +99,7 @@ def run_collection(job, run, events) -> CollectionResult:
         status = "finished" if result.ok else "failed"
     finally:
         session.remove()
-        writer.close(status)
+        background.close(status)
     summary: Dict[str, Any] = {
         "rank": rank,
         "steps_collected": writer.steps,

@@ -64,6 +64,7 @@ class MonitorSession:
         watcher=None,
         on_message: Optional[Callable[[str, str], None]] = None,
         on_step: Optional[Callable[[int], None]] = None,
+        on_alert: Optional[Callable] = None,
     ):
         self.writer = writer
         self.rank = rank
@@ -71,6 +72,7 @@ class MonitorSession:
         self._watcher = watcher
         self._on_message = on_message or (lambda level, text: log.log(logging.WARNING, text))
         self._on_step = on_step
+        self._on_alert = on_alert
         self._finder = ModelFinder(on_root=self._attach_root)
         self._explicit = [model] if model is not None else []
         self._namer = ParamNamer(self._finder, self._explicit)
@@ -95,6 +97,7 @@ class MonitorSession:
         targets = _targets(section)
         self._targets = targets
         self._select_params = name_filter(list(targets))
+        self._param_cache = {}
         self._squash = bool(getattr(section, "squash_name", False))
         xy = bool(getattr(section, "xy_distribution", False))
         self._all_modules = xy and (not targets or bool(getattr(section, "all_xy", False)))
@@ -141,6 +144,10 @@ class MonitorSession:
         return self
 
     def remove(self) -> None:
+        flush = getattr(self.writer, "flush", None)
+        if flush is not None:
+            flush()
+            self._report()
         for handle in self._handles:
             handle.remove()
         self._handles = []
@@ -171,8 +178,15 @@ class MonitorSession:
         return optimizer is primary
 
     def _params(self, optimizer):
-        named = [(self._name(n), p) for n, p in self._namer.optimizer_params(optimizer)]
-        return [(n, p) for n, p in named if self._select_params(n)]
+        """``(all named parameters, selected ones)`` of an optimizer, cached until its parameters change."""
+        signature = (tuple(len(g["params"]) for g in optimizer.param_groups), len(self._finder.roots))
+        cached = self._param_cache.get(id(optimizer))
+        if cached is not None and cached[0] == signature:
+            return cached[1], cached[2]
+        everything = [(self._name(n), p) for n, p in self._namer.optimizer_params(optimizer)]
+        selected = [(n, p) for n, p in everything if self._select_params(n)]
+        self._param_cache[id(optimizer)] = (signature, everything, selected)
+        return everything, selected
 
     def _pre_step(self, optimizer, args, kwargs):
         if not self._collecting:
@@ -187,14 +201,23 @@ class MonitorSession:
 
     def _record_pre(self, optimizer) -> None:
         section = self.section
-        named = self._params(optimizer)
-        with_grad = [(n, g) for n, p in named if (g := optim_metrics.grad_of(p)) is not None]
-        if getattr(section, "wg_distribution", False):
-            optim_metrics.add_bulk(self._metrics, "grad_reduced", with_grad, self.ops, self.eps)
-        all_grads = [g for _, p in self._namer.optimizer_params(optimizer) if (g := optim_metrics.grad_of(p)) is not None]
-        if all_grads:
-            norms = torch._foreach_norm(all_grads, 2, dtype=torch.float32)
-            total = torch.linalg.vector_norm(torch.stack(norms).to(torch.float64))
+        everything, named = self._params(optimizer)
+        grads = [(n, optim_metrics.grad_of(p)) for n, p in named]
+        with_grad = [(n, g) for n, g in grads if g is not None]
+        block = None
+        if getattr(section, "wg_distribution", False) and with_grad:
+            block = self._metrics.add_bulk("grad_reduced", [n for n, _ in with_grad], [g for _, g in with_grad],
+                                           self.ops, self.eps)
+        if block is not None and "norm" in self.ops and len(named) == len(everything):
+            norms = block[:, self.ops.index("norm")]  # every parameter is already measured
+            total = torch.linalg.vector_norm(norms)
+        else:
+            all_grads = [g for _, p in everything if (g := optim_metrics.grad_of(p)) is not None]
+            total = None
+            if all_grads:
+                norms = torch._foreach_norm(all_grads, 2, dtype=torch.float32)
+                total = torch.linalg.vector_norm(torch.stack(norms).to(torch.float64))
+        if total is not None:
             self._metrics.add_value("train", "grad_norm", "value", total)
         if getattr(section, "param_distribution", False):
             optim_metrics.add_bulk(self._metrics, "param_origin", named, self.ops, self.eps)
@@ -216,7 +239,7 @@ class MonitorSession:
 
     def _record_post(self, optimizer) -> None:
         section = self.section
-        named = self._params(optimizer)
+        _, named = self._params(optimizer)
         if getattr(section, "mv_distribution", False):
             optim_metrics.record_adam_state(self._metrics, optimizer, named, self.ops, self.eps)
         if getattr(section, "ur_distribution", False):
@@ -233,8 +256,9 @@ class MonitorSession:
                     self._metrics.add_value("train", "loss", "value", loss)
                 values = self._metrics.collect()
                 metrics = self._metrics
-                self.writer.write_step(step, metrics.keys, values, metrics.shapes, metrics.dtypes)
+                alerts = self.writer.write_step(step, metrics.keys, values, metrics.shapes, metrics.dtypes)
                 self.last_collected = step
+                self._report(alerts)
             except Exception:
                 self.failures += 1
                 log.exception("probe-tui monitor: writing step %d failed; the step is skipped", step)
@@ -247,6 +271,16 @@ class MonitorSession:
         self.step += 1
         self._poll_config()
         self._begin_step()
+
+    def _report(self, alerts=None) -> None:
+        """Alerts found by the writer (at once, or a step later from the background writer) to ``on_alert``."""
+        found = list(alerts or [])
+        drain = getattr(self.writer, "drain_alerts", None)
+        if drain is not None:
+            found += drain()
+        if self._on_alert is not None:
+            for alert in found:
+                self._on_alert(alert)
 
     def _poll_config(self) -> None:
         if self._watcher is None:
