@@ -81,6 +81,7 @@ class MonitorSession:
         self.step = 0
         self.failures = 0
         self.last_collected: Optional[int] = None
+        self._given_loss: Optional[torch.Tensor] = None
         self._metrics = StepMetrics()
         self._collecting = False
         self._activations: Optional[ActivationHooks] = None
@@ -250,6 +251,8 @@ class MonitorSession:
     def _end_step(self) -> None:
         step = self.step
         loss = self._finder.take_loss()
+        if self._given_loss is not None:
+            loss, self._given_loss = self._given_loss, None
         if self._collecting:
             try:
                 if loss is not None and not self._loss_from_target:
@@ -296,6 +299,18 @@ class MonitorSession:
         self._on_message("info", f"monitor: config reloaded from {self._watcher.path}; it applies from step {self.step}")
 
     # -- values the target reports -----------------------------------------------------------------------------
+    def set_loss(self, loss) -> None:
+        """The loss of the step in progress (before ``optimizer.step()``); read in the step's single copy."""
+        if isinstance(loss, torch.Tensor):
+            self._given_loss = loss.detach()
+        elif loss is not None:
+            self._given_loss = torch.tensor(float(loss), dtype=torch.float64)
+        self._loss_from_target = False
+
+    def set_primary(self, optimizer) -> None:
+        """Name the optimizer whose steps are the monitor's steps (the in-script API knows it)."""
+        self._primary = weakref.ref(optimizer)
+
     def record_loss(self, loss, step: Optional[int] = None) -> None:
         """A loss reported after the optimizer step (the demo's on_step, the in-script API)."""
         ended = self.step - 1  # the step that just ended; its loss arrives after optimizer.step()
