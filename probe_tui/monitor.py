@@ -56,7 +56,7 @@ class TrainingMonitor:
             watcher = ConfigWatcher(Path(config))
         self.alerts = []
         self._session = MonitorSession(section, self._writer, rank=self.rank, model=model, watcher=watcher,
-                                       on_alert=self.alerts.append)
+                                       on_alerts=self.alerts.extend)
         if optimizer is not None:
             self._session.set_primary(optimizer)
         self._session.install()

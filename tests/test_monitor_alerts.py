@@ -31,9 +31,13 @@ def test_turbulence_compares_with_the_ema_before_it_is_updated():
 def test_ema_uses_beta_099_and_absolute_values():
     engine = AlertEngine([RuleSpec("AnomalyTurbulence", 0.1, "up")])
     _run(engine, [[-2.0], [4.0]], ["mean"])
-    # after step 0: 2.0; after step 1: 0.99 * 2 + 0.01 * 4 = 2.02; a value of 2.3 is 13.9% above -> alert
+    # after step 0: 2.0; step 1 (4.0) alerts and enters clipped to 2.2: 0.99 * 2 + 0.01 * 2.2 = 2.002
     (alert,) = engine.check(2, np.array([0]), np.array([2.3]), _describe(["mean"]))
-    assert alert.baseline == pytest.approx(2.02)
+    assert alert.baseline == pytest.approx(2.002)
+    engine = AlertEngine([RuleSpec("AnomalyTurbulence", 1.0, "up")])
+    _run(engine, [[-2.0], [3.0]], ["mean"])  # no alert: 3 < 2 * 2, enters as is: 0.99 * 2 + 0.01 * 3
+    (alert,) = engine.check(2, np.array([0]), np.array([4.1]), _describe(["mean"]))
+    assert alert.baseline == pytest.approx(2.01)
 
 
 @pytest.mark.parametrize("direction, fires", [("up", [True, False]), ("down", [False, True]), ("both", [True, True])])
@@ -77,3 +81,12 @@ def test_rule_spec_from_msprobe_config():
         RuleSpec.from_config({"rule_name": "Nope"})
     with pytest.raises(ValueError, match="threshold"):
         RuleSpec.from_config({"rule_name": "AnomalyTurbulence"})
+
+
+def test_a_spike_enters_the_history_clipped_so_the_next_normal_step_is_not_a_drop():
+    engine = AlertEngine([RuleSpec("AnomalyTurbulence", 0.5, "both")])
+    alerts = _run(engine, [[1.0], [1.0], [1e4], [1.0]], ["norm"])
+    assert [len(a) for a in alerts] == [0, 0, 1, 0]
+    # the history took 1.5 (the band's edge), not 1e4: 0.99 * 1 + 0.01 * 1.5
+    (alert,) = engine.check(4, np.array([0]), np.array([10.0]), _describe(["norm"]))
+    assert alert.baseline == pytest.approx(0.99 * (0.99 * 1.0 + 0.01 * 1.5) + 0.01 * 1.0)

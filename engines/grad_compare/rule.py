@@ -23,8 +23,8 @@ class Violation:
 
     def describe(self, threshold: float, drop: float) -> str:
         if self.reason == "below_threshold":
-            return f"similarity {self.similarity:.4f} < {threshold} at the first compared step"
-        return f"similarity dropped {self.previous - self.similarity:.4f} (> {drop}) from {self.previous:.4f} to {self.similarity:.4f}"
+            return f"{self.similarity:.4f} < {threshold} at its first step"
+        return f"dropped {self.previous - self.similarity:.4f} > {drop} (from {self.previous:.4f})"
 
 
 @dataclass

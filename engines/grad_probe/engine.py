@@ -61,9 +61,9 @@ def run_collection(job, run, events) -> CollectionResult:
     from engines.targets import run_target
 
     section = job.grad_probe
-    framework = getattr(run, "framework", None) or getattr(job, "framework", "pytorch")
-    if framework == "auto":
-        framework = "pytorch"
+    from engines.runner import resolve_framework
+
+    framework = resolve_framework(job)
     if framework != "pytorch":
         events.emit("message", level="error", text=f"grad_probe runs on PyTorch only in this build (framework {framework!r})")
         return CollectionResult(2, {"error": f"framework: grad_probe supports pytorch, not {framework}"})

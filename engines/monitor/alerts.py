@@ -9,7 +9,9 @@
   ``nans``/``infs`` count, and, with a threshold, ``|v| > threshold``. Judged on every metric.
 
 Rules are evaluated in the configured order; the first that fires for a value wins. Non-finite values never
-enter the history, so one NaN step does not blind the turbulence rule for the rest of the run.
+enter the history, so one NaN step does not blind the turbulence rule for the rest of the run; a value the
+turbulence rule flagged enters it clipped to the edge of the band (``avg * (1 ± threshold)``), so that one spike
+does not make the next normal steps look like a drop, while a lasting change of level is still learnt.
 """
 
 from dataclasses import asdict, dataclass
@@ -104,6 +106,7 @@ class AlertEngine:
         seen = self._seen[ids]
         baseline = np.where(seen, self._ema[ids], np.nan)
         fired = np.zeros(ids.size, dtype=bool)
+        clipped = magnitude.copy()
         found = []
         for rule in self.rules:
             if rule.name == "AnomalyNan":
@@ -121,6 +124,8 @@ class AlertEngine:
                 down = judged & (magnitude < baseline * (1.0 - rule.threshold))
                 hit = {"up": up, "down": down, "both": up | down}[rule.direction]
                 kinds = np.where(up, "up", "down")
+                band_hi, band_lo = baseline * (1.0 + rule.threshold), baseline * max(0.0, 1.0 - rule.threshold)
+                clipped = np.where(hit & up, band_hi, np.where(hit & down, band_lo, clipped))
             new = hit & ~fired
             fired |= hit
             for i in np.flatnonzero(new):
@@ -130,7 +135,7 @@ class AlertEngine:
         first = update & ~seen
         later = update & seen
         self._ema[ids[first]] = magnitude[first]
-        self._ema[ids[later]] = BETA * self._ema[ids[later]] + (1.0 - BETA) * magnitude[later]
+        self._ema[ids[later]] = BETA * self._ema[ids[later]] + (1.0 - BETA) * clipped[later]
         self._seen[ids[update]] = True
         alerts = []
         for i, rule_name, kind in sorted(found, key=lambda item: item[0]):

@@ -23,12 +23,11 @@ class CollectionResult:
 
 
 def config_path_of(job) -> Optional[Path]:
-    """The file the job was loaded from, when the loader recorded it."""
-    for attr in ("source_path", "config_path", "_source_path"):
-        value = getattr(job, attr, None)
-        if value:
-            return Path(value)
-    return None
+    """The file the job was loaded from (None for a dict or a JSON string)."""
+    from schemas import config_source
+
+    source = config_source(job)
+    return Path(source) if source else None
 
 
 def writer_options(section) -> Dict[str, Any]:
@@ -56,9 +55,9 @@ def run_collection(job, run, events) -> CollectionResult:
     from engines.targets import run_target
 
     section = job.monitor
-    framework = getattr(run, "framework", None) or getattr(job, "framework", "pytorch")
-    if framework == "auto":
-        framework = "pytorch"
+    from engines.runner import resolve_framework
+
+    framework = resolve_framework(job)
     if framework != "pytorch":
         events.emit("message", level="error", text=f"monitor runs on PyTorch only in this build (framework {framework!r})")
         return CollectionResult(2, {"error": f"framework: monitor supports pytorch, not {framework}"})
@@ -69,8 +68,13 @@ def run_collection(job, run, events) -> CollectionResult:
     rank_dir = Path(run.rank_dir(rank))
     from_demo = "demo" in target
 
-    def on_alert(alert):
-        events.emit("message", level="warning", text=f"alert: {alert.message}")
+    def on_alerts(alerts):
+        by_step = {}
+        for alert in alerts:
+            by_step.setdefault(alert.step, []).append(alert)
+        for step, found in sorted(by_step.items()):
+            more = f" (+{len(found) - 1} more in anomalies.jsonl)" if len(found) > 1 else ""
+            events.emit("message", level="warning", text=f"alert at step {step}: {found[0].message}{more}")
 
     writer = MetricsWriter(rank_dir, rank=rank, world_size=world_size, framework=framework,
                            rules=alert_rules(section), store_options=store_options(job),
@@ -84,7 +88,7 @@ def run_collection(job, run, events) -> CollectionResult:
         watcher = ConfigWatcher(path, on_error=lambda text: events.emit("message", level="warning", text=text))
     session = MonitorSession(section, background, rank=rank, loss_from_target=from_demo, watcher=watcher,
                              on_message=lambda level, text: events.emit("message", level=level, text=text),
-                             on_step=reporter.from_hook, on_alert=on_alert)
+                             on_step=reporter.from_hook, on_alerts=on_alerts)
     session.install()
 
     def on_step(step, loss=None):
@@ -111,6 +115,8 @@ def run_collection(job, run, events) -> CollectionResult:
         first = writer.first_alert
         summary["first_alert"] = f"step {first.step}: {first.name} {first.tag} {first.metric} = {first.value:.4g} ({first.rule}, {first.kind})"
         summary["anomalies"] = str(rank_dir / "anomalies.jsonl")
+    if writer.alerts:
+        summary["tables"] = [_alerts_table(rank_dir)]
     if writer.csv is not None:
         summary["csv"] = str(rank_dir / "monitor_csv")
     if writer.tensorboard is not None:
@@ -123,3 +129,20 @@ def run_collection(job, run, events) -> CollectionResult:
         summary["error"] = getattr(result, "error", "the target failed")
         return CollectionResult(1, summary)
     return CollectionResult(3 if writer.alerts else 0, summary)
+
+
+def _alerts_table(rank_dir: Path, limit: int = 50) -> Dict[str, Any]:
+    from engines.monitor.reader import open_metrics
+
+    with open_metrics(rank_dir) as metrics:
+        alerts = metrics.alerts()
+    rows = [[a["step"], a["name"], f"{a['tag']} {a['metric']}", a["value"], _why(a)] for a in alerts[:limit]]
+    return {"title": f"alerts ({len(alerts)}; all in anomalies.jsonl and the store)",
+            "columns": ["step", "series", "metric", "value", "why"], "rows": rows}
+
+
+def _why(alert: Dict[str, Any]) -> str:
+    baseline = alert.get("baseline")
+    if alert["kind"] in ("up", "down") and baseline:
+        return f"{alert['kind']} x{alert['value'] / baseline:.3g} of the mean"
+    return alert["kind"]

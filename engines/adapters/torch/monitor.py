@@ -64,7 +64,7 @@ class MonitorSession:
         watcher=None,
         on_message: Optional[Callable[[str, str], None]] = None,
         on_step: Optional[Callable[[int], None]] = None,
-        on_alert: Optional[Callable] = None,
+        on_alerts: Optional[Callable] = None,
     ):
         self.writer = writer
         self.rank = rank
@@ -72,7 +72,7 @@ class MonitorSession:
         self._watcher = watcher
         self._on_message = on_message or (lambda level, text: log.log(logging.WARNING, text))
         self._on_step = on_step
-        self._on_alert = on_alert
+        self._on_alerts = on_alerts
         self._finder = ModelFinder(on_root=self._attach_root)
         self._explicit = [model] if model is not None else []
         self._namer = ParamNamer(self._finder, self._explicit)
@@ -276,14 +276,13 @@ class MonitorSession:
         self._begin_step()
 
     def _report(self, alerts=None) -> None:
-        """Alerts found by the writer (at once, or a step later from the background writer) to ``on_alert``."""
+        """Alerts found by the writer (at once, or a step later from the background writer) to ``on_alerts``."""
         found = list(alerts or [])
         drain = getattr(self.writer, "drain_alerts", None)
         if drain is not None:
             found += drain()
-        if self._on_alert is not None:
-            for alert in found:
-                self._on_alert(alert)
+        if found and self._on_alerts is not None:
+            self._on_alerts(found)
 
     def _poll_config(self) -> None:
         if self._watcher is None:
