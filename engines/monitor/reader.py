@@ -102,6 +102,7 @@ class MetricsReader:
         self.path = Path(rank_dir)
         self._series: List[SeriesInfo] = []
         self._by_key: Dict[str, SeriesInfo] = {}
+        self._step_col = np.zeros(0, dtype=np.int64)  # the committed values rows' step column, read once
         self._lock = threading.RLock()
         self._load_series()
 
@@ -135,8 +136,18 @@ class MetricsReader:
             self._series.append(info)
             self._by_key[info.key] = info
 
+    def _load_steps(self) -> np.ndarray:
+        """The step of every committed values row (non-decreasing: steps are appended in order)."""
+        n = self._store.num_rows(VALUES)
+        if n > len(self._step_col):
+            new = self._store.read(VALUES, ["step"], rows=slice(len(self._step_col), n))["step"]
+            self._step_col = np.concatenate([self._step_col, new.astype(np.int64)])
+        return self._step_col
+
     def steps(self) -> List[int]:
-        return self._store.steps()
+        """The collected steps committed so far, in order."""
+        with self._lock:
+            return [int(s) for s in np.unique(self._load_steps())]
 
     def series(self, tag: Optional[str] = None, name: Optional[str] = None,
                metric: Optional[str] = None) -> List[SeriesInfo]:
@@ -158,11 +169,17 @@ class MetricsReader:
         return info
 
     # -- reading -----------------------------------------------------------------------------------------------
-    def _window_steps(self, steps: Optional[Tuple[int, int]]) -> Optional[List[int]]:
+    def _window_rows(self, steps: Optional[Tuple[Optional[int], Optional[int]]]):
+        """The committed values rows of a step window: a slice when rows are in step order, else indices."""
+        col = self._load_steps()
         if steps is None:
-            return None
+            return slice(0, len(col))
         lo, hi = steps
-        return [s for s in self._store.steps() if (lo is None or s >= lo) and (hi is None or s <= hi)]
+        lo = np.iinfo(np.int64).min if lo is None else int(lo)
+        hi = np.iinfo(np.int64).max if hi is None else int(hi)
+        if len(col) < 2 or np.all(col[1:] >= col[:-1]):
+            return slice(int(np.searchsorted(col, lo, "left")), int(np.searchsorted(col, hi, "right")))
+        return np.flatnonzero((col >= lo) & (col <= hi))
 
     def read(self, series: SeriesRef, steps: Optional[Tuple[int, int]] = None) -> Series:
         """One series over a step window (inclusive; None for all steps): its steps and values, in step order."""
@@ -171,11 +188,12 @@ class MetricsReader:
     def read_many(self, series: Sequence[SeriesRef], steps: Optional[Tuple[int, int]] = None) -> Dict[str, Series]:
         with self._lock:
             infos = [self.info(s) for s in series]
-            window = self._window_steps(steps)
-            if window == []:
-                empty = np.zeros(0)
-                return {i.key: Series(i, empty.astype(np.int64), empty) for i in infos}
-            data = self._store.read(VALUES, steps=window)
+            rows = self._window_rows(steps)
+            empty = isinstance(rows, slice) and rows.stop <= rows.start or not isinstance(rows, slice) and not rows.size
+            if empty:
+                data = {"step": np.zeros(0, np.int64), "series": np.zeros(0, np.int64), "value": np.zeros(0)}
+            else:
+                data = self._store.read(VALUES, rows=rows)
         out = {}
         for info in infos:
             mask = data["series"] == info.id
@@ -186,11 +204,13 @@ class MetricsReader:
     def alerts(self, steps: Optional[Tuple[int, int]] = None) -> List[dict]:
         """Alerts (step, series, tag, name, module, metric, value, baseline, rule, kind, message), in order."""
         with self._lock:
-            window = self._window_steps(steps)
-            if window == [] or self._store.num_rows(ALERTS) == 0:
+            if self._store.num_rows(ALERTS) == 0:
                 return []
-            data = self._store.read(ALERTS, steps=window)
-        return _rows(data)
+            rows = _rows(self._store.read(ALERTS))
+        if steps is None:
+            return rows
+        lo, hi = steps
+        return [r for r in rows if (lo is None or r["step"] >= lo) and (hi is None or r["step"] <= hi)]
 
     # -- following ---------------------------------------------------------------------------------------------
     def follow(self, callback: Optional[Callable[[StepUpdate], None]] = None, *, poll_s: float = 0.5,

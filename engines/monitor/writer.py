@@ -63,6 +63,8 @@ class MetricsWriter:
                             "(pip install 'probe-tui[report]')")
                 self.tensorboard = None
         self.steps = 0
+        self.commits = 0
+        self._pending_step: Optional[int] = None
         self.alerts = 0
         self.first_alert: Optional[Alert] = None
 
@@ -102,16 +104,37 @@ class MetricsWriter:
     # -- steps -----------------------------------------------------------------------------------------------
     def write_step(self, step: int, keys: Sequence[SeriesKey], values: np.ndarray,
                    shapes: Optional[Sequence[str]] = None, dtypes: Optional[Sequence[str]] = None) -> List[Alert]:
+        """Append one step and commit it (readers see it at once)."""
+        alerts = self.append_step(step, keys, values, shapes, dtypes)
+        self.commit()
+        return alerts
+
+    def append_step(self, step: int, keys: Sequence[SeriesKey], values: np.ndarray,
+                    shapes: Optional[Sequence[str]] = None, dtypes: Optional[Sequence[str]] = None) -> List[Alert]:
+        """Append one step without committing (a later ``commit`` makes it and any others visible at once)."""
         alerts = self._append(step, keys, values, shapes, dtypes)
-        self._store.commit(step, series=len(keys), alerts=len(alerts))
         self.steps += 1
+        self._pending_step = step
         return alerts
 
     def write_late(self, step: int, keys: Sequence[SeriesKey], values: np.ndarray) -> List[Alert]:
-        """Values of an already committed step (the loss reported after the optimizer step)."""
-        alerts = self._append(step, keys, values, None, None)
-        self._store.commit(step, series=len(keys), alerts=len(alerts), late=True)
+        """Values of a step already appended (the loss reported after the optimizer step), committed."""
+        alerts = self.append_late(step, keys, values)
+        self.commit()
         return alerts
+
+    def append_late(self, step: int, keys: Sequence[SeriesKey], values: np.ndarray) -> List[Alert]:
+        alerts = self._append(step, keys, values, None, None)
+        self._pending_step = max(step, self._pending_step) if self._pending_step is not None else step
+        return alerts
+
+    def commit(self) -> None:
+        """Make everything appended so far visible to readers; the commit carries the last step appended."""
+        if self._pending_step is None:
+            return
+        self._store.commit(self._pending_step)
+        self._pending_step = None
+        self.commits += 1
 
     def _append(self, step, keys, values, shapes, dtypes) -> List[Alert]:
         values = np.asarray(values, dtype=np.float64)
@@ -165,6 +188,7 @@ class MetricsWriter:
 
     def close(self, status: str = "finished") -> None:
         try:
+            self.commit()
             if self.tensorboard is not None:
                 self.tensorboard.close()
         finally:
