@@ -192,3 +192,36 @@ def test_csv_and_tensorboard_exports(tmp_path):
     events = acc.Scalars("loss/rank0/train_value")
     assert [e.step for e in events] == [0, 1]
     assert events[1].value == pytest.approx(losses[1], rel=1e-6)
+
+
+def test_micro_batch_gradients_structure_and_stacks(tmp_path):
+    sec = section(wg_distribution=True, monitor_mbs_grad=True, print_struct=True, stack_info=True)
+    writer = MetricsWriter(tmp_path / "rank0", rules=alert_rules(sec))
+    session = MonitorSession(sec, writer).install()
+    micro_grads = []
+    try:
+        torch.manual_seed(0)
+        model = Net()
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        for _ in range(2):
+            optimizer.zero_grad()
+            for _micro in range(2):  # gradient accumulation over two micro-batches
+                model(torch.randn(3, 10)).pow(2).mean().backward()
+                micro_grads.append(model.fc2.weight.grad.clone())
+            optimizer.step()
+    finally:
+        session.remove()
+        writer.close()
+    metrics = open_metrics(tmp_path)
+    first = metrics.read("grad_unreduced/fc2.weight/norm").values
+    second = metrics.read("grad_unreduced/fc2.weight:1/norm").values
+    # each micro-batch's own gradient, before accumulation: the second is the difference of the running sums
+    assert first[1] == pytest.approx(micro_grads[2].norm().item(), rel=1e-6)
+    assert second[1] == pytest.approx((micro_grads[3] - micro_grads[2]).norm().item(), rel=1e-5)
+    assert metrics.read("grad_reduced/fc2.weight/norm").values[1] == pytest.approx(micro_grads[3].norm().item(),
+                                                                                   rel=1e-6)
+    struct = json.loads((tmp_path / "rank0" / "module_struct.json").read_text())
+    assert struct["fc1"]["input"] == {"config": "tuple[1]", "0": "size=(3, 10), dtype=torch.float32"}
+    assert struct["fc2"]["output"]["0"] == "size=(3, 4), dtype=torch.float32"
+    stacks = json.loads((tmp_path / "rank0" / "stack_info.json").read_text())
+    assert set(stacks) == {"fc1", "fc2"} and any("test_monitor_session.py" in line for line in stacks["fc1"])

@@ -23,6 +23,7 @@ import torch
 from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
 from engines.adapters.torch import monitor_optim as optim_metrics
+from engines.adapters.torch.monitor_extras import MicroBatchGrads, StructureRecorder
 from engines.adapters.torch.monitor_hooks import ActivationHooks
 from engines.adapters.torch.monitor_models import ModelFinder, ParamNamer
 from engines.adapters.torch.monitor_stats import StepMetrics
@@ -85,6 +86,11 @@ class MonitorSession:
         self._metrics = StepMetrics()
         self._collecting = False
         self._activations: Optional[ActivationHooks] = None
+        self._micro: Optional[MicroBatchGrads] = None
+        self._structure: Optional[StructureRecorder] = None
+        self._structure_done = False
+        self._module_names = {}
+        self.rank_dir = getattr(writer, "rank_dir", None)
         self._configure(section, not_before=0)
 
     # -- configuration -----------------------------------------------------------------------------------------
@@ -108,6 +114,14 @@ class MonitorSession:
         if self._activations is not None:
             self._activations.remove()
             self._activations = None
+        if self._micro is not None:
+            self._micro.remove()
+            self._micro = None
+        if getattr(section, "monitor_mbs_grad", False):
+            self._micro = MicroBatchGrads(lambda name, grad: self._measure("grad_unreduced", name, grad),
+                                          is_active=lambda: self._collecting)
+        if getattr(section, "print_struct", False) or getattr(section, "stack_info", False):
+            self._structure_done = False
         if xy:
             self._activations = ActivationHooks(
                 self._measure,
@@ -115,8 +129,8 @@ class MonitorSession:
                 backward=not getattr(section, "forward_only", False),
                 is_active=lambda: self._collecting,
             )
-            for root in self._explicit + self._finder.roots:
-                self._attach_root(root)
+        for root in self._explicit + self._finder.roots:
+            self._attach_root(root)
         self.writer.set_rules(alert_rules(section))
 
     def _name(self, name: str) -> str:
@@ -124,6 +138,12 @@ class MonitorSession:
         return squash(name) if self._squash else name
 
     def _attach_root(self, root: torch.nn.Module) -> None:
+        for raw_name, module in root.named_modules():
+            if raw_name:
+                self._module_names.setdefault(id(module), self._name(raw_name))
+        if self._micro is not None:
+            named = [(self._name(n), p) for n, p in root.named_parameters()]
+            self._micro.attach([(n, p) for n, p in named if self._select_params(n)])
         if self._activations is None:
             return
         for raw_name, module in root.named_modules():
@@ -155,6 +175,11 @@ class MonitorSession:
         self._finder.remove()
         if self._activations is not None:
             self._activations.remove()
+        if self._micro is not None:
+            self._micro.remove()
+        if self._structure is not None:
+            self._structure.finish()
+            self._structure = None
 
     # -- per step ----------------------------------------------------------------------------------------------
     def _begin_step(self) -> None:
@@ -162,6 +187,15 @@ class MonitorSession:
         self._collecting = self.schedule.wants(self.step, self.rank)
         if self._activations is not None:
             self._activations.new_step()
+        if self._micro is not None:
+            self._micro.new_step()
+        section = self.section
+        wants_structure = getattr(section, "print_struct", False) or getattr(section, "stack_info", False)
+        if wants_structure and self._collecting and not self._structure_done and self._structure is None \
+                and self.rank_dir is not None:
+            self._structure = StructureRecorder(self.rank_dir, lambda m: self._module_names.get(id(m)),
+                                                struct=bool(getattr(section, "print_struct", False)),
+                                                stacks=bool(getattr(section, "stack_info", False)))
 
     def _measure(self, tag: str, name: str, tensor: torch.Tensor) -> None:
         try:
@@ -266,9 +300,21 @@ class MonitorSession:
                 self.failures += 1
                 log.exception("probe-tui monitor: writing step %d failed; the step is skipped", step)
             self.schedule.collected += 1
-            if self.schedule.finished and self._activations is not None:
-                self._activations.remove()
-                self._activations = None
+            if self._structure is not None:
+                try:
+                    written = self._structure.finish()
+                    self._on_message("info", "monitor: wrote " + ", ".join(str(p) for p in written))
+                except OSError as exc:
+                    self._on_message("warning", f"monitor: could not write the module structure ({exc})")
+                self._structure = None
+                self._structure_done = True
+            if self.schedule.finished:
+                if self._activations is not None:
+                    self._activations.remove()
+                    self._activations = None
+                if self._micro is not None:
+                    self._micro.remove()
+                    self._micro = None
         if self._on_step is not None:
             self._on_step(step)
         self.step += 1
