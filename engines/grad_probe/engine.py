@@ -56,58 +56,39 @@ def store_options(job) -> Dict[str, Any]:
 
 
 def run_collection(job, run, events) -> CollectionResult:
-    from engines.grad_probe.writer import GradStoreWriter
     from engines.monitor.progress import StepReporter
+    from engines.runner import resolve_framework
     from engines.targets import run_target
 
     section = job.grad_probe
-    from engines.runner import resolve_framework
-
     framework = resolve_framework(job)
     if framework != "pytorch":
         events.emit("message", level="error", text=f"grad_probe runs on PyTorch only in this build (framework {framework!r})")
         return CollectionResult(2, {"error": f"framework: grad_probe supports pytorch, not {framework}"})
-    from engines.adapters.torch.grad_probe import GradProbeHook
+    from engines.adapters.torch.grad_probe import start_grad_probe
 
     target = target_dict(job.target)
     rank, world_size = process_rank()
     ranks = list(getattr(job, "rank", None) or [])
     selected = not ranks or rank in ranks
     rank_dir = run.rank_dir(rank)
-    writer = None
-    hook = None
+    probe = None
     reporter = StepReporter(events, declared_steps(target), target_reports_steps="demo" in target,
-                            extra=lambda: {"records": writer.rows if writer else 0,
-                                           "bytes": writer.bytes_written if writer else 0})
+                            extra=lambda: {"records": probe.writer.rows if probe else 0,
+                                           "bytes": probe.writer.bytes_written if probe else 0})
     if selected:
-        writer = GradStoreWriter(
-            rank_dir,
-            level=section.grad_level,
-            bounds=section.bounds,
-            param_list=section.param_list,
-            rank=rank,
-            world_size=world_size,
-            framework=framework,
-            csv_dir=rank_dir if getattr(section, "export_csv", False) else None,
-            store_options=store_options(job),
-        )
-
-        def sink(stats):
-            writer.write(stats)
-            reporter.from_hook(stats.step)
-
-        hook = GradProbeHook(sink, level=section.grad_level, bounds=section.bounds,
-                             param_list=section.param_list, steps=list(getattr(job, "step", None) or []) or None)
-        hook.install()
+        probe = start_grad_probe(section, rank_dir, steps=list(getattr(job, "step", None) or []) or None,
+                                 rank=rank, world_size=world_size, store_options=store_options(job),
+                                 on_step=reporter.from_hook)
     status = "failed"
+    result = None
     try:
         result = run_target(target, framework=framework, on_step=reporter.from_target)
         status = "finished" if result.ok else "failed"
     finally:
-        if hook is not None:
-            hook.remove()
-        if writer is not None:
-            writer.close(status)
+        if probe is not None:
+            probe.stop(status)
+    writer = probe.writer if probe else None
     summary: Dict[str, Any] = {
         "rank": rank,
         "grad_level": section.grad_level,
@@ -117,11 +98,11 @@ def run_collection(job, run, events) -> CollectionResult:
     }
     if writer is not None and writer.csv_dir is not None:
         summary["csv"] = str(writer.csv_dir)
-    if hook is not None and hook.failures:
-        summary["failed_steps"] = hook.failures
+    if probe is not None and probe.hook.failures:
+        summary["failed_steps"] = probe.hook.failures
     if not selected:
         summary["note"] = f"rank {rank} is not in the job's rank list: nothing recorded"
-    if not result.ok:
-        summary["error"] = result.error
+    if result is None or not result.ok:
+        summary["error"] = getattr(result, "error", "the target failed")
         return CollectionResult(1, summary)
     return CollectionResult(0, summary)

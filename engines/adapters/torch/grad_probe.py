@@ -111,3 +111,40 @@ class GradProbeHook:
             stats = compute_grad_stats(self.step, named, self.level, self.bounds)
         stats.skipped = skipped
         self._sink(stats)
+
+
+class GradProbeRun:
+    """The hook and the store writer of one rank, started together (the engine and in-script APIs use it)."""
+
+    def __init__(self, section, rank_dir, *, steps: Optional[Sequence[int]] = None, rank: int = 0,
+                 world_size: int = 1, model: Optional[torch.nn.Module] = None, store_options=None,
+                 on_step: Optional[Callable[[int], None]] = None):
+        from engines.grad_probe.writer import GradStoreWriter
+
+        self.writer = GradStoreWriter(
+            rank_dir, level=section.grad_level, bounds=section.bounds, param_list=section.param_list, rank=rank,
+            world_size=world_size, framework="pytorch",
+            csv_dir=rank_dir if getattr(section, "export_csv", False) else None, store_options=store_options)
+
+        def sink(stats: GradStepStats) -> None:
+            self.writer.write(stats)
+            if on_step is not None:
+                on_step(stats.step)
+
+        self.hook = GradProbeHook(sink, level=section.grad_level, bounds=section.bounds,
+                                  param_list=section.param_list, steps=steps, model=model).install()
+        self._stopped = False
+
+    def stop(self, status: str = "finished") -> None:
+        if self._stopped:
+            return
+        self._stopped = True
+        try:
+            self.hook.remove()
+        finally:
+            self.writer.close(status)
+
+
+def start_grad_probe(section, rank_dir, **kwargs) -> GradProbeRun:
+    """Record gradients into ``rank_dir`` until ``stop()``; ``section`` is a GradProbeSection."""
+    return GradProbeRun(section, rank_dir, **kwargs)
