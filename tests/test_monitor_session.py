@@ -225,3 +225,21 @@ def test_micro_batch_gradients_structure_and_stacks(tmp_path):
     assert struct["fc2"]["output"]["0"] == "size=(3, 4), dtype=torch.float32"
     stacks = json.loads((tmp_path / "rank0" / "stack_info.json").read_text())
     assert set(stacks) == {"fc1", "fc2"} and any("test_monitor_session.py" in line for line in stacks["fc1"])
+
+
+def test_per_step_files_for_network_file_systems_read_the_same(tmp_path):
+    writer = MetricsWriter(tmp_path / "rank0", store_options={"mode": "per_step"})
+    session = MonitorSession(section(alert={"rules": []}), writer).install()
+    try:
+        _, losses, grads = train(steps=3)
+    finally:
+        session.remove()
+        writer.close()
+    assert not (tmp_path / "rank0" / "metrics.h5").exists()
+    assert sorted(p.name for p in (tmp_path / "rank0").glob("metrics-s*.h5")) == [f"metrics-s{i}.h5" for i in range(3)]
+    metrics = open_metrics(tmp_path / "rank0")
+    assert metrics.steps() == [0, 1, 2]
+    np.testing.assert_allclose(metrics.read("train/loss/value").values, losses, rtol=1e-6)
+    updates = list(metrics.follow(poll_s=0.01, timeout_s=5))
+    assert [u.step for u in updates] == [0, 1, 2]
+    assert updates[2].values["grad_reduced/fc1.bias/norm"] == pytest.approx(grads[2]["fc1.bias"].norm().item(), rel=1e-6)

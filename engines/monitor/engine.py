@@ -81,7 +81,7 @@ def run_collection(job, run, events) -> CollectionResult:
                            run_meta=section_meta(section), **writer_options(section))
     background = BackgroundWriter(writer)
     reporter = StepReporter(events, declared_steps(target), target_reports_steps=from_demo,
-                            extra=lambda: {"records": writer.series_count, "bytes": writer.bytes_written})
+                            extra=lambda: {"records": session.last_values, "bytes": writer.bytes_written})
     path = config_path_of(job)
     watcher = None
     if path is not None and path.is_file():

@@ -82,6 +82,7 @@ class MonitorSession:
         self.step = 0
         self.failures = 0
         self.last_collected: Optional[int] = None
+        self.last_values = 0  # values collected at the last collected step
         self._given_loss: Optional[torch.Tensor] = None
         self._metrics = StepMetrics()
         self._collecting = False
@@ -293,6 +294,7 @@ class MonitorSession:
                     self._metrics.add_value("train", "loss", "value", loss)
                 values = self._metrics.collect()
                 metrics = self._metrics
+                self.last_values = len(values)
                 alerts = self.writer.write_step(step, metrics.keys, values, metrics.shapes, metrics.dtypes)
                 self.last_collected = step
                 self._report(alerts)
