@@ -1,8 +1,8 @@
-"""Parameter and module names: wrapper prefixes stripped, and the name filters of ``param_list`` / ``targets``.
+r"""Parameter and module names: wrapper prefixes stripped, and the name filters of ``param_list`` / ``targets``.
 
-A filter entry matches a name when it is equal to it, when it is a glob (``layers.*.attn.*``) that matches, when
-it is a regular expression that matches the whole name, or when it is a dotted prefix of it (``layers.0`` selects
-``layers.0.attn.qkv.weight``: msprobe's monitor selects parameters by prefix).
+A filter entry matches a name when it, or the name's dotted prefix, is equal to it, matches it as a glob
+(``layers.*.attn``) or matches it as a regular expression (``layers\.\d+``): ``layers.0`` selects
+``layers.0.attn.qkv.weight`` (msprobe's monitor selects parameters by prefix).
 """
 
 import fnmatch
@@ -23,9 +23,9 @@ def _compile_one(pattern: str) -> Callable[[str], bool]:
     pattern = pattern.strip()
     checks: List[Callable[[str], bool]] = [lambda name, p=pattern: name == p or name.startswith(p + ".")]
     if any(ch in pattern for ch in "*?["):
-        checks.append(lambda name, p=pattern: fnmatch.fnmatchcase(name, p))
+        checks.append(lambda name, p=pattern: fnmatch.fnmatchcase(name, p) or fnmatch.fnmatchcase(name, p + ".*"))
     try:
-        regex = re.compile(pattern)
+        regex = re.compile(f"(?:{pattern})(?:\\..*)?")
     except re.error:
         regex = None
     if regex is not None:
