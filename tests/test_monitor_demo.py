@@ -206,3 +206,20 @@ def test_in_script_entry_on_the_demo(tmp_path):
         norms = metrics.read("grad_reduced/blocks.1.mlp.fc1.weight/norm").values
     assert norms.shape == (3,) and np.all(norms > 0)
     assert len(result.losses) == 3
+
+
+def test_a_failing_script_keeps_its_completed_steps(tmp_path):
+    script = tmp_path / "train_failing.py"
+    script.write_text(textwrap.dedent("""
+        from engines.adapters.torch.demo import train
+
+        def fail(step, loss):
+            if step == 1:
+                raise RuntimeError("out of memory (simulated)")
+
+        train({"preset": "tiny", "steps": 5}, on_step=fail)
+    """))
+    outcome = run_job(load_config(monitor_config(tmp_path, {"script": str(script)})), events=ListSink())
+    assert outcome.exit_code == 1 and "out of memory (simulated)" in outcome.summary["error"]
+    metrics = open_metrics(outcome.run_dir)
+    assert metrics.steps() == [0, 1] and metrics.status == "failed"
