@@ -83,6 +83,7 @@ class MonitorSession:
         self.failures = 0
         self.last_collected: Optional[int] = None
         self.last_values = 0  # values collected at the last collected step
+        self._loss_step: Optional[int] = None  # the last step whose loss is recorded
         self._given_loss: Optional[torch.Tensor] = None
         self._metrics = StepMetrics()
         self._collecting = False
@@ -292,6 +293,7 @@ class MonitorSession:
             try:
                 if loss is not None and not self._loss_from_target:
                     self._metrics.add_value("train", "loss", "value", loss)
+                    self._loss_step = step
                 values = self._metrics.collect()
                 metrics = self._metrics
                 self.last_values = len(values)
@@ -363,8 +365,9 @@ class MonitorSession:
         ended = self.step - 1  # the step that just ended; its loss arrives after optimizer.step()
         if step is None:
             step = ended
-        if self.last_collected is None or step != self.last_collected:
-            return
+        if self.last_collected is None or step != self.last_collected or step == self._loss_step:
+            return  # not collected, or its loss was already read with the step's metrics
+        self._loss_step = step
         value = float(loss.detach().float().item()) if isinstance(loss, torch.Tensor) else float(loss)
         try:
             self.writer.write_late(step, [("train", "loss", "value")], [value])
