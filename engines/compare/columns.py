@@ -26,9 +26,9 @@ CLASSIC_COLUMNS = (("classic_colour", "uint8"), ("classic_messages", "json"))
 
 DIVERGENCE_COLUMNS = (
     ("rank", "int64"), ("step", "int64"), ("position", "int64"), ("record", "str"), ("kind", "uint8"),
-    ("direction", "uint8"), ("score", "float64"), ("out_err", "float64"), ("in_err", "float64"),
-    ("floor", "float64"), ("worst_verdict", "uint8"), ("first_row", "int64"), ("order", "int64"),
-    ("parent", "str"), ("changed_args", "json"),
+    ("direction", "uint8"), ("phase", "uint8"), ("tier", "uint8"), ("score", "float64"), ("out_err", "float64"),
+    ("in_err", "float64"), ("floor", "float64"), ("worst_verdict", "uint8"), ("first_row", "int64"),
+    ("order", "int64"), ("parent", "str"), ("changed_args", "json"), ("note", "json"),
 )
 TREE_COLUMNS = (
     ("rank", "int64"), ("step", "int64"), ("node", "str"), ("parent", "str"), ("kind", "uint8"),

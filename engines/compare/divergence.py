@@ -126,22 +126,43 @@ def _scalar_text(cols, i: int, side: str) -> str:
     return "{:g}".format(v) if not math.isnan(v) else "None"
 
 
+KIND_REGION, KIND_GAP = 4, 5
+SUSPECT_KINDS = ("api", "module", "parameters_grad", "save", "target-only ops", "gap")
+PHASE_FORWARD, PHASE_BACKWARD, PHASE_UPDATE = 0, 1, 2
+PHASES = ("forward", "backward", "update")
+GAP_MIN = 4.0  # an input this many times further off than the output that fed it is a gap
+MODEL_SIGNAL = 4.0  # a forward/backward score this high puts the update phase after the model
+
+
+def _phases(fr: RecordFrame, order: np.ndarray) -> np.ndarray:
+    """forward / backward / update: forward calls after the step's last backward record run in the optimizer
+    step (or clipping), where Adam's normalisation turns sign flips of tiny gradients into large errors."""
+    phase = np.where(fr.direction == DIR_BACKWARD, PHASE_BACKWARD, PHASE_FORWARD).astype(np.uint8)
+    back = fr.direction == DIR_BACKWARD
+    if back.any():
+        last_back = order[back].max()
+        phase[(fr.direction == DIR_FORWARD) & (order > last_back)] = PHASE_UPDATE
+    return phase
+
+
 def rank_records(cols: Dict[str, np.ndarray], *, small_value: float = DEFAULT_FLOOR,
                  frame: Optional[RecordFrame] = None) -> Dict[str, np.ndarray]:
     """The first-divergence table of one piece, best suspect first."""
     fr = frame or record_frame(cols)
+    rec_order = cols["order"][fr.first_row] if len(fr.first_row) else np.zeros(0, np.int64)
+    phase = _phases(fr, rec_order)
     in_err = fr.in_err.copy()
     backward = np.flatnonzero(fr.direction == DIR_BACKWARD)
-    if backward.size:
-        index = {r: i for i, r in enumerate(fr.records.tolist())}
-        for b in backward.tolist():
-            twin = index.get(_forward_twin(fr.records[b]))
-            if twin is not None and fr.direction[twin] == DIR_FORWARD:
-                in_err[b] = np.fmax(in_err[b], np.fmax(fr.in_err[twin], fr.out_err[twin]))
+    index = {r: i for i, r in enumerate(fr.records.tolist())}
+    for b in backward.tolist():
+        twin = index.get(_forward_twin(fr.records[b]))
+        if twin is not None and fr.direction[twin] == DIR_FORWARD:
+            in_err[b] = np.fmax(in_err[b], np.fmax(fr.in_err[twin], fr.out_err[twin]))
     candidates = (fr.kind == KIND_API) | (fr.kind == KIND_MODULE)
     with np.errstate(invalid="ignore"):
         candidates &= fr.out_err > 0
-    if (candidates & (fr.kind == KIND_API)).any():
+    api_only = bool((candidates & (fr.kind == KIND_API)).any())
+    if api_only:
         candidates &= fr.kind == KIND_API
     idx = np.flatnonzero(candidates)
     out_e = fr.out_err[idx]
@@ -151,28 +172,104 @@ def rank_records(cols: Dict[str, np.ndarray], *, small_value: float = DEFAULT_FL
         score = out_e / np.maximum(in_e, floor)
     inf_out = np.isinf(out_e)
     score[inf_out] = np.where(np.isinf(in_e[inf_out]), 1.0, np.inf)
-    first = fr.first_row[idx]
+    entries = {"code": idx, "kind": fr.kind[idx].astype(np.uint8), "score": score, "out_err": out_e,
+               "in_err": in_e, "floor": floor, "note": np.full(idx.shape[0], "", dtype=object)}
+    extra = _dataflow_entries(cols, fr, small_value, api_only)
+    if extra:
+        entries = {k: np.concatenate([entries[k], extra[k]]) for k in entries}
+    codes = entries["code"]
+    first = fr.first_row[codes]
     order = cols["order"][first]
-    sort = np.lexsort((order, -score))
-    idx, score, first, order = idx[sort], score[sort], first[sort], order[sort]
-    changed = np.full(idx.shape[0], "", dtype=object)
+    ph = phase[codes]
+    model = ph != PHASE_UPDATE
+    late = (~model) & bool(model.any() and np.nanmax(np.where(model, entries["score"], 0.0)) >= MODEL_SIGNAL)
+    sort = np.lexsort((order, -entries["score"], late))
+    entries = {k: v[sort] for k, v in entries.items()}
+    codes, first, order, ph = codes[sort], first[sort], order[sort], ph[sort]
+    changed = np.full(codes.shape[0], "", dtype=object)
     flagged = np.flatnonzero((cols["flags"] & F["scalar argument changed"]) != 0)
     if flagged.size:
         by_code: Dict[int, List[int]] = {}
         for i in flagged.tolist():
             by_code.setdefault(int(fr.codes[i]), []).append(i)
-        pos = {int(c): p for p, c in enumerate(idx.tolist())}
-        for code, rows in by_code.items():
-            if code in pos:
-                changed[pos[code]] = _changed_args(cols, rows)
+        for p, c in enumerate(codes.tolist()):
+            if c in by_code and entries["kind"][p] < KIND_REGION:
+                changed[p] = _changed_args(cols, by_code[c])
     return {
         "rank": cols["rank"][first].astype(np.int64), "step": cols["step"][first].astype(np.int64),
-        "position": np.arange(1, idx.shape[0] + 1, dtype=np.int64), "record": fr.records[idx],
-        "kind": fr.kind[idx].astype(np.uint8), "direction": fr.direction[idx].astype(np.uint8),
-        "score": score.astype(np.float64), "out_err": out_e[sort], "in_err": in_e[sort],
-        "floor": floor[sort], "worst_verdict": fr.worst[idx], "first_row": first.astype(np.int64),
+        "position": np.arange(1, codes.shape[0] + 1, dtype=np.int64), "record": fr.records[codes],
+        "kind": entries["kind"], "direction": fr.direction[codes].astype(np.uint8), "phase": ph,
+        "tier": late[sort].astype(np.uint8),
+        "score": entries["score"].astype(np.float64), "out_err": entries["out_err"], "in_err": entries["in_err"],
+        "floor": entries["floor"], "worst_verdict": fr.worst[codes], "first_row": first.astype(np.int64),
         "order": order.astype(np.int64), "parent": cols["parent"][first], "changed_args": changed,
+        "note": entries["note"],
     }
+
+
+def _dataflow_entries(cols, fr: RecordFrame, small_value: float, api_only: bool) -> Dict[str, np.ndarray]:
+    """Suspects the dataflow links reveal: target-only regions and gaps (see engines.compare.dataflow)."""
+    from engines.compare import dataflow
+
+    prod = dataflow.producers(cols, api_only)
+    rel = cols["rel_err"]
+    matched = cols["matched"]
+    has = prod >= 0
+    usable = has & matched & ~np.isnan(rel)
+    p_safe = np.where(has, prod, 0)
+    floor_row = np.maximum(small_value, np.maximum(_per_value(cols["target_dtype"], dtype_floor, np.float64),
+                                                   _per_value(cols["golden_dtype"], dtype_floor, np.float64)))
+    out: Dict[str, list] = {k: [] for k in ("code", "kind", "score", "out_err", "in_err", "floor", "note")}
+    from_unmatched = usable & ~matched[p_safe]
+    for members, in_e, out_e, consumers in dataflow.target_only_regions(cols, fr.codes, prod,
+                                                                          np.flatnonzero(from_unmatched)):
+        if not out_e > 0:
+            continue
+        first = min(members, key=lambda c: fr.first_row[c])
+        last = max(members, key=lambda c: fr.first_row[c])
+        fl = float(np.max(floor_row[consumers]))
+        out["code"].append(first)
+        out["kind"].append(KIND_REGION)
+        out["score"].append(out_e / max(in_e, fl))
+        out["out_err"].append(out_e)
+        out["in_err"].append(in_e)
+        out["floor"].append(fl)
+        consumer = fr.records[fr.codes[consumers[0]]]
+        out["note"].append("{} target-only op(s) {} ... {}, feeding {}".format(
+            len(members), fr.records[first], fr.records[last], consumer))
+    from_matched = usable & matched[p_safe] & ~np.isnan(rel[p_safe])
+    rows = np.flatnonzero(from_matched)
+    if rows.size:
+        src = rel[prod[rows]]
+        jump = rel[rows] / np.maximum(src, floor_row[rows])
+        keep = rows[jump >= GAP_MIN]
+        best: Dict[int, int] = {}
+        for i in keep.tolist():
+            c = int(fr.codes[i])
+            if c not in best or rel[i] > rel[best[c]]:
+                best[c] = i
+        for c, i in best.items():
+            p = int(prod[i])
+            out["code"].append(c)
+            out["kind"].append(KIND_GAP)
+            out["score"].append(float(rel[i] / max(rel[p], floor_row[i])))
+            out["out_err"].append(float(rel[i]))
+            out["in_err"].append(float(rel[p]))
+            out["floor"].append(float(floor_row[i]))
+            out["note"].append("{} of {} is further off than {} of {} that fed it: ops only in the golden "
+                               "between them?".format(cols["slot"][i], fr.records[c], cols["slot"][p],
+                                                      cols["record"][p]))
+    if not out["code"]:
+        return {}
+    types = {"code": np.int64, "kind": np.uint8, "score": np.float64, "out_err": np.float64, "in_err": np.float64,
+             "floor": np.float64, "note": object}
+    res = {}
+    for k, v in out.items():
+        arr = np.empty(len(v), dtype=types[k]) if types[k] is object else np.asarray(v, dtype=types[k])
+        if types[k] is object:
+            arr[:] = v
+        res[k] = arr
+    return res
 
 
 def _naive(cols, fr: Optional[RecordFrame], pick_first: bool) -> Optional[str]:

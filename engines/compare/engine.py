@@ -21,7 +21,6 @@ from engines.compare.options import CompareError, CompareOptions, summary_option
 from engines.compare.piece import PieceSettings, compare_piece
 from engines.compare.verdicts import VERDICTS
 from engines.parse.names import direction_word
-from engines.parse.rows import KIND_NAMES
 from engines.parse.sources import DumpSource, DumpSourceError, open_dump
 
 EXIT_OK, EXIT_BAD_INPUT, EXIT_FINDINGS = 0, 2, 3
@@ -124,10 +123,12 @@ def _suspect(div: Dict[str, np.ndarray], i: int, results: Dict[str, np.ndarray])
     row = int(div["first_row"][i])
     return {
         "position": int(div["position"][i]), "record": str(div["record"][i]), "rank": int(div["rank"][i]),
-        "step": int(div["step"][i]), "kind": KIND_NAMES[int(div["kind"][i])],
-        "direction": direction_word(int(div["direction"][i])), "score": _num(div["score"][i]),
+        "step": int(div["step"][i]), "kind": divergence.SUSPECT_KINDS[int(div["kind"][i])],
+        "direction": direction_word(int(div["direction"][i])), "phase": divergence.PHASES[int(div["phase"][i])],
+        "score": _num(div["score"][i]),
         "out_err": _num(div["out_err"][i]), "in_err": _num(div["in_err"][i]),
         "verdict": VERDICTS[int(div["worst_verdict"][i])], "changed_args": str(div["changed_args"][i]),
+        "note": str(div["note"][i]),
         "stack": str(results["stack"][row]).splitlines()[-1] if str(results["stack"][row]) else "",
     }
 
@@ -175,6 +176,7 @@ def run_compare(job: Any, events=None, *, fail_on_findings: bool = True, write: 
             raise CompareError(str(exc)) from None
         cols, match = compare_piece(t_rows, g_rows, t_spec, g_spec, settings)
         results.append(cols)
+        _note_unmatched_records(cols, rank, t_step, opts.fuzzy_match, notes)
         golden_only.append({"rank": np.full(match.golden_only.shape[0], rank, dtype=np.int64),
                             "step": np.full(match.golden_only.shape[0], g_step, dtype=np.int64),
                             "golden_name": g_rows.name[match.golden_only],
@@ -241,6 +243,21 @@ def run_compare(job: Any, events=None, *, fail_on_findings: bool = True, write: 
     return outcome
 
 
+def _note_unmatched_records(cols: Dict[str, np.ndarray], rank: int, step: int, fuzzy: bool,
+                            notes: List[str]) -> None:
+    """Say when whole target records found no golden counterpart: with exact names, the later calls of the same
+    APIs then pair with the wrong golden calls (their call indices shift)."""
+    matched_records = set(cols["record"][cols["matched"]].tolist())
+    lonely = [r for r in dict.fromkeys(cols["record"].tolist()) if r not in matched_records]
+    if not lonely:
+        return
+    text = "rank {} step {}: {} target record(s) have no golden counterpart (first: {})".format(
+        rank, step, len(lonely), lonely[0])
+    if not fuzzy:
+        text += "; calls after them may pair with the wrong golden calls: consider fuzzy_match"
+    notes.append(text)
+
+
 def _run_summary(summary: Dict[str, Any]) -> Dict[str, Any]:
     """What run.json keeps: the scalars and the verdict counts (the tables live in the result files)."""
     keep = ("mode", "target", "golden", "rows", "verdicts", "errors", "warnings", "unmatched",
@@ -253,10 +270,10 @@ def _run_summary(summary: Dict[str, Any]) -> Dict[str, Any]:
 def _suspects_table(top: List[Dict[str, Any]]) -> Dict[str, Any]:
     rows = []
     for t in top:
-        rows.append([t["position"], t["record"], t["rank"], t["step"], _short(t["score"]), _short(t["out_err"]),
-                     _short(t["in_err"]), t["verdict"], t["changed_args"]])
+        rows.append([t["position"], t["record"], t["kind"], t["rank"], t["step"], _short(t["score"]),
+                     _short(t["out_err"]), _short(t["in_err"]), t["verdict"], t["changed_args"] or t["note"]])
     return {"title": "Top suspects: operators ranked by the error they add (first divergence)",
-            "columns": ["#", "record", "rank", "step", "score", "out err", "in err", "verdict", "changed args"],
+            "columns": ["#", "record", "kind", "rank", "step", "score", "out err", "in err", "verdict", "notes"],
             "rows": rows}
 
 
@@ -267,11 +284,12 @@ def _short(v: Optional[float]) -> str:
 
 
 def _merge_divergence(divs: List[Dict[str, np.ndarray]]) -> Dict[str, np.ndarray]:
-    """All pieces' rankings in one list, best score first (positions renumbered)."""
+    """All pieces' rankings in one list: tier (update-phase ops after a model that shows a signal), then best
+    score first (positions renumbered)."""
     table = _concat(divs)
     if not table or len(table["record"]) == 0:
         return table
-    order = np.lexsort((table["order"], table["step"], table["rank"], -table["score"]))
+    order = np.lexsort((table["order"], table["step"], table["rank"], -table["score"], table["tier"]))
     table = {k: v[order] for k, v in table.items()}
     table["position"] = np.arange(1, len(order) + 1, dtype=np.int64)
     return table
