@@ -56,6 +56,7 @@ class Flattener:
         self._rec = None
         self._parent = ""
         self._stack = ""
+        self._shapes: Dict[tuple, tuple] = {}
 
     def flatten(self, data: Dict[str, Any]) -> RowTable:
         for record, entry in data.items():
@@ -112,17 +113,20 @@ class Flattener:
             self._add_scalar(slot, io, value)
 
     def _add_tensor(self, slot: str, io: int, leaf: Dict[str, Any]) -> None:
-        shape = leaf.get("shape") or []
-        numel = 1
-        for dim in shape:
-            numel *= int(dim)
+        shape_key = tuple(leaf.get("shape") or ())
+        shape = self._shapes.get(shape_key)
+        if shape is None:
+            numel = 1
+            for dim in shape_key:
+                numel *= int(dim)
+            shape = self._shapes[shape_key] = (shape_text(shape_key), numel)
         stats = (leaf.get("Max"), leaf.get("Min"), leaf.get("Mean"), leaf.get("Norm"))
         rg = leaf.get("requires_grad")
         data_name = leaf.get("data_name") or ""
         if data_name in ("-1", -1):
             data_name = ""
         md5 = leaf.get("md5")
-        self._add(slot, io, dtype=str(leaf.get("dtype", "")), shape=shape_text(shape), numel=numel, stats=stats,
+        self._add(slot, io, dtype=str(leaf.get("dtype", "")), shape=shape[0], numel=shape[1], stats=stats,
                   text=None, crc=str(md5) if md5 is not None else "",
                   requires_grad=-1 if rg is None else int(rg in (True, "True")), is_tensor=True,
                   data=self.file_index(data_name) if data_name else -1, data_name=data_name)
