@@ -189,7 +189,7 @@ def run_compare(job: Any, events=None, *, fail_on_findings: bool = True, write: 
             trees.append(divergence.module_rollup(cols, div, target.tree(rank, t_step), frame=frame))
             naive["first_differing"].append(divergence.first_differing(cols, frame))
             naive["largest_error"].append(divergence.largest_error(cols, frame))
-        _emit(events, "step", step=n + 1, total_steps=len(pieces), elapsed_s=time.time() - started,
+        _emit(events, "step", step=n, total_steps=len(pieces), elapsed_s=round(time.time() - started, 3),
               records=len(t_rows))
     offsets = np.cumsum([0] + [len(c["verdict"]) for c in results[:-1]])
     for div, off in zip(divs, offsets):
@@ -212,7 +212,7 @@ def run_compare(job: Any, events=None, *, fail_on_findings: bool = True, write: 
         "largest_error_op": next((x for x in naive["largest_error"] if x), None),
         "errors": counts["error"], "warnings": counts["warning"], "unmatched": counts["unmatched"],
         "top_suspects": top, "options": summary_options(opts),
-        "tables": [_suspects_table(top)] if top else [],
+        "tables": [_suspects_table(top, len(pieces) > 1)] if top else [],
     }
     outcome = CompareOutcome(summary=summary, top_suspects=top, exit_code=EXIT_OK, results=table,
                              divergence=div_all, tree=tree_all)
@@ -267,13 +267,16 @@ def _run_summary(summary: Dict[str, Any]) -> Dict[str, Any]:
     return out
 
 
-def _suspects_table(top: List[Dict[str, Any]]) -> Dict[str, Any]:
+def _suspects_table(top: List[Dict[str, Any]], multi: bool) -> Dict[str, Any]:
     rows = []
     for t in top:
-        rows.append([t["position"], t["record"], t["kind"], t["rank"], t["step"], _short(t["score"]),
-                     _short(t["out_err"]), _short(t["in_err"]), t["verdict"], t["changed_args"] or t["note"]])
+        notes = [t["kind"]] if t["kind"] != "api" else []
+        notes += [x for x in (t["changed_args"], t["note"]) if x]
+        where = ["r{} s{}".format(t["rank"], t["step"])] if multi else []
+        rows.append([t["position"], t["record"]] + where + [_short(t["score"]), _short(t["out_err"]),
+                                                            _short(t["in_err"]), "; ".join(notes)])
     return {"title": "Top suspects: operators ranked by the error they add (first divergence)",
-            "columns": ["#", "record", "kind", "rank", "step", "score", "out err", "in err", "verdict", "notes"],
+            "columns": ["#", "record"] + (["where"] if multi else []) + ["score", "out err", "in err", "notes"],
             "rows": rows}
 
 
