@@ -19,13 +19,14 @@ import numpy as np
 from engines.parse.names import direction_word
 from engines.parse.rows import IO_NAMES, KIND_NAMES, STAT_BITS, RowTable
 from engines.parse.sources import DumpSource, DumpSourceError, open_dump
+from engines.runner import JobError
 
 CHUNK = 1 << 22
 LIST_LIMIT = 200
 
 
-class ParseError(ValueError):
-    """Bad parse input: one line naming the path, row or option."""
+class ParseError(JobError):
+    """Bad parse input: one line naming the path, row or option (exit code 2, like every JobError)."""
 
 
 @dataclass
