@@ -12,6 +12,7 @@ warm-up read; GB/s counts the bytes of both sides (DECISIONS 20: uncompressed, w
 import argparse
 import json
 import os
+import resource
 import shutil
 import sys
 import tempfile
@@ -175,6 +176,8 @@ def main():
                                     workers=args.workers)
             print("tensor, {:<18} {:.2f} GB in {:6.2f} s = {:5.2f} GB/s ({} rows, {})".format(
                 label, nbytes / 1e9, dt, nbytes / dt / 1e9, out.summary["rows"], out.summary["verdicts"]))
+        print("peak memory of this process: {:.0f} MB".format(
+            resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024))
     finally:
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)
