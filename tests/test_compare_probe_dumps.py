@@ -147,6 +147,8 @@ def test_our_dumps_tensor_mode_end_to_end(tmp_path):
     assert tree["parent"][tree["node"].tolist().index("Functional.relu.0.forward")] == \
         "Module.block.Block.forward.0"
     assert read_summary(out.output_dir)["top_suspects"][0]["record"] == "Functional.layer_norm.0.forward"
+    page = read_results(out.output_dir, columns=["target_name", "verdict"], rows=slice(2, 4))
+    assert page["target_name"].tolist() == names[2:4] and list(page) == ["target_name", "verdict"]
 
 
 def test_msprobe_layout_against_ours(tmp_path):

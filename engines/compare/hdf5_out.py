@@ -136,15 +136,16 @@ def _jsonable(value: Any) -> Any:
     return json.loads(json.dumps(value, default=str))
 
 
-def read_results(path, table: str = "results", columns: Optional[list] = None,
-                 decode: bool = True) -> Dict[str, np.ndarray]:
+def read_results(path, table: str = "results", columns: Optional[list] = None, decode: bool = True,
+                 rows=None) -> Dict[str, np.ndarray]:
     """A table of a compare result folder (or its ``compare.h5``), as numpy columns; text columns come back as
-    object arrays of str (``decode=False``: their codes), ``results.target_name`` rebuilt from record and slot."""
+    object arrays of str (``decode=False``: their codes), ``results.target_name`` rebuilt from record and slot.
+    ``rows``: row numbers or a slice (a page of a large result)."""
     from engines.store import StoreReader
 
     with StoreReader(Path(path), KIND) as r:
         if not decode or table not in ("results", "divergence", "tree", "golden_only"):
-            return r.read(table, columns)
+            return r.read(table, columns, rows=rows)
         stored = {c for c in r.table_spec(table).column_names}
         want = list(columns) if columns is not None else None
         read_cols = None
@@ -152,7 +153,7 @@ def read_results(path, table: str = "results", columns: Optional[list] = None,
             read_cols = [c for c in want if c in stored]
             if "target_name" in want or "golden_name" in want:
                 read_cols += [c for c in ("record", "slot") if c not in read_cols]
-        out = r.read(table, read_cols)
+        out = r.read(table, read_cols, rows=rows)
         cache: Dict[str, np.ndarray] = {}
 
         def lookup(dict_table: str) -> np.ndarray:
