@@ -125,22 +125,27 @@ def attach(pending: PendingBackward, input_edges: List[InputEdge], outputs: List
     if seq_before < 0:
         seq_before = _fallback_mark(input_edges)
 
-    by_node: Dict[Tuple[int, int], str] = {}
-    by_leaf: Dict[int, str] = {}
+    # The same tensor may be passed twice (``x * x``): a key maps to every slot it fills, in argument order.
+    by_node: Dict[Tuple[int, int], List[str]] = {}
+    by_leaf: Dict[int, List[str]] = {}
     keep_alive = []
     for slot, fn, nr, leaf in input_edges:
         if leaf is not None:
-            by_leaf[id(leaf)] = slot
+            by_leaf.setdefault(id(leaf), []).append(slot)
             keep_alive.append(leaf)
         else:
-            by_node[(id(fn), nr)] = slot
+            by_node.setdefault((id(fn), nr), []).append(slot)
             keep_alive.append(fn)
 
-    def match(node: Any, nr: int) -> Optional[str]:
+    def match_all(node: Any, nr: int) -> Optional[List[str]]:
         if _is_accumulate(node):
             var = getattr(node, "variable", None)
             return by_leaf.get(id(var)) if var is not None else None
         return by_node.get((id(node), nr))
+
+    def match(node: Any, nr: int) -> Optional[str]:
+        slots = match_all(node, nr)
+        return slots[0] if slots else None
 
     boundary: Dict[int, Tuple[Any, List[Tuple[int, str]]]] = {}
     single = None
@@ -148,14 +153,18 @@ def attach(pending: PendingBackward, input_edges: List[InputEdge], outputs: List
         (fn, _), = out_nodes.values()
         edges = fn.next_functions
         matched = []
+        used: Dict[int, int] = {}
         for k, (nxt, nr) in enumerate(edges):
             if nxt is None:
                 continue
-            slot = match(nxt, nr)
-            if slot is None:
+            slots = match_all(nxt, nr)
+            if not slots:
                 matched = None
                 break
-            matched.append((k, slot))
+            # Edges follow the op's tensor arguments in order: the i-th edge to a repeated tensor is its i-th slot.
+            i = used.get(id(slots), 0)
+            used[id(slots)] = i + 1
+            matched.append((k, slots[min(i, len(slots) - 1)]))
         if matched is not None:
             single = fn
             if matched:
