@@ -1,0 +1,112 @@
+"""The ``probe-tui`` command.
+
+Every job is a config (DECISIONS 6): ``--run CONFIG`` runs one headless; ``compare``, ``parse`` and
+``analyze-overflow`` build the job config and run it the same way; with no command the app opens.
+Exit codes (DECISIONS 7): 0 done, 1 the target failed, 2 bad input, 3 findings with ``--fail-on-findings``.
+"""
+
+import argparse
+import sys
+from typing import List, Optional
+
+from probe_tui import __version__
+
+EPILOG = """\
+examples:
+  probe-tui                                   open the app on the working directory
+  probe-tui init statistics -o stats.json     write a starter config
+  probe-tui validate stats.json               check it (every error, with its field)
+  probe-tui --run stats.json                  run it headless (progress on stderr)
+  probe-tui compare RUN_A RUN_B               compare two runs (or msprobe dumps)
+
+exit codes: 0 done, 1 the target failed, 2 bad input, 3 findings (with --fail-on-findings)
+"""
+
+
+def _add_job_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--json", action="store_true", help="print a machine-readable summary on stdout")
+    parser.add_argument(
+        "--fail-on-findings", action="store_true", help="exit 3 when the job finds problems (for CI use)"
+    )
+    parser.add_argument(
+        "--events", metavar="FILE", help="also write progress events as JSON lines to FILE ('-' for stdout)"
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="probe-tui",
+        description="Numerical-accuracy debugger for deep-learning training. With no command, opens the app.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"probe-tui {__version__}")
+    parser.add_argument("--run", metavar="CONFIG", help="run the job in CONFIG headless (no TTY needed)")
+    _add_job_flags(parser)
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    p = sub.add_parser("open", help="open the app on PATH (a folder of runs, a run, a dump or a result)")
+    p.add_argument("path", help="folder or run to open")
+
+    p = sub.add_parser("validate", help="check a config and print it normalised, or every error with its field")
+    p.add_argument("config", help="config file (ours or msprobe's config.json / monitor json)")
+    p.add_argument("--estimate", action="store_true", help="also run one step to estimate bytes written per step")
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
+
+    p = sub.add_parser("schema", help="print the JSON Schema of a task (no TASK: list the tasks)")
+    p.add_argument("task", nargs="?", help="task name, e.g. statistics")
+    p.add_argument("-o", "--output", metavar="FILE", help="write to FILE instead of stdout")
+
+    p = sub.add_parser("init", help="write a starter config for TASK")
+    p.add_argument("task", help="task name, e.g. statistics")
+    p.add_argument("-o", "--output", metavar="FILE", help="file to write (default: TASK.json)")
+    p.add_argument("--force", action="store_true", help="overwrite FILE if it exists")
+
+    p = sub.add_parser("compare", help="compare two runs or dumps (ours or msprobe's): TARGET against GOLDEN")
+    p.add_argument("target", help="the run under test (run folder, rank folder, dump.json or step folder)")
+    p.add_argument("golden", help="the reference run")
+    p.add_argument("-o", "--output", metavar="DIR", help="where to write the result")
+    p.add_argument("--mode", choices=["auto", "tensor", "statistics", "md5"], default="auto")
+    p.add_argument("--fuzzy", action="store_true", help="align names that differ (call indices, class names)")
+    _add_job_flags(p)
+
+    return parser
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        if args.run:
+            if args.command:
+                parser.error("--run takes no command")
+            from probe_tui.cli_run import run_config_file
+
+            return run_config_file(args.run, args)
+        if args.command is None:
+            return _open_app(None)
+        if args.command == "open":
+            return _open_app(args.path)
+        if args.command in ("validate", "schema", "init"):
+            from probe_tui import cli_config
+
+            return getattr(cli_config, f"cmd_{args.command}")(args)
+        from probe_tui import cli_run
+
+        return getattr(cli_run, "cmd_" + args.command.replace("-", "_"))(args)
+    except KeyboardInterrupt:
+        return 130
+
+
+def _open_app(path: Optional[str]) -> int:
+    from probe_tui.cli_output import fail
+
+    if not (sys.stdin.isatty() and sys.stdout.isatty()):
+        return fail("the app needs a terminal; use 'probe-tui --run CONFIG' to run a job headless")
+    from probe_tui.app import run_app
+
+    return run_app(path) or 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,72 @@
+"""``--run CONFIG`` and the shorthand job commands: build a job, run it through engines.runner, report."""
+
+import sys
+from typing import Any, Dict
+
+from probe_tui.cli_config import load_or_report
+from probe_tui.cli_output import fail, print_json
+
+
+def _event_sink(args):
+    """Rich progress on stderr, plus JSON lines when --events is given. Returns (sink, file_to_close)."""
+    from engines.events import JsonlSink, TeeSink
+    from probe_tui.progress import RichProgressSink
+
+    sinks = [RichProgressSink()]
+    opened = None
+    target = getattr(args, "events", None)
+    if target == "-":
+        sinks.append(JsonlSink(sys.stdout))
+    elif target:
+        try:
+            opened = open(target, "a", encoding="utf-8")
+        except OSError as exc:
+            raise _BadInput(f"--events {target}: {exc.strerror or exc}") from None
+        sinks.append(JsonlSink(opened))
+    return TeeSink(*sinks), opened
+
+
+class _BadInput(Exception):
+    pass
+
+
+def run_job_reporting(job, args, *, label: str) -> int:
+    from engines.runner import JobError, run_job
+    from engines.targets import TargetError
+
+    try:
+        sink, opened = _event_sink(args)
+    except _BadInput as exc:
+        return fail(str(exc))
+    try:
+        outcome = run_job(job, events=sink, fail_on_findings=getattr(args, "fail_on_findings", False))
+    except (JobError, TargetError) as exc:
+        return fail(f"{label}: {exc}")
+    finally:
+        if opened is not None:
+            opened.close()
+    from probe_tui.summary_view import print_summary
+
+    print_summary(outcome, stream=sys.stderr)
+    if getattr(args, "json", False) and getattr(args, "events", None) != "-":
+        print_json({"exit_code": outcome.exit_code, "status": outcome.status, "run_dir": outcome.run_dir,
+                    "summary": outcome.summary})
+    return outcome.exit_code
+
+
+def run_config_file(path: str, args) -> int:
+    job = load_or_report(path)
+    if job is None:
+        return 2
+    return run_job_reporting(job, args, label=path)
+
+
+def cmd_compare(args) -> int:
+    section: Dict[str, Any] = {"target_path": args.target, "golden_path": args.golden, "mode": args.mode,
+                               "fuzzy_match": bool(args.fuzzy)}
+    if args.output:
+        section["output_path"] = args.output
+    job = load_or_report({"task": "compare", "compare": section})
+    if job is None:
+        return 2
+    return run_job_reporting(job, args, label="compare")
