@@ -86,12 +86,11 @@ class PrecisionDebugger:
         atexit.register(self.close)
 
     def _open_session(self) -> None:
-        from engines.runs import create_run
-
         from engines.adapters.torch.session import TorchCaptureSession
         from engines.capture.engine import run_meta, summary_for_cli
         from engines.capture.sink import dump_sink_factory
         from engines.capture.summary import CaptureSummary
+        from engines.runs import create_run
         from schemas import dump_config
 
         self._summary_for_cli = summary_for_cli

@@ -18,19 +18,26 @@ EXIT_TARGET_FAILED = 1
 EXIT_BAD_INPUT = 2
 
 
-class CollectionResult(int):
-    """The exit code (an int, as the runner expects) carrying the summary for ``run_finished``."""
+class CollectionResult:
+    """The exit code and the summary for ``run_finished`` (``int(result)`` is the exit code)."""
 
-    summary: Dict[str, Any]
+    def __init__(self, exit_code: int, summary: Dict[str, Any]) -> None:
+        self.exit_code = int(exit_code)
+        self.summary = summary
 
-    def __new__(cls, exit_code: int, summary: Dict[str, Any]) -> "CollectionResult":
-        obj = super().__new__(cls, exit_code)
-        obj.summary = summary
-        return obj
+    def __int__(self) -> int:
+        return self.exit_code
 
-    @property
-    def exit_code(self) -> int:
-        return int(self)
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, int):
+            return self.exit_code == other
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(self.exit_code)
+
+    def __repr__(self) -> str:
+        return "CollectionResult(exit_code=%d)" % self.exit_code
 
 
 def _target_dict(target: Any) -> Any:

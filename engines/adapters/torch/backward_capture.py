@@ -43,8 +43,16 @@ def input_edge(slot: str, t: torch.Tensor) -> Optional[InputEdge]:
     return (slot, fn, t.output_nr, None)
 
 
+def _accumulate_type() -> Any:
+    leaf = torch.zeros(1, requires_grad=True)
+    return type(leaf.view(1).grad_fn.next_functions[0][0])
+
+
+_ACCUMULATE = _accumulate_type()
+
+
 def _is_accumulate(node: Any) -> bool:
-    return type(node).__name__ == "AccumulateGrad"
+    return type(node) is _ACCUMULATE
 
 
 class PendingBackward:

@@ -21,6 +21,8 @@ from engines.capture.options import CaptureOptions
 from engines.capture.records import VALID_CRC32, VALID_XHASH, EntryColumns
 from engines.capture.summary import CaptureSummary
 
+_DTYPE_NAMES: Dict[object, str] = {}
+
 # Below this many bytes a hash is computed inline: a thread hand-off costs more.
 INLINE_HASH_BYTES = 1 << 16
 
@@ -53,6 +55,7 @@ class TensorEntries:
         self.device_sums: Dict[int, Tuple[torch.Tensor, int, str, Tuple[int, ...]]] = {}
         self.nbytes: Dict[int, int] = {}
         self.numels: Dict[int, int] = {}
+        self.meta: List[Tuple[str, str, str]] = []  # entry -> (dtype, shape JSON, device)
         self.device_copies = False
 
     # -- capture ---------------------------------------------------------------------------------------------
@@ -73,6 +76,11 @@ class TensorEntries:
                 return e
         e = self.n
         self.n += 1
+        dtype = t.dtype
+        name = _DTYPE_NAMES.get(dtype)
+        if name is None:
+            name = _DTYPE_NAMES[dtype] = str(dtype)
+        self.meta.append((name, str(list(t.shape)), "cpu" if t.is_cpu else str(t.device)))
         try:
             base = summarisable(t.detach())
         except UnsupportedTensor as exc:

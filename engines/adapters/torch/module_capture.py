@@ -47,7 +47,8 @@ class ModuleFrame:
 class ModuleCapture:
     def __init__(self, session: Any) -> None:
         self.session = session
-        self.names: "weakref.WeakKeyDictionary[Any, Optional[Tuple[str, str]]]" = weakref.WeakKeyDictionary()
+        # id(module) -> (weak reference, (path, class) or None for roots and wrappers)
+        self.names: Dict[int, Tuple[weakref.ref, Optional[Tuple[str, str]]]] = {}
         self.roots: List[weakref.ref] = []
         self.frames: List[ModuleFrame] = []
         self.handles: List[Any] = []
@@ -83,14 +84,14 @@ class ModuleCapture:
         self._register_root(model, "")
 
     def _register_root(self, root: Any, prefix: str) -> None:
-        if not isinstance(root, torch.nn.Module) or root in self.names:
+        if not isinstance(root, torch.nn.Module) or self._known(root):
             return
         if not prefix and self.roots:
             prefix = "%d." % len(self.roots)
         self.roots.append(weakref.ref(root))
         root_cls = type(root).__name__
         data_parallel = root_cls in _DATA_PARALLEL
-        self.names[root] = None
+        self._set(root, None)
         paths: Dict[int, str] = {}
         for path, sub in root.named_modules(remove_duplicate=True):
             if sub is root:
@@ -98,23 +99,27 @@ class ModuleCapture:
             cls = type(sub).__name__
             clean = naming.clean_module_path(path, data_parallel)
             if cls in _WRAPPER_CLASSES or not clean:
-                self.names[sub] = None
+                self._set(sub, None)
                 continue
             full = prefix + clean
-            self.names[sub] = (full, cls)
+            self._set(sub, (full, cls))
             paths[id(sub)] = full
             parent_path = full.rpartition(".")[0] if "." in clean else prefix.rstrip(".")
             self.new_modules.append((full, cls, parent_path))
             if self.session.options.module_level and self.session.filter.data_mode.param_grads:
                 self._hook_params(sub, full, cls)
 
+    def _known(self, module: Any) -> bool:
+        entry = self.names.get(id(module))
+        return entry is not None and entry[0]() is module
+
+    def _set(self, module: Any, info: Optional[Tuple[str, str]]) -> None:
+        self.names[id(module)] = (weakref.ref(module), info)
+
     def name_of(self, module: Any) -> Optional[Tuple[str, str]]:
-        try:
-            return self.names[module]
-        except KeyError:
-            pass
-        except TypeError:
-            return None
+        entry = self.names.get(id(module))
+        if entry is not None and entry[0]() is module:
+            return entry[1]
         if not self.frames:
             self._register_root(module, "")
             return None
@@ -122,7 +127,7 @@ class ModuleCapture:
         parent_path = _path_of(parent)
         cls = type(module).__name__
         full = (parent_path + "." if parent_path else "") + cls
-        self.names[module] = (full, cls)
+        self._set(module, (full, cls))
         self.new_modules.append((full, cls, parent_path))
         return (full, cls)
 

@@ -32,7 +32,6 @@ from engines.capture.summary import CaptureSummary
 log = logging.getLogger("engines.capture")
 
 _CHECKPOINT_FILE = os.path.join("torch", "utils", "checkpoint.py")
-_DTYPE_NAMES: Dict[Any, str] = {}
 
 
 def detect_rank() -> int:
@@ -208,13 +207,10 @@ class TorchCaptureSession:
         return self.filter.saves_tensor_of(name)
 
     def add_row(self, record: int, slot: str, t: torch.Tensor, save: bool = False, fresh: bool = False) -> None:
-        entry = self.entries.entry(t, save, fresh)
-        dtype = t.dtype
-        name = _DTYPE_NAMES.get(dtype)
-        if name is None:
-            name = _DTYPE_NAMES[dtype] = str(dtype)
-        self.buffer.add_row(record, slot, name, str(list(t.shape)), 1 if t.requires_grad else 0, entry,
-                            "cpu" if t.is_cpu else str(t.device))
+        entries = self.entries
+        entry = entries.entry(t, save, fresh)
+        dtype, shape, device = entries.meta[entry]
+        self.buffer.add_row(record, slot, dtype, shape, 1 if t.requires_grad else 0, entry, device)
 
     def buffer_marks(self):
         return self.buffer.num_records, self.buffer.num_rows
@@ -263,11 +259,10 @@ class TorchCaptureSession:
         record = self.buffer.add_record(pending.name, pending.kind, naming.DIRECTION_BACKWARD, pending.parent,
                                         pending.stack, None, pending.flags)
         rows = sorted(pending.rows, key=lambda r: (0 if r[0].startswith("input") else 1, r[0]))
+        meta = self.entries.meta
         for slot, t, entry in rows:
-            dtype = t.dtype
-            name = _DTYPE_NAMES.get(dtype) or str(dtype)
-            self.buffer.add_row(record, slot, name, str(list(t.shape)), 1 if t.requires_grad else 0, entry,
-                                "cpu" if t.is_cpu else str(t.device))
+            dtype, shape, device = meta[entry]
+            self.buffer.add_row(record, slot, dtype, shape, 1 if t.requires_grad else 0, entry, device)
         pending.rows = []
 
     # -- save() ----------------------------------------------------------------------------------------------
