@@ -65,7 +65,8 @@ class PendingBackward:
         self.session = session
         self.name = name
         self.kind = kind
-        self.parent = parent
+        # The enclosing module's backward record (msprobe's construct maps backward to backward).
+        self.parent = naming.backward_of(parent) if parent else ""
         self.stack = stack
         self.flags = flags
         self.expected = 0
@@ -129,7 +130,7 @@ def attach(pending: PendingBackward, input_edges: List[InputEdge], outputs: List
             entry = out_nodes[id(fn)] = (fn, [])
         entry[1].append((t.output_nr, slot))
     if not out_nodes:
-        return False
+        return _attach_identity(pending, input_edges, outputs, want_inputs, want_outputs)
     if seq_before < 0:
         seq_before = _fallback_mark(input_edges)
 
@@ -202,6 +203,54 @@ def attach(pending: PendingBackward, input_edges: List[InputEdge], outputs: List
                 hooks += 1
     pending.expected = hooks
     return hooks > 0
+
+
+def _attach_identity(pending: PendingBackward, input_edges: List[InputEdge], outputs: List[Tuple[str, torch.Tensor]],
+                     want_inputs: bool, want_outputs: bool) -> bool:
+    """A call that returned inputs unchanged (``Dropout(p=0)``, ``Identity``, ``contiguous()`` of a contiguous
+    tensor) created no node: the gradient w.r.t. such an output is the gradient of that very tensor, and equals
+    the gradient w.r.t. the input it is. A pre-hook on the tensor's producer delivers it."""
+    nodes: Dict[int, Tuple[Any, List[Tuple[int, str, List[str]]]]] = {}
+    for slot, t in outputs:
+        fn = t.grad_fn
+        if fn is None or not t.requires_grad:
+            continue
+        same = [s for s, efn, enr, _ in input_edges if efn is fn and enr == t.output_nr]
+        entry = nodes.get(id(fn))
+        if entry is None:
+            entry = nodes[id(fn)] = (fn, [])
+        entry[1].append((t.output_nr, slot, same if want_inputs else []))
+    if not nodes:
+        return False
+    for fn, items in nodes.values():
+        fn.register_prehook(_identity_hook(pending, items, want_outputs))
+    pending.expected = len(nodes)
+    return True
+
+
+def _identity_hook(pending: PendingBackward, items, want_outputs: bool):
+    def hook(grad_outputs):
+        session = pending.session
+        if pending.done or not session.backward_open():
+            return None
+        try:
+            with session.busy():
+                if pending.decide():
+                    for nr, slot, same in items:
+                        grad = grad_outputs[nr] if nr < len(grad_outputs) else None
+                        if grad is None:
+                            continue
+                        if want_outputs:
+                            pending.grad_of_output(slot, grad)
+                        for in_slot in same:
+                            session.backward_row(pending, "output" + in_slot[len("input"):], grad)
+                pending.hook_fired()
+        except Exception as exc:
+            session.summary.failed("backward hook of %s" % pending.name, exc)
+            pending.flags |= naming.FLAG_PARTIAL
+        return None
+
+    return hook
 
 
 def _walk_boundary(out_nodes, match, seq_before: int, boundary) -> None:

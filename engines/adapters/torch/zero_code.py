@@ -1,9 +1,11 @@
 """Zero code change: a whole process captured, steps counted by optimizer steps.
 
-``probe-tui --run`` runs the user's script in-process inside ``ZeroCodeCapture``: the session starts before the
-script's first line, torch's global optimizer-step hook closes a step after each ``optimizer.step()`` of the first
-optimizer that steps (a second optimizer in the same loop does not split the iteration), and the step filter
-switches every mechanism off between selected steps.
+``probe-tui --run`` runs the user's script in-process inside ``ZeroCodeCapture``. A step begins at the first
+``nn.Module`` call after the previous optimizer step (or after the script starts), the point where a user puts
+``debugger.start(model)``: model construction and data loading before it are not recorded, so a script run this
+way writes the same records as the in-script API around its forward. torch's global optimizer-step hook closes
+the step after each ``optimizer.step()`` of the first optimizer that steps (a second optimizer in the same loop
+does not split the iteration), and the step filter switches every mechanism off between selected steps.
 """
 
 import weakref
@@ -24,6 +26,7 @@ class ZeroCodeCapture:
         self.on_step_end = on_step_end
         self._primary: Optional[weakref.ref] = None
         self._handle = None
+        self._arm_handle = None
         self.steps_seen = 0
 
     @property
@@ -34,21 +37,44 @@ class ZeroCodeCapture:
         from torch.optim.optimizer import register_optimizer_step_post_hook
 
         self._handle = register_optimizer_step_post_hook(self._after_optimizer_step)
-        self.session.start()
+        self._begin_step()
         return self
 
-    def __exit__(self, exc_type, exc, tb) -> None:
+    def _begin_step(self) -> None:
+        """Arm: install everything, but record only from the next module call on."""
+        from torch.nn.modules.module import register_module_forward_pre_hook
+
+        if self._arm_handle is None:
+            # Registered before the session's own module hooks, so it runs first on that call.
+            self._arm_handle = register_module_forward_pre_hook(self._on_module_call)
+        self.session.start()
+        self.session.running = False
+
+    def _on_module_call(self, module: Any, args: Any) -> None:
+        if self._arm_handle is not None:
+            self._arm_handle.remove()
+            self._arm_handle = None
+        s = self.session
+        if s.step_open and not s.closed and not s.finished:
+            s.running = True
+        return None
+
+    def _remove_hooks(self) -> None:
+        if self._arm_handle is not None:
+            self._arm_handle.remove()
+            self._arm_handle = None
         if self._handle is not None:
             self._handle.remove()
             self._handle = None
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        self._remove_hooks()
         status = "finished" if exc_type is None else ("stopped" if exc_type is KeyboardInterrupt else "failed")
         self.session.close(status)
         return None
 
     def close(self, status: str = "finished") -> CaptureSummary:
-        if self._handle is not None:
-            self._handle.remove()
-            self._handle = None
+        self._remove_hooks()
         return self.session.close(status)
 
     def _after_optimizer_step(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
@@ -62,7 +88,7 @@ class ZeroCodeCapture:
         records = s.buffer.num_records
         try:
             s.step_end()
-            s.start()
+            self._begin_step()
         except Exception as exc:  # never break training
             s.summary.failed("closing step %d" % step, exc)
         self.steps_seen += 1
