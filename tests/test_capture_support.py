@@ -41,7 +41,8 @@ def run_demo(root: Path, knobs: Optional[Dict[str, Any]] = None, **options: Any)
     sinks = dump_sink_factory(rank_dirs(root), opts, {"framework": "pytorch"}, summary)
     with ZeroCodeCapture(opts, sinks, summary=summary):
         result = demo.train(dict(knobs or TINY))
-    return Dump(Path(root) / "rank0"), summary, result
+    written = sorted(Path(root).glob("rank*"))
+    return (Dump(written[0]) if written else None), summary, result
 
 
 class Dump:

@@ -62,6 +62,7 @@ class StepBuffer:
         self.row_requires_grad: List[int] = []
         self.row_entry: List[int] = []
         self.row_device: List[str] = []
+        self.row_save: List[bool] = []
 
     @property
     def num_records(self) -> int:
@@ -83,8 +84,9 @@ class StepBuffer:
         return len(self.rec_name) - 1
 
     def add_row(self, record: int, slot: str, dtype: str, shape: str, requires_grad: int, entry: int,
-                device: str = "") -> None:
+                device: str = "", save: bool = False) -> None:
         self.row_device.append(device)
+        self.row_save.append(save)
         self.row_record.append(record)
         self.row_slot.append(slot)
         self.row_dtype.append(dtype)
@@ -98,7 +100,7 @@ class StepBuffer:
                     self.rec_args, self.rec_flags):
             del lst[n_records:]
         for lst in (self.row_record, self.row_slot, self.row_dtype, self.row_shape, self.row_requires_grad,
-                    self.row_entry, self.row_device):
+                    self.row_entry, self.row_device, self.row_save):
             del lst[n_rows:]
 
     def flag_record(self, record: int, flag: int) -> None:
@@ -119,7 +121,9 @@ class StepBuffer:
         stats = np.where(has[:, None], entries.stats[safe], np.nan)
         valid = np.where(has, entries.valid[safe], 0).astype(np.uint8)
         counts = np.where(has[:, None], entries.counts[safe], -1)
-        pools = [entries.pool[i] if h else "" for i, h in zip(safe.tolist(), has.tolist())]
+        # A tensor is stored once, but only rows of records that asked for it (task tensor, tensor_list) point at it.
+        stored = has & np.asarray(self.row_save, dtype=bool)
+        pools = [entries.pool[i] if h else "" for i, h in zip(safe.tolist(), stored.tolist())]
         record_local = np.asarray(self.row_record, dtype=np.int64)
         flags = np.asarray(self.rec_flags, dtype=np.uint32)
         nonfinite = (counts[:, 0] > 0) | (counts[:, 1] > 0) | (counts[:, 2] > 0)
@@ -158,7 +162,7 @@ class StepBuffer:
             "crc32": np.where(has, entries.crc32[safe], -1),
             "xhash": np.where(has, entries.xhash[safe], 0),
             "pool": pools,
-            "offset": np.where(has & (entries.offset[safe] >= 0), entries.offset[safe], -1),
+            "offset": np.where(stored & (entries.offset[safe] >= 0), entries.offset[safe], -1),
             "numel": np.where(has, entries.numel[safe], -1),
         }
         return StepBatch(step, records, tensors)

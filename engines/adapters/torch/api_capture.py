@@ -158,7 +158,7 @@ class ApiCapture:
                     s.add_row(record, slot, t, save, fresh=fresh)
         if want_bwd and outputs:
             pending = PendingBackward(s, naming.backward_of(name), naming.KIND_API, parent, stack, flags)
-            if attach(pending, edges, outputs, seq, dm.input, dm.output):
+            if attach(pending, edges, outputs, seq, want_inputs=dm.output, want_outputs=dm.input):
                 s.pending_backward.append(pending)
 
 

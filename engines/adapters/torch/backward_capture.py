@@ -117,7 +117,9 @@ class PendingBackward:
 
 def attach(pending: PendingBackward, input_edges: List[InputEdge], outputs: List[Tuple[str, torch.Tensor]],
            seq_before: int, want_inputs: bool, want_outputs: bool) -> bool:
-    """Register the hooks for one call. Returns False when the call created no graph to observe."""
+    """Register the hooks for one call. ``want_inputs``: gradients w.r.t. the call's inputs (the backward
+    record's ``output.*`` slots); ``want_outputs``: w.r.t. its outputs (``input.*``). False when there is
+    nothing to observe."""
     out_nodes: Dict[int, Tuple[Any, List[Tuple[int, str]]]] = {}
     for slot, t in outputs:
         fn = t.grad_fn

@@ -239,7 +239,8 @@ class ModuleCapture:
                     frame.edges.append(e)
             pending = PendingBackward(s, naming.backward_of(frame.name), naming.KIND_MODULE, frame.parent,
                                       frame.stack, frame.flags)
-            if attach(pending, frame.edges, outputs, frame.seq, dm.input, dm.output):
+            if attach(pending, frame.edges, outputs, frame.seq, want_inputs=dm.output,
+                      want_outputs=dm.input):
                 s.pending_backward.append(pending)
 
     def _pop(self, module: Any) -> Optional[ModuleFrame]:

@@ -210,7 +210,7 @@ class TorchCaptureSession:
         entries = self.entries
         entry = entries.entry(t, save, fresh)
         dtype, shape, device = entries.meta[entry]
-        self.buffer.add_row(record, slot, dtype, shape, 1 if t.requires_grad else 0, entry, device)
+        self.buffer.add_row(record, slot, dtype, shape, 1 if t.requires_grad else 0, entry, device, save)
 
     def buffer_marks(self):
         return self.buffer.num_records, self.buffer.num_rows
@@ -249,7 +249,8 @@ class TorchCaptureSession:
         dm = self.filter.data_mode
         if not dm.wants(False, slot.startswith("input")):
             return
-        pending.rows.append((slot, grad, self.entries.entry(grad, self.saves(pending.name))))
+        save = self.saves(pending.name)
+        pending.rows.append((slot, grad, self.entries.entry(grad, save), save))
 
     def finish_backward(self, pending: PendingBackward) -> None:
         if not pending.admitted:
@@ -260,9 +261,9 @@ class TorchCaptureSession:
                                         pending.stack, None, pending.flags)
         rows = sorted(pending.rows, key=lambda r: (0 if r[0].startswith("input") else 1, r[0]))
         meta = self.entries.meta
-        for slot, t, entry in rows:
+        for slot, t, entry, save in rows:
             dtype, shape, device = meta[entry]
-            self.buffer.add_row(record, slot, dtype, shape, 1 if t.requires_grad else 0, entry, device)
+            self.buffer.add_row(record, slot, dtype, shape, 1 if t.requires_grad else 0, entry, device, save)
         pending.rows = []
 
     # -- save() ----------------------------------------------------------------------------------------------
