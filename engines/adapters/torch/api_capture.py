@@ -19,6 +19,19 @@ from engines.capture import naming
 _current_graph_task_id = getattr(torch._C, "_current_graph_task_id", None)
 
 
+def _is_compiling_fn():
+    compiler = getattr(torch, "compiler", None)
+    fn = getattr(compiler, "is_compiling", None)
+    if fn is None:
+        dynamo = getattr(torch, "_dynamo", None)
+        fn = getattr(dynamo, "is_compiling", None)
+    return fn or (lambda: False)
+
+
+# While dynamo traces a torch.compile'd region every hook steps aside: the region runs uncaptured (and says so).
+is_compiling = _is_compiling_fn()
+
+
 class ApiInfo:
     """What the session decided once for one callable: its name and whether it is captured at all."""
 
@@ -43,7 +56,7 @@ class CaptureFunctionMode(TorchFunctionMode):
         if kwargs is None:
             kwargs = {}
         s = self.session
-        if s.busy_depth or not s.running:
+        if s.busy_depth or not s.running or is_compiling():
             return func(*args, **kwargs)
         info = s.api_infos.get(func)
         if info is None:
@@ -102,7 +115,12 @@ class ApiCapture:
         listed_parent = frame is not None and frame.listed
         reason = s.filter.record_reason(name, listed_parent)
         dm = s.filter.data_mode
-        want_bwd = (dm.backward and torch.is_grad_enabled()
+        if flags and not s.last_recompute_reentrant:
+            # A non-reentrant checkpoint re-run only rebuilds saved tensors; its graph is thrown away.
+            want_bwd = False
+        else:
+            want_bwd = dm.backward and torch.is_grad_enabled()
+        want_bwd = (want_bwd
                     and (reason is None or s.backward_may_be_wanted(naming.backward_of(name), listed_parent)))
         if reason is not None:
             s.summary.skipped(reason)
@@ -157,7 +175,8 @@ class ApiCapture:
                 for slot, t in outputs:
                     s.add_row(record, slot, t, save, fresh=fresh)
         if want_bwd and outputs:
-            pending = PendingBackward(s, naming.backward_of(name), naming.KIND_API, parent, stack, flags)
+            pending = PendingBackward(s, naming.backward_of(name), naming.KIND_API, parent, stack,
+                                      flags & ~naming.FLAG_RECOMPUTED)
             if attach(pending, edges, outputs, seq, want_inputs=dm.output, want_outputs=dm.input):
                 s.pending_backward.append(pending)
 

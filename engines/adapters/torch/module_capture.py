@@ -14,6 +14,7 @@ import torch
 from torch.nn.modules import module as nn_module
 
 from engines.adapters.torch import flatten
+from engines.adapters.torch.api_capture import is_compiling
 from engines.adapters.torch.backward_capture import PendingBackward, attach, input_edge, sequence_mark
 from engines.capture import naming
 
@@ -22,6 +23,7 @@ _WRAPPER_CLASSES = frozenset(("FullyShardedDataParallel", "CheckpointWrapper", "
                               "DistributedDataParallel", "DataParallel", "OffloadWrapper"))
 _DATA_PARALLEL = frozenset(("DistributedDataParallel", "DataParallel"))
 _COMPILED = "OptimizedModule"
+COMPILED_NOTE = "a torch.compile'd module ran: the operators inside compiled regions are not captured"
 
 
 class ModuleFrame:
@@ -134,7 +136,7 @@ class ModuleCapture:
     # -- forward hooks ---------------------------------------------------------------------------------------
     def _pre(self, module: Any, args: tuple) -> None:
         s = self.session
-        if s.busy_depth or not s.running:
+        if s.busy_depth or not s.running or is_compiling():
             return None
         try:
             s.busy_depth += 1
@@ -150,7 +152,7 @@ class ModuleCapture:
     def _enter(self, module: Any, args: tuple) -> None:
         s = self.session
         if type(module).__name__ == _COMPILED:
-            s.summary.note("a torch.compile'd module ran: the operators inside compiled regions are not captured")
+            s.summary.note(COMPILED_NOTE)
         info = self.name_of(module)
         parent_frame = self.frames[-1] if self.frames else None
         listed_parent = parent_frame is not None and parent_frame.listed
@@ -169,7 +171,8 @@ class ModuleCapture:
         self.frames.append(frame)
         reason = s.filter.record_reason(name, listed_parent)
         dm = s.filter.data_mode
-        frame.want_bwd = (dm.backward and torch.is_grad_enabled()
+        rerun_without_graph = bool(flags) and not s.last_recompute_reentrant
+        frame.want_bwd = (dm.backward and torch.is_grad_enabled() and not rerun_without_graph
                           and (reason is None or s.backward_may_be_wanted(naming.backward_of(name), frame.listed)))
         if reason is not None:
             s.summary.skipped(reason)
@@ -195,6 +198,8 @@ class ModuleCapture:
 
     def _post(self, module: Any, args: tuple, *rest: Any) -> None:
         s = self.session
+        if is_compiling():
+            return None
         frame = self._pop(module)
         if frame is None or len(rest) != 2 or frame.name == "" or frame.module is not module:
             return None
@@ -238,7 +243,7 @@ class ModuleCapture:
                 if e is not None:
                     frame.edges.append(e)
             pending = PendingBackward(s, naming.backward_of(frame.name), naming.KIND_MODULE, frame.parent,
-                                      frame.stack, frame.flags)
+                                      frame.stack, frame.flags & ~naming.FLAG_RECOMPUTED)
             if attach(pending, frame.edges, outputs, frame.seq, want_inputs=dm.output,
                       want_outputs=dm.input):
                 s.pending_backward.append(pending)
@@ -267,7 +272,7 @@ class ModuleCapture:
 
     def _param_grad(self, param: torch.Tensor) -> None:
         s = self.session
-        if not s.backward_open():
+        if not s.backward_open() or is_compiling():
             return
         try:
             s.busy_depth += 1

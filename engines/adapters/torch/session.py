@@ -109,6 +109,10 @@ class TorchCaptureSession:
         if self.closed or self.finished:
             return
         if model is not None:
+            if type(model).__name__ == "OptimizedModule":
+                from engines.adapters.torch.module_capture import COMPILED_NOTE
+
+                self.summary.note(COMPILED_NOTE)
             self.modules.add_root(model)
         if not self.enabled:
             self._uninstall()
@@ -254,8 +258,6 @@ class TorchCaptureSession:
 
     def finish_backward(self, pending: PendingBackward) -> None:
         if not pending.admitted:
-            return
-        if pending.flags & naming.FLAG_RECOMPUTED and not pending.rows:
             return
         record = self.buffer.add_record(pending.name, pending.kind, naming.DIRECTION_BACKWARD, pending.parent,
                                         pending.stack, None, pending.flags)

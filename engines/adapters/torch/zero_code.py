@@ -51,6 +51,10 @@ class ZeroCodeCapture:
         self.session.running = False
 
     def _on_module_call(self, module: Any, args: Any) -> None:
+        if type(module).__name__ == "OptimizedModule":
+            from engines.adapters.torch.module_capture import COMPILED_NOTE
+
+            self.session.summary.note(COMPILED_NOTE)
         if self._arm_handle is not None:
             self._arm_handle.remove()
             self._arm_handle = None
