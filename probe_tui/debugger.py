@@ -97,6 +97,10 @@ class PrecisionDebugger:
         self.run = create_run(self.options.dump_path, task=self.options.task, config=dump_config(self.job),
                               framework="pytorch")
         self.summary = CaptureSummary()
+        from engines.adapters.torch.environment import seed_state
+
+        if seed_state():
+            self.run.update(seed_all=seed_state())
         meta = run_meta(self.job, "pytorch", self.options)
         sinks = dump_sink_factory(self.run.rank_dir, self.options, meta, self.summary)
         self.session = TorchCaptureSession(self.options, sinks, summary=self.summary)
