@@ -44,6 +44,7 @@ class DumpSink:
         self._error: Optional[BaseException] = None
         self._queue: Optional["queue.Queue"] = None
         self._thread: Optional[threading.Thread] = None
+        _one_budget_warning()
         if async_write:
             self._queue = queue.Queue(maxsize=2)
             self._thread = threading.Thread(target=self._run, name="probe-tui-writer", daemon=True)
@@ -120,6 +121,15 @@ class DumpSink:
             self._thread = None
             self._queue = None
         self.writer.close(status)
+
+
+def _one_budget_warning() -> None:
+    """The store warns when the budget is reached and so does the summary (naming the step): keep one."""
+    import warnings
+
+    from engines.store import StoreWarning
+
+    warnings.filterwarnings("ignore", message=".*disk budget.*", category=StoreWarning)
 
 
 class _Marker:
