@@ -118,12 +118,12 @@ def run_arm(work: Workload, arm: str, rounds: int, steps: int, warmup: int, root
             session = None  # imported, nothing started: no mode, no hook
         else:
             opts = CaptureOptions(**options)
-            session = TorchCaptureSession(opts, dump_sink_factory(lambda rank: folder / ("rank%d" % rank), opts,
+            session = TorchCaptureSession(opts, dump_sink_factory(lambda rank, f=folder: f / ("rank%d" % rank), opts,
                                                                   {"framework": "pytorch"}, summary),
                                           summary=summary, rank=0)
         base_w, base_c, arm_w, arm_c = [], [], [], []
 
-        def captured():
+        def captured(session=session):
             if session is not None:
                 session.start(work.model)
             work.step()
