@@ -115,12 +115,14 @@ class TorchCaptureSession:
                 self.summary.note(COMPILED_NOTE)
             self.modules.add_root(model)
         if not self.enabled:
+            self.summary.note("rank %d is not in the config's rank list: nothing is captured on it" % self.rank)
             self._uninstall()
             return
         if self.filter.past_last_step(self.step):
             self._finish_for_good()
             return
         if not self.filter.step_selected(self.step):
+            self.summary.step_skipped(self.step)
             self._uninstall()
             return
         self.step_open = True
