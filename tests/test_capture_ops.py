@@ -152,6 +152,40 @@ def test_collectives_are_recorded_with_their_results(tmp_path, monkeypatch):
     assert "ReduceOp" in dump.record("Distributed.all_reduce.1.forward")["args"]
 
 
+def test_dispatch_fallback_records_collectives_the_function_mode_cannot_see(tmp_path, monkeypatch):
+    """On torch < 2.3 ``dist.all_reduce`` is plain Python: the dispatch-mode fallback records ``c10d`` ops then.
+    Simulated here by hiding the collective from the function mode's table."""
+    import torch.distributed as dist
+
+    from engines.adapters.torch import api_table, dispatch_capture
+
+    assert dispatch_capture.function_mode_sees_collectives()  # this torch: the fallback is not needed
+    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
+    monkeypatch.setenv("MASTER_PORT", str(_free_port()))
+    dist.init_process_group("gloo", rank=0, world_size=1)
+    try:
+        t = torch.arange(4, dtype=torch.float32)
+        both = make_session(tmp_path / "both", level="L1", force_dispatch=True)
+        both.start()
+        dist.all_reduce(t)  # seen by both modes: recorded once
+        both.step_end()
+        both.close()
+        monkeypatch.setitem(api_table.table(), dist.all_reduce, None)
+        only = make_session(tmp_path / "dispatch", level="L1", force_dispatch=True)
+        only.start()
+        dist.all_reduce(t)
+        y = t * 2
+        only.step_end()
+        only.close()
+    finally:
+        dist.destroy_process_group()
+    assert Dump(tmp_path / "both" / "rank0").names(0) == ["Distributed.all_reduce.0.forward"]
+    names = Dump(tmp_path / "dispatch" / "rank0").names(0)
+    assert names == ["Distributed.all_reduce.0.forward", "Tensor.mul.0.forward"]
+    rows = Dump(tmp_path / "dispatch" / "rank0").rows("Distributed.all_reduce.0.forward")
+    assert any(k.startswith("output") for k in rows) and y.shape == (4,)
+
+
 class _Block(torch.nn.Module):
     def __init__(self):
         super().__init__()

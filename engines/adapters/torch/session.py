@@ -67,7 +67,7 @@ class TorchCaptureSession:
 
     def __init__(self, options: CaptureOptions, sink_factory: Optional[Callable[[int], Any]] = None,
                  summary: Optional[CaptureSummary] = None, rank: Optional[int] = None,
-                 force_batched: bool = False) -> None:
+                 force_batched: bool = False, force_dispatch: bool = False) -> None:
         self.options = options
         self.filter = CaptureFilter(options)
         self.summary = summary or CaptureSummary()
@@ -88,6 +88,9 @@ class TorchCaptureSession:
         self.modules = ModuleCapture(self)
         self.pending_backward: List[PendingBackward] = []
         self.fmode: Optional[CaptureFunctionMode] = None
+        self.dmode: Any = None
+        self.force_dispatch = force_dispatch
+        self.api_depth = 0  # recorded API calls running now (the dispatch fallback records only outside them)
         self.busy_depth = 0
         self.running = False
         self.step_open = False
@@ -180,8 +183,20 @@ class TorchCaptureSession:
         if opts.api_level and self.fmode is None:
             self.fmode = CaptureFunctionMode(self)
             self.fmode.__enter__()
+        if opts.api_level and self.dmode is None:
+            from engines.adapters.torch import dispatch_capture
+
+            if dispatch_capture.needed(self.force_dispatch):
+                self.dmode = dispatch_capture.CaptureDispatchMode(self)
+                self.dmode.__enter__()
 
     def _uninstall(self) -> None:
+        if self.dmode is not None:
+            mode, self.dmode = self.dmode, None
+            try:
+                mode.__exit__(None, None, None)
+            except Exception as exc:
+                self.summary.failed("removing the dispatch mode", exc)
         if self.fmode is not None:
             mode, self.fmode = self.fmode, None
             try:
