@@ -283,3 +283,25 @@ def _grads_after_step(level, root):
         s.close()
     return [(n, p.grad.clone()) for n, p in model.named_parameters()] + \
         [(n + ".w", p.detach().clone()) for n, p in model.named_parameters()]
+
+
+def test_a_list_of_models_is_named_by_index(tmp_path):
+    gen, disc = torch.nn.Sequential(torch.nn.Linear(3, 3)), torch.nn.Sequential(torch.nn.Linear(3, 1))
+    s = make_session(tmp_path, level="L0")
+    s.start([gen, disc])
+    disc(gen(torch.randn(2, 3))).sum().backward()
+    s.step_end()
+    s.close()
+    names = Dump(tmp_path / "rank0").names(0)
+    assert "Module.0.0.Linear.forward.0" in names and "Module.1.0.Linear.forward.0" in names
+    assert "Module.1.0.Linear.parameters_grad.0" in names
+
+
+def test_rm_dropout_mode_zeroes_every_dropout():
+    from engines.adapters.torch.environment import DropoutOffMode
+
+    x = torch.ones(1000)
+    drop = torch.nn.Dropout(0.5)
+    with DropoutOffMode():
+        assert torch.equal(drop(x), x) and torch.equal(F.dropout(x, 0.9, training=True), x)
+    assert not torch.equal(drop(x), x)
