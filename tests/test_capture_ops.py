@@ -305,3 +305,34 @@ def test_rm_dropout_mode_zeroes_every_dropout():
     with DropoutOffMode():
         assert torch.equal(drop(x), x) and torch.equal(F.dropout(x, 0.9, training=True), x)
     assert not torch.equal(drop(x), x)
+
+
+def test_gradient_accumulation_counts_calls_and_gradient_events(tmp_path):
+    model = torch.nn.Sequential(torch.nn.Linear(3, 3), torch.nn.ReLU(), torch.nn.Linear(3, 1))
+    s = make_session(tmp_path, level="mix")
+    s.start(model)
+    grads = []
+    for _ in range(2):  # two micro-batches, one optimizer step
+        model(torch.randn(4, 3)).sum().backward()
+        grads.append(model[0].weight.grad.clone())
+    s.step_end()
+    s.close()
+    dump = Dump(tmp_path / "rank0")
+    names = dump.names(0)
+    for n in ("Module.0.Linear.forward.1", "Module.0.Linear.backward.1", "Functional.linear.3.forward",
+              "Module.0.Linear.parameters_grad.0", "Module.0.Linear.parameters_grad.1"):
+        assert n in names
+    # the accumulated .grad after each micro-batch
+    assert_stats_equal(dump.rows("Module.0.Linear.parameters_grad.1")["weight"], grads[1])
+
+
+def test_debug_level_records_only_save(tmp_path):
+    x = torch.randn(4, requires_grad=True)
+    s = make_session(tmp_path, level="debug")
+    s.start()
+    y = torch.tanh(x)
+    s.save("act", y)
+    y.sum().backward()
+    s.step_end()
+    s.close()
+    assert Dump(tmp_path / "rank0").names(0) == ["act.0.debug", "act_grad.0.debug"]
