@@ -87,6 +87,8 @@ class TorchCaptureSession:
         self.api_capture = ApiCapture(self)
         self.modules = ModuleCapture(self)
         self.pending_backward: List[PendingBackward] = []
+        # id(output node) -> (node, edges leaving the module call): lets a parent's graph walk skip its children
+        self.walk_memo: Dict[int, Any] = {}
         self.fmode: Optional[CaptureFunctionMode] = None
         self.dmode: Any = None
         self.force_dispatch = force_dispatch
@@ -337,6 +339,7 @@ class TorchCaptureSession:
                     except Exception as exc:
                         self.summary.failed("finishing %s" % pending.name, exc)
             self.pending_backward = []
+            self.walk_memo = {}
             buffer = self.buffer
             if buffer.num_records == 0:
                 self.entries.clear()
