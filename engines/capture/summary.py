@@ -52,13 +52,13 @@ class CaptureSummary:
     def unsupported(self, type_name: str, n: int = 1) -> None:
         self.missing["%s: %s" % (UNSUPPORTED, type_name)] += n
 
-    def note(self, text: str) -> None:
+    def note(self, text: str, level: int = logging.WARNING) -> None:
         """A one-time remark (budget reached, compiled region not captured...), logged once and kept."""
         if text in self._noted:
             return
         self._noted.add(text)
         self.notes.append(text)
-        log.warning("probe-tui: %s", text)
+        log.log(level, "probe-tui: %s", text)
 
     def step_skipped(self, step: int) -> None:
         """A whole step the step filter left out (nothing installed, nothing counted)."""

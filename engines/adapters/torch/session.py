@@ -175,8 +175,8 @@ class TorchCaptureSession:
         self.running = False
         self._uninstall()
         self.modules.remove_param_hooks()
-        log.info("probe-tui: the last selected step (%d) is done; capture is off for the rest of the run",
-                 self.filter.last_step)
+        self.summary.note("the last selected step (%d) is done; capture is off for the rest of the run"
+                          % self.filter.last_step, level=logging.INFO)
 
     def _install(self) -> None:
         opts = self.options
@@ -360,7 +360,12 @@ class TorchCaptureSession:
                 if self.sink_factory is None:
                     return
                 self.rank = self.rank if self._fixed_rank is not None else detect_rank()
-                self.sink = self.sink_factory(self.rank)
+                try:
+                    self.sink = self.sink_factory(self.rank)
+                except Exception as exc:  # e.g. a read-only dump path: report it, never stop training
+                    self.summary.failed("opening the dump store", exc)
+                    self.sink_factory = None
+                    return
             try:
                 self.sink.write(payload)
             except Exception as exc:
