@@ -98,6 +98,16 @@ def test_the_op_that_first_overflows_ranks_first(tmp_path):
     assert inherited and all(s["score"] == 1.0 for s in inherited)
 
 
+def test_a_wrong_eps_is_found_with_its_argument(tmp_path):
+    target = capture_demo(tmp_path / "eps", task="statistics", faults={"wrong_eps": {"layer": 1}})
+    golden = capture_demo(tmp_path / "ref", task="statistics", double=True)
+    out = run_compare({"compare": {"target_path": target, "golden_path": golden,
+                                   "output_path": str(tmp_path / "out")}}, None)
+    top = out.top_suspects[0]
+    assert top["record"].startswith("Functional.layer_norm.") and top["changed_args"] == "input.eps: 0.1 -> 1e-05"
+    assert out.summary["largest_error_op"] != top["record"] and out.summary["first_differing_op"] != top["record"]
+
+
 def test_our_capture_against_msprobes_dump_of_the_same_model(tmp_path):
     sys.path.insert(0, str(DATA))
     try:
