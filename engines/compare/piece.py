@@ -58,7 +58,7 @@ def _stats(rows: RowTable) -> Dict[str, np.ndarray]:
 
 
 def _api_name(record: str) -> str:
-    parts = record.split(".")
+    parts = record.split(".", 2)
     return parts[1] if len(parts) > 2 else ""
 
 
@@ -87,8 +87,11 @@ def compare_piece(t: RowTable, g: RowTable, t_spec, g_spec, st: PieceSettings):
     g_text = _golden(g.text, gi, None)
     cols["t_text"] = t.text
     cols["g_text"] = g_text
-    cols["data_name"] = _data_names(t.data_name, _golden(g.data_name, gi, "")) if st.mode == "tensor" else \
-        np.full(n, "-1", dtype=object)
+    if st.mode == "tensor":
+        cols["data_name"] = _data_names(t.data_name, _golden(g.data_name, gi, ""))
+    else:
+        cols["data_name"] = np.empty(n, dtype=object)
+        cols["data_name"].fill("-1")  # one shared object (np.full would make one per row)
 
     flags = np.zeros(n, dtype=np.uint32)
     status = np.full(n, ST_OK, dtype=np.uint8)
@@ -105,10 +108,11 @@ def compare_piece(t: RowTable, g: RowTable, t_spec, g_spec, st: PieceSettings):
     rg_t, rg_g = t.requires_grad, cols["golden_requires_grad"]
     cols["requires_grad_equal"] = np.where((rg_t < 0) | (rg_g < 0), -1, (rg_t == rg_g).astype(np.int8))
     flags[matched & (rg_t >= 0) & (rg_g >= 0) & (rg_t != rg_g)] |= F["requires_grad differs"]
-    ignored_records = {r for r in t.record_order() if _api_name(r) in IGNORED_APIS}
-    if ignored_records:
-        ignored = np.fromiter((r in ignored_records for r in t.record.tolist()), bool, n)
-        flags[ignored] |= F["ignored api"]
+    record_code, records = t.record_codes()
+    cols["record_code"] = record_code
+    ignored_record = np.fromiter((_api_name(r) in IGNORED_APIS for r in records.tolist()), bool, len(records))
+    if ignored_record.any():
+        flags[ignored_record[record_code]] |= F["ignored api"]
     _nonfinite_flags(cols, flags, matched)
 
     stat_cols = stats_metrics.stats_table(_stats(t), g_stats, {s: t.text for s in STATS},
