@@ -267,6 +267,12 @@ class TorchCaptureSession:
             dtype, shape, device = meta[entry]
             self.buffer.add_row(record, slot, dtype, shape, 1 if t.requires_grad else 0, entry, device, save)
         pending.rows = []
+        self.record_done(record)
+
+    def record_done(self, record: int) -> None:
+        """Extension point: every row of forward or backward ``record`` is in the buffer (parameter-gradient
+        records excepted: their rows arrive until the step ends). A no-op here; overflow_check overrides it."""
+        return None
 
     # -- save() ----------------------------------------------------------------------------------------------
     def save(self, name: str, value: Any, save_backward: bool = True) -> None:
