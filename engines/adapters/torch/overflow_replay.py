@@ -165,7 +165,7 @@ def build_call(args_json: str, tensors: Dict[str, torch.Tensor]) -> Tuple[list, 
 
 def _raise(obj: Any, dtype: torch.dtype, device: torch.device) -> Any:
     if isinstance(obj, torch.Tensor):
-        t = obj.to(device)
+        t = obj.to(device, copy=True)
         return t.to(dtype) if t.is_floating_point() else t
     if isinstance(obj, torch.dtype):
         return dtype if obj.is_floating_point else obj
@@ -180,7 +180,7 @@ def _raise(obj: Any, dtype: torch.dtype, device: torch.device) -> Any:
 
 def _to(obj: Any, device: torch.device) -> Any:
     if isinstance(obj, torch.Tensor):
-        return obj.to(device)
+        return obj.to(device, copy=True)  # a replayed in-place call must not change the inputs of the next run
     if isinstance(obj, (list, tuple)):
         return type(obj)(_to(v, device) for v in obj)
     if isinstance(obj, dict):
