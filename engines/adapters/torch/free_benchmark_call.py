@@ -121,12 +121,12 @@ def is_random(api: str, args: tuple, kwargs: Dict[str, Any]) -> bool:
 
 
 class _Pending:
-    __slots__ = ("row", "ratio", "api", "preheat_sample")
+    __slots__ = ("row", "ratio", "strict")
 
-    def __init__(self, row: CheckRow, ratio: Any, api: str) -> None:
+    def __init__(self, row: CheckRow, ratio: Any, strict: bool = False) -> None:
         self.row = row
         self.ratio = ratio
-        self.api = api
+        self.strict = strict  # the threshold is an inconsistent preheat sample's ratio: reaching it fails
 
 
 class FreeBenchmarkCall:
@@ -227,10 +227,12 @@ class FreeBenchmarkCall:
     def _compare(self, name: str, api: str, items: List, new_items: List, out_dtype: str, step: int) -> None:
         fb = self.fb
         threshold = th.ratio_threshold(out_dtype, fb.pert_mode)
+        strict = False
         if self.preheat is not None:
             learned = self.preheat.threshold(api, out_dtype)
             if learned is not None and fb.pert_mode != "no_change":
                 threshold = learned
+                strict = (api, out_dtype) in self.preheat.frozen
         for (i, a), (_, b) in zip(items, new_items):
             if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
                 row = CheckRow(step, name, "forward", fb.pert_mode, fb.handler_type, i, str(a.dtype),
@@ -240,14 +242,14 @@ class FreeBenchmarkCall:
                     self.done.append(row)
                     continue
                 tol = th.forward_abs_tol(str(b.dtype))
-                self.pending.append(_Pending(row, cmp.tensor_ratio(a, b, tol), api))
+                self.pending.append(_Pending(row, cmp.tensor_ratio(a, b, tol), strict))
                 continue
             ratio = cmp.scalar_ratio(a, b)
             if ratio is None:
                 continue
             row = CheckRow(step, name, "forward", fb.pert_mode, fb.handler_type, i, type(a).__name__, "[]",
                            threshold=threshold, replaced=fb.fix)
-            self.pending.append(_Pending(row, ratio, api))
+            self.pending.append(_Pending(row, ratio, strict))
 
     def _preheat_sample(self, api: str, func: Any, args: tuple, kwargs: Dict[str, Any], out: Any, new: Any,
                         out_dtype: str) -> None:
@@ -285,7 +287,7 @@ class FreeBenchmarkCall:
         self.done = []
         for p, v in zip(pending, values):
             p.row.ratio = v
-            p.row.consistent = th.consistent(v, p.row.threshold)
+            p.row.consistent = th.consistent(v, p.row.threshold) and not (p.strict and v >= p.row.threshold)
             rows.append(p.row)
         for r in rows:
             r.step = step
