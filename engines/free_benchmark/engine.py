@@ -126,11 +126,12 @@ def summarise(tally: Tally, fb: FreeBenchmarkOptions, skipped: Counter, replaced
     tables: List[Dict[str, Any]] = []
     if tally.bad:
         rows = sorted(tally.bad, key=lambda r: (-_sortable(r.ratio), r.step, r.name))
+        backward = fb.backward
         tables.append({
-            "title": "inconsistent calls (ratio above the threshold)",
-            "columns": ["step", "call", "stage", "output", "dtype", "ratio", "threshold", "max_rel"],
-            "rows": [[r.step, r.name, r.stage, r.output_index, r.dtype.replace("torch.", ""), _ratio_text(r),
-                      r.threshold, _max_rel(r)] for r in rows],
+            "title": "inconsistent calls (also in %s)" % CSV_NAME,
+            "columns": ["step", "call"] + (["grad of input"] if backward else ["output"]) + ["ratio", "threshold"],
+            "rows": [[r.step, r.name, r.output_index, _ratio_text(r) if r.pert_mode != "to_cpu" else r.detail,
+                      "%g %s" % (r.threshold, r.dtype.replace("torch.", ""))] for r in rows],
         })
     if replaced:
         tables.append({"title": "outputs replaced (fix)", "columns": ["api", "calls"],
@@ -187,12 +188,6 @@ def _ratio_text(r: CheckRow) -> str:
     if r.ratio != r.ratio:
         return "-"
     return "%.6g" % r.ratio
-
-
-def _max_rel(r: CheckRow) -> str:
-    from engines.free_benchmark.thresholds import max_rel
-
-    return max_rel(r.ratio) if r.pert_mode != "to_cpu" else r.detail
 
 
 def _num(x: Any) -> str:

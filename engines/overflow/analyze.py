@@ -271,14 +271,28 @@ def summarise(judgements: List[Judgement], replay_dtype: str, out_dir: Path) -> 
     for c in ("range", "precision", "not reproduced", "inherited", "not replayed"):
         out[c.replace(" ", "_")] = counts.get(c, 0)
     if judgements:
+        ranks = len({j.rank for j in judgements}) > 1
         out["tables"] = [{
-            "title": "flagged calls replayed in %s" % replay_dtype,
-            "columns": ["rank", "step", "call", "origin", "as saved", replay_dtype, "verdict"],
-            "rows": [[j.rank, j.step, j.name, j.origin, j.as_saved or "-", j.high or "-",
-                      "%s: %s" % (j.category, j.verdict)] for j in judgements],
+            "title": "flagged calls replayed in %s (details: %s)" % (replay_dtype, CSV_NAME),
+            "columns": (["rank"] if ranks else []) + ["step", "call", "verdict"],
+            "rows": [([j.rank] if ranks else []) + [j.step, j.name, short_verdict(j)] for j in judgements],
         }]
     out["replays"] = [dict(zip(CSV_COLUMNS, j.row())) for j in judgements]
     return out
+
+
+def short_verdict(j: Judgement) -> str:
+    """A table cell: the category and the one fact behind it."""
+    if j.category == "range":
+        return "range: %s in %s too" % (j.high, j.replay_dtype)
+    if j.category == "precision":
+        low = j.dtype.replace("torch.", "") or "low precision"
+        return "precision: only in %s (%s max |x| %.3g)" % (low, j.replay_dtype, j.high_max_abs)
+    if j.category == "not reproduced":
+        return "not reproduced on replay"
+    if j.category == "inherited":
+        return "inherited: inputs already non-finite"
+    return "not replayed: " + j.verdict.split(";")[0][:60]
 
 
 _ORDER = {"range": 0, "precision": 1, "not reproduced": 2, "inherited": 3, "not replayed": 4}

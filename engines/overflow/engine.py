@@ -156,8 +156,9 @@ def summarise(steps: List[StepFindings], capture: CaptureSummary, run: Any, limi
     if flagged_steps:
         tables.append({
             "title": "first non-finite value of each step",
-            "columns": ["step", "call", "origin", "in module", "what happened"],
-            "rows": [[s.step, s.first.name, s.first.origin_name, s.first.parent or "-", s.first.reason]
+            "columns": ["step", "call", "origin", "at", "what happened"],
+            "rows": [[s.step, s.first.name, s.first.origin_name,
+                      s.first.where.split(" ")[0] if s.first.where else (s.first.parent or "-"), s.first.reason]
                      for s in flagged_steps if s.first is not None],
         })
     if kept:
@@ -192,6 +193,8 @@ def verdict_line(steps: List[StepFindings], limit: int, limit_reached: bool) -> 
     first = s.first
     where = " in %s" % first.parent if first.parent else ""
     text = "overflow at step %d: %s%s %s" % (s.step, first.name, where, first.reason)
+    if first.where:
+        text += " (%s)" % first.where
     if limit_reached:
         text += "; stopped after %d flagged call%s (overflow_nums %d)" % (limit, "" if limit == 1 else "s", limit)
     return text

@@ -11,10 +11,10 @@ DIRECTION_NAMES = {0: "forward", 1: "backward", 2: ""}
 class FlaggedCall:
     """A call whose tensors hold non-finite values that are not a mask's."""
 
-    __slots__ = ("order", "name", "kind", "direction", "origin", "reason", "parent", "kept", "slots", "lost")
+    __slots__ = ("order", "name", "kind", "direction", "origin", "reason", "parent", "kept", "slots", "lost", "where")
 
     def __init__(self, order: int, name: str, kind: int, direction: int, origin: int, reason: str, parent: str,
-                 kept: bool, slots: Dict[str, str], lost: Optional[Dict[str, str]] = None) -> None:
+                 kept: bool, slots: Dict[str, str], lost: Optional[Dict[str, str]] = None, where: str = "") -> None:
         self.order = order
         self.name = name
         self.kind = kind
@@ -25,6 +25,7 @@ class FlaggedCall:
         self.kept = kept
         self.slots = slots  # slot -> "nan, +inf" for each non-finite tensor
         self.lost = lost or {}  # slot -> why its tensor was not saved
+        self.where = where  # the user's code line that made the call ("model.py:52 forward: y = x.exp()")
 
     @property
     def origin_name(self) -> str:
@@ -34,7 +35,7 @@ class FlaggedCall:
         return {"order": self.order, "name": self.name, "kind": KIND_NAMES.get(self.kind, str(self.kind)),
                 "direction": DIRECTION_NAMES.get(self.direction, ""), "origin": self.origin_name,
                 "reason": self.reason, "parent": self.parent, "kept": self.kept, "nonfinite": dict(self.slots),
-                "not_saved": dict(self.lost)}
+                "not_saved": dict(self.lost), "where": self.where}
 
 
 class StepFindings:
@@ -61,7 +62,7 @@ class StepFindings:
         first = self.first
         if first is None:
             return "step %d: no overflow" % self.step
-        where = " (in %s)" % first.parent if first.parent else ""
+        where = " at %s" % first.where if first.where else (" in %s" % first.parent if first.parent else "")
         return "step %d: %s%s: %s" % (self.step, first.name, where, first.reason)
 
     def as_dict(self) -> Dict[str, Any]:
@@ -69,3 +70,18 @@ class StepFindings:
         return {"step": self.step, "flagged": self.flagged, "masks": self.masks, "checked": self.checked,
                 "first": first.as_dict() if first is not None else None,
                 "calls": [c.as_dict() for c in self.calls], "stopped": self.stopped}
+
+
+def code_line(frame_text: str) -> str:
+    """``File /a/b/model.py, line 52, in forward,\n y = x.exp()`` -> ``model.py:52 forward: y = x.exp()``."""
+    head, _, source = frame_text.partition("\n")
+    parts = [p.strip() for p in head.split(",")]
+    if len(parts) < 3 or not parts[0].startswith("File "):
+        return frame_text.strip()
+    path = parts[0][len("File "):]
+    line = parts[1].replace("line ", "")
+    func = parts[2].replace("in ", "")
+    base = path.replace("\\", "/").rsplit("/", 1)[-1]
+    text = "%s:%s %s" % (base, line, func)
+    return text + (": " + source.strip() if source.strip() else "")
+

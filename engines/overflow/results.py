@@ -10,7 +10,7 @@ Tables (kind ``overflow``, schema version 1):
   the calls finished), ``name`` (the record name, also in the ``dump`` store when ``kept``), ``kind``, ``direction``,
   ``origin``, ``reason``, ``parent`` (enclosing module), ``kept`` (its record and tensors are in the dump store),
   ``first`` (it is the step's first origin), ``nonfinite`` (JSON: slot -> kinds), ``not_saved`` (JSON: slot ->
-  why a tensor of a kept call could not be saved).
+  why a tensor of a kept call could not be saved), ``where`` (the code line that made the call, when known).
 
 The flagged calls' records and tensors are in the rank's ``dump`` store under the same step and name.
 """
@@ -49,6 +49,7 @@ CALLS = TableSpec("calls", (
     Column("first", "bool", default=False),
     Column("nonfinite", "json", default="{}"),
     Column("not_saved", "json", default="{}"),
+    Column("where", "json", default=""),
 ))
 
 TABLES = (STEPS, CALLS)
@@ -79,7 +80,7 @@ class OverflowWriter:
                 kept=[c["kept"] for c in calls],
                 first=[first is not None and c["order"] == first.order for c in calls],
                 nonfinite=[json.dumps(c["nonfinite"]) for c in calls],
-                not_saved=[json.dumps(c["not_saved"]) for c in calls])
+                not_saved=[json.dumps(c["not_saved"]) for c in calls], where=[c["where"] for c in calls])
         self.store.commit(findings.step, flagged=findings.flagged)
 
     def close(self, status: str = "finished") -> None:

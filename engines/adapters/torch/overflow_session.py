@@ -19,7 +19,7 @@ from engines.capture.options import CaptureOptions
 from engines.capture.records import StepBuffer
 from engines.capture.summary import CaptureSummary
 from engines.overflow import origin as og
-from engines.overflow.report import FlaggedCall, StepFindings
+from engines.overflow.report import FlaggedCall, StepFindings, code_line
 
 DEFAULT_HOLD_BYTES = int(float(os.environ.get("PROBE_TUI_OVERFLOW_HOLD_MB", "512")) * (1 << 20))
 DEFAULT_BATCH_RECORDS = 4096
@@ -212,12 +212,22 @@ class OverflowSession(TorchCaptureSession):
                 else:
                     lost[b.row_slot[i]] = entries.lost.get(e, "not saved")
         self.findings.add(FlaggedCall(self._order, b.rec_name[r], kind, b.rec_direction[r], verdict.origin,
-                                      verdict.reason, b.rec_parent[r], keep, slots, lost))
+                                      verdict.reason, b.rec_parent[r], keep, slots, lost, self._where(r)))
         self._order += 1
         if self.overflow_nums >= 0 and self.hits >= self.overflow_nums:
             self.limit_reached = True
             self.findings.stopped = True
             self.running = False  # the function mode and module hooks pass calls through from now on
+
+    def _where(self, r: int) -> str:
+        sid = self.buffer.rec_stack[r]
+        if sid is None or sid < 0:
+            return ""
+        try:
+            frames = self.stacks.frames(sid)
+        except IndexError:
+            return ""
+        return code_line(frames[0]) if frames else ""
 
     # -- step end --------------------------------------------------------------------------------------------
     def flush(self) -> None:
