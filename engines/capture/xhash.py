@@ -5,33 +5,32 @@ Definition (version 1; docs/FORMAT.md repeats it):
 1. Take the tensor's elements in C order as little-endian raw bytes of its *logical* dtype (bfloat16 keeps its
    2 bytes, bool is one byte 0/1, complex is real then imaginary part). A 0-d tensor has one element.
 2. Cut the bytes into words of ``w = min(itemsize, 4)`` bytes: ``u_0 .. u_{m-1}``, unsigned little-endian.
-3. For every word, modulo 2**64::
+3. With the weight table ``W[i] = fmix64(i + K2) | 1`` for ``i < 2**20`` (odd 64-bit weights) and, for word
+   ``j = c * 2**20 + i``, the weight ``w_j = W[i] * (2c + 1)``, all modulo 2**64::
 
-       v_j = (u_j XOR (j * K2)) * K1
-       v_j = v_j XOR (v_j >> 29)            (logical shift)
-       S   = sum_j v_j
+       S = sum_j u_j * w_j
 
 4. ``h = fmix64(S XOR (m * K3) XOR fnv1a64("<dtype>|<d0,d1,...>"))`` where ``dtype`` is the framework-neutral
    name (``float32``, ``bfloat16``, ``int64``, ``bool``, ``complex64``...) and the dims are decimal.
    ``fmix64`` is MurmurHash3's 64-bit finaliser. The result is stored as the signed 64-bit integer with the same
    bits.
 
-Every step is integer arithmetic modulo 2**64 on words no wider than 32 bits, so a device implementation with
-signed int64 tensors (multiplication and sums wrap; the logical shift is an arithmetic shift masked to 35 bits)
-gives the same bits as this code. The constants are odd, so position and value both spread over all 64 bits: a
-permutation, a sign flip or a one-ulp change changes the hash.
+Step 3 is one integer dot product (``numpy.dot`` on uint64, ``torch.dot`` or ``(u * w).sum()`` on int64 on any
+device): products and sums wrap modulo 2**64 identically for signed and unsigned 64-bit integers, so every
+framework gets the same bits. The weights are odd, so changing any single word (a one-ulp change, a sign flip)
+always changes S; distinct position weights make permutations and reshapes (through the dims) change the hash.
+It is a checksum for telling equal tensors from unequal ones, not a cryptographic hash.
 """
 
 from typing import Sequence
 
 import numpy as np
 
-K1 = 0x9E3779B97F4A7C15
 K2 = 0xC2B2AE3D27D4EB4F
 K3 = 0x165667B19E3779F9
-SHIFT = 29
 MASK64 = (1 << 64) - 1
-CHUNK_WORDS = 1 << 22
+CHUNK_BITS = 20
+CHUNK_WORDS = 1 << CHUNK_BITS
 
 _WORD_DTYPES = {1: np.uint8, 2: np.uint16, 4: np.uint32}
 
@@ -75,20 +74,40 @@ def to_signed64(h: int) -> int:
     return h - (1 << 64) if h >= (1 << 63) else h
 
 
+def fmix64_array(h: np.ndarray) -> np.ndarray:
+    h = h.astype(np.uint64, copy=True)
+    with np.errstate(over="ignore"):
+        h ^= h >> np.uint64(33)
+        h *= np.uint64(0xFF51AFD7ED558CCD)
+        h ^= h >> np.uint64(33)
+        h *= np.uint64(0xC4CEB2F9A7E73C4D)
+        h ^= h >> np.uint64(33)
+    return h
+
+
+_weights = None
+
+
+def weights() -> np.ndarray:
+    """The 2**20 odd 64-bit weights ``W[i] = fmix64(i + K2) | 1`` (uint64, built once)."""
+    global _weights
+    if _weights is None:
+        with np.errstate(over="ignore"):
+            base = np.arange(CHUNK_WORDS, dtype=np.uint64) + np.uint64(K2)
+        _weights = fmix64_array(base) | np.uint64(1)
+    return _weights
+
+
 def word_sum(words: np.ndarray) -> int:
     """Step 3 over unsigned words (any of uint8/16/32): the wrapped sum S as a Python int."""
-    total = np.uint64(0)
-    u64 = np.uint64
-    k1, k2 = u64(K1), u64(K2)
-    mask = u64((1 << (64 - SHIFT)) - 1)
+    w = weights()
+    total = 0
     with np.errstate(over="ignore"):
-        for start in range(0, words.size, CHUNK_WORDS):
+        for c, start in enumerate(range(0, words.size, CHUNK_WORDS)):
             u = words[start:start + CHUNK_WORDS].astype(np.uint64)
-            j = np.arange(start, start + u.size, dtype=np.uint64)
-            v = (u ^ (j * k2)) * k1
-            v ^= (v >> u64(SHIFT)) & mask
-            total = total + v.sum(dtype=np.uint64)
-    return int(total)
+            part = int(np.dot(u, w[:u.size]))
+            total = (total + part * (2 * c + 1)) & MASK64
+    return total
 
 
 def finish(word_total: int, num_words: int, dtype_name: str, shape: Sequence[int]) -> int:

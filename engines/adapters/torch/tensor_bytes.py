@@ -15,13 +15,16 @@ _FP8 = tuple(getattr(torch, n) for n in ("float8_e4m3fn", "float8_e5m2", "float8
                                          "float8_e8m0fnu") if hasattr(torch, n))
 
 
-def _signed(v: int) -> int:
-    return v - (1 << 64) if v >= (1 << 63) else v
+_weights_on: dict = {}
 
 
-_K1 = _signed(xh.K1)
-_K2 = _signed(xh.K2)
-_MASK = (1 << (64 - xh.SHIFT)) - 1
+def _device_weights(device: torch.device) -> torch.Tensor:
+    """xhash's weight table as int64 on ``device`` (same bits as the uint64 numpy table), built once per device."""
+    w = _weights_on.get(device)
+    if w is None:
+        w = torch.from_numpy(xh.weights().view(np.int64).copy()).to(device)
+        _weights_on[device] = w
+    return w
 
 
 def raw_view(t: torch.Tensor) -> torch.Tensor:
@@ -52,7 +55,7 @@ def host_copy(t: torch.Tensor) -> Tuple[np.ndarray, str]:
     return arr, str(t.dtype)
 
 
-def device_word_sum(t: torch.Tensor, chunk_words: int = xh.CHUNK_WORDS) -> Tuple[torch.Tensor, int]:
+def device_word_sum(t: torch.Tensor) -> Tuple[torch.Tensor, int]:
     """Step 3 of xhash on the tensor's device: (0-d int64 tensor S, number of words m)."""
     flat = t.detach().contiguous().reshape(-1)
     if flat.dtype is torch.bool:
@@ -68,15 +71,15 @@ def device_word_sum(t: torch.Tensor, chunk_words: int = xh.CHUNK_WORDS) -> Tuple
         words = flat.view(torch.uint8)
         mask = 0
     m = words.numel()
+    w = _device_weights(words.device)
     total = torch.zeros((), dtype=torch.int64, device=words.device)
-    for start in range(0, m, chunk_words):
-        u = words[start:start + chunk_words].to(torch.int64)
+    for c, start in enumerate(range(0, m, xh.CHUNK_WORDS)):
+        u = words[start:start + xh.CHUNK_WORDS].to(torch.int64)
         if mask:
             u = u & mask
-        j = torch.arange(start, start + u.numel(), dtype=torch.int64, device=u.device) * _K2
-        v = (u ^ j) * _K1
-        v = v ^ ((v >> xh.SHIFT) & _MASK)
-        total = total + v.sum()
+        ws = w[:u.numel()]
+        part = torch.dot(u, ws) if u.is_cpu else (u * ws).sum()
+        total = total + part * (2 * c + 1)
     return total, m
 
 
