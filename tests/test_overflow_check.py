@@ -86,6 +86,8 @@ def test_healthy_runs_report_nothing(tmp_path, level, dtype):
     assert outcome.summary["verdict"].startswith("no overflow in 2 checked steps")
     rank = _rank0(outcome)
     assert "dump" not in store_kinds(rank)  # nothing kept
+    plain = train({"preset": "tiny", "steps": 2, "dtype": dtype}).losses
+    assert outcome.summary["losses"] == plain  # the check changes no number (DECISIONS 10)
     steps = read_steps(rank)
     assert [s["flagged"] for s in steps] == [0, 0]
     if level != "L0":  # the -inf masked_fill and the softmax that consumes it were seen and not flagged

@@ -33,6 +33,7 @@ class Tally:
         self.bad: List[CheckRow] = []
         self.worst: Dict[str, CheckRow] = {}  # api call name -> its largest-ratio row (for the summary)
         self.checked_calls: Counter = Counter()
+        self.replaced_max = 1.0  # largest ratio between a replaced output and the original (fix)
 
     def __call__(self, step: int, rows: List[CheckRow]) -> None:
         if self.writer is None:
@@ -42,6 +43,8 @@ class Tally:
         self.rows += len(rows)
         for r in rows:
             self.checked_calls[r.name] += 1
+            if r.replaced and r.ratio == r.ratio:
+                self.replaced_max = max(self.replaced_max, r.ratio)
             if not r.consistent:
                 self.bad.append(r)
 
@@ -103,7 +106,7 @@ def run_collection(job: Any, run: Any, events: Any) -> CollectionResult:
     if losses:
         out["losses"] = [losses[s] for s in sorted(losses)]
     if fb.fix:
-        out["verdict"] = fix_line(checks.replaced, out.get("losses"))
+        out["verdict"] = fix_line(checks.replaced, out.get("losses"), tally.replaced_max)
     if not result.ok:
         out["error"] = result.error
         return CollectionResult(EXIT_TARGET_FAILED, out)
@@ -167,12 +170,15 @@ def verdict_line(tally: Tally, fb: FreeBenchmarkOptions) -> str:
                                                         ("; ..." if len(parts) > 3 else ""))
 
 
-def fix_line(replaced: Counter, losses: Optional[List[Any]]) -> str:
+def fix_line(replaced: Counter, losses: Optional[List[Any]], largest: float = 1.0) -> str:
     total = sum(replaced.values())
     if not total:
         return "fix: no output was replaced (nothing selected could be raised)"
     apis = ", ".join("%s x%d" % kv for kv in sorted(replaced.items(), key=lambda kv: -kv[1])[:3])
     text = "fix: replaced the outputs of %d calls (%s) by their high-precision re-runs" % (total, apis)
+    if largest > 1.0:
+        text += ", which moved them by up to %s" % ("a sign flip" if largest == float("inf") else
+                                                    "%.3g%%" % ((largest - 1.0) * 100))
     if losses:
         text += "; the losses of this run are those of the fixed model (final %s)" % _num(losses[-1])
     return text
