@@ -153,6 +153,8 @@ def test_batched_path_syncs_once_per_clean_step_and_finds_the_same_origin(tmp_pa
     assert [f.flagged for f in found] == [0, 0, 1]
     assert found[2].first.name == "Torch.exp.0.forward" and found[2].first.reason.endswith("from finite inputs")
     assert session.syncs == 3  # one transfer of the finiteness tests per step
+    assert [f.syncs for f in found[:2]] == [1, 1]  # clean steps, -inf masks included: one transfer each
+    assert found[2].syncs > 1  # the step that overflows reads its suspicious tensors
     _, immediate = _session_run(lambda: train(knobs), tmp_path / "i", nums=1)
     assert [(f.step, f.checked, f.masks) for f in immediate[:2]] == [(f.step, f.checked, f.masks) for f in found[:2]]
     assert [(c.name, c.origin, c.slots) for c in immediate[2].calls] == \

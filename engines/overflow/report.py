@@ -49,6 +49,7 @@ class StepFindings:
         self.masks = 0
         self.checked = 0
         self.stopped = False  # overflow_nums was reached in this step
+        self.syncs = 0  # host transfers of finiteness results (batches + tensors read one by one)
 
     def add(self, call: FlaggedCall) -> None:
         self.calls.append(call)
@@ -69,7 +70,7 @@ class StepFindings:
         first = self.first
         return {"step": self.step, "flagged": self.flagged, "masks": self.masks, "checked": self.checked,
                 "first": first.as_dict() if first is not None else None,
-                "calls": [c.as_dict() for c in self.calls], "stopped": self.stopped}
+                "calls": [c.as_dict() for c in self.calls], "stopped": self.stopped, "syncs": self.syncs}
 
 
 def code_line(frame_text: str) -> str:

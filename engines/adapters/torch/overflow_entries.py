@@ -66,6 +66,8 @@ class OverflowEntries:
         self.lost: Dict[int, str] = {}  # entry -> why its data could not be kept
         self.held_bytes = 0
         self.device_copies = False
+        self.reads = 0  # tensors read on the host beyond the batched sums (each one a sync on an accelerator)
+        self.deferred = False  # some sum waited on the device for a batch transfer
 
     # -- capture ---------------------------------------------------------------------------------------------
     def entry(self, t: torch.Tensor, save: bool = False, fresh: bool = False) -> int:
@@ -111,7 +113,11 @@ class OverflowEntries:
     def _test(self, e: int, x: torch.Tensor) -> None:
         if x.is_complex():
             x = torch.view_as_real(x)
-        s = x.sum()
+        if x.dtype is torch.float16 and not x.is_cpu:
+            # a float16 sum of finite values can pass 65504; on a device each false alarm would cost a sync
+            s = x.sum(dtype=torch.float32)
+        else:
+            s = x.sum()
         if self.batched or not s.is_cpu:
             key = (s.device, s.dtype)
             group = self.pending.get(key)
@@ -120,6 +126,7 @@ class OverflowEntries:
             group[0].append(s)
             group[1].append(e)
             self.sums[e] = math.nan
+            self.deferred = True
         else:
             self.sums[e] = s.item()
 
@@ -166,7 +173,17 @@ class OverflowEntries:
         s = self.sums[e]
         return not math.isfinite(s)
 
+    def approx_kinds(self, e: int) -> int:
+        """Kinds read off the sum, with no further work: NaN when it is NaN (NaN, or +inf next to -inf), +inf or
+        -inf when it is infinite (that sign, or a sum of finite values past the dtype's range). Exact enough to
+        clear most calls (a -inf mask is -inf); a call it flags is judged again with ``kinds_of``."""
+        k = self.kinds.get(e)
+        if k is not None:
+            return k
+        return og.kinds_of_value(self.sums[e])
+
     def kinds_of(self, e: int) -> int:
+        """Exact kinds (reads the tensor: a sync on an accelerator)."""
         k = self.kinds.get(e)
         if k is not None:
             return k
@@ -180,6 +197,7 @@ class OverflowEntries:
         x = t.detach()
         if x.is_complex():
             x = torch.view_as_real(x)
+        self.reads += 1
         lo, hi = (v.item() for v in torch.aminmax(x))
         k = og.kinds_from_minmax(lo, hi)
         if k & og.NAN:
@@ -200,6 +218,7 @@ class OverflowEntries:
         if t is None or not t.is_floating_point() or t.numel() == 0:
             self.extremes[e] = 0
             return 0
+        self.reads += 1
         lo, hi = (v.item() for v in torch.aminmax(t.detach()))
         self._set_extremes(e, t.dtype, lo, hi)
         return self.extremes[e]
@@ -222,7 +241,7 @@ class OverflowEntries:
             t = self.held.get(e)
             if t is not None and self.versions.get(e, -1) >= 0:
                 try:
-                    self.remembered[id(t)] = (weakref.ref(t), self.versions[e], self.kinds_of(e), taint)
+                    self.remembered[id(t)] = (weakref.ref(t), self.versions[e], self.approx_kinds(e), taint)
                 except TypeError:
                     pass
 

@@ -112,6 +112,7 @@ class OverflowSession(TorchCaptureSession):
         if entries.pending:
             entries.resolve()
             self.syncs += 1
+            self.findings.syncs += 1
         self._index_rows()
         todo = self._done
         self._done = []
@@ -149,45 +150,16 @@ class OverflowSession(TorchCaptureSession):
                 self._refs[e] = left
 
     def _judge(self, r: int, rows: List[int]) -> None:
+        # First with the kinds the sums tell (no sync: most suspicious calls are masks); a call that comes out
+        # flagged is judged again on the exact kinds (a step that overflows may sync more, DECISIONS 17).
+        verdict, facts = self._verdict(r, rows, exact=False)
+        if verdict.flagged:
+            verdict, facts = self._verdict(r, rows, exact=True)
+        ins, outs, out_entries = facts
         b = self.buffer
         entries = self.entries
         kind = b.rec_kind[r]
         backward = b.rec_direction[r] == naming.DIRECTION_BACKWARD
-        ins: List[og.TensorFacts] = []
-        outs: List[og.TensorFacts] = []
-        in_entries: List[int] = []
-        out_entries: List[int] = []
-        for i in rows:
-            e = b.row_entry[i]
-            if e < 0:
-                continue
-            slot = b.row_slot[i]
-            facts = og.TensorFacts(slot, entries.kinds_of(e))
-            if kind != naming.KIND_PARAM_GRAD and og.is_input_slot(slot):
-                if facts.kinds:
-                    taint = entries.taint_of(e)
-                    if taint is None:
-                        taint = og.BAD if backward else og.external_taint(facts.kinds, entries.grad.get(e))
-                        entries.set_taint(e, taint)
-                    facts.taint = taint
-                ins.append(facts)
-                in_entries.append(e)
-            else:
-                outs.append(facts)
-                out_entries.append(e)
-        if kind == naming.KIND_PARAM_GRAD:
-            verdict = _gradient_verdict(outs)
-        elif backward and forward_of(b.rec_name[r]) in self._bad_forward:
-            # A backward computation also reads what its forward saved: if that held bad values, so did it.
-            verdict = og.Verdict(og.INPUTS, og.BAD, "its forward call's tensors were non-finite")
-        else:
-            fills = og.fill_kinds(b.rec_args[r])
-            verdict = og.classify(ins, outs, fills)
-            if verdict.origin == og.PRODUCED and not fills and not any(f.kinds for f in ins):
-                for f, e in zip(ins, in_entries):
-                    f.extremes = entries.extremes_of(e)
-                if any(f.extremes for f in ins):
-                    verdict = og.classify(ins, outs, fills)
         for f, e in zip(outs, out_entries):
             entries.set_taint(e, verdict.output_taint if f.kinds else og.FINITE)
         if verdict.origin == og.MASKED:
@@ -219,6 +191,49 @@ class OverflowSession(TorchCaptureSession):
             self.findings.stopped = True
             self.running = False  # the function mode and module hooks pass calls through from now on
 
+    def _verdict(self, r: int, rows: List[int], exact: bool):
+        b = self.buffer
+        entries = self.entries
+        kind = b.rec_kind[r]
+        backward = b.rec_direction[r] == naming.DIRECTION_BACKWARD
+        kinds_of = entries.kinds_of if exact else entries.approx_kinds
+        ins: List[og.TensorFacts] = []
+        outs: List[og.TensorFacts] = []
+        in_entries: List[int] = []
+        out_entries: List[int] = []
+        for i in rows:
+            e = b.row_entry[i]
+            if e < 0:
+                continue
+            slot = b.row_slot[i]
+            facts = og.TensorFacts(slot, kinds_of(e))
+            if kind != naming.KIND_PARAM_GRAD and og.is_input_slot(slot):
+                if facts.kinds:
+                    taint = entries.taint_of(e)
+                    if taint is None:
+                        taint = og.BAD if backward else og.external_taint(facts.kinds, entries.grad.get(e))
+                        entries.set_taint(e, taint)
+                    facts.taint = taint
+                ins.append(facts)
+                in_entries.append(e)
+            else:
+                outs.append(facts)
+                out_entries.append(e)
+        if kind == naming.KIND_PARAM_GRAD:
+            verdict = _gradient_verdict(outs)
+        elif backward and forward_of(b.rec_name[r]) in self._bad_forward:
+            # A backward computation also reads what its forward saved: if that held bad values, so did it.
+            verdict = og.Verdict(og.INPUTS, og.BAD, "its forward call's tensors were non-finite")
+        else:
+            fills = og.fill_kinds(b.rec_args[r])
+            verdict = og.classify(ins, outs, fills)
+            if exact and verdict.origin == og.PRODUCED and not fills and not any(f.kinds for f in ins):
+                for f, e in zip(ins, in_entries):
+                    f.extremes = entries.extremes_of(e)
+                if any(f.extremes for f in ins):
+                    verdict = og.classify(ins, outs, fills)
+        return verdict, (ins, outs, out_entries)
+
     def _where(self, r: int) -> str:
         sid = self.buffer.rec_stack[r]
         if sid is None or sid < 0:
@@ -245,6 +260,8 @@ class OverflowSession(TorchCaptureSession):
                     self._process(everything=not self.limit_reached)
                 self._keep_only(self._kept)
             findings = self.findings
+            if self.entries.deferred:
+                findings.syncs += self.entries.reads
         except Exception as exc:  # never break training: drop the step's records
             self.summary.failed("overflow check of step %d" % self.step, exc)
             self._keep_only([])
