@@ -134,3 +134,19 @@ def test_csv_rows_and_store(tmp_path):
     assert [r["name"] for r in stored] == [r.name for r in rows]
     assert [r["consistent"] for r in stored] == [False, True, False]
     assert stored[2]["ratio"] == math.inf
+
+
+def test_fix_casts_a_replacement_into_the_original_structure():
+    from engines.adapters.torch.free_benchmark_call import _cast_like
+
+    old = torch.tensor([[1.0, 3.0], [2.0, 0.0]], dtype=torch.bfloat16).max(dim=1)
+    new = torch.tensor([[1.0, 3.0], [2.0, 0.0]]).max(dim=1)
+    got = _cast_like(new, old)
+    assert type(got) is type(old) and got.values.dtype == torch.bfloat16 and got.indices.dtype == torch.int64
+    leaf = torch.ones(2, requires_grad=True)
+    out = leaf * 2
+    cpu_side = torch.full((2,), 3.0)  # computed outside the graph (to_cpu): written into the original output
+    same = _cast_like(cpu_side, out)
+    assert same is out and out.tolist() == [3.0, 3.0] and out.grad_fn is not None
+    with pytest.raises(ValueError):
+        _cast_like((torch.ones(1),), [torch.ones(1), torch.ones(1)])

@@ -322,9 +322,18 @@ def _cast_like(new: Any, old: Any) -> Any:
         items = [_cast_like(n, o) for n, o in zip(new, old)]
         if isinstance(old, list):
             return items
-        return tuple(items) if type(old) is tuple else type(old)(*items)
+        return tuple(items) if type(old) is tuple else _same_tuple(old, items)
     if isinstance(old, dict):
         if not isinstance(new, dict) or set(new) != set(old):
             raise ValueError("the perturbed output has other keys")
         return {k: _cast_like(new[k], old[k]) for k in old}
     return old
+
+
+def _same_tuple(old: Any, items: List[Any]) -> Any:
+    """A namedtuple or a torch.return_types structseq of ``old``'s type holding ``items``."""
+    try:
+        return type(old)(*items)
+    except TypeError:
+        return type(old)(items)
+

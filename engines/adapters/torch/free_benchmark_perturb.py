@@ -120,7 +120,10 @@ def _rebuild(obj: Any, items: list) -> Any:
     try:
         return type(obj)(*items)  # namedtuple
     except TypeError:
-        return tuple(items)
+        try:
+            return type(obj)(items)  # torch.return_types structseq
+        except TypeError:
+            return tuple(items)
 
 
 def _map_tensors(obj: Any, fn: Callable[[torch.Tensor], torch.Tensor]) -> Any:
