@@ -224,3 +224,13 @@ def test_sample_config_finds_the_overflow(tmp_path, monkeypatch):
     outcome = run_job(load_config(sample), events=NullSink(), fail_on_findings=True)
     assert outcome.exit_code == 3
     assert "Torch.exp.0.forward" in outcome.summary["verdict"]
+
+
+def test_module_level_says_when_the_values_appeared_between_recorded_calls(tmp_path):
+    outcome = run_job(_job(tmp_path, level="L0", nums=1, faults=FAULT, steps=3), events=NullSink())
+    (call,) = read_calls(_rank0(outcome))
+    # at L0 the float16 exp is functional code inside the attention module: the first module that sees its
+    # result is the attention's dropout, and the report says where the values were made
+    assert call["name"] == "Module.blocks.1.attn.dropout.Dropout.forward.0" and call["origin"] == "inputs"
+    assert "made by code this level does not record in Module.blocks.1.attn.CausalSelfAttention.forward.0" \
+        in call["reason"]

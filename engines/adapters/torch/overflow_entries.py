@@ -58,6 +58,7 @@ class OverflowEntries:
         self.versions: Dict[int, int] = {}
         self.nbytes: Dict[int, int] = {}
         self.grad: Dict[int, bool] = {}
+        self.computed: set = set()  # entries of tensors some autograd-tracked computation made (not leaves)
         self.clones: Dict[int, torch.Tensor] = {}
         self.kinds: Dict[int, int] = {}
         self.extremes: Dict[int, int] = {}
@@ -93,6 +94,8 @@ class OverflowEntries:
         self.meta.append((name, str(list(t.shape)), "cpu" if t.is_cpu else str(t.device)))
         self.versions[e] = version
         self.grad[e] = bool(t.requires_grad)
+        if t.grad_fn is not None:
+            self.computed.add(e)
         x = t.detach()
         self.sums.append(0.0)
         if (dtype.is_floating_point or dtype.is_complex) and x.numel() > 0 and x.layout is torch.strided \

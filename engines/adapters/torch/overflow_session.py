@@ -53,6 +53,7 @@ class OverflowSession(TorchCaptureSession):
         self._inplace: Dict[int, bool] = {}
         self._order = 0
         self._bad_forward: set = set()  # forward records of this step whose tensors held bad values
+        self._untraced: set = set()  # entries computed by code no recorded call covers
 
     # -- rows ------------------------------------------------------------------------------------------------
     def add_row(self, record: int, slot: str, t: Any, save: bool = False, fresh: bool = False) -> None:
@@ -201,6 +202,7 @@ class OverflowSession(TorchCaptureSession):
         outs: List[og.TensorFacts] = []
         in_entries: List[int] = []
         out_entries: List[int] = []
+        untraced = False
         for i in rows:
             e = b.row_entry[i]
             if e < 0:
@@ -211,8 +213,19 @@ class OverflowSession(TorchCaptureSession):
                 if facts.kinds:
                     taint = entries.taint_of(e)
                     if taint is None:
-                        taint = og.BAD if backward else og.external_taint(facts.kinds, entries.grad.get(e))
+                        if backward:
+                            taint = og.BAD
+                        elif e in entries.computed:
+                            # computed this step by code the level does not record (functional code between
+                            # modules at L0): bad, and where it appeared is worth saying
+                            taint = og.BAD
+                            untraced = True
+                            self._untraced.add(e)
+                        else:
+                            taint = og.external_taint(facts.kinds, entries.grad.get(e))
                         entries.set_taint(e, taint)
+                    elif e in self._untraced:
+                        untraced = True
                     facts.taint = taint
                 ins.append(facts)
                 in_entries.append(e)
@@ -227,6 +240,10 @@ class OverflowSession(TorchCaptureSession):
         else:
             fills = og.fill_kinds(b.rec_args[r])
             verdict = og.classify(ins, outs, fills)
+            if untraced and verdict.origin == og.INPUTS:
+                where = b.rec_parent[r]
+                verdict.reason += (", made by code this level does not record%s (L1 or mix names the op)"
+                                   % (" in " + where if where else ""))
             if exact and verdict.origin == og.PRODUCED and not fills and not any(f.kinds for f in ins):
                 for f, e in zip(ins, in_entries):
                     f.extremes = entries.extremes_of(e)
