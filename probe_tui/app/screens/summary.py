@@ -1,0 +1,146 @@
+"""The run summary: run.json's fields, the rank folders, and every file with its size.
+
+What opening a run shows until the richer views of part 2 (dump browser, compare browser) register for it.
+Any folder opens here too (without the run fields).
+"""
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Tuple
+
+from rich.text import Text
+from textual import on, work
+from textual.app import ComposeResult
+from textual.containers import Horizontal, Vertical
+from textual.message import Message
+from textual.screen import Screen
+from textual.widgets import DataTable, Footer, Label, Static
+
+from probe_tui.app.actions import bindings_for
+from probe_tui.app.screens.path_prompt import relative_text
+from probe_tui.app.screens.run import format_bytes
+
+MAX_FILES = 2000
+RUN_FIELDS = ("run_id", "task", "framework", "status", "exit_code", "started", "finished", "steps", "ranks",
+              "host", "pid")
+
+
+@dataclass
+class FolderSummary:
+    path: Path
+    run: Dict[str, Any] = field(default_factory=dict)
+    files: List[Tuple[str, int]] = field(default_factory=list)
+    ranks: List[str] = field(default_factory=list)
+    total_bytes: int = 0
+    truncated: bool = False
+    error: str = ""
+
+
+def summarise_folder(path: Path) -> FolderSummary:
+    """Read run.json (when there is one) and list the files under ``path`` (relative, with sizes)."""
+    path = Path(path)
+    out = FolderSummary(path)
+    run_json = path / "run.json"
+    if run_json.is_file():
+        try:
+            out.run = json.loads(run_json.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            out.error = f"{run_json}: cannot read: {exc}"
+    for current, dirs, files in os.walk(path):
+        dirs.sort()
+        for name in sorted(files):
+            full = Path(current) / name
+            try:
+                size = full.stat().st_size
+            except OSError:
+                continue
+            out.total_bytes += size
+            if len(out.files) < MAX_FILES:
+                out.files.append((str(full.relative_to(path)), size))
+            else:
+                out.truncated = True
+    try:
+        out.ranks = sorted(p.name for p in path.iterdir() if p.is_dir() and p.name.startswith("rank"))
+    except OSError as exc:
+        out.error = out.error or f"{path}: {exc.strerror or exc}"
+    return out
+
+
+class RunSummaryScreen(Screen):
+    SCOPE = "summary"
+    CSS_PATH = "summary.tcss"
+    BINDINGS = bindings_for("summary")
+
+    class Loaded(Message):
+        def __init__(self, summary: FolderSummary) -> None:
+            super().__init__()
+            self.summary = summary
+
+    def __init__(self, path: Path) -> None:
+        super().__init__()
+        self.path = Path(path)
+        self.summary: Optional[FolderSummary] = None
+
+    def compose(self) -> ComposeResult:
+        yield Static(Text.assemble(("Run summary", "bold"), f" · {relative_text(self.path, self.app.root)}"),
+                     id="summary-title")
+        with Horizontal(id="summary-body"):
+            with Vertical(id="summary-left"):
+                yield Label("Run", classes="pane-title")
+                yield DataTable(id="run-fields", show_header=False, cursor_type="none")
+            with Vertical(id="summary-right"):
+                yield Label("Files", id="files-title", classes="pane-title")
+                yield DataTable(id="files", cursor_type="row")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.query_one("#files", DataTable).add_columns("File", "Size")
+        self.query_one("#run-fields", DataTable).add_columns("Field", "Value")
+        self.query_one("#files", DataTable).focus()
+        self._load()
+
+    @work(thread=True, exclusive=True, group="summary-load", exit_on_error=False)
+    def _load(self) -> None:
+        self.post_message(self.Loaded(summarise_folder(self.path)))
+
+    @on(Loaded)
+    def _loaded(self, message: "RunSummaryScreen.Loaded") -> None:
+        summary = message.summary
+        self.summary = summary
+        fields = self.query_one("#run-fields", DataTable)
+        fields.clear()
+        run = summary.run
+        for key in RUN_FIELDS:
+            if key in run and run[key] not in (None, ""):
+                value = run[key]
+                fields.add_row(key, ", ".join(map(str, value)) if isinstance(value, list) else str(value))
+        fields.add_row("folder", str(self.path))
+        fields.add_row("rank folders", ", ".join(summary.ranks) or "none")
+        fields.add_row("size", format_bytes(summary.total_bytes))
+        for key, value in (run.get("summary") or {}).items():
+            fields.add_row(f"summary.{key}", str(value))
+        files = self.query_one("#files", DataTable)
+        files.clear()
+        for name, size in summary.files:
+            files.add_row(name, format_bytes(size), key=name)
+        more = f" (first {MAX_FILES} shown)" if summary.truncated else ""
+        self.query_one("#files-title", Label).update(f"Files ({len(summary.files)}){more}")
+        if summary.error:
+            self.notify(summary.error, severity="error")
+
+    def check_action(self, action: str, parameters: tuple) -> Optional[bool]:
+        if action == "edit_config":
+            return True if (self.summary and isinstance(self.summary.run.get("config"), dict)) else None
+        return True
+
+    def action_edit_config(self) -> None:
+        if not self.summary or not isinstance(self.summary.run.get("config"), dict):
+            self.notify("This folder has no run.json with a config.", severity="warning")
+            return
+        run_id = self.summary.run.get("run_id") or self.path.name
+        self.app.open_builder(self.summary.run["config"], path=None, origin=f"run {run_id}")
+
+    def action_back(self) -> None:
+        self.dismiss()
