@@ -226,8 +226,6 @@ class SectionRow(FieldRow):
         from probe_tui.app.form.model_form import ModelForm
 
         data = self.initial_value if isinstance(self.initial_value, dict) else {}
-        if not self.initially_present and isinstance(self.spec.default, dict):
-            data = dict(self.spec.default)
         form = ModelForm(self.spec.model, data, self.path_parts)
         if self.spec.optional:
             on = self.initially_present and self.initial_value is not None
