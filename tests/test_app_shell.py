@@ -152,3 +152,29 @@ async def test_narrow_terminals_get_the_narrow_class(tmp_path):
 
 def test_action_lookup_by_id():
     assert action_by_id("run.stop").keys.startswith("s")
+
+
+def test_a_user_keymap_names_binding_ids_and_unknown_ids_are_reported(tmp_path):
+    from probe_tui.app.actions import load_keymap
+
+    path = tmp_path / "keymap.json"
+    path.write_text('{"home.refresh": "z", "home.nwe": "a", "run.stop": ""}')
+    keymap, problems = load_keymap(path)
+    assert keymap == {"home.refresh": "z"}
+    assert any("unknown binding id 'home.nwe' (did you mean 'home.new'?)" in p for p in problems)
+    assert any("run.stop: keys must be a non-empty string" in p for p in problems)
+    assert load_keymap(tmp_path / "none.json") == ({}, [])
+
+
+@pilot_test
+async def test_a_user_keymap_rebinds_keys_in_the_app(tmp_path, monkeypatch):
+    path = tmp_path / "keymap.json"
+    path.write_text('{"app.help": "f12"}')
+    monkeypatch.setenv("PROBE_TUI_KEYMAP", str(path))
+    app = ProbeApp(tmp_path, root_label="~/exp")
+    async with app.run_test(size=(100, 30)) as pilot:
+        await pilot.pause()
+        await pilot.press("f12")
+        assert isinstance(app.screen, HelpScreen)
+        tables = help_tables("home", app.user_keymap)
+        assert "f12" in [row for row in tables[-1].columns[0]._cells]

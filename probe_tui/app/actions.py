@@ -6,8 +6,12 @@ each screen (:func:`bindings_for`), the footer (Textual reads those bindings), t
 the keys remappable through Textual's keymap (``App.set_keymap``): ``{"builder.save": "ctrl+w"}``.
 """
 
+import difflib
+import json
+import os
 from dataclasses import dataclass
-from typing import Dict, List, Tuple
+from pathlib import Path
+from typing import Dict, List, Optional, Tuple
 
 from textual.binding import Binding
 
@@ -162,5 +166,43 @@ def key_label(key: str) -> str:
     return key
 
 
-def keys_label(action: AppAction) -> str:
-    return " ".join(key_label(k) for k in action.key_list)
+def keys_label(action: AppAction, keymap: Optional[Dict[str, str]] = None) -> str:
+    """The action's keys as shown in help and the palette (a user keymap's keys when it remaps the action)."""
+    keys = (keymap or {}).get(action.id, action.keys)
+    return " ".join(key_label(k.strip()) for k in keys.split(",") if k.strip())
+
+
+def keymap_path() -> Path:
+    """``$PROBE_TUI_KEYMAP``, else ``$XDG_CONFIG_HOME/probe-tui/keymap.json`` (``~/.config`` by default)."""
+    explicit = os.environ.get("PROBE_TUI_KEYMAP")
+    if explicit:
+        return Path(explicit).expanduser()
+    base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
+    return Path(base) / "probe-tui" / "keymap.json"
+
+
+def load_keymap(path: Path) -> Tuple[Dict[str, str], List[str]]:
+    """A user keymap ``{"binding id": "keys"}`` and the problems found in it (unknown ids, bad values).
+    A missing file is an empty keymap; a file that is not a JSON object is one problem."""
+    path = Path(path)
+    if not path.is_file():
+        return {}, []
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        return {}, [f"{path}: not a readable JSON object ({exc})"]
+    if not isinstance(data, dict):
+        return {}, [f"{path}: a keymap is a JSON object of binding id -> keys"]
+    known = {a.id for a in ACTIONS}
+    keymap: Dict[str, str] = {}
+    problems: List[str] = []
+    for action_id, keys in data.items():
+        if action_id not in known:
+            close = difflib.get_close_matches(action_id, sorted(known), n=1)
+            problems.append(f"{path}: unknown binding id {action_id!r}"
+                            + (f" (did you mean {close[0]!r}?)" if close else ""))
+        elif not isinstance(keys, str) or not keys.strip():
+            problems.append(f"{path}: {action_id}: keys must be a non-empty string like \"ctrl+s\"")
+        else:
+            keymap[action_id] = keys
+    return keymap, problems

@@ -10,7 +10,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 from textual import events
 from textual.app import App
 
-from probe_tui.app.actions import bindings_for
+from probe_tui.app.actions import bindings_for, keymap_path, load_keymap
 from probe_tui.app.child import ChildRun
 from probe_tui.app.commands import ActionCommands
 from probe_tui.app.config_backend import SchemaBackend, sample_configs
@@ -62,10 +62,16 @@ class ProbeApp(App):
         self.run_command = list(run_command) if run_command else None
         self.run_env = run_env
         self.children_started: List[ChildRun] = []
+        self.user_keymap: Dict[str, str] = {}
 
     def on_mount(self) -> None:
         from probe_tui.app.screens.home import HomeScreen
 
+        self.user_keymap, problems = load_keymap(keymap_path())
+        if self.user_keymap:
+            self.set_keymap(self.user_keymap)
+        for problem in problems:
+            self.notify(problem, severity="warning", title="Keymap")
         self.push_screen(HomeScreen())
         if self.start_path is not None:
             if self.start_path.is_file():

@@ -31,7 +31,7 @@ class ActionCommands(Provider):
         self.app.call_later(target.run_action, action.action)
 
     def _title(self, action: AppAction) -> str:
-        return f"{action.description} ({keys_label(action)})"
+        return f"{action.description} ({keys_label(action, getattr(self.app, 'user_keymap', None))})"
 
     async def discover(self) -> Hits:
         for action in palette_actions(self.screen):

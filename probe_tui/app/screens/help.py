@@ -1,6 +1,6 @@
 """The help screen: generated from the action registry for the screen it was opened on."""
 
-from typing import List
+from typing import Dict, List, Optional
 
 from rich.table import Table
 from rich.text import Text
@@ -12,7 +12,7 @@ from textual.widgets import Footer, Static
 from probe_tui.app.actions import SCOPE_TITLES, actions_by_group, bindings_for, keys_label
 
 
-def help_tables(scope: str) -> List[Table]:
+def help_tables(scope: str, keymap: Optional[Dict[str, str]] = None) -> List[Table]:
     """One table per scope (the screen's, then the app's), a row per action."""
     tables = []
     for sc in ([scope] if scope and scope != "app" else []) + ["app"]:
@@ -23,7 +23,7 @@ def help_tables(scope: str) -> List[Table]:
         table.add_column("What it does", ratio=1)
         for _group, actions in actions_by_group(sc).items():
             for action in actions:
-                table.add_row(keys_label(action), action.description, action.help)
+                table.add_row(keys_label(action, keymap), action.description, action.help)
         tables.append(table)
     return tables
 
@@ -45,7 +45,7 @@ class HelpScreen(ModalScreen):
             yield Static(Text(f"Keys · {self.screen_title}", style="bold"), id="help-title")
             yield Static(Text("Tab / shift+tab move between fields and tables; enter opens or toggles; "
                               "ctrl+p finds any action by name.", style="italic"), id="help-intro")
-            for table in help_tables(self.scope):
+            for table in help_tables(self.scope, getattr(self.app, "user_keymap", None)):
                 yield Static(table, classes="help-table")
         yield Footer()
 
