@@ -347,3 +347,141 @@ async def test_text_that_is_not_valid_json_is_an_error_at_its_field():
         await pilot.pause()
         assert env.local_error is None
         assert app.query_one("#form", ModelForm).collect()["toy"]["env"] == {"X": "1"}
+
+
+# ---- the builder screen over the toy models ---------------------------------------------------------------------
+
+async def _open_builder(app, pilot, data, path=None):
+    from probe_tui.app.screens.builder import BuilderScreen
+
+    await pilot.pause()
+    app.open_builder(data, path=path)
+    await pilot.pause()
+    assert isinstance(app.screen, BuilderScreen)
+    return app.screen
+
+
+async def wait_until(pilot, condition, timeout=10.0):
+    """Let the app run until ``condition()`` holds (AssertionError after ``timeout`` seconds)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not condition():
+        if loop.time() > deadline:
+            raise AssertionError("condition not met in time")
+        await pilot.pause(0.05)
+
+
+async def _settle(pilot):
+    from probe_tui.app.screens.builder import VALIDATE_DELAY_S
+
+    await pilot.pause(VALIDATE_DELAY_S + 0.1)
+
+
+def _toy_app(tmp_path):
+    from probe_tui.app.app import ProbeApp
+
+    return ProbeApp(tmp_path, backend=ToyBackend(), root_label="~/exp")
+
+
+@pilot_test
+async def test_builder_shows_an_error_at_its_field_and_clears_it(tmp_path):
+    app = _toy_app(tmp_path)
+    async with app.run_test(size=(100, 50)) as pilot:
+        builder = await _open_builder(app, pilot, {"task": "toy"})
+        assert builder.validation.ok
+        steps = _row(builder, "target.steps")
+        steps.query_one(Input).focus()
+        await pilot.press("0")
+        await _settle(pilot)
+        assert not builder.validation.ok
+        assert "greater than or equal to 1" in steps.error
+        assert "1 error" in str(builder.query_one("#validity").render())
+        await pilot.press("backspace", "3")
+        await _settle(pilot)
+        assert builder.validation.ok and steps.error is None
+        assert "valid" in str(builder.query_one("#validity").render())
+
+
+@pilot_test
+async def test_builder_saves_normalised_json_and_loads_it_back(tmp_path):
+    import json
+
+    from probe_tui.app.screens.path_prompt import PathPrompt
+
+    app = _toy_app(tmp_path)
+    async with app.run_test(size=(100, 50)) as pilot:
+        builder = await _open_builder(app, pilot, {"task": "toy"})
+        _row(builder, "dump_path").query_one(Input).value = "./dumps"
+        await _settle(pilot)
+        assert builder.dirty
+        await pilot.press("ctrl+s")
+        await pilot.pause()
+        assert isinstance(app.screen, PathPrompt)
+        assert app.screen.query_one(Input).value == "toy.json"
+        await pilot.press("enter")
+        await pilot.pause()
+        saved = json.loads((tmp_path / "toy.json").read_text())
+        assert saved == ToyJob(dump_path="./dumps").model_dump(mode="json")
+        assert builder.path == tmp_path / "toy.json" and not builder.dirty
+        # Change it on disk, then load it into the form.
+        saved["level"] = "mix"
+        (tmp_path / "toy.json").write_text(json.dumps(saved))
+        await pilot.press("ctrl+o")
+        await pilot.pause()
+        await pilot.press(*"toy.json", "enter")
+        await wait_until(pilot, lambda: _row(builder, "level").query_one(Select).value == "mix")
+        assert not builder.dirty
+
+
+@pilot_test
+async def test_changing_the_task_keeps_shared_fields(tmp_path):
+    app = _toy_app(tmp_path)
+    async with app.run_test(size=(100, 50)) as pilot:
+        builder = await _open_builder(app, pilot, {"task": "toy", "dump_path": "/kept"})
+        await pilot.press("ctrl+t")
+        assert builder.focused is builder.query_one("#task")
+        builder.query_one("#task", Select).value = "other"
+        await pilot.pause(0.3)
+        assert builder.form.model is OtherJob
+        assert builder.collect() == {"task": "other", "dump_path": "/kept"}
+
+
+@pilot_test
+async def test_leaving_with_unsaved_changes_asks_first(tmp_path):
+    from probe_tui.app.screens.builder import BuilderScreen
+    from probe_tui.app.screens.confirm import ConfirmScreen
+
+    app = _toy_app(tmp_path)
+    async with app.run_test(size=(100, 50)) as pilot:
+        builder = await _open_builder(app, pilot, {"task": "toy"})
+        _row(builder, "dump_path").query_one(Input).value = "./x"
+        await _settle(pilot)
+        await pilot.press("escape")
+        await pilot.pause()
+        assert isinstance(app.screen, ConfirmScreen)
+        await pilot.press("escape")  # keep editing
+        await pilot.pause()
+        assert isinstance(app.screen, BuilderScreen)
+        await pilot.press("escape")
+        await pilot.pause()
+        app.screen.query_one("#answer-discard", Button).press()
+        await pilot.pause()
+        assert not isinstance(app.screen, BuilderScreen)
+
+
+@pilot_test
+async def test_next_error_moves_to_each_field_with_an_error(tmp_path):
+    app = _toy_app(tmp_path)
+    async with app.run_test(size=(100, 50)) as pilot:
+        builder = await _open_builder(app, pilot, {"task": "toy", "scale": 50, "target": {"kind": "demo",
+                                                                                            "steps": 0}})
+        assert len(builder.validation.issues) == 2
+        await pilot.press("ctrl+n")
+        assert builder.focused in _row(builder, "scale").query(Input)
+        await pilot.press("ctrl+n")
+        assert builder.focused in _row(builder, "target.steps").query(Input)
+        await pilot.press("ctrl+n")
+        assert builder.focused in _row(builder, "scale").query(Input)
+        await pilot.press("ctrl+r")  # not runnable: stays, says why
+        await pilot.pause()
+        assert app.screen is builder

@@ -9,6 +9,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
+from textual.css.query import NoMatches
 from textual.message import Message
 from textual.widget import Widget
 from textual.widgets import Button, Collapsible, Input, Label, Select, Static, Switch
@@ -54,7 +55,18 @@ class FieldRow(Vertical):
         yield Static("", classes="field-error", markup=False)
 
     def collect(self) -> Tuple[bool, Any]:
+        """``(present, value)``: whether the config gets this key, and its value. A row not composed yet
+        (nested rows are built after their parent) answers with the value it was given."""
+        try:
+            return self._collect()
+        except NoMatches:
+            return self.initially_present and self.initial_value is not None, self.initial_value
+
+    def _collect(self) -> Tuple[bool, Any]:
         raise NotImplementedError
+
+    def on_mount(self) -> None:
+        self._render_error()
 
     def focus_control(self) -> None:
         for widget in self.query("Input, Select, Switch, Button"):
@@ -69,8 +81,9 @@ class FieldRow(Vertical):
 
     def _render_error(self) -> None:
         shown = self.local_error or self.error
-        line = self.query_one(".field-error", Static)
-        line.update(shown or "")
+        lines = self.query(".field-error")
+        if lines:
+            lines.first(Static).update(shown or "")
         self.set_class(bool(shown), "-has-error")
 
     def _set_local_error(self, message: Optional[str]) -> None:
@@ -124,7 +137,7 @@ class SwitchRow(FieldRow):
         self.query_one(".switch-state", Label).update(_on_off(event.value))
         self.edited()
 
-    def collect(self) -> Tuple[bool, Any]:
+    def _collect(self) -> Tuple[bool, Any]:
         value = self.query_one(Switch).value
         if self.initially_present or not self.spec.has_default or value != self.spec.default:
             return True, value
@@ -149,7 +162,7 @@ class ChoiceRow(FieldRow):
         event.stop()
         self.edited()
 
-    def collect(self) -> Tuple[bool, Any]:
+    def _collect(self) -> Tuple[bool, Any]:
         value = self.query_one(Select).value
         if value is Select.NULL or value is Select.BLANK:
             return False, None
@@ -196,7 +209,7 @@ class InputRow(FieldRow):
         event.stop()
         self.screen.focus_next()
 
-    def collect(self) -> Tuple[bool, Any]:
+    def _collect(self) -> Tuple[bool, Any]:
         text = self.query_one(Input).value
         if V.is_blank(text):
             self._set_local_error(None)
@@ -256,17 +269,21 @@ class SectionRow(FieldRow):
 
     def _render_error(self) -> None:
         shown = self.local_error or self.error
-        line = self.query(".field-error").first(Static)
-        line.update(shown or "")
+        lines = self.query(".field-error")
+        if lines:
+            lines.first(Static).update(shown or "")
         self.set_class(bool(shown), "-has-error")
 
-    def collect(self) -> Tuple[bool, Any]:
+    def _collect(self) -> Tuple[bool, Any]:
         from probe_tui.app.form.model_form import ModelForm
 
-        form = self.query_one(ModelForm)
-        if self.spec.optional and not self.query_one(".section-switch", Switch).value:
+        forms = self.query(ModelForm)
+        switches = self.query(".section-switch")
+        if not forms or (self.spec.optional and not switches):
+            return self.initially_present and self.initial_value is not None, self.initial_value
+        if self.spec.optional and not switches.first(Switch).value:
             return False, None
-        return True, form.collect()
+        return True, forms.first().collect()
 
 
 class UnionRow(FieldRow):
@@ -314,7 +331,7 @@ class UnionRow(FieldRow):
             await body.mount(ModelForm(model, keep, self.path_parts))
         self.edited()
 
-    def collect(self) -> Tuple[bool, Any]:
+    def _collect(self) -> Tuple[bool, Any]:
         from probe_tui.app.form.model_form import ModelForm
 
         forms = self.query_one(".variant-body", Vertical).query(ModelForm)
@@ -370,7 +387,7 @@ class ModelListRow(FieldRow):
             self.query_one(".list-add", Button).focus()
         self.edited()
 
-    def collect(self) -> Tuple[bool, Any]:
+    def _collect(self) -> Tuple[bool, Any]:
         body = self.query_one(".list-body", Vertical)
         values = [item.query(".item-form").first().collect() for item in body.children if item.has_class("list-item")]
         if values or self.initially_present:

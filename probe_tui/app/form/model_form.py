@@ -43,6 +43,8 @@ class ModelForm(Vertical):
         return [row for row in self.query(FieldRow) if _form_of(row) is self]
 
     def collect(self) -> Dict[str, Any]:
+        """The config dict of this form (only what is set). Before the form is composed: the data it was
+        given."""
         out: Dict[str, Any] = {}
         rows = {row.spec.name: row for row in self.own_rows()}
         for spec in self.specs:
@@ -50,9 +52,10 @@ class ModelForm(Vertical):
                 out[spec.name] = spec.choices[0]
                 continue
             row = rows.get(spec.name)
-            if row is None:
-                continue
-            present, value = row.collect()
+            if row is None:  # not mounted yet: the value it was given
+                present, value = spec.name in self.data and self.data[spec.name] is not None, self.data.get(spec.name)
+            else:
+                present, value = row.collect()
             if present:
                 out[spec.name] = value
         out.update(self.extras)

@@ -73,6 +73,12 @@ class BuilderScreen(Screen):
         self.validate_now()
         self._baseline = self._snapshot()
         self._show_help(None)
+        self.call_after_refresh(self._after_first_layout)
+
+    def _after_first_layout(self) -> None:
+        """Nested sections are composed after the screen: validate again so every error reaches its field."""
+        self.validate_now()
+        self._baseline = self._snapshot()
 
     def _title_text(self) -> Text:
         where = relative_text(self.path, self.app.root) if self.path else "not saved yet"
@@ -179,6 +185,7 @@ class BuilderScreen(Screen):
             with selector.prevent(Select.Changed):
                 selector.value = task
         self.validate_now()
+        self.call_after_refresh(self.validate_now)
 
     # ---- help bar -----------------------------------------------------------------------------------------
     def on_descendant_focus(self, event: events.DescendantFocus) -> None:
