@@ -98,8 +98,9 @@ class RunScreen(Screen):
         self.child: Optional[ChildRun] = None
         self.status = "starting"
         self.run_dir: Optional[Path] = None
-        self.task = ""
+        self.run_task = ""
         self.step = 0
+        """Steps completed so far."""
         self.total_steps: Optional[int] = None
         self.loss: Optional[float] = None
         self.records: Optional[int] = None
@@ -176,12 +177,13 @@ class RunScreen(Screen):
         kind = event.get("kind")
         if kind == "run_started":
             self.run_dir = Path(str(event["run_dir"])) if event.get("run_dir") else None
-            self.task = str(event.get("task") or "")
+            self.run_task = str(event.get("task") or "")
             self.total_steps = event.get("total_steps")
             self._set_status("running")
             self._log(f"run folder: {self.run_dir}", "bold")
         elif kind == "step":
-            self.step = int(event.get("step", self.step))
+            # ``step`` is the 0-based index of the step that just finished.
+            self.step = int(event.get("step", self.step - 1)) + 1
             self.total_steps = event.get("total_steps") or self.total_steps
             self.loss = event.get("loss", self.loss)
             self.records = event.get("records", self.records)
@@ -249,7 +251,7 @@ class RunScreen(Screen):
 
     def _update_info(self) -> None:
         total = self.total_steps
-        self.query_one("#info-task", Static).update(self.task or "—")
+        self.query_one("#info-task", Static).update(self.run_task or "—")
         self.query_one("#info-step", Static).update(f"{self.step} / {total}" if total else str(self.step))
         dump = relative_text(self.run_dir, self.cwd) if self.run_dir else "—"
         self.query_one("#info-dump", Static).update(Text(dump, style="bold"))
