@@ -51,6 +51,8 @@ class AppAction:
     """Offered in the command palette."""
     priority: bool = False
     """Checked before the focused widget (for keys an input would otherwise swallow)."""
+    key_display: Optional[str] = None
+    """How the footer shows the keys (default: Textual's display of the first key)."""
 
     @property
     def key_list(self) -> List[str]:
@@ -65,6 +67,7 @@ class AppAction:
             priority=self.priority,
             tooltip=self.help,
             id=self.id,
+            key_display=self.key_display,
         )
 
 
@@ -113,7 +116,8 @@ ACTIONS: Tuple[AppAction, ...] = (
               "Leave the builder (asks first when there are unsaved changes)."),
     # Run
     AppAction("run.stop", "stop", "s,ctrl+c", "Stop", "Run", "run",
-              "Stop the run cleanly (SIGINT, then SIGTERM after a grace period); finished steps are kept."),
+              "Stop the run cleanly (SIGINT, then SIGTERM after a grace period); finished steps are kept.",
+              key_display="s"),
     AppAction("run.open_result", "open_result", "o", "Open result", "Run", "run",
               "Open the run folder this run wrote (once it has finished)."),
     AppAction("run.edit", "edit_config", "e", "Edit config", "Run", "run",
