@@ -1,0 +1,21 @@
+"""The base of every config model: strict types, no silent extras.
+
+Strict mode means booleans are booleans (`"true"` is an error, not True), integers are integers (`3.0` and `"3"`
+are errors), and numbers never come from strings. Unknown keys are found before pydantic runs, by
+`schemas.keys.check_keys`, which knows msprobe's foreign keys and suggests the closest real key;
+`extra="forbid"` stays as the backstop for models built directly in Python.
+"""
+
+from typing import ClassVar, Tuple
+
+from pydantic import BaseModel, ConfigDict
+
+__all__ = ["ConfigModel"]
+
+
+class ConfigModel(BaseModel):
+    model_config = ConfigDict(strict=True, extra="forbid", allow_inf_nan=False)
+
+    # Scopes of `schemas.foreign.FOREIGN_KEYS` whose keys may appear in this object: msprobe keys we accept with
+    # one warning each and drop. Empty: none.
+    foreign_scope: ClassVar[Tuple[str, ...]] = ()

@@ -1,0 +1,151 @@
+"""Top-level keys shared by jobs, in layers: every job < jobs that run a target < collection < dump-style.
+
+    JobBase       task, comment, dump_path, output              (every job, analysis ones included)
+    RunJob        + target, framework, seed                     (jobs that run training: collection, monitor)
+    CollectionJob + rank, step                                  (statistics ... grad_probe)
+    DumpJob       + level, async_dump, precision                (statistics, tensor, overflow_check, free_benchmark)
+
+Each concrete job narrows `task` to its literal (the union's discriminator), narrows `level` to the levels the
+task supports, and adds its section named after the task.
+"""
+
+from typing import Any, Dict, Literal, Optional, Tuple, get_args
+
+from pydantic import ConfigDict, ValidationInfo, field_validator, model_validator
+
+from .base import ConfigModel
+from .errors import warn_from_context
+from .output import OutputSpec
+from .target import TargetSpec, expand_target_shorthand, target_field_schema
+from .types import RankList, config_error, field
+
+__all__ = ["ALL_LEVELS", "LEVEL_NOTES", "JobBase", "RunJob", "CollectionJob", "DumpJob", "level_field", "level_literal",
+           "section_field"]
+
+ALL_LEVELS = ("L0", "L1", "mix", "L2", "debug")
+LEVEL_NOTES = {
+    "L0": "module level: hooks on every submodule (needs the model)",
+    "L1": "API level: every torch/mindspore API call",
+    "mix": "L0 and L1 together, APIs placed inside their modules",
+    "L2": "kernel dump through the device runtime; tensor task only, with exactly one API in list",
+    "debug": "no hooks: only what the script passes to save(); statistics and tensor tasks only",
+}
+
+
+def _task_required(schema: Dict[str, Any]) -> None:
+    required = schema.setdefault("required", [])
+    if "task" not in required:
+        required.insert(0, "task")
+
+
+class JobBase(ConfigModel):
+    """Keys every job has."""
+
+    model_config = ConfigDict(json_schema_extra=_task_required)
+    foreign_scope = ("job",)
+
+    task: str = field(..., "What this job does; selects the section that holds its options.")
+    comment: Optional[str] = field(None, "Free text for people reading the file; ignored by the tool "
+                                         "(`_comment` is accepted too).", advanced=True)
+    dump_path: str = field(
+        "./probe_dump", "Folder that receives this job's run folders: each run writes <dump_path>/<run-id>/ "
+                        "and updates <dump_path>/latest; earlier runs are never overwritten.", min_length=1)
+    output: OutputSpec = field(default_factory=OutputSpec,
+                               description="How the HDF5 store is written: compression, disk budget, store mode.",
+                               advanced=True)
+
+    @classmethod
+    def task_name(cls) -> str:
+        return cls.model_fields["task"].default
+
+    @model_validator(mode="before")
+    @classmethod
+    def _normalise_keys(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        data = dict(data)
+        if "_comment" in data and "comment" not in data:
+            data["comment"] = data.pop("_comment")
+        section = cls.task_name() if "task" in cls.model_fields else None
+        if section and section in cls.model_fields and section in data and data[section] is None:
+            data[section] = {}
+        return data
+
+
+class RunJob(JobBase):
+    """Jobs that run training (the demo, a script, a callable) under instrumentation."""
+
+    target: Optional[TargetSpec] = field(
+        None, 'What to run with `probe-tui --run`: {"demo": {...knobs}} (or just "demo"), {"script": '
+              '"train.py", "args": [...]}, or {"callable": "pkg.module:function"}. Not needed when the script '
+              'itself uses the in-script API.', json_schema_extra=target_field_schema)
+    framework: Literal["pytorch", "mindspore", "auto"] = field(
+        "auto", "Framework to instrument. auto: the one the target uses (the demo runs on PyTorch when it is "
+                "installed, else MindSpore).")
+    seed: Optional[int] = field(
+        None, "If set, seed every generator (python, numpy, the framework) before the target starts and record "
+              "it in the run metadata, like msprobe's seed_all.", ge=0, lt=2 ** 32, advanced=True)
+
+    @field_validator("target", mode="before")
+    @classmethod
+    def _target_shorthand(cls, value: Any) -> Any:
+        return expand_target_shorthand(value)
+
+
+class CollectionJob(RunJob):
+    """Jobs that select ranks and steps."""
+
+    rank: RankList = field(
+        default_factory=list,
+        description='Ranks to capture: integers and inclusive ranges such as [0, "4-6"]; empty = every rank. '
+                    "Normalised to a sorted list without duplicates.")
+    step: RankList = field(
+        default_factory=list,
+        description='Steps to capture (0-based): integers and inclusive ranges such as [0, "2-3"]; empty = '
+                    "every step. After the last listed step the tool turns itself off.")
+
+
+class DumpJob(CollectionJob):
+    """The dump-style tasks: a capture level, async mode and statistic precision."""
+
+    level: str = field("L1", "Capture level.")
+    async_dump: bool = field(
+        False, "Keep captured data on the device and write it at step end, without a host sync per tensor "
+               "(faster, uses device memory). statistics and tensor only; the tensor task then needs a 'list'; "
+               "not with summary_mode md5 or hash.", advanced=True)
+    precision: Literal["low", "high"] = field(
+        "low", "Statistic precision: low computes in the tensor's dtype; high computes in float32 or wider "
+               "(float64 stays float64, integers are summed exactly).", advanced=True)
+
+    @classmethod
+    def allowed_levels(cls) -> Tuple[str, ...]:
+        return tuple(get_args(cls.model_fields["level"].annotation)) or ALL_LEVELS
+
+    @field_validator("level", mode="before")
+    @classmethod
+    def _level_for_task(cls, value: Any) -> Any:
+        allowed = cls.allowed_levels()
+        if isinstance(value, str) and value in ALL_LEVELS and value not in allowed:
+            listed = ", ".join(allowed)
+            raise config_error(f"level {value} is not available for task {cls.task_name()} (use {listed})",
+                               f"{value} = {LEVEL_NOTES[value]}")
+        return value
+
+    def section(self) -> Any:
+        return getattr(self, self.task)
+
+    def _warn(self, info: ValidationInfo, path: str, message: str) -> None:
+        warn_from_context(info.context)(path, message)
+
+
+def level_field(default: str, levels: Tuple[str, ...]) -> Any:
+    lines = "; ".join(f"{lv}: {LEVEL_NOTES[lv]}" for lv in levels)
+    return field(default, f"Capture level. {lines}.")
+
+
+def level_literal(levels: Tuple[str, ...]) -> Any:
+    return Literal[levels]  # type: ignore[valid-type]
+
+
+def section_field(model: type, description: str) -> Any:
+    return field(default_factory=model, description=description)

@@ -1,0 +1,100 @@
+"""statistics, tensor and overflow_check jobs, with the rules that tie the level to the section."""
+
+from typing import Literal
+
+from pydantic import ValidationInfo, field_validator, model_validator
+
+from .base import ConfigModel
+from .common import DumpJob, level_field, level_literal, section_field
+from .dump_sections import DumpSection, StatisticsSection, TensorSection, check_scope_names
+from .errors import RuleCollector
+from .types import config_error, field
+
+__all__ = ["StatisticsJob", "TensorJob", "OverflowCheckSection", "OverflowCheckJob"]
+
+STATISTICS_LEVELS = ("L0", "L1", "mix", "debug")
+TENSOR_LEVELS = ("L0", "L1", "mix", "L2", "debug")
+OVERFLOW_LEVELS = ("L0", "L1", "mix")
+
+
+def check_dump_rules(job: DumpJob, section: DumpSection, info: ValidationInfo) -> None:
+    """Rules of reference §1.2/§1.4/§1.5 that need both the level and the section."""
+    rules = RuleCollector()
+    name = job.task
+    if section.scope:
+        if job.level == "L2":
+            rules.add(f"{name}.scope", "is not allowed at level L2", "name the one API in 'list' instead")
+        elif job.level != "debug":
+            for index, message, hint in check_scope_names(section.scope, job.level) or []:
+                rules.add(f"{name}.scope[{index}]", message, hint)
+    if job.level == "L2" and len(section.list) != 1:
+        rules.add(f"{name}.list", f"level L2 needs exactly one API name in list (got {len(section.list)})",
+                  'for example ["Functional.linear.0.forward"]')
+    if job.async_dump:
+        if section.summary_mode in ("md5", "hash"):
+            rules.add(f"{name}.summary_mode", f"{section.summary_mode} needs a host copy of every tensor and "
+                      "cannot run with async_dump", 'use "xor" (computed on the device) or async_dump false')
+        if job.level == "L2":
+            rules.add("async_dump", "does not apply to the L2 kernel dump")
+        if name == "tensor" and job.level not in ("debug", "L2") and not section.list:
+            rules.add("tensor.list", "must not be empty when async_dump is true: every tensor would be held "
+                      "on the device until the step ends", "list the APIs or modules to save")
+    rules.raise_if_any()
+    if job.level == "debug":
+        for key in ("scope", "list", "tensor_list"):
+            if getattr(section, key, None):
+                job._warn(info, f"{name}.{key}", "has no effect at level debug (only save() calls are recorded)")
+
+
+class StatisticsJob(DumpJob):
+    """Capture statistics (max, min, mean, norm; optionally checksums) of every tensor at API and/or module level."""
+
+    task: Literal["statistics"] = field("statistics", "Capture per-tensor statistics.")
+    level: level_literal(STATISTICS_LEVELS) = level_field("L1", STATISTICS_LEVELS)
+    statistics: StatisticsSection = section_field(StatisticsSection, "Options of the statistics task.")
+
+    @model_validator(mode="after")
+    def _rules(self, info: ValidationInfo) -> "StatisticsJob":
+        check_dump_rules(self, self.statistics, info)
+        return self
+
+
+class TensorJob(DumpJob):
+    """Save real tensors (plus their statistics) for the selected APIs and modules."""
+
+    task: Literal["tensor"] = field("tensor", "Save real tensors.")
+    level: level_literal(TENSOR_LEVELS) = level_field("L1", TENSOR_LEVELS)
+    tensor: TensorSection = section_field(TensorSection, "Options of the tensor task.")
+
+    @model_validator(mode="after")
+    def _rules(self, info: ValidationInfo) -> "TensorJob":
+        check_dump_rules(self, self.tensor, info)
+        return self
+
+
+class OverflowCheckSection(ConfigModel):
+    foreign_scope = ("overflow_check",)
+
+    overflow_nums: int = field(
+        1, "Stop after this many overflowing API/module calls have been recorded; -1 = never stop.")
+
+    @field_validator("overflow_nums")
+    @classmethod
+    def _minus_one_or_positive(cls, value: int) -> int:
+        if value != -1 and value < 1:
+            raise config_error(f"must be -1 (no limit) or a positive integer (got {value})")
+        return value
+
+
+class OverflowCheckJob(DumpJob):
+    """Find the calls whose outputs (or inputs) hold inf or nan, and keep their tensors."""
+
+    task: Literal["overflow_check"] = field("overflow_check", "Detect inf/nan overflows.")
+    level: level_literal(OVERFLOW_LEVELS) = level_field("L1", OVERFLOW_LEVELS)
+    overflow_check: OverflowCheckSection = section_field(OverflowCheckSection, "Options of the overflow check.")
+
+    @model_validator(mode="after")
+    def _rules(self, info: ValidationInfo) -> "OverflowCheckJob":
+        if self.async_dump:
+            self._warn(info, "async_dump", "has no effect on overflow_check (statistics and tensor only)")
+        return self

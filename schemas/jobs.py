@@ -1,0 +1,29 @@
+"""The job union: one model per task, joined on `task`."""
+
+from typing import Annotated, Dict, Tuple, Union
+
+from pydantic import Field, TypeAdapter
+
+from .analysis import CompareJob, GradCompareJob
+from .common import JobBase
+from .dump_jobs import OverflowCheckJob, StatisticsJob, TensorJob
+from .free_benchmark import FreeBenchmarkJob
+from .grad_probe import GradProbeJob
+from .monitor import MonitorJob
+
+__all__ = ["JobConfig", "JOB_ADAPTER", "TASKS", "COLLECTION_TASKS", "ANALYSIS_TASKS"]
+
+JobConfig = Annotated[
+    Union[StatisticsJob, TensorJob, OverflowCheckJob, FreeBenchmarkJob, GradProbeJob, MonitorJob, CompareJob,
+          GradCompareJob],
+    Field(discriminator="task"),
+]
+
+_MODELS = (StatisticsJob, TensorJob, OverflowCheckJob, FreeBenchmarkJob, GradProbeJob, MonitorJob, CompareJob,
+           GradCompareJob)
+TASKS: Dict[str, type] = {model.task_name(): model for model in _MODELS}
+COLLECTION_TASKS: Tuple[str, ...] = ("statistics", "tensor", "overflow_check", "free_benchmark", "grad_probe",
+                                     "monitor")
+ANALYSIS_TASKS: Tuple[str, ...] = ("compare", "grad_compare")
+
+JOB_ADAPTER: "TypeAdapter[JobBase]" = TypeAdapter(JobConfig)

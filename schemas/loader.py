@@ -1,0 +1,144 @@
+"""`load_config`, `dump_config` and `starter_config`: the config's way in and out."""
+
+import copy
+import json
+import re
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Tuple, Union
+
+from pydantic import ValidationError
+
+from .common import JobBase
+from .errors import ConfigError, ConfigIssue, WarnFn, default_warn, did_you_mean, issues_from_validation_error
+from .foreign import FOREIGN_TASKS
+from .jobs import ANALYSIS_TASKS, TASKS
+from .keys import check_job_keys
+from .msprobe_compat import normalise_shape
+
+__all__ = ["load_config", "dump_config", "starter_config", "read_config_source"]
+
+Source = Union[str, Path, Dict[str, Any]]
+
+
+def _object_pairs(duplicates: List[str]):
+    def hook(pairs: List[Tuple[str, Any]]) -> Dict[str, Any]:
+        out: Dict[str, Any] = {}
+        for key, value in pairs:
+            if key in out:
+                duplicates.append(key)
+            out[key] = value
+        return out
+    return hook
+
+
+def _parse_json(text: str, where: str, warn: WarnFn) -> Any:
+    duplicates: List[str] = []
+    try:
+        data = json.loads(text, object_pairs_hook=_object_pairs(duplicates))
+    except json.JSONDecodeError as exc:
+        raise ConfigError([ConfigIssue(where, f"invalid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}")]) \
+            from None
+    for key in duplicates:
+        warn(key, f"key {key!r} appears more than once in {where}; the last value is used")
+    return data
+
+
+def read_config_source(source: Source, warn: WarnFn = default_warn) -> Dict[str, Any]:
+    """The raw config object from a dict, a JSON string or a file path; file and JSON problems as ConfigError."""
+    if isinstance(source, dict):
+        return copy.deepcopy(source)
+    if isinstance(source, str) and source.lstrip().startswith("{"):
+        data = _parse_json(source, "<config string>", warn)
+        where = "<config string>"
+    elif isinstance(source, (str, Path)):
+        path = Path(source)
+        where = str(path)
+        try:
+            text = path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            raise ConfigError([ConfigIssue(where, "no such file")]) from None
+        except IsADirectoryError:
+            raise ConfigError([ConfigIssue(where, "is a directory, not a config file")]) from None
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ConfigError([ConfigIssue(where, f"cannot read the file: {exc}")]) from None
+        data = _parse_json(text, where, warn)
+    else:
+        raise ConfigError([ConfigIssue("", f"cannot load a config from {type(source).__name__}; give a path, "
+                                           "a JSON string or a dict")])
+    if not isinstance(data, dict):
+        raise ConfigError([ConfigIssue(where, f"must hold a JSON object {{...}}, not {type(data).__name__}")])
+    return data
+
+
+def _job_model(data: Dict[str, Any]) -> type:
+    task = data.get("task")
+    if not isinstance(task, str):
+        raise ConfigError([ConfigIssue("task", f"must be a string naming the task (got {task!r})",
+                                       "one of " + ", ".join(TASKS))])
+    if task in TASKS:
+        return TASKS[task]
+    if task in FOREIGN_TASKS:
+        raise ConfigError([ConfigIssue("task", f"msprobe task {task!r} has no probe-tui equivalent",
+                                       FOREIGN_TASKS[task])])
+    hint = did_you_mean(task, TASKS) or "one of " + ", ".join(TASKS)
+    raise ConfigError([ConfigIssue("task", f"unknown task {task!r}", hint)])
+
+
+def load_config(source: Source, *, on_warning: Optional[WarnFn] = None) -> JobBase:
+    """Load and validate a job config: a path, a JSON string, or a dict.
+
+    Accepts the native shape, msprobe's config.json, its separate monitor JSON and its classic compare.json.
+    Raises `ConfigError` listing every problem found; msprobe keys we do not use warn once each through
+    `on_warning(path, message)` (default: `warnings.warn` with `ConfigWarning`).
+    """
+    warn = on_warning or default_warn
+    raw = read_config_source(source, warn)
+    data = normalise_shape(raw, warn)
+    model = _job_model(data)
+    cleaned, issues = check_job_keys(model, data, warn)
+    try:
+        job = model.model_validate(cleaned, context={"warn": warn})
+    except ValidationError as exc:
+        issues.extend(issues_from_validation_error(exc))
+        job = None
+    if issues:
+        raise ConfigError(_in_document_order(issues, data))
+    return job
+
+
+def _in_document_order(issues: List[ConfigIssue], data: Dict[str, Any]) -> List[ConfigIssue]:
+    """Sort issues by where their top-level key appears in the file (stable within a key)."""
+    order = {key: i for i, key in enumerate(data)}
+
+    def position(issue: ConfigIssue) -> int:
+        head = re.split(r"[.\[]", issue.path, maxsplit=1)[0]
+        return order.get(head, len(order))
+    return sorted(issues, key=position)
+
+
+def dump_config(job: JobBase) -> Dict[str, Any]:
+    """The normalised config as a JSON-ready dict: defaults filled in, rank/step lists sorted and compacted
+    ([1, "4-6"]), unset optional keys left out. `load_config(dump_config(job)) == job`."""
+    return job.model_dump(mode="json", exclude_none=True)
+
+
+def starter_config(task: str) -> Dict[str, Any]:
+    """A minimal valid config for `probe-tui init TASK`: runs the tiny demo for 3 steps (analysis jobs point
+    at the runs the sample configs write)."""
+    if task not in TASKS:
+        hint = did_you_mean(task, TASKS) or "one of " + ", ".join(TASKS)
+        raise ConfigError([ConfigIssue("task", f"unknown task {task!r}", hint)])
+    if task in ANALYSIS_TASKS:
+        kind = "demo" if task == "compare" else "grad"
+        return {
+            "task": task,
+            "comment": f"Needs two earlier runs: see sample_configs/README.md ({kind}_bf16 vs {kind}_fp32).",
+            "dump_path": "./probe_dump",
+            task: {"target_path": f"./probe_dump/{kind}_bf16/latest",
+                   "golden_path": f"./probe_dump/{kind}_fp32/latest"},
+        }
+    config: Dict[str, Any] = {"task": task, "dump_path": "./probe_dump",
+                              "target": {"demo": {"preset": "tiny", "steps": 3}}}
+    if task == "monitor":
+        config["monitor"] = {"wg_distribution": True, "ops": ["norm", "min", "max", "nans"]}
+    return config

@@ -1,0 +1,57 @@
+"""Recognise the shape of a config and bring it to the native shape (DECISIONS 4).
+
+- Native, and msprobe's config.json: `{"task": ..., common keys, "<task>": {...}}`, taken as is.
+- msprobe's separate monitor JSON: no `task`, monitor keys at the top (`targets`, `*_distribution`, `ops`, ...):
+  the monitor keys move into the `monitor` section of a monitor job; our top-level keys (`dump_path`,
+  `target`, ...) stay where they are.
+- msprobe's classic compare.json: no `task`, `npu_path` and `bench_path`: a compare job whose target is
+  npu_path and whose golden is bench_path; the other keys move into the `compare` section (where the foreign
+  ones, such as `stack_path`, warn).
+- No `task` and neither shape: msprobe's default task, statistics, with a warning.
+"""
+
+from typing import Any, Dict
+
+from .errors import WarnFn
+from .foreign import FOREIGN_KEYS
+from .monitor import MonitorJob, MonitorSection
+
+__all__ = ["normalise_shape", "looks_like_monitor", "looks_like_compare"]
+
+_MONITOR_KEYS = frozenset(MonitorSection.model_fields) | frozenset(FOREIGN_KEYS["monitor"])
+
+
+def looks_like_monitor(data: Dict[str, Any]) -> bool:
+    return any(key in _MONITOR_KEYS or key.endswith("_distribution") for key in data)
+
+
+def looks_like_compare(data: Dict[str, Any]) -> bool:
+    return "npu_path" in data and "bench_path" in data
+
+
+def normalise_shape(data: Dict[str, Any], warn: WarnFn) -> Dict[str, Any]:
+    data = dict(data)
+    if "_comment" in data:
+        if "comment" in data:
+            warn("_comment", "both comment and _comment are given; _comment is ignored")
+            data.pop("_comment")
+        else:
+            data["comment"] = data.pop("_comment")
+    if "task" in data:
+        return data
+    if looks_like_compare(data):
+        section = {k: v for k, v in data.items() if k not in ("comment", "dump_path", "output")}
+        section["target_path"] = section.pop("npu_path")
+        section["golden_path"] = section.pop("bench_path")
+        native = {k: v for k, v in data.items() if k in ("comment", "dump_path", "output")}
+        native.update({"task": "compare", "compare": section})
+        return native
+    if looks_like_monitor(data):
+        top = set(MonitorJob.model_fields) - {"monitor"}
+        native = {k: v for k, v in data.items() if k in top}
+        native["task"] = "monitor"
+        native["monitor"] = {k: v for k, v in data.items() if k not in top}
+        return native
+    warn("task", "no task given: msprobe's default, statistics, is used")
+    data["task"] = "statistics"
+    return data

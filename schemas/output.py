@@ -1,0 +1,36 @@
+"""How a run writes its HDF5 store: compression, a disk budget, and the store mode (docs/FORMAT.md)."""
+
+from typing import Literal, Optional
+
+from pydantic import model_validator
+
+from .base import ConfigModel
+from .errors import RuleCollector
+from .types import SizeBytes, field
+
+__all__ = ["OutputSpec"]
+
+
+class OutputSpec(ConfigModel):
+    compression: Literal["none", "lzf", "gzip"] = field(
+        "none", "Compression of tensor data in the HDF5 store: none (fastest), lzf (fast, ~1.5-2x smaller), "
+                "gzip (slower, smallest; level in compression_level).")
+    compression_level: Optional[int] = field(
+        None, "gzip level 1-9 (default 4). Only with compression gzip.", ge=1, le=9, advanced=True)
+    disk_budget: SizeBytes = field(
+        None, 'Stop writing tensor data once the run has written this many bytes: a number, or a string such as '
+              '"20GB" (powers of 1000) or "512MiB" (powers of 1024). Statistics keep being recorded and the run '
+              'says what was skipped. Unset: unlimited.')
+    store_mode: Literal["auto", "swmr", "per_step"] = field(
+        "auto", "How the store is written while the run goes on: swmr (one file, readable live), per_step (one "
+                "file a step, closed then announced; for NFS/Lustre where HDF5 locking fails), auto (swmr, or "
+                "per_step on a shared file system).", advanced=True)
+
+    @model_validator(mode="after")
+    def _level_needs_gzip(self) -> "OutputSpec":
+        rules = RuleCollector()
+        if self.compression_level is not None and self.compression != "gzip":
+            rules.add("compression_level", f"only applies to gzip compression (compression is {self.compression!r})",
+                      'set "compression": "gzip" or remove compression_level')
+        rules.raise_if_any()
+        return self
