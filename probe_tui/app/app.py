@@ -155,10 +155,13 @@ class ProbeApp(App):
         self.push_screen(PathPrompt("Load a config (ours, or msprobe's config.json)", self.root, must_exist=True),
                          chosen)
 
-    def open_builder(self, data: Dict[str, Any], *, path: Optional[Path], origin: str = "") -> None:
+    def open_builder(self, data: Dict[str, Any], *, path: Optional[Path], origin: str = "",
+                     notes: Optional[List[Any]] = None, suggested_name: Optional[str] = None) -> None:
         from probe_tui.app.screens.builder import BuilderScreen
 
-        self.push_screen(BuilderScreen(data, path=path, backend=self.backend, origin=origin))
+        screen = BuilderScreen(data, path=path, backend=self.backend, origin=origin, notes=notes)
+        screen.suggested_name = suggested_name
+        self.push_screen(screen)
 
     def load_into_builder(self, path: Path, screen: Any = None, as_template: bool = False) -> None:
         """Read a config file (ours or msprobe's) into a builder: ``screen``'s form, or a new builder.
@@ -175,17 +178,26 @@ class ProbeApp(App):
         issues = loaded.validation.issues
         if issues:
             self.notify(f"{path.name}: {len(issues)} error(s), shown at their fields", severity="warning")
-        save_path = None if as_template else path
-        origin = f"sample {path.name}" if as_template else ""
+        notes = loaded.validation.warnings
+        save_path: Optional[Path] = path
+        origin = ""
+        suggestion = None
+        if as_template:
+            save_path, origin = None, f"sample {path.name}"
+        elif notes:
+            # Keys were dropped (an msprobe config): saving must not overwrite the user's file with our shape.
+            save_path, origin = None, f"{path.name}, {len(notes)} msprobe key(s) dropped"
+            suggestion = f"{path.stem}_probe.json"
         if screen is not None:
             screen.path = save_path
             screen.origin = origin or f"loaded {path.name}"
-            self.call_later(self._replace_builder_form, screen, loaded.data)
+            screen.suggested_name = suggestion
+            self.call_later(self._replace_builder_form, screen, loaded.data, notes)
         else:
-            self.open_builder(loaded.data, path=save_path, origin=origin)
+            self.open_builder(loaded.data, path=save_path, origin=origin, notes=notes, suggested_name=suggestion)
 
-    async def _replace_builder_form(self, screen: Any, data: Dict[str, Any]) -> None:
-        await screen.replace_form(data)
+    async def _replace_builder_form(self, screen: Any, data: Dict[str, Any], notes: List[Any]) -> None:
+        await screen.replace_form(data, notes)
         screen.mark_saved()
 
     def edit_run_config(self, run_path: Path) -> None:

@@ -77,14 +77,22 @@ class SchemaBackend:
             job = schemas.load_config(json.loads(json.dumps(data)),
                                       on_warning=lambda path, msg: warnings.append(Issue(str(path), str(msg))))
         except schemas.ConfigError as exc:
-            issues = [Issue(i.path, i.message, getattr(i, "hint", "") or "") for i in exc.errors]
-            return Validation(None, issues, warnings)
+            return Validation(None, [Issue(i.path, i.message, i.hint or "") for i in exc.errors], warnings)
         return Validation(job, [], warnings)
 
     def normalise(self, job: Any) -> Dict[str, Any]:
         import schemas
 
         return schemas.dump_config(job)
+
+    def run_problem(self, job: Any) -> Optional[str]:
+        """Why a valid job cannot be run with ``probe-tui --run`` (None when it can)."""
+        import schemas
+
+        if job.task in schemas.COLLECTION_TASKS and getattr(job, "target", None) is None:
+            return ("target: a run needs a target: switch 'target' on and then 'demo' for the built-in demo model, "
+                    "or give a script or a callable")
+        return None
 
     def read_file(self, path: Path) -> LoadedConfig:
         """Read a config file (ours or msprobe's). A file that fails validation still fills the form when it is
@@ -95,7 +103,7 @@ class SchemaBackend:
         try:
             job = schemas.load_config(path, on_warning=lambda p, m: warnings.append(Issue(str(p), str(m))))
         except schemas.ConfigError as exc:
-            issues = [Issue(i.path, i.message, getattr(i, "hint", "") or "") for i in exc.errors]
+            issues = [Issue(i.path, i.message, i.hint or "") for i in exc.errors]
             data = _read_json_object(path)
             return LoadedConfig(path, data, Validation(None, issues, warnings))
         return LoadedConfig(path, self.normalise(job), Validation(job, [], warnings))

@@ -2,14 +2,14 @@
 
 Every row knows its config path (``statistics.scope``) so that a validation issue can be placed at it, and
 answers :meth:`FieldRow.collect` with ``(present, value)``: absent values are left out of the config so that
-the schema's defaults apply.
+the schema's defaults apply. Rows keep references to the widgets they create, so collecting a form's values
+walks no DOM queries (a form has hundreds of widgets and is collected on every keystroke).
 """
 
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
-from textual.css.query import NoMatches
 from textual.message import Message
 from textual.widget import Widget
 from textual.widgets import Button, Collapsible, Input, Label, Select, Static, Switch
@@ -36,6 +36,9 @@ class FieldRow(Vertical):
         self.initially_present = present
         self.error: Optional[str] = None
         self.local_error: Optional[str] = None
+        self.control: Optional[Widget] = None
+        """The row's main control, created in compose."""
+        self._error_line: Optional[Static] = None
         if spec.advanced:
             self.add_class("advanced")
 
@@ -49,44 +52,59 @@ class FieldRow(Vertical):
     def compose_label(self) -> Label:
         return Label(self.label_text(), classes="field-label")
 
-    def compose_footer(self) -> ComposeResult:
+    def compose_doc(self) -> ComposeResult:
         if self.spec.description:
             yield Static(self.spec.description.splitlines()[0], classes="field-doc", markup=False)
-        yield Static("", classes="field-error", markup=False)
+
+    def compose_error(self) -> Static:
+        self._error_line = Static("", classes="field-error", markup=False)
+        return self._error_line
+
+    def compose_footer(self) -> ComposeResult:
+        yield from self.compose_doc()
+        yield self.compose_error()
+
+    def ready(self) -> bool:
+        """Whether the controls are mounted (nested rows are built after their parent)."""
+        return self.control is not None and self.control.is_mounted
 
     def collect(self) -> Tuple[bool, Any]:
-        """``(present, value)``: whether the config gets this key, and its value. A row not composed yet
-        (nested rows are built after their parent) answers with the value it was given."""
-        try:
-            return self._collect()
-        except NoMatches:
+        """``(present, value)``: whether the config gets this key, and its value. A row whose controls are not
+        mounted yet answers with the value it was given."""
+        if not self.ready():
             return self.initially_present and self.initial_value is not None, self.initial_value
+        return self._collect()
 
     def _collect(self) -> Tuple[bool, Any]:
         raise NotImplementedError
+
+    def child_rows(self) -> Iterator["FieldRow"]:
+        """Rows nested in this one (sections, variants, list items)."""
+        return iter(())
 
     def on_mount(self) -> None:
         self._render_error()
 
     def focus_control(self) -> None:
-        for widget in self.query("Input, Select, Switch, Button"):
-            if widget.focusable:
-                widget.focus()
-                return
+        if self.control is not None and self.control.focusable:
+            self.control.focus()
 
     def set_error(self, message: Optional[str]) -> None:
         """Show (or clear, with None) the schema's message for this field; a local parse error wins."""
+        if message == self.error:
+            return
         self.error = message
         self._render_error()
 
     def _render_error(self) -> None:
         shown = self.local_error or self.error
-        lines = self.query(".field-error")
-        if lines:
-            lines.first(Static).update(shown or "")
+        if self._error_line is not None:
+            self._error_line.update(shown or "")
         self.set_class(bool(shown), "-has-error")
 
     def _set_local_error(self, message: Optional[str]) -> None:
+        if message == self.local_error:
+            return
         self.local_error = message
         self._render_error()
 
@@ -105,6 +123,8 @@ class FieldRow(Vertical):
             bits.append(self.spec.bounds)
         if self.spec.choices and self.spec.kind == S.CHOICE:
             bits.append("one of " + " | ".join(str(c) for c in self.spec.choices))
+        elif self.spec.choices and self.spec.kind == S.SCALAR_LIST:
+            bits.append("items from " + " | ".join(str(c) for c in self.spec.choices))
         head = " · ".join(bits)
         return head + ("\n" + self.spec.description if self.spec.description else "")
 
@@ -126,19 +146,21 @@ def _join_path(parts: Tuple[str, ...]) -> str:
 class SwitchRow(FieldRow):
     def compose(self) -> ComposeResult:
         value = bool(self.initial_value) if self.initially_present else bool(self.spec.default is True)
+        self.control = Switch(value=value, classes="field-control")
+        self._state = Label(_on_off(value), classes="switch-state")
         with Horizontal(classes="field-line"):
             yield self.compose_label()
-            yield Switch(value=value, classes="field-control")
-            yield Label(_on_off(value), classes="switch-state")
+            yield self.control
+            yield self._state
         yield from self.compose_footer()
 
     def on_switch_changed(self, event: Switch.Changed) -> None:
         event.stop()
-        self.query_one(".switch-state", Label).update(_on_off(event.value))
+        self._state.update(_on_off(event.value))
         self.edited()
 
     def _collect(self) -> Tuple[bool, Any]:
-        value = self.query_one(Switch).value
+        value = self.control.value
         if self.initially_present or not self.spec.has_default or value != self.spec.default:
             return True, value
         return False, None
@@ -152,10 +174,11 @@ class ChoiceRow(FieldRow):
         value = current if current in self.spec.choices else Select.NULL
         if value is Select.NULL and not allow_blank:
             value = self.spec.choices[0]
+        self.control = Select(options, value=value, allow_blank=allow_blank, compact=True, prompt="(not set)",
+                              classes="field-control")
         with Horizontal(classes="field-line"):
             yield self.compose_label()
-            yield Select(options, value=value, allow_blank=allow_blank, compact=True, prompt="(not set)",
-                         classes="field-control")
+            yield self.control
         yield from self.compose_footer()
 
     def on_select_changed(self, event: Select.Changed) -> None:
@@ -163,8 +186,8 @@ class ChoiceRow(FieldRow):
         self.edited()
 
     def _collect(self) -> Tuple[bool, Any]:
-        value = self.query_one(Select).value
-        if value is Select.NULL or value is Select.BLANK:
+        value = self.control.value
+        if value is Select.NULL:
             return False, None
         if self.initially_present or not self.spec.has_default or value != self.spec.default:
             return True, value
@@ -195,9 +218,11 @@ class InputRow(FieldRow):
         return "required" if self.spec.required else "(not set)"
 
     def compose(self) -> ComposeResult:
+        self.control = Input(self.initial_text(), placeholder=self.placeholder(), compact=True,
+                             classes="field-control")
         with Horizontal(classes="field-line"):
             yield self.compose_label()
-            yield Input(self.initial_text(), placeholder=self.placeholder(), compact=True, classes="field-control")
+            yield self.control
         yield from self.compose_footer()
 
     def on_input_changed(self, event: Input.Changed) -> None:
@@ -210,7 +235,7 @@ class InputRow(FieldRow):
         self.screen.focus_next()
 
     def _collect(self) -> Tuple[bool, Any]:
-        text = self.query_one(Input).value
+        text = self.control.value
         if V.is_blank(text):
             self._set_local_error(None)
             return False, None
@@ -228,66 +253,76 @@ class InputRow(FieldRow):
         return True, value
 
 
+def _model_form(model: type, data: Dict[str, Any], path: Tuple[str, ...], classes: str = "") -> Any:
+    from probe_tui.app.form.model_form import ModelForm
+
+    return ModelForm(model, data, path, classes=classes)
+
+
 class SectionRow(FieldRow):
     """A nested model. Optional ones have an on/off switch; the rest are a collapsible section."""
 
     def __init__(self, spec: S.FieldSpec, path: Tuple[str, ...], value: Any, present: bool) -> None:
         super().__init__(spec, path, value, present)
         self.add_class("section-row")
+        data = value if isinstance(value, dict) else {}
+        self.form = _model_form(spec.model, data, path)
 
     def compose(self) -> ComposeResult:
-        from probe_tui.app.form.model_form import ModelForm
-
-        data = self.initial_value if isinstance(self.initial_value, dict) else {}
-        form = ModelForm(self.spec.model, data, self.path_parts)
         if self.spec.optional:
             on = self.initially_present and self.initial_value is not None
+            self.control = Switch(value=on, classes="field-control section-switch")
+            self._state = Label(_on_off(on, "set", "not set"), classes="switch-state")
             with Horizontal(classes="field-line"):
                 yield self.compose_label()
-                yield Switch(value=on, classes="field-control section-switch")
-                yield Label(_on_off(on, "set", "not set"), classes="switch-state")
+                yield self.control
+                yield self._state
             yield from self.compose_footer()
-            form.display = on
-            form.add_class("section-body")
-            yield form
+            self.form.display = on
+            self.form.add_class("section-body")
+            yield self.form
         else:
-            with Collapsible(title=self.spec.name, collapsed=False, classes="section"):
+            self.control = Collapsible(title=self.spec.name, collapsed=False, classes="section")
+            with self.control:
                 if self.spec.description:
                     yield Static(self.spec.description, classes="section-doc", markup=False)
-                yield Static("", classes="field-error", markup=False)
-                yield form
+                yield self.compose_error()
+                yield self.form
 
-    def compose_footer(self) -> ComposeResult:
-        yield from super().compose_footer()
+    def ready(self) -> bool:
+        return self.control is not None and self.control.is_mounted
+
+    def focus_control(self) -> None:
+        if isinstance(self.control, Switch):
+            self.control.focus()
+        else:
+            for row in self.form.rows.values():
+                if row.ready():
+                    row.focus_control()
+                    return
 
     def on_switch_changed(self, event: Switch.Changed) -> None:
-        if event.switch.has_class("section-switch"):
+        if event.switch is self.control:
             event.stop()
-            self.query_one("ModelForm").display = event.value
-            self.query_one(".switch-state", Label).update(_on_off(event.value, "set", "not set"))
+            self.form.display = event.value
+            self._state.update(_on_off(event.value, "set", "not set"))
             self.edited()
 
-    def _render_error(self) -> None:
-        shown = self.local_error or self.error
-        lines = self.query(".field-error")
-        if lines:
-            lines.first(Static).update(shown or "")
-        self.set_class(bool(shown), "-has-error")
+    def child_rows(self) -> Iterator[FieldRow]:
+        return iter(self.form.rows.values())
 
     def _collect(self) -> Tuple[bool, Any]:
-        from probe_tui.app.form.model_form import ModelForm
-
-        forms = self.query(ModelForm)
-        switches = self.query(".section-switch")
-        if not forms or (self.spec.optional and not switches):
-            return self.initially_present and self.initial_value is not None, self.initial_value
-        if self.spec.optional and not switches.first(Switch).value:
+        if isinstance(self.control, Switch) and not self.control.value:
             return False, None
-        return True, forms.first().collect()
+        return True, self.form.collect()
 
 
 class UnionRow(FieldRow):
     """A choice of variants (models), then the form of the chosen one."""
+
+    def __init__(self, spec: S.FieldSpec, path: Tuple[str, ...], value: Any, present: bool) -> None:
+        super().__init__(spec, path, value, present)
+        self.form: Optional[Any] = None
 
     def _initial_variant(self) -> Optional[str]:
         data = self.initial_value if self.initially_present else self.spec.default
@@ -300,44 +335,43 @@ class UnionRow(FieldRow):
         return next(iter(self.spec.variants))
 
     def compose(self) -> ComposeResult:
-        from probe_tui.app.form.model_form import ModelForm
-
         variant = self._initial_variant()
         options = [(label, label) for label in self.spec.variants]
+        self.control = Select(options, value=variant if variant else Select.NULL, allow_blank=self.spec.optional,
+                              compact=True, prompt="(not set)", classes="field-control variant-select")
         with Horizontal(classes="field-line"):
             yield self.compose_label()
-            yield Select(options, value=variant if variant else Select.NULL, allow_blank=self.spec.optional,
-                         compact=True, prompt="(not set)", classes="field-control variant-select")
+            yield self.control
         yield from self.compose_footer()
         data = self.initial_value if isinstance(self.initial_value, dict) else {}
-        body = Vertical(classes="section-body variant-body")
+        self._body = Vertical(classes="section-body variant-body")
         if variant:
-            body.compose_add_child(ModelForm(self.spec.variants[variant], data, self.path_parts))
-        yield body
+            self.form = _model_form(self.spec.variants[variant], data, self.path_parts)
+            self._body.compose_add_child(self.form)
+        yield self._body
 
     async def on_select_changed(self, event: Select.Changed) -> None:
-        from probe_tui.app.form.model_form import ModelForm
-
-        if not event.select.has_class("variant-select"):
+        if event.select is not self.control:
             return
         event.stop()
-        body = self.query_one(".variant-body", Vertical)
-        old = body.query(ModelForm)
-        carried: Dict[str, Any] = old.first().collect() if old else {}
-        await body.remove_children()
+        carried: Dict[str, Any] = self.form.collect() if self.form is not None else {}
+        await self._body.remove_children()
+        self.form = None
         if event.value is not Select.NULL:
             model = self.spec.variants[str(event.value)]
-            keep = {k: v for k, v in carried.items() if k in _keys_of(model) and k != self.spec.discriminator}
-            await body.mount(ModelForm(model, keep, self.path_parts))
+            names = [s.name for s in S.describe_model(model)]
+            keep = {k: v for k, v in carried.items() if k in names and k != self.spec.discriminator}
+            self.form = _model_form(model, keep, self.path_parts)
+            await self._body.mount(self.form)
         self.edited()
 
-    def _collect(self) -> Tuple[bool, Any]:
-        from probe_tui.app.form.model_form import ModelForm
+    def child_rows(self) -> Iterator[FieldRow]:
+        return iter(self.form.rows.values()) if self.form is not None else iter(())
 
-        forms = self.query_one(".variant-body", Vertical).query(ModelForm)
-        if not forms:
+    def _collect(self) -> Tuple[bool, Any]:
+        if self.form is None:
             return False, None
-        return True, forms.first().collect()
+        return True, self.form.collect()
 
 
 class ModelListRow(FieldRow):
@@ -346,57 +380,56 @@ class ModelListRow(FieldRow):
     def __init__(self, spec: S.FieldSpec, path: Tuple[str, ...], value: Any, present: bool) -> None:
         super().__init__(spec, path, value, present)
         self.add_class("section-row")
-        self._count = 0
+        self.items: List[Tuple[Collapsible, Any, Button]] = []
 
     def compose(self) -> ComposeResult:
         items = self.initial_value if self.initially_present and isinstance(self.initial_value, list) else []
+        self.control = Button(f"Add {self.spec.name} item", compact=True, classes="field-control list-add")
         with Horizontal(classes="field-line"):
             yield self.compose_label()
-            yield Button(f"Add {self.spec.name} item", compact=True, classes="field-control list-add")
+            yield self.control
         yield from self.compose_footer()
-        with Vertical(classes="section-body list-body"):
-            for item in items:
-                yield self._item(item if isinstance(item, dict) else {})
+        self._body = Vertical(classes="section-body list-body")
+        for item in items:
+            self._body.compose_add_child(self._item(item if isinstance(item, dict) else {}))
+        yield self._body
 
     def _item(self, data: Dict[str, Any]) -> Widget:
-        from probe_tui.app.form.model_form import ModelForm
-
-        index = self._count
-        self._count += 1
-        form = ModelForm(self.spec.model, data, self.path_parts + (f"[{index}]",), classes="item-form")
+        index = len(self.items)
+        form = _model_form(self.spec.model, data, self.path_parts + (f"[{index}]",), classes="item-form")
         remove = Button("Remove item", compact=True, classes="list-remove")
-        return Collapsible(form, remove, title=f"{self.spec.name}[{index}]", collapsed=False, classes="list-item")
+        box = Collapsible(form, remove, title=f"{self.spec.name}[{index}]", collapsed=False, classes="list-item")
+        self.items.append((box, form, remove))
+        return box
 
     async def on_button_pressed(self, event: Button.Pressed) -> None:
-        event.stop()
-        body = self.query_one(".list-body", Vertical)
-        if event.button.has_class("list-add"):
-            item = self._item({})
-            await body.mount(item)
-            controls = item.query("Input, Select, Switch")
-            if controls:
-                controls.first().focus()
-        elif event.button.has_class("list-remove"):
-            current = self.collect()[1] or []
-            items = [item for item in body.children if item.has_class("list-item")]
-            index = next(n for n, item in enumerate(items) if event.button in item.query(Button))
-            del current[index]
-            await body.remove_children()
-            self._count = 0
-            await body.mount_all([self._item(d) for d in current])
-            self.query_one(".list-add", Button).focus()
+        if event.button is self.control:
+            event.stop()
+            box = self._item({})
+            await self._body.mount(box)
+            self.items[-1][1].focus_first()
+        else:
+            index = next((n for n, (_, _, remove) in enumerate(self.items) if remove is event.button), None)
+            if index is None:
+                return
+            event.stop()
+            values = [form.collect() for _, form, _ in self.items]
+            del values[index]
+            await self._body.remove_children()
+            self.items = []
+            await self._body.mount_all([self._item(v) for v in values])
+            self.control.focus()
         self.edited()
 
+    def child_rows(self) -> Iterator[FieldRow]:
+        for _, form, _ in self.items:
+            yield from form.rows.values()
+
     def _collect(self) -> Tuple[bool, Any]:
-        body = self.query_one(".list-body", Vertical)
-        values = [item.query(".item-form").first().collect() for item in body.children if item.has_class("list-item")]
+        values = [form.collect() for _, form, _ in self.items]
         if values or self.initially_present:
             return True, values
         return False, None
-
-
-def _keys_of(model: type) -> List[str]:
-    return [s.name for s in S.describe_model(model)]
 
 
 ROW_CLASSES = {

@@ -1,6 +1,6 @@
 """A form generated from a pydantic model: one row per field, advanced fields folded away."""
 
-from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 
 from textual.app import ComposeResult
 from textual.containers import Vertical
@@ -27,51 +27,60 @@ class ModelForm(Vertical):
         self.specs = S.describe_model(model)
         names = {s.name for s in self.specs}
         self.extras = {k: v for k, v in self.data.items() if k not in names}
+        self.rows: Dict[str, FieldRow] = {
+            spec.name: make_row(spec, path + (spec.name,), self.data) for spec in self.specs if spec.kind != S.CONST
+        }
 
     def compose(self) -> ComposeResult:
-        basic = [s for s in self.specs if s.kind != S.CONST and not s.advanced]
-        advanced = [s for s in self.specs if s.kind != S.CONST and s.advanced]
-        for spec in basic:
-            yield make_row(spec, self.path_parts + (spec.name,), self.data)
+        advanced = [s.name for s in self.specs if s.name in self.rows and s.advanced]
+        for spec in self.specs:
+            if spec.name in self.rows and not spec.advanced:
+                yield self.rows[spec.name]
         if advanced:
             with Collapsible(title=f"Advanced ({len(advanced)})", collapsed=True, classes="advanced-fold"):
-                for spec in advanced:
-                    yield make_row(spec, self.path_parts + (spec.name,), self.data)
-
-    def own_rows(self) -> List[FieldRow]:
-        """The rows of this form's own fields (not those of nested forms)."""
-        return [row for row in self.query(FieldRow) if _form_of(row) is self]
+                for name in advanced:
+                    yield self.rows[name]
 
     def collect(self) -> Dict[str, Any]:
-        """The config dict of this form (only what is set). Before the form is composed: the data it was
-        given."""
+        """The config dict of this form (only what is set; defaults apply to the rest)."""
         out: Dict[str, Any] = {}
-        rows = {row.spec.name: row for row in self.own_rows()}
         for spec in self.specs:
             if spec.kind == S.CONST:
                 out[spec.name] = spec.choices[0]
                 continue
-            row = rows.get(spec.name)
-            if row is None:  # not mounted yet: the value it was given
-                present, value = spec.name in self.data and self.data[spec.name] is not None, self.data.get(spec.name)
-            else:
-                present, value = row.collect()
+            present, value = self.rows[spec.name].collect()
             if present:
                 out[spec.name] = value
         out.update(self.extras)
         return out
 
+    def walk_rows(self) -> Iterator[FieldRow]:
+        """Every row of this form and of the forms nested in it, in screen order."""
+        for spec in self.specs:
+            row = self.rows.get(spec.name)
+            if row is not None and not spec.advanced:
+                yield from _walk(row)
+        for spec in self.specs:
+            row = self.rows.get(spec.name)
+            if row is not None and spec.advanced:
+                yield from _walk(row)
 
-def _form_of(row: FieldRow) -> Optional[ModelForm]:
-    node = row.parent
-    while node is not None and not isinstance(node, ModelForm):
-        node = node.parent
-    return node
+    def focus_first(self) -> None:
+        for row in self.walk_rows():
+            if row.ready():
+                row.focus_control()
+                return
 
 
-def all_rows(root: Any) -> List[FieldRow]:
-    """Every field row under ``root`` in screen order."""
-    return list(root.query(FieldRow))
+def _walk(row: FieldRow) -> Iterator[FieldRow]:
+    yield row
+    for child in row.child_rows():
+        yield from _walk(child)
+
+
+def all_rows(form: ModelForm) -> List[FieldRow]:
+    """Every field row of ``form`` in screen order."""
+    return list(form.walk_rows())
 
 
 def place_issues(rows: Sequence[FieldRow], issues: Iterable[Tuple[str, str]]) -> List[Tuple[str, str]]:

@@ -47,6 +47,7 @@ class FieldSpec:
     """None is accepted (an empty control means "not set")."""
     advanced: bool = False
     choices: Tuple[Any, ...] = ()
+    """CHOICE: the values to pick from; SCALAR_LIST: the values each item may take (when they are fixed)."""
     scalar_types: Tuple[type, ...] = ()
     """SCALAR / SCALAR_LIST: the scalar types the text may turn into (tried in the order bool, int, float, str)."""
     bounds: str = ""
@@ -126,6 +127,11 @@ def _classify(spec: FieldSpec, annotation: Any, discriminator: Optional[str]) ->
             spec.kind, spec.model = MODEL_LIST, item
         elif item_types:
             spec.kind, spec.scalar_types = SCALAR_LIST, item_types
+            if typing.get_origin(item) is typing.Literal:
+                spec.choices = typing.get_args(item)
+        elif item is Any:
+            # Items with their own validator (rank/step lists: ints and "a-b" ranges): numbers stay numbers.
+            spec.kind, spec.scalar_types = SCALAR_LIST, (int, float, str)
     elif origin in _UNION_TYPES:
         members = [_strip_annotated(a) for a in args]
         if all(_is_model(m) for m in members):

@@ -29,8 +29,12 @@ class BuilderScreen(Screen):
     AUTO_FOCUS = "#task"
 
     def __init__(self, data: Dict[str, Any], *, path: Optional[Path] = None, backend: Any = None,
-                 origin: str = "") -> None:
+                 origin: str = "", notes: Optional[List[Issue]] = None) -> None:
+        """``notes``: what loading the file reported (msprobe keys that were dropped), shown above the form."""
         super().__init__()
+        self.notes: List[Issue] = list(notes or [])
+        self.suggested_name: Optional[str] = None
+        """File name the first save proposes (default: ``<task>.json``)."""
         self._backend = backend
         self.path = Path(path) if path else None
         self.origin = origin
@@ -142,10 +146,11 @@ class BuilderScreen(Screen):
         lines = Text()
         for path, text in unplaced:
             lines.append(f"✗ {path + ': ' if path else ''}{text}\n", style="red")
-        for warning in result.warnings:
+        for warning in self.notes + result.warnings:
             lines.append(f"! {warning.line()}\n", style="yellow")
         issues = self.query_one("#issues", Static)
-        issues.update(lines.rstrip() if lines.plain else "")
+        lines.rstrip()
+        issues.update(lines)
         issues.display = bool(lines.plain)
 
     def _update_title(self) -> None:
@@ -174,7 +179,9 @@ class BuilderScreen(Screen):
         data["task"] = task
         await self.replace_form(data)
 
-    async def replace_form(self, data: Dict[str, Any]) -> None:
+    async def replace_form(self, data: Dict[str, Any], notes: Optional[List[Issue]] = None) -> None:
+        """Fill the builder with another config (``notes``: what loading it reported)."""
+        self.notes = list(notes or [])
         tasks = self.tasks
         task = task_of(data, tasks) or self.task
         holder = self.query_one("#form-holder", Vertical)
@@ -249,6 +256,10 @@ class BuilderScreen(Screen):
                         severity="error", title="Not runnable")
             self.action_next_error()
             return
+        problem = self.backend.run_problem(result.job) if hasattr(self.backend, "run_problem") else None
+        if problem:
+            self.notify(problem, severity="error", title="Not runnable")
+            return
         self._save_then(lambda path: self.app.start_run(path))
 
     def action_back(self) -> None:
@@ -270,7 +281,8 @@ class BuilderScreen(Screen):
 
     # ---- saving -------------------------------------------------------------------------------------------
     def _ask_path_then(self, then) -> None:
-        suggestion = relative_text(self.path, self.app.root) if self.path else f"{self.task}.json"
+        suggestion = (relative_text(self.path, self.app.root) if self.path
+                      else self.suggested_name or f"{self.task}.json")
 
         def chosen(path: Optional[Path]) -> None:
             if path is None:
