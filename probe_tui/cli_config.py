@@ -7,21 +7,23 @@ from pathlib import Path
 from probe_tui.cli_output import fail, print_json
 
 
-def load_or_report(source, *, quiet_warnings: bool = False):
+def load_or_report(source, *, label: str = ""):
     """Load a config; on errors print one line per error (``FILE: field: message (hint)``) and return None."""
     from schemas import ConfigError, load_config
 
+    label = label or str(source)
+
     def warn(path, message):
-        if not quiet_warnings:
-            print(f"probe-tui: warning: {source}: {path}: {message}", file=sys.stderr)
+        print(f"probe-tui: warning: {label}: {path}: {message}", file=sys.stderr)
 
     try:
         return load_config(source, on_warning=warn)
     except ConfigError as err:
         for issue in err.errors:
-            where = f"{issue.path}: " if issue.path else ""
+            # File-level problems name the file as their path: do not say it twice.
+            where = f"{issue.path}: " if issue.path and issue.path != label else ""
             hint = f" ({issue.hint})" if issue.hint else ""
-            print(f"probe-tui: error: {source}: {where}{issue.message}{hint}", file=sys.stderr)
+            print(f"probe-tui: error: {label}: {where}{issue.message}{hint}", file=sys.stderr)
         return None
 
 

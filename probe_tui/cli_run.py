@@ -8,11 +8,12 @@ from probe_tui.cli_output import fail, print_json
 
 
 def _event_sink(args):
-    """Rich progress on stderr, plus JSON lines when --events is given. Returns (sink, file_to_close)."""
+    """Rich progress on stderr, plus JSON lines when --events is given. Returns (sink, progress, opened file)."""
     from engines.events import JsonlSink, TeeSink
     from probe_tui.progress import RichProgressSink
 
-    sinks = [RichProgressSink()]
+    progress = RichProgressSink()
+    sinks = [progress]
     opened = None
     target = getattr(args, "events", None)
     if target == "-":
@@ -23,7 +24,7 @@ def _event_sink(args):
         except OSError as exc:
             raise _BadInput(f"--events {target}: {exc.strerror or exc}") from None
         sinks.append(JsonlSink(opened))
-    return TeeSink(*sinks), opened
+    return TeeSink(*sinks), progress, opened
 
 
 class _BadInput(Exception):
@@ -32,17 +33,19 @@ class _BadInput(Exception):
 
 def run_job_reporting(job, args, *, label: str) -> int:
     from engines.runner import JobError, run_job
+    from engines.runs import RunError
     from engines.targets import TargetError
 
     try:
-        sink, opened = _event_sink(args)
+        sink, progress, opened = _event_sink(args)
     except _BadInput as exc:
         return fail(str(exc))
     try:
         outcome = run_job(job, events=sink, fail_on_findings=getattr(args, "fail_on_findings", False))
-    except (JobError, TargetError) as exc:
+    except (JobError, TargetError, RunError) as exc:
         return fail(f"{label}: {exc}")
     finally:
+        progress.close()
         if opened is not None:
             opened.close()
     from probe_tui.summary_view import print_summary
@@ -66,7 +69,7 @@ def cmd_compare(args) -> int:
                                "fuzzy_match": bool(args.fuzzy)}
     if args.output:
         section["output_path"] = args.output
-    job = load_or_report({"task": "compare", "compare": section})
+    job = load_or_report({"task": "compare", "compare": section}, label="compare")
     if job is None:
         return 2
     return run_job_reporting(job, args, label="compare")

@@ -1,4 +1,4 @@
-"""The one-screen summary printed after a headless job.
+"""The one-screen summary printed after a headless job (the status line itself comes from the progress view).
 
 Engines return a summary dict; scalar entries become a key/value grid, ``tables`` (a list of
 ``{"title", "columns", "rows"}``) become tables cut to ``MAX_ROWS`` rows, and ``error`` shows its last lines.
@@ -7,7 +7,6 @@ Engines return a summary dict; scalar entries become a key/value grid, ``tables`
 from typing import Any, Dict, TextIO
 
 MAX_ROWS = 10
-STATUS_STYLE = {"finished": "bold green", "stopped": "bold yellow", "failed": "bold red"}
 
 
 def _scalar(value: Any) -> bool:
@@ -21,11 +20,6 @@ def print_summary(outcome, stream: TextIO) -> None:
 
     console = Console(file=stream, highlight=False, soft_wrap=False)
     summary: Dict[str, Any] = dict(outcome.summary or {})
-    style = STATUS_STYLE.get(outcome.status, "bold")
-    console.print(f"[{style}]{outcome.status}[/] (exit code {outcome.exit_code})")
-    if outcome.run_dir:
-        console.print(Text.assemble("results: ", (str(outcome.run_dir), "bold")))
-
     grid = Table.grid(padding=(0, 2))
     grid.add_column(style="dim")
     grid.add_column()

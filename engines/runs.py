@@ -1,0 +1,403 @@
+"""Run folders (DECISIONS 2): ``<dump_path>/<run-id>/`` with ``run.json``, ``rank<R>/`` and a ``latest`` pointer.
+
+A run is never written into an existing folder, except by the ranks of one torchrun/msrun job, which share the
+run-id the launcher puts in ``PROBE_TUI_RUN_ID``: the first rank to arrive creates ``run.json`` (and owns it:
+it alone updates it and moves ``latest``); the others join while that run is still ``running``.
+
+``run.json`` is always replaced atomically (temporary file + ``os.replace``), so a reader never sees half of
+it, and a run whose process died while ``running`` is reported as ``crashed``.
+"""
+
+import json
+import os
+import re
+import secrets
+import socket
+import sys
+import time
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Tuple, Union
+
+SCHEMA_VERSION = 1
+RUN_JSON = "run.json"
+LATEST = "latest"
+RUN_ID_ENV = "PROBE_TUI_RUN_ID"
+_RUN_ID_OK = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+_RANK_DIR = re.compile(r"^rank(\d+)$")
+
+PathLike = Union[str, "os.PathLike[str]"]
+
+
+class RunError(ValueError):
+    """A bad run path or run-id; the message is one line naming it."""
+
+
+def new_run_id(now: Optional[datetime] = None) -> str:
+    """``YYYYmmdd-HHMMSS-<6 hex>`` in local time."""
+    return f"{(now or datetime.now()).strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(3)}"
+
+
+def _now_iso() -> str:
+    return datetime.now().astimezone().isoformat(timespec="seconds")
+
+
+def _process_start(pid: int) -> Optional[int]:
+    """The process's start time in clock ticks since boot (Linux), to tell a live pid from a reused one."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read().decode(errors="replace")
+        return int(stat.rsplit(")", 1)[1].split()[19])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _pid_alive(pid: int, started_ticks: Optional[int]) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass  # alive, owned by someone else
+    except OSError:
+        return False
+    if started_ticks is not None:
+        now_ticks = _process_start(pid)
+        if now_ticks is not None and now_ticks != started_ticks:
+            return False  # the pid was reused by another process
+    return True
+
+
+def _write_tmp(path: Path, data: Dict[str, Any]) -> Path:
+    """Write ``data`` to a hidden temporary file beside ``path``; the caller renames or links it into place."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(3)}.tmp")
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(data, f, indent=2, default=str)
+        f.write("\n")
+    return tmp
+
+
+def write_json_atomic(path: Path, data: Dict[str, Any]) -> None:
+    """Replace ``path`` in one step: readers see the old or the new file, never half of one."""
+    os.replace(_write_tmp(path, data), path)
+
+
+def _read_json(path: Path) -> Dict[str, Any]:
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+    except FileNotFoundError:
+        raise RunError(f"{path}: no such file") from None
+    except (OSError, ValueError) as exc:
+        raise RunError(f"{path}: unreadable run.json ({exc})") from None
+    if not isinstance(data, dict):
+        raise RunError(f"{path}: run.json does not hold a JSON object")
+    return data
+
+
+def point_latest(dump_path: Path, run_id: str) -> None:
+    """Make ``<dump_path>/latest`` name ``run_id``: a relative symlink, or a text file where symlinks fail."""
+    latest = dump_path / LATEST
+    tmp = dump_path / f".{LATEST}.{os.getpid()}.{secrets.token_hex(3)}.tmp"
+    try:
+        os.symlink(run_id, tmp)
+    except (OSError, NotImplementedError):
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(run_id + "\n")
+    os.replace(tmp, latest)
+
+
+def resolve_latest(dump_path: PathLike) -> Optional[Path]:
+    """The run folder ``<dump_path>/latest`` names (symlink or text file), or None if there is no pointer."""
+    latest = Path(dump_path) / LATEST
+    if latest.is_symlink():
+        target = Path(os.readlink(latest))
+        return target if target.is_absolute() else latest.parent / target
+    if latest.is_file():
+        name = latest.read_text(encoding="utf-8").strip()
+        return latest.parent / name if name else None
+    return None
+
+
+@dataclass
+class Run:
+    """One run folder. ``owner`` is True in the process that created ``run.json``."""
+
+    path: Path
+    run_id: str
+    owner: bool = False
+
+    @property
+    def dump_path(self) -> Path:
+        return self.path.parent
+
+    @property
+    def json_path(self) -> Path:
+        return self.path / RUN_JSON
+
+    def read(self) -> Dict[str, Any]:
+        return _read_json(self.json_path)
+
+    @property
+    def status(self) -> str:
+        """The recorded status, or ``crashed`` where the process died while ``running``."""
+        return effective_status(self.read())
+
+    def rank_dir(self, rank: int) -> Path:
+        if isinstance(rank, bool) or not isinstance(rank, int) or rank < 0:
+            raise RunError(f"rank: expected an integer >= 0, got {rank!r}")
+        path = self.path / f"rank{rank}"
+        path.mkdir(exist_ok=True)
+        return path
+
+    def ranks(self) -> List[int]:
+        return _ranks(self.path)
+
+    def update(self, **fields: Any) -> Dict[str, Any]:
+        """Read-modify-write ``run.json`` atomically. Only the owner should call it (one writer per run)."""
+        data = self.read()
+        data.update(fields)
+        write_json_atomic(self.json_path, data)
+        return data
+
+    def finish(self, status: str, exit_code: int, summary: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
+        data = self.read()
+        fields: Dict[str, Any] = {
+            "status": status,
+            "exit_code": int(exit_code),
+            "summary": summary or {},
+            "finished": _now_iso(),
+            "ranks": self.ranks(),
+        }
+        started = data.get("started_unix")
+        if isinstance(started, (int, float)):
+            fields["duration_s"] = round(time.time() - started, 3)
+        if "steps" not in data and isinstance(fields["summary"].get("steps"), int):
+            fields["steps"] = fields["summary"]["steps"]
+        return self.update(**fields)
+
+
+def _ranks(path: Path) -> List[int]:
+    try:
+        entries = list(os.scandir(path))
+    except OSError:
+        return []
+    ranks = [int(m.group(1)) for e in entries if e.is_dir() and (m := _RANK_DIR.match(e.name))]
+    return sorted(ranks)
+
+
+def _initial_meta(run_id: str, task: str, framework: str, config: Dict[str, Any]) -> Dict[str, Any]:
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "run_id": run_id,
+        "task": task,
+        "framework": framework,
+        "config": config,
+        "status": "running",
+        "started": _now_iso(),
+        "started_unix": round(time.time(), 3),
+        "pid": os.getpid(),
+        "proc_start": _process_start(os.getpid()),
+        "host": socket.gethostname(),
+        "argv": list(sys.argv),
+    }
+
+
+def _create_exclusive_json(path: Path, data: Dict[str, Any]) -> bool:
+    """Write ``path`` atomically unless it already exists; False if another process made it first."""
+    tmp = _write_tmp(path, data)
+    try:
+        os.link(tmp, path)  # atomic, and fails if path exists
+        return True
+    except FileExistsError:
+        return False
+    except OSError:  # no hard links on this file system: fall back to an existence check
+        if path.exists():
+            return False
+        os.replace(tmp, path)
+        return True
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+
+
+def _mkdir_dump_path(dump_path: Path) -> None:
+    if dump_path.exists() and not dump_path.is_dir():
+        raise RunError(f"{dump_path}: dump_path is a file, not a folder")
+    try:
+        dump_path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise RunError(f"{dump_path}: cannot create dump_path ({exc.strerror or exc})") from None
+    latest = dump_path / LATEST
+    if latest.is_dir() and not latest.is_symlink():
+        raise RunError(f"{latest}: is a folder; probe-tui keeps its 'latest' pointer there")
+
+
+def create_run(
+    dump_path: PathLike,
+    *,
+    task: str,
+    config: Dict[str, Any],
+    framework: str,
+    run_id: Optional[str] = None,
+) -> Run:
+    """Create ``<dump_path>/<run-id>/`` with ``run.json`` (status ``running``) and point ``latest`` at it.
+
+    The run-id is ``run_id``, else ``$PROBE_TUI_RUN_ID``, else a fresh ``YYYYmmdd-HHMMSS-<6 hex>``.
+    """
+    dump_path = Path(dump_path)
+    _mkdir_dump_path(dump_path)
+    shared = run_id or os.environ.get(RUN_ID_ENV) or None
+    if shared is None:
+        for _ in range(100):
+            candidate = new_run_id()
+            try:
+                (dump_path / candidate).mkdir()
+            except FileExistsError:
+                continue
+            return _start(dump_path, candidate, task, config, framework)
+        raise RunError(f"{dump_path}: could not pick an unused run-id")
+    source = "run_id" if run_id else RUN_ID_ENV
+    if not _RUN_ID_OK.match(shared) or shared == LATEST:
+        raise RunError(f"{source}: {shared!r} is not a valid run-id (letters, digits, '.', '_', '-')")
+    path = dump_path / shared
+    path.mkdir(exist_ok=True)
+    meta = _initial_meta(shared, task, framework, config)
+    if _create_exclusive_json(path / RUN_JSON, meta):
+        point_latest(dump_path, shared)
+        return Run(path=path, run_id=shared, owner=True)
+    existing = _read_json(path / RUN_JSON)
+    if existing.get("status") != "running":
+        raise RunError(f"{path}: already holds a {existing.get('status')} run; use a new {source}")
+    return Run(path=path, run_id=shared, owner=False)  # another rank of the same job created it
+
+
+def _start(dump_path: Path, run_id: str, task: str, config: Dict[str, Any], framework: str) -> Run:
+    path = dump_path / run_id
+    write_json_atomic(path / RUN_JSON, _initial_meta(run_id, task, framework, config))
+    point_latest(dump_path, run_id)
+    return Run(path=path, run_id=run_id, owner=True)
+
+
+def open_run(path: PathLike) -> Run:
+    """A run from its folder, a ``latest`` pointer, or a dump_path (meaning its latest run)."""
+    given = Path(path)
+    if not given.exists() and not given.is_symlink():
+        raise RunError(f"{given}: no such file or folder")
+    target = given
+    if given.name == LATEST and (given.is_symlink() or given.is_file()):
+        target = resolve_latest(given.parent) or given
+    elif given.is_dir() and not (given / RUN_JSON).exists():
+        latest = resolve_latest(given)
+        if latest is None:
+            raise RunError(f"{given}: not a run folder (no run.json) and no 'latest' pointer in it")
+        target = latest
+    if not (target / RUN_JSON).is_file():
+        raise RunError(f"{target}: not a run folder (no run.json)")
+    meta = _read_json(target / RUN_JSON)
+    return Run(path=target, run_id=str(meta.get("run_id") or target.name), owner=False)
+
+
+def effective_status(meta: Dict[str, Any]) -> str:
+    status = str(meta.get("status", "unknown"))
+    if status != "running":
+        return status
+    pid, host = meta.get("pid"), meta.get("host")
+    if isinstance(pid, int) and host == socket.gethostname() and not _pid_alive(pid, meta.get("proc_start")):
+        return "crashed"
+    return status
+
+
+@dataclass
+class RunInfo:
+    """One row of the app's run list."""
+
+    path: Path
+    run_id: str
+    task: str
+    framework: str
+    status: str
+    steps: Optional[int]
+    ranks: List[int]
+    size_bytes: int
+    started: str
+    started_unix: Optional[float] = None
+    exit_code: Optional[int] = None
+
+
+def folder_size(path: Path) -> int:
+    """Bytes of the regular files under ``path`` (symlinks not followed)."""
+    total = 0
+    stack = [path]
+    while stack:
+        try:
+            entries = list(os.scandir(stack.pop()))
+        except OSError:
+            continue
+        for entry in entries:
+            try:
+                if entry.is_dir(follow_symlinks=False):
+                    stack.append(Path(entry.path))
+                elif entry.is_file(follow_symlinks=False):
+                    total += entry.stat(follow_symlinks=False).st_size
+            except OSError:
+                continue
+    return total
+
+
+def _run_info(path: Path) -> RunInfo:
+    try:
+        meta = _read_json(path / RUN_JSON)
+        status = effective_status(meta)
+    except RunError:
+        meta, status = {}, "unreadable"
+    steps = meta.get("steps")
+    if not isinstance(steps, int):
+        summary = meta.get("summary")
+        steps = summary.get("steps") if isinstance(summary, dict) else None
+        steps = steps if isinstance(steps, int) else None
+    exit_code = meta.get("exit_code")
+    return RunInfo(
+        path=path,
+        run_id=str(meta.get("run_id") or path.name),
+        task=str(meta.get("task", "?")),
+        framework=str(meta.get("framework", "?")),
+        status=status,
+        steps=steps,
+        ranks=_ranks(path),
+        size_bytes=folder_size(path),
+        started=str(meta.get("started", "")),
+        started_unix=meta.get("started_unix") if isinstance(meta.get("started_unix"), (int, float)) else None,
+        exit_code=exit_code if isinstance(exit_code, int) else None,
+    )
+
+
+def _find_run_folders(root: Path, max_depth: int) -> List[Path]:
+    found: List[Path] = []
+    stack: List[Tuple[Path, int]] = [(root, 0)]
+    while stack:
+        folder, depth = stack.pop()
+        if (folder / RUN_JSON).is_file():
+            found.append(folder)
+            continue  # a run's own subfolders are not runs
+        if depth >= max_depth:
+            continue
+        try:
+            entries = list(os.scandir(folder))
+        except OSError:
+            continue
+        for entry in entries:
+            if entry.is_dir(follow_symlinks=False) and not entry.name.startswith("."):
+                stack.append((Path(entry.path), depth + 1))
+    return found
+
+
+def list_runs(root: PathLike, max_depth: int = 3) -> List[RunInfo]:
+    """Every run folder under ``root`` (``root`` itself included), newest first. Symlinks are not followed."""
+    root = Path(root)
+    if not root.is_dir():
+        raise RunError(f"{root}: no such folder")
+    infos = [_run_info(path) for path in _find_run_folders(root, max_depth)]
+    infos.sort(key=lambda info: (info.started_unix or 0.0, info.run_id), reverse=True)
+    return infos

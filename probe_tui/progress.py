@@ -1,0 +1,147 @@
+"""Renders a run's events (``engines.events``) for the headless CLI, on stderr.
+
+On a terminal: a rich progress bar with step, loss, elapsed time and records, with messages as log lines above
+it. Anywhere else (CI, nohup, a pipe): plain lines, one per step at most every ``plain_interval_s`` seconds
+(plus the first and last), so logs stay readable and small.
+"""
+
+import math
+import time
+from typing import Any, Optional
+
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
+from rich.text import Text
+
+LEVEL_STYLES = {"debug": "dim", "info": "", "warning": "yellow", "error": "bold red"}
+STATUS_STYLES = {"done": "green", "finished": "green", "stopped": "yellow", "interrupted": "yellow"}
+
+
+def format_loss(loss: Any) -> str:
+    if loss is None:
+        return "-"
+    try:
+        value = float(loss)
+    except (TypeError, ValueError):
+        return str(loss)
+    return f"{value:.4f}" if math.isfinite(value) else str(value)
+
+
+def format_bytes(n: Optional[float]) -> str:
+    if n is None:
+        return ""
+    for unit in ("B", "KB", "MB", "GB"):
+        if abs(n) < 1024 or unit == "GB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} GB"  # pragma: no cover
+
+
+def _step_label(step: int, total: Optional[int]) -> str:
+    return f"step {step + 1}/{total}" if total else f"step {step + 1}"
+
+
+def _extras(fields: dict) -> str:
+    parts = []
+    if fields.get("records") is not None:
+        parts.append(f"{fields['records']} records")
+    if fields.get("bytes") is not None:
+        parts.append(format_bytes(fields["bytes"]))
+    return "  ".join(parts)
+
+
+class RichProgressSink:
+    """An ``EventSink`` drawing progress on ``console`` (default: a new stderr console)."""
+
+    def __init__(self, console: Optional[Console] = None, *, plain_interval_s: float = 1.0) -> None:
+        self.console = console or Console(stderr=True)
+        self.live = self.console.is_terminal and not self.console.is_dumb_terminal
+        self.plain_interval_s = plain_interval_s
+        self._progress: Optional[Progress] = None
+        self._task: Optional[TaskID] = None
+        self._last_plain = -math.inf
+        self._pending_plain: Optional[str] = None
+
+    # -- EventSink -----------------------------------------------------------------------------------------
+    def emit(self, kind: str, **fields: Any) -> None:
+        handler = getattr(self, f"_on_{kind}", None)
+        if handler is not None:
+            handler(fields)
+
+    # -- handlers ------------------------------------------------------------------------------------------
+    def _on_run_started(self, fields: dict) -> None:
+        where = f" → {fields['run_dir']}" if fields.get("run_dir") else ""
+        self._print(Text.assemble(("probe-tui ", "bold"), f"{fields.get('task')}{where}"))
+        if not self.live:
+            return
+        self._progress = Progress(
+            TextColumn("[bold]{task.description}"),
+            BarColumn(),
+            TextColumn("{task.fields[step]}"),
+            TextColumn("loss {task.fields[loss]}"),
+            TimeElapsedColumn(),
+            TextColumn("{task.fields[extra]}", style="dim"),
+            console=self.console,
+            transient=False,
+        )
+        self._progress.start()
+        self._task = self._progress.add_task(str(fields.get("task", "run")), total=fields.get("total_steps"),
+                                             step="", loss="-", extra="")
+
+    def _on_step(self, fields: dict) -> None:
+        step, total = int(fields.get("step", 0)), fields.get("total_steps")
+        if self._progress is not None and self._task is not None:
+            self._progress.update(self._task, completed=step + 1, total=total, step=_step_label(step, total),
+                                  loss=format_loss(fields.get("loss")), extra=_extras(fields))
+            return
+        line = f"{_step_label(step, total)}  loss {format_loss(fields.get('loss'))}  " \
+               f"{float(fields.get('elapsed_s', 0.0)):.1f}s"
+        extra = _extras(fields)
+        line = f"{line}  {extra}" if extra else line
+        now = time.monotonic()
+        last = total is not None and step + 1 >= total
+        if step == 0 or last or now - self._last_plain >= self.plain_interval_s:
+            self._print_plain(line)
+            self._last_plain = now
+            self._pending_plain = None
+        else:
+            self._pending_plain = line
+
+    def _on_message(self, fields: dict) -> None:
+        level = str(fields.get("level", "info"))
+        text = str(fields.get("text", ""))
+        if self.live:
+            self._print(Text(text, style=LEVEL_STYLES.get(level, "")))
+        else:
+            self._print_plain(text if level == "info" else f"{level}: {text}")
+
+    def _on_run_finished(self, fields: dict) -> None:
+        if self._pending_plain is not None:  # the last step line of a run that stopped early
+            self._print_plain(self._pending_plain)
+            self._pending_plain = None
+        self.close()
+        status, code = fields.get("status"), fields.get("exit_code")
+        where = f" → {fields['run_dir']}" if fields.get("run_dir") else ""
+        text = Text.assemble((f"{status}", STATUS_STYLES.get(str(status), "bold red")), f" (exit {code}){where}")
+        if self.live:
+            self._print(text)
+        else:
+            self._print_plain(text.plain)
+
+    # -- output --------------------------------------------------------------------------------------------
+    def close(self) -> None:
+        """Stop the live bar (idempotent); call it if a run ends without ``run_finished``."""
+        if self._progress is not None:
+            self._progress.stop()
+            self._progress = None
+            self._task = None
+
+    def _print(self, text: Text) -> None:
+        if self.live:
+            target = self._progress.console if self._progress is not None else self.console
+            target.print(text)
+        else:
+            self._print_plain(text.plain)
+
+    def _print_plain(self, line: str) -> None:
+        self.console.print(line, markup=False, highlight=False, emoji=False, soft_wrap=True)
