@@ -188,3 +188,77 @@ async def test_a_config_without_a_target_is_not_run(tmp_path):
         await pilot.pause()
         assert app.screen is builder
         assert any("a run needs a target" in str(n.message) for n in app._notifications)
+
+
+# ---- running the real `probe-tui --run` on the demo -------------------------------------------------------------
+
+async def _build_and_run(pilot, app, tmp_path, steps):
+    await pilot.press("n")
+    await pilot.pause()
+    await pilot.press("enter")  # statistics starter: the tiny demo
+    await pilot.pause(0.3)
+    builder = app.screen
+    await type_into(pilot, builder, "target.demo.steps", str(steps))
+    assert builder.validation.ok
+    await pilot.press("ctrl+r")  # asks where to save first
+    await pilot.pause()
+    assert isinstance(app.screen, PathPrompt)
+    await pilot.press("enter")
+    await pilot.pause(0.3)
+    return builder
+
+
+@pilot_test
+async def test_run_a_config_on_the_demo_see_it_finish_and_find_the_dump(tmp_path):
+    from probe_tui.app.screens.home import HomeScreen
+    from probe_tui.app.screens.run import RunScreen
+    from probe_tui.app.screens.summary import RunSummaryScreen
+
+    app = ProbeApp(tmp_path, root_label="~/exp")
+    async with app.run_test(size=(100, 40)) as pilot:
+        await pilot.pause()
+        await _build_and_run(pilot, app, tmp_path, 3)
+        run = app.screen
+        assert isinstance(run, RunScreen)
+        assert run.command[1:4] == ["-m", "probe_tui", "--run"]
+        await wait_until(pilot, lambda: run.finished_at is not None, timeout=120)
+        assert run.status == "finished" and run.exit_code == 0, run.child.log_path.read_text()
+        assert run.step == 3 and run.total_steps == 3
+        assert str(run.query_one("#info-step").render()) == "3 / 3"
+        dump = str(run.query_one("#info-dump").render())
+        assert dump.startswith("probe_dump/") and (tmp_path / dump / "run.json").is_file()
+        await pilot.press("o")
+        await pilot.pause()
+        summary = app.screen
+        assert isinstance(summary, RunSummaryScreen)
+        await wait_until(pilot, lambda: summary.summary is not None)
+        assert summary.summary.run["status"] == "finished" and summary.summary.run["task"] == "statistics"
+        await pilot.press("escape")  # back to the run screen
+        await pilot.press("escape")  # back to the builder
+        await pilot.press("escape")  # back home
+        await pilot.pause()
+        home = app.screen
+        assert isinstance(home, HomeScreen)
+        await wait_until(pilot, lambda: home.runs and home.configs)
+        assert [r["folder"] for r in home.runs] == [dump]
+        assert home.runs[0]["status"] == "finished" and home.runs[0]["task"] == "statistics"
+        assert [c.path.name for c in home.configs] == ["statistics.json"]
+
+
+@pilot_test
+async def test_stop_a_demo_run_cleanly(tmp_path):
+    from probe_tui.app.screens.run import RunScreen
+
+    app = ProbeApp(tmp_path, root_label="~/exp")
+    async with app.run_test(size=(100, 40)) as pilot:
+        await pilot.pause()
+        await _build_and_run(pilot, app, tmp_path, 5000)
+        run = app.screen
+        assert isinstance(run, RunScreen)
+        await wait_until(pilot, lambda: run.step >= 2, timeout=120)
+        await pilot.press("s")
+        await wait_until(pilot, lambda: run.finished_at is not None, timeout=60)
+        assert run.status == "stopped" and run.exit_code == 130
+        assert 2 <= run.step < 5000
+    meta = json.loads((tmp_path / run.run_dir / "run.json").read_text())
+    assert meta["status"] == "stopped"

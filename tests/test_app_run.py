@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from probe_tui.app.child import ChildRun, LineTail, child_env, run_command
+from probe_tui.app.screens.run import parse_event
 
 # A stand-in for `probe-tui --run CONFIG --events -` that writes the same events (used only in tests; the real
 # CLI is driven in test_app_flows.py): argv = steps, seconds per step, mode (ok | crash | ignore-sigint).
@@ -31,7 +32,7 @@ FAKE_RUN = textwrap.dedent('''
     with open(run_dir + "/rank0/dump.h5", "wb") as f:
         f.write(b"x" * 2048)
     def emit(kind, **fields):
-        print(json.dumps(dict(kind=kind, **fields)), flush=True)
+        print(json.dumps(dict(event=kind, **fields)), flush=True)
     if mode == "ignore-sigint":
         signal.signal(signal.SIGINT, signal.SIG_IGN)
     emit("run_started", run_dir=run_dir, task="statistics", total_steps=steps)
@@ -66,7 +67,7 @@ def _follow(child: ChildRun, timeout: float = 30.0, on_step=None):
 
     def collect(event_lines, log_lines):
         for line in event_lines:
-            events.append(json.loads(line))
+            events.append(parse_event(line))
             if on_step and events[-1]["kind"] == "step":
                 on_step(events[-1])
         logs.extend(log_lines)

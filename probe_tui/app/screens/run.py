@@ -4,7 +4,6 @@ The child is ``python -m probe_tui --run CONFIG --events -`` (:mod:`probe_tui.ap
 event and log files and posts typed messages; the screen applies them under ``batch_update``.
 """
 
-import json
 import time
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
@@ -18,6 +17,7 @@ from textual.screen import Screen
 from textual.widgets import Footer, Label, ProgressBar, RichLog, Static
 from textual.worker import get_current_worker
 
+from engines.events import parse_event_line
 from probe_tui.app.actions import bindings_for
 from probe_tui.app.child import ChildRun, child_env, run_command
 from probe_tui.app.screens.path_prompt import relative_text
@@ -34,20 +34,12 @@ STATUS_STYLES = {
 
 
 def parse_event(line: str) -> Optional[Dict[str, Any]]:
-    """One event from a line of the child's stdout; None for a line that is not an event (a stray print)."""
-    try:
-        from engines.events import parse_event_line
-    except ImportError:  # engines.events not available: plain JSON objects with a "kind"
-        parse_event_line = None
-    try:
-        event = parse_event_line(line) if parse_event_line else json.loads(line)
-    except (ValueError, TypeError):
+    """One event from a line of the child's stdout as ``{"kind": ..., **fields}``; None for a line that is not
+    an event (a training script's own print)."""
+    event = parse_event_line(line)
+    if event is None:
         return None
-    if not isinstance(event, dict) and hasattr(event, "__dict__"):
-        event = dict(vars(event))
-    if not isinstance(event, dict) or "kind" not in event:
-        return None
-    return event
+    return {"kind": event.kind, **event.fields}
 
 
 def format_elapsed(seconds: float) -> str:
