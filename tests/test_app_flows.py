@@ -7,9 +7,9 @@ import json
 import shutil
 from pathlib import Path
 
-import schemas
 from textual.widgets import Input, Select
 
+import schemas
 from probe_tui.app.app import ProbeApp
 from probe_tui.app.form.model_form import all_rows
 from probe_tui.app.form.spec import CONST, describe_model

@@ -136,6 +136,16 @@ def sample_configs() -> List[Tuple[str, Path]]:
     return sorted(out)
 
 
+def sample_comment(path: Path) -> str:
+    """A sample's ``comment`` (what it runs and what it is for), or ""."""
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return ""
+    comment = data.get("comment") or data.get("_comment") if isinstance(data, dict) else ""
+    return str(comment or "")
+
+
 def task_of(data: Dict[str, Any], tasks: Dict[str, type]) -> Optional[str]:
     """The task a config dict is for: its ``task`` key, else the one task section it holds."""
     task = data.get("task")

@@ -86,18 +86,21 @@ def list_runs(root: Path) -> List[Any]:
 
 
 def format_time(value: Any) -> str:
-    """A run's start time as ``YYYY-mm-dd HH:MM`` (ISO strings, datetimes and epoch seconds accepted)."""
+    """A time as local ``YYYY-mm-dd HH:MM`` (ISO strings, datetimes and epoch seconds accepted)."""
     if value in (None, ""):
         return "—"
     if isinstance(value, (int, float)):
         return datetime.fromtimestamp(value).strftime("%Y-%m-%d %H:%M")
     if isinstance(value, datetime):
-        return value.strftime("%Y-%m-%d %H:%M")
-    text = str(value)
-    try:
-        return datetime.fromisoformat(text.replace("Z", "+00:00")).strftime("%Y-%m-%d %H:%M")
-    except ValueError:
-        return text[:16]
+        moment = value
+    else:
+        try:
+            moment = datetime.fromisoformat(str(value).replace("Z", "+00:00"))
+        except ValueError:
+            return str(value)[:16]
+    if moment.tzinfo is not None:
+        moment = moment.astimezone()  # run.json keeps UTC; people read local time
+    return moment.strftime("%Y-%m-%d %H:%M")
 
 
 def run_row(info: Any, root: Path) -> Dict[str, str]:
@@ -128,5 +131,5 @@ def _count_text(value: Any) -> str:
     if value is None:
         return "—"
     if isinstance(value, (list, tuple)):
-        return str(len(value))
+        return str(len(value)) if value else "—"
     return str(value)

@@ -171,7 +171,10 @@ class ChoiceRow(FieldRow):
         options = [(V.format_scalar(c), c) for c in self.spec.choices]
         current = self.initial_value if self.initially_present else self.spec.default
         allow_blank = self.spec.optional or not self.spec.has_default
-        value = current if current in self.spec.choices else Select.NULL
+        if self.initially_present and current is not None and current not in self.spec.choices:
+            # Keep a loaded value the schema rejects, so that its error shows instead of it silently changing.
+            options.append((f"{V.format_scalar(current)} (not allowed)", current))
+        value = current if any(current == v for _, v in options) else Select.NULL
         if value is Select.NULL and not allow_blank:
             value = self.spec.choices[0]
         self.control = Select(options, value=value, allow_blank=allow_blank, compact=True, prompt="(not set)",

@@ -20,9 +20,10 @@ from probe_tui.app.discovery import (
     list_runs,
     run_row,
 )
+from probe_tui.app.tables import fill_table
 
-RUN_COLUMNS = ("Started", "Task", "Framework", "Steps", "Ranks", "Size", "Status", "Folder")
-CONFIG_COLUMNS = ("File", "Task", "Valid", "Modified")
+RUN_COLUMNS = ("Run folder", "Task", "Status", "Steps", "Ranks", "Size", "Framework", "Started")
+CONFIG_COLUMNS = ("File", "Task", "Modified", "Valid")
 STATUS_STYLES = {"finished": "green", "running": "cyan", "stopped": "yellow", "failed": "red", "crashed": "red"}
 
 
@@ -30,6 +31,7 @@ class HomeScreen(Screen):
     SCOPE = "home"
     CSS_PATH = "home.tcss"
     BINDINGS = bindings_for("home")
+    AUTO_FOCUS = None  # the first scan focuses the table that has rows
 
     class Scanned(Message):
         """What a scan of the folder found."""
@@ -59,8 +61,6 @@ class HomeScreen(Screen):
         yield Footer()
 
     def on_mount(self) -> None:
-        self.query_one("#runs", DataTable).add_columns(*RUN_COLUMNS)
-        self.query_one("#configs", DataTable).add_columns(*CONFIG_COLUMNS)
         for empty in self.query(".empty"):
             empty.display = False
         self.query_one("#runs-empty", Static).update("Looking for runs…")
@@ -94,22 +94,28 @@ class HomeScreen(Screen):
 
     @on(Scanned)
     def _scanned(self, message: "HomeScreen.Scanned") -> None:
+        first = not self.scanned
         self.scanned = True
         self.runs, self.configs = message.runs, message.configs
         with self.app.batch_update():
             self._fill_runs()
             self._fill_configs()
+            runs = self.query_one("#runs", DataTable)
+            configs = self.query_one("#configs", DataTable)
+            if first or not (runs.has_focus or configs.has_focus):
+                (runs if self.runs or not self.configs else configs).focus()
         for error in message.errors:
             self.notify(error, severity="error", title="Home")
 
     def _fill_runs(self) -> None:
         table = self.query_one("#runs", DataTable)
         selected = self._selected_key(table)
-        table.clear()
+        rows = []
         for row in self.runs:
             status = Text(row["status"], style=STATUS_STYLES.get(row["status"], ""))
-            table.add_row(row["started"], row["task"], row["framework"], row["steps"], row["ranks"], row["size"],
-                          status, row["folder"], key=row["folder"])
+            rows.append(([row["folder"], row["task"], status, row["steps"], row["ranks"], row["size"],
+                          row["framework"], row["started"]], row["folder"]))
+        fill_table(table, RUN_COLUMNS, rows)
         self.query_one("#runs-title", Label).update(f"Runs ({len(self.runs)})")
         empty = self.query_one("#runs-empty", Static)
         empty.update(Text.assemble(
@@ -124,11 +130,12 @@ class HomeScreen(Screen):
     def _fill_configs(self) -> None:
         table = self.query_one("#configs", DataTable)
         selected = self._selected_key(table)
-        table.clear()
+        rows = []
         for config in self.configs:
-            valid = Text("✓", style="green") if config.valid else Text("✗ " + config.problem, style="red")
-            table.add_row(self._relative(config.path), config.task, valid, format_time(config.modified),
-                          key=str(config.path))
+            valid = Text("✓ valid", style="green") if config.valid else Text("✗ " + config.problem, style="red")
+            rows.append(([self._relative(config.path), config.task, format_time(config.modified), valid],
+                         str(config.path)))
+        fill_table(table, CONFIG_COLUMNS, rows)
         self.query_one("#configs-title", Label).update(f"Configs ({len(self.configs)})")
         empty = self.query_one("#configs-empty", Static)
         empty.update(Text.assemble("No config files here. ", ("n", "bold"),
@@ -137,8 +144,6 @@ class HomeScreen(Screen):
         table.display = bool(self.configs)
         empty.display = not self.configs
         self._restore(table, selected)
-        if not self.runs and self.configs:
-            table.focus()
 
     def _relative(self, path: Path) -> str:
         try:

@@ -81,8 +81,10 @@ class RunScreen(Screen):
             self.returncode = returncode
 
     def __init__(self, config_path: Path, *, cwd: Path, command: Optional[Sequence[str]] = None,
-                 env: Optional[dict] = None) -> None:
+                 env: Optional[dict] = None, autostart: bool = True) -> None:
+        """``autostart=False`` shows the screen without launching (events then come from :meth:`apply_event`)."""
         super().__init__()
+        self.autostart = autostart
         self.config_path = Path(config_path)
         self.cwd = Path(cwd)
         self.command = list(command) if command else run_command(self.config_path)
@@ -118,7 +120,8 @@ class RunScreen(Screen):
 
     def on_mount(self) -> None:
         self._set_status("starting")
-        self.start_child()
+        if self.autostart:
+            self.start_child()
         self.set_interval(1.0, self._tick)
 
     # ---- child process ------------------------------------------------------------------------------------
@@ -128,6 +131,7 @@ class RunScreen(Screen):
         try:
             self.child.start()
         except OSError as exc:
+            self.finished_at = time.monotonic()
             self._set_status("failed")
             self.notify(f"Could not start the run: {exc}", severity="error", title="Run")
             self._log(f"could not start {' '.join(self.command)}: {exc}", "red")
@@ -260,7 +264,7 @@ class RunScreen(Screen):
 
     # ---- actions ------------------------------------------------------------------------------------------
     def check_action(self, action: str, parameters: tuple) -> Optional[bool]:
-        running = self.child is not None and self.finished_at is None
+        running = self.finished_at is None
         if action == "stop":
             return True if running else None
         if action == "open_result":

@@ -3,6 +3,7 @@
 from pathlib import Path
 from typing import List, Optional, Tuple
 
+from rich.text import Text
 from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -11,8 +12,15 @@ from textual.screen import ModalScreen
 from textual.widgets import OptionList, Static
 from textual.widgets.option_list import Option
 
+from probe_tui.app.config_backend import sample_comment
+
 # What the screen dismisses with: ("task", name) | ("sample", path) | ("file", "")
 Choice = Tuple[str, str]
+
+
+def _line(text: str) -> Text:
+    """One line per option: long task descriptions end in an ellipsis instead of wrapping."""
+    return Text(text, no_wrap=True, overflow="ellipsis")
 
 
 class StartScreen(ModalScreen):
@@ -30,12 +38,12 @@ class StartScreen(ModalScreen):
         options: List[Optional[Option]] = []
         options.append(Option("New config for a task (as probe-tui init):", disabled=True))
         for name, doc in self.tasks:
-            options.append(Option(f"  {name:<16} {doc}", id=f"task:{name}"))
+            options.append(Option(_line(f"  {name:<16} {doc}"), id=f"task:{name}"))
         if self.samples:
             options.append(None)
             options.append(Option("Start from a sample config:", disabled=True))
             for name, path in self.samples:
-                options.append(Option(f"  {name}", id=f"sample:{path}"))
+                options.append(Option(_line(f"  {name:<26} {sample_comment(path)}"), id=f"sample:{path}"))
         options.append(None)
         options.append(Option("Load a config file… (ours, or msprobe's config.json)", id="file:"))
         with Vertical(id="start-box"):

@@ -19,12 +19,15 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Label, Static
 
 from probe_tui.app.actions import bindings_for
+from probe_tui.app.discovery import format_time
 from probe_tui.app.screens.path_prompt import relative_text
 from probe_tui.app.screens.run import format_bytes
+from probe_tui.app.tables import fill_table
 
 MAX_FILES = 2000
-RUN_FIELDS = ("run_id", "task", "framework", "status", "exit_code", "started", "finished", "steps", "ranks",
-              "host", "pid")
+RUN_FIELDS = ("run_id", "task", "framework", "status", "exit_code", "started", "finished", "duration_s", "steps",
+              "ranks", "host", "pid")
+TIME_FIELDS = ("started", "finished")
 
 
 @dataclass
@@ -96,8 +99,6 @@ class RunSummaryScreen(Screen):
         yield Footer()
 
     def on_mount(self) -> None:
-        self.query_one("#files", DataTable).add_columns("File", "Size")
-        self.query_one("#run-fields", DataTable).add_columns("Field", "Value")
         self.query_one("#files", DataTable).focus()
         self._load()
 
@@ -109,22 +110,26 @@ class RunSummaryScreen(Screen):
     def _loaded(self, message: "RunSummaryScreen.Loaded") -> None:
         summary = message.summary
         self.summary = summary
-        fields = self.query_one("#run-fields", DataTable)
-        fields.clear()
+        field_rows: List[Tuple[List[Any], str]] = []
         run = summary.run
         for key in RUN_FIELDS:
             if key in run and run[key] not in (None, ""):
                 value = run[key]
-                fields.add_row(key, ", ".join(map(str, value)) if isinstance(value, list) else str(value))
-        fields.add_row("folder", str(self.path))
-        fields.add_row("rank folders", ", ".join(summary.ranks) or "none")
-        fields.add_row("size", format_bytes(summary.total_bytes))
+                if key in TIME_FIELDS:
+                    text = format_time(value)
+                elif isinstance(value, list):
+                    text = ", ".join(map(str, value)) or "none"
+                else:
+                    text = str(value)
+                field_rows.append(([key, text], key))
+        field_rows.append((["folder", relative_text(self.path, self.app.root)], "folder"))
+        field_rows.append((["rank folders", ", ".join(summary.ranks) or "none"], "rank folders"))
+        field_rows.append((["size", format_bytes(summary.total_bytes)], "size"))
         for key, value in (run.get("summary") or {}).items():
-            fields.add_row(f"summary.{key}", str(value))
-        files = self.query_one("#files", DataTable)
-        files.clear()
-        for name, size in summary.files:
-            files.add_row(name, format_bytes(size), key=name)
+            field_rows.append(([f"summary.{key}", str(value)], f"summary.{key}"))
+        fill_table(self.query_one("#run-fields", DataTable), ("Field", "Value"), field_rows, hide_when_empty=False)
+        fill_table(self.query_one("#files", DataTable), ("File", "Size"),
+                   [([name, format_bytes(size)], name) for name, size in summary.files], hide_when_empty=False)
         more = f" (first {MAX_FILES} shown)" if summary.truncated else ""
         self.query_one("#files-title", Label).update(f"Files ({len(summary.files)}){more}")
         if summary.error:
