@@ -1,0 +1,62 @@
+"""``segments.jsonl``: the rank folder's list of stores and of the segment files readers may open.
+
+Each line is one JSON object, written with a single ``write()`` on an ``O_APPEND`` descriptor after the file it
+names is complete (renamed from ``.partial``). Readers take only lines that end with a newline, so a writer killed
+mid-line leaves nothing half-announced. Events: ``open`` (a store starts), ``segment`` (a per-step file was
+closed), ``close`` (the writer finished, with its status).
+"""
+
+import json
+import os
+import threading
+from pathlib import Path
+from typing import Any, Dict, List, Tuple
+
+SEGMENTS_FILE = "segments.jsonl"
+_lock = threading.Lock()
+
+
+def announce(directory: Path, event: Dict[str, Any]) -> None:
+    line = (json.dumps(event, separators=(",", ":")) + "\n").encode("utf-8")
+    with _lock:
+        fd = os.open(str(Path(directory) / SEGMENTS_FILE), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, line)
+        finally:
+            os.close(fd)
+
+
+def read_events(directory: Path, offset: int = 0) -> Tuple[List[Dict[str, Any]], int]:
+    """Complete lines from byte ``offset`` on; returns the events and the offset to continue from."""
+    path = Path(directory) / SEGMENTS_FILE
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(offset)
+            data = fh.read()
+    except FileNotFoundError:
+        return [], offset
+    end = data.rfind(b"\n") + 1
+    events = []
+    for raw in data[:end].splitlines():
+        if not raw.strip():
+            continue
+        try:
+            events.append(json.loads(raw))
+        except ValueError:  # a torn line from a crashed writer on a file system without atomic appends
+            continue
+    return events, offset + end
+
+
+def kinds_in(directory: Path) -> List[str]:
+    """Kinds of store announced in ``directory``, in the order they were opened; falls back to ``<kind>.h5``
+    files when there is no ``segments.jsonl`` (a store copied without it)."""
+    events, _ = read_events(directory)
+    kinds: List[str] = []
+    for ev in events:
+        if ev.get("event") == "open" and ev.get("kind") not in kinds:
+            kinds.append(ev["kind"])
+    if not kinds:
+        d = Path(directory)
+        if d.is_dir():
+            kinds = sorted(p.stem for p in d.glob("*.h5") if "-" not in p.stem)
+    return kinds

@@ -1,0 +1,149 @@
+"""One segment file being written: its groups, datasets and commit rows.
+
+SWMR segments create every dataset up front (SWMR cannot create objects later) and stay open for the run.
+Per-step segments create only the datasets that receive data, sized to it, and are closed at their commit.
+"""
+
+import json
+import time
+import zlib
+from typing import Dict, List, Optional, Sequence
+
+import h5py
+import numpy as np
+
+from . import h5io
+from .spec import FORMAT_VERSION, POOL_DTYPES, STRINGS_KEY, TableSpec, table_key, tables_to_json
+
+#: Bytes per chunk of the string blob, rows per chunk of the commit log.
+STRING_CHUNK_BYTES = 1 << 16
+COMMIT_CHUNK_ROWS = 256
+
+
+def commit_check(step: int, info: int, counts: np.ndarray) -> int:
+    """The value a commit row's ``check`` column must hold; a half-written row fails it."""
+    payload = np.concatenate([np.array([step, info], dtype="<i8"), counts.astype("<i8")]).tobytes()
+    return zlib.crc32(payload) ^ 0x5052_4F42  # "PROB"
+
+
+class SegmentFile:
+    def __init__(self, path, *, swmr: bool, locking: bool, tables: Sequence[TableSpec], arrays: List[str],
+                 meta_attrs: Dict[str, object], base: np.ndarray, chunk_rows: int, pool_chunk_bytes: int,
+                 compression: dict):
+        self.path = path
+        self.swmr = swmr
+        self.tables = {t.name: t for t in tables}
+        self.arrays = arrays
+        self.chunk_rows = chunk_rows
+        self.pool_chunk_bytes = pool_chunk_bytes
+        self.compression = compression
+        self.string_bytes = 0  # bytes of /strings/data in this file: string offsets are local to it
+        self.file = h5io.open_h5(path, "w-", locking=locking, libver=h5io.LIBVER)
+        meta = self.file.create_group("meta")
+        for key, value in meta_attrs.items():
+            meta.attrs[key] = value
+        meta.attrs["tables"] = tables_to_json(tables)
+        meta.attrs["format_version"] = FORMAT_VERSION
+        self.file.create_group("tables")
+        self.file.create_group("pools")
+        commits = self.file.create_group("commits")
+        commits.attrs["arrays"] = json.dumps(arrays)
+        commits.attrs["base"] = json.dumps([int(x) for x in base])
+        rows = COMMIT_CHUNK_ROWS if swmr else 1  # a per-step file holds one commit
+        for name, dtype in (("step", "int64"), ("time", "float64"), ("info", "int64"), ("check", "int64")):
+            h5io.create_extendible(commits, name, dtype, width=None, chunk_rows=rows, compression={})
+        h5io.create_extendible(commits, "counts", "int64", width=len(arrays), chunk_rows=rows * len(arrays),
+                               compression={})
+        if swmr:
+            for t in tables:
+                for col in t.columns:
+                    self._column(t.name, col.name, 0)
+            self._strings(0)
+            for d in POOL_DTYPES:
+                self._pool(d, 0)
+
+    # -- objects -------------------------------------------------------------------------------------------
+    # SWMR files get the configured chunk sizes. Per-step files get chunks sized to the data when it is written
+    # at commit (``final``): one chunk per dataset and no chunk index to speak of; data written before the
+    # commit (a step too large to hold in memory) gets the configured sizes.
+    def _group(self, key: str) -> h5py.Group:
+        return self.file.require_group(key)
+
+    def _chunk(self, configured: int, first: int, final: bool) -> int:
+        return min(configured, max(1, first)) if final and not self.swmr else configured
+
+    def _column(self, table: str, column: str, first_rows: int, final: bool = False) -> h5py.Dataset:
+        group = self._group(table_key(table))
+        if column in group:
+            return group[column]
+        col = self.tables[table].column(column)
+        rows = self._chunk(self.chunk_rows, first_rows, final)
+        if col.width is not None:
+            rows *= col.width  # create_extendible divides by the width
+        dset = h5io.create_extendible(group, column, col.storage_dtype, width=col.width, chunk_rows=rows,
+                                      compression=self.compression)
+        dset.attrs["type"] = col.dtype
+        return dset
+
+    def _strings(self, first_rows: int, first_bytes: int = 0, final: bool = False):
+        group = self._group(STRINGS_KEY)
+        if "offset" not in group:
+            h5io.create_extendible(group, "data", "uint8", width=None,
+                                   chunk_rows=self._chunk(STRING_CHUNK_BYTES, first_bytes, final),
+                                   compression=self.compression)
+            for name in ("offset", "length"):
+                h5io.create_extendible(group, name, "int64", width=None,
+                                       chunk_rows=self._chunk(self.chunk_rows, first_rows, final),
+                                       compression=self.compression)
+        return group["data"], group["offset"], group["length"]
+
+    def _pool(self, dtype: str, first_elems: int, final: bool = False) -> h5py.Dataset:
+        group = self._group("pools")
+        if dtype in group:
+            return group[dtype]
+        elems = max(1, self.pool_chunk_bytes // np.dtype(dtype).itemsize)
+        return h5io.create_extendible(group, dtype, dtype, width=None,
+                                      chunk_rows=self._chunk(elems, first_elems, final),
+                                      compression=self.compression)
+
+    # -- writes --------------------------------------------------------------------------------------------
+    def write_table(self, table: str, columns: Dict[str, np.ndarray], final: bool = False) -> None:
+        for name, values in columns.items():
+            h5io.append_rows(self._column(table, name, len(values), final), values)
+
+    def write_strings(self, blob: bytes, lengths: np.ndarray, final: bool = False) -> None:
+        if len(lengths) == 0:
+            return
+        data, offset, length = self._strings(len(lengths), len(blob), final)
+        offsets = self.string_bytes + np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
+        h5io.append_rows(data, np.frombuffer(blob, dtype=np.uint8))
+        h5io.append_rows(offset, offsets)
+        h5io.append_rows(length, lengths)
+        self.string_bytes += len(blob)
+
+    def write_pool(self, dtype: str, flat: np.ndarray, final: bool = False) -> None:
+        h5io.append_rows(self._pool(dtype, flat.size, final), flat)
+
+    def write_commit(self, step: int, info: int, counts: np.ndarray) -> None:
+        c = self.file["commits"]
+        h5io.append_rows(c["step"], np.array([step], dtype=np.int64))
+        h5io.append_rows(c["time"], np.array([time.time()], dtype=np.float64))
+        h5io.append_rows(c["info"], np.array([info], dtype=np.int64))
+        h5io.append_rows(c["counts"], counts.reshape(1, -1).astype(np.int64))
+        h5io.append_rows(c["check"], np.array([commit_check(step, info, counts)], dtype=np.int64))
+
+    def start_swmr(self) -> None:
+        self.file.swmr_mode = True
+
+    def flush(self) -> None:
+        self.file.flush()
+
+    def close(self) -> None:
+        if self.file.id.valid:
+            self.file.close()
+
+    def size_on_disk(self) -> Optional[int]:
+        try:
+            return int(self.file.id.get_filesize())
+        except Exception:  # closed or unavailable
+            return None

@@ -1,0 +1,111 @@
+"""A reader's open segment files: an LRU of file handles, kept dataset handles, file locking as the file system
+allows."""
+
+from collections import OrderedDict
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Tuple
+
+import h5py
+import numpy as np
+
+from . import h5io
+from .errors import StoreError
+
+MAX_OPEN = 32
+#: Chunk cache of an open pool: several pool chunks, so tensors read one by one out of a compressed pool do not
+#: decompress the same chunk again for each tensor. Table columns keep HDF5's 1 MiB (many chunks of theirs).
+POOL_CACHE_BYTES = 8 << 20
+
+
+class Segment:
+    __slots__ = ("path", "swmr", "base", "seen")
+
+    def __init__(self, path: Path, swmr: bool, base: np.ndarray):
+        self.path, self.swmr, self.base = path, swmr, base
+        self.seen = 0  # commit rows already taken from the file (SWMR)
+
+
+class SegmentFiles:
+    def __init__(self, locking: bool):
+        self.locking = locking
+        self.segments: List[Segment] = []
+        self._handles: "OrderedDict[int, h5py.File]" = OrderedDict()
+        self._dsets: Dict[Tuple[int, str], Tuple[h5py.Dataset, int]] = {}
+        self._generation = 0
+
+    def add(self, path: Path, swmr: bool, base: np.ndarray) -> int:
+        self.segments.append(Segment(path, swmr, base))
+        return len(self.segments) - 1
+
+    def grew(self) -> None:
+        """New commits were seen: live SWMR datasets must refresh before their next read."""
+        self._generation += 1
+
+    def open_file(self, path: Path, swmr: bool) -> h5py.File:
+        kwargs: Dict[str, Any] = {"swmr": True} if swmr else {}
+        try:
+            return h5io.open_h5(path, "r", locking=self.locking, **kwargs)
+        except OSError as exc:
+            if self.locking and "lock" in str(exc).lower():
+                self.locking = False  # a file system whose locks fail though we did not recognise it
+                return h5io.open_h5(path, "r", locking=False, **kwargs)
+            raise
+
+    def adopt(self, s: int, f: h5py.File) -> None:
+        self._handles[s] = f
+
+    def file(self, s: int) -> h5py.File:
+        f = self._handles.get(s)
+        if f is not None:
+            self._handles.move_to_end(s)
+            return f
+        seg = self.segments[s]
+        try:
+            f = self.open_file(seg.path, seg.swmr)
+        except OSError as exc:
+            raise StoreError(f"{seg.path}: cannot open ({exc})") from None
+        self._handles[s] = f
+        while len(self._handles) > MAX_OPEN:
+            gone, old = self._handles.popitem(last=False)
+            for key in [k for k in self._dsets if k[0] == gone]:
+                del self._dsets[key]
+            old.close()
+        return f
+
+    def dataset(self, s: int, path: str) -> Optional[h5py.Dataset]:
+        """Dataset handles are kept: each holds its own chunk cache, so reopening one per read would decompress
+        the same chunk again and again. None when the segment lacks it (per-step files hold only the datasets
+        that got data)."""
+        f = self.file(s)
+        held = self._dsets.get((s, path))
+        if held is None:
+            try:
+                d = _open_dataset(f, path)
+            except KeyError:
+                return None
+        else:
+            d, generation = held
+            if generation != self._generation and self.segments[s].swmr:
+                d.refresh()  # a live file grew since this handle last looked
+        self._dsets[(s, path)] = (d, self._generation)
+        return d
+
+    def need(self, s: int, path: str) -> h5py.Dataset:
+        d = self.dataset(s, path)
+        if d is None:
+            raise StoreError(f"{self.segments[s].path}: {path} is missing")
+        return d
+
+    def close(self) -> None:
+        self._dsets.clear()
+        while self._handles:
+            _, f = self._handles.popitem()
+            f.close()
+
+
+def _open_dataset(f: h5py.File, path: str) -> h5py.Dataset:
+    if not path.startswith("pools/"):
+        return f[path]
+    dapl = h5py.h5p.create(h5py.h5p.DATASET_ACCESS)
+    dapl.set_chunk_cache(1009, POOL_CACHE_BYTES, 0.75)
+    return h5py.Dataset(h5py.h5d.open(f.id, path.encode(), dapl))

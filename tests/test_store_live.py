@@ -1,0 +1,120 @@
+"""A reader follows a store while a writer process appends to it (SWMR and per-step modes)."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from engines.store import StoreReader
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# The writer commits one step per "next" line on stdin and closes on "close".
+CHILD = r'''
+import sys
+import numpy as np
+from engines.store import Column, StoreWriter, TableSpec
+
+table = TableSpec("metrics", (Column("step", "int64"), Column("name", "str"), Column("value", "float64"),
+                              Column("hist", "int32", width=4)))
+w = StoreWriter(sys.argv[1], "metrics", [table], meta={"framework": "test"}, mode=sys.argv[2])
+print("open", flush=True)
+step = 0
+for line in sys.stdin:
+    if line.strip() == "close":
+        break
+    n = 100 * (step + 1)
+    w.append("metrics", step=step, name=[f"layer{i % 10}.grad_norm" for i in range(n)],
+             value=np.arange(n, dtype=np.float64) + step, hist=np.full((n, 4), step, dtype=np.int32))
+    ref = w.put_array(np.full(1000, step, dtype=np.float16), "torch.float16")
+    w.commit(step, offset=ref.offset)
+    print("committed", step, flush=True)
+    step += 1
+w.close("finished")
+print("closed", flush=True)
+'''
+
+
+def start_writer(directory, mode):
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    env.pop("PROBE_TUI_STORE_MODE", None)
+    proc = subprocess.Popen([sys.executable, "-c", CHILD, str(directory), mode], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT)
+    line = proc.stdout.readline()
+    assert line == "open\n", f"writer failed to start: {proc.stderr.read()}"
+    return proc
+
+
+def tell(proc, word):
+    proc.stdin.write(word + "\n")
+    proc.stdin.flush()
+    line = proc.stdout.readline()
+    assert line, f"writer exited early: {proc.stderr.read()}"
+    return line.split()
+
+
+def check_step(r, step):
+    got = r.read("metrics", steps=[step])
+    n = 100 * (step + 1)
+    assert np.array_equal(got["value"], np.arange(n, dtype=np.float64) + step)
+    assert got["name"][13] == "layer3.grad_norm" and got["hist"].shape == (n, 4)
+    assert (got["hist"] == step).all()
+    (commit,) = [c for c in r.commits() if c["step"] == step]
+    data = r.read_array({"pool": "float16", "offset": commit["info"]["offset"], "numel": 1000, "shape": [1000]})
+    assert data.dtype == np.float16 and (data == step).all()
+
+
+@pytest.mark.parametrize("mode", ["swmr", "per_step"])
+def test_reader_sees_rows_of_a_live_writer(tmp_path, mode):
+    proc = start_writer(tmp_path, mode)
+    try:
+        assert tell(proc, "next") == ["committed", "0"]
+        r = StoreReader(tmp_path, "metrics")
+        assert r.status == "running" and r.steps() == [0] and r.num_rows("metrics") == 100
+        check_step(r, 0)
+        assert r.refresh() is False  # nothing new yet
+
+        assert tell(proc, "next") == ["committed", "1"]
+        assert r.refresh() is True
+        assert r.steps() == [0, 1] and r.num_rows("metrics") == 300
+        check_step(r, 1)
+        check_step(r, 0)
+
+        for step in (2, 3):
+            assert tell(proc, "next") == ["committed", str(step)]
+        assert tell(proc, "close") == ["closed"]
+        proc.wait(timeout=60)
+        seen = [steps for steps in r.follow(poll_s=0.01, timeout_s=60)]
+        assert seen == [[0, 1], [2, 3]]  # what was there, then what came; ends at the writer's close
+        assert r.status == "finished" and r.num_rows("metrics") == 1000
+        check_step(r, 3)
+        r.close()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        for stream in (proc.stdin, proc.stdout, proc.stderr):
+            stream.close()
+
+
+@pytest.mark.parametrize("mode", ["swmr", "per_step"])
+def test_reader_opened_before_first_commit(tmp_path, mode):
+    proc = start_writer(tmp_path, mode)
+    try:
+        r = StoreReader(tmp_path)
+        assert r.kind == "metrics" and r.steps() == [] and r.num_rows("metrics") == 0
+        assert r.read("metrics")["value"].shape == (0,) and r.read("metrics")["hist"].shape == (0, 4)
+        assert tell(proc, "next") == ["committed", "0"]
+        assert r.refresh() and r.steps() == [0]
+        check_step(r, 0)
+        tell(proc, "close")
+        r.close()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+        for stream in (proc.stdin, proc.stdout, proc.stderr):
+            stream.close()
