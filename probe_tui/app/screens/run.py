@@ -33,6 +33,9 @@ STATUS_STYLES = {
 }
 
 
+ENDED = ("finished", "stopped", "failed")
+
+
 def parse_event(line: str) -> Optional[Dict[str, Any]]:
     """One event from a line of the child's stdout as ``{"kind": ..., **fields}``; None for a line that is not
     an event (a training script's own print)."""
@@ -263,12 +266,16 @@ class RunScreen(Screen):
             bar.update(total=total, progress=self.step)
 
     # ---- actions ------------------------------------------------------------------------------------------
+    @property
+    def ended(self) -> bool:
+        """The run has said how it ended (run_finished), or its process has exited."""
+        return self.finished_at is not None or self.status in ENDED
+
     def check_action(self, action: str, parameters: tuple) -> Optional[bool]:
-        running = self.finished_at is None
         if action == "stop":
-            return True if running else None
+            return True if self.finished_at is None else None
         if action == "open_result":
-            return True if (not running and self.run_dir is not None) else None
+            return True if (self.ended and self.run_dir is not None) else None
         return True
 
     def action_stop(self) -> None:
@@ -291,7 +298,7 @@ class RunScreen(Screen):
         self.app.load_into_builder(self.config_path, screen=None)
 
     def action_back(self) -> None:
-        if self.finished_at is not None or self.child is None:
+        if self.ended or self.child is None:  # a run that reported its end is only exiting: no need to ask
             self.dismiss()
             return
 
