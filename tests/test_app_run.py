@@ -270,3 +270,35 @@ async def test_leaving_a_running_run_asks_and_can_leave_it_going(fake_run, tmp_p
         assert child.running
         child.stop(grace_s=5)
         assert child.process.wait(timeout=30) == 130
+
+
+@pilot_test
+async def test_quitting_while_a_run_goes_asks_and_can_stop_it(fake_run, tmp_path):
+    from probe_tui.app.screens.confirm import ConfirmScreen
+
+    app, config = _app(tmp_path, fake_run, "1000", "0.05", "ok")
+    async with app.run_test(size=(100, 30)) as pilot:
+        await pilot.pause()
+        app.start_run(config)
+        await pilot.pause()
+        screen = app.screen
+        await wait_until(pilot, lambda: screen.step >= 1)
+        await pilot.press("ctrl+q")
+        await pilot.pause()
+        assert isinstance(app.screen, ConfirmScreen)
+        app.screen.query_one("#answer-stop").press()
+        await pilot.pause()
+    assert screen.child.process.wait(timeout=30) == 130
+
+
+@pilot_test
+async def test_a_run_that_reported_its_end_does_not_hold_up_quitting(fake_run, tmp_path):
+    app, config = _app(tmp_path, fake_run, "2", "0.01", "ok")
+    async with app.run_test(size=(100, 30)) as pilot:
+        await pilot.pause()
+        app.start_run(config)
+        await pilot.pause()
+        screen = app.screen
+        await wait_until(pilot, lambda: screen.ended)
+        assert screen.child.reported_end
+        assert app.running_children() == []

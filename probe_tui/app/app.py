@@ -225,7 +225,8 @@ class ProbeApp(App):
         self.children_started.append(child)
 
     def running_children(self) -> List[ChildRun]:
-        return [c for c in self.children_started if c.running]
+        """Runs still going (not those that reported their end and are only exiting)."""
+        return [c for c in self.children_started if c.running and not c.reported_end]
 
     async def action_quit(self) -> None:
         running = self.running_children()

@@ -84,6 +84,8 @@ class ChildRun:
         self.process: Optional[subprocess.Popen] = None
         self.started_at: Optional[float] = None
         self.stop_requested_at: Optional[float] = None
+        self.reported_end = False
+        """The run has reported how it ended (its ``run_finished`` event): the process is only exiting."""
         self._term_timer: Optional[threading.Timer] = None
 
     def start(self) -> None:

@@ -194,6 +194,8 @@ class RunScreen(Screen):
             style = {"error": "red", "warning": "yellow"}.get(level, "")
             self._log(f"[{level}] {event.get('text', '')}", style)
         elif kind == "run_finished":
+            if self.child is not None:
+                self.child.reported_end = True
             self.exit_code = event.get("exit_code")
             self.summary = event.get("summary") or {}
             if event.get("run_dir"):
