@@ -193,7 +193,8 @@ async def test_run_screen_shows_progress_and_opens_the_result(fake_run, tmp_path
         assert _text(screen, "#info-loss") == "0.6667"
         assert "finished" in _text(screen, "#run-status")
         log = "\n".join(str(line.text) for line in screen.query_one("#run-log").lines)
-        assert "log: step 2" in log and "[info] all done" in log
+        assert "log: step 2" in log
+        assert screen.messages == [("info", "all done")]
         assert screen.query_one("#run-progress").percentage == 1.0
         await pilot.press("o")
         await pilot.pause()

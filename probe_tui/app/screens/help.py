@@ -21,7 +21,10 @@ def help_tables(scope: str, keymap: Optional[Dict[str, str]] = None) -> List[Tab
         table.add_column("Keys", style="bold", no_wrap=True, min_width=12)
         table.add_column("Action", no_wrap=True)
         table.add_column("What it does", ratio=1)
-        for _group, actions in actions_by_group(sc).items():
+        groups = actions_by_group(sc)
+        for group, actions in groups.items():
+            if len(groups) > 1:
+                table.add_row(Text(group, style="italic"), "", "")
             for action in actions:
                 table.add_row(keys_label(action, keymap), action.description, action.help)
         tables.append(table)

@@ -6,7 +6,7 @@ event and log files and posts typed messages; the screen applies them under ``ba
 
 import time
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from rich.text import Text
 from textual import on, work
@@ -104,6 +104,8 @@ class RunScreen(Screen):
         self.bytes: Optional[int] = None
         self.exit_code: Optional[int] = None
         self.summary: Dict[str, Any] = {}
+        self.messages: List[Tuple[str, str]] = []
+        """``(level, text)`` of the run's message events."""
         self.finished_at: Optional[float] = None
         self._leaving = False
 
@@ -190,9 +192,10 @@ class RunScreen(Screen):
             if self.status == "starting":
                 self._set_status("running")
         elif kind == "message":
-            level = str(event.get("level", "info"))
-            style = {"error": "red", "warning": "yellow"}.get(level, "")
-            self._log(f"[{level}] {event.get('text', '')}", style)
+            # The child's log (stderr) already prints each message; errors also get a notification here.
+            self.messages.append((str(event.get("level", "info")), str(event.get("text", ""))))
+            if event.get("level") == "error":
+                self.notify(str(event.get("text", "")), severity="error", title="Run")
         elif kind == "run_finished":
             if self.child is not None:
                 self.child.reported_end = True
