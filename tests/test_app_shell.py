@@ -69,7 +69,10 @@ def test_keys_are_shown_as_people_type_them():
 def test_help_lists_the_screen_then_the_app():
     tables = help_tables("builder")
     assert [str(t.title) for t in tables] == ["Config builder", "Everywhere"]
-    assert tables[0].row_count == len(actions_for("builder"))
+    from probe_tui.app.actions import actions_by_group
+
+    groups = actions_by_group("builder")
+    assert tables[0].row_count == len(actions_for("builder")) + len(groups)  # a heading row per group
 
 
 def test_docs_app_md_has_the_current_keys():
@@ -178,3 +181,37 @@ async def test_a_user_keymap_rebinds_keys_in_the_app(tmp_path, monkeypatch):
         assert isinstance(app.screen, HelpScreen)
         tables = help_tables("home", app.user_keymap)
         assert "f12" in [row for row in tables[-1].columns[0]._cells]
+
+
+@pilot_test
+async def test_probe_tui_open_on_a_run_shows_it_over_home(tmp_path):
+    from probe_tui.app.screens.summary import RunSummaryScreen
+
+    run = tmp_path / "probe_dump" / "20260105-101500-a1b2c3"
+    run.mkdir(parents=True)
+    (run / "run.json").write_text('{"run_id": "20260105-101500-a1b2c3", "task": "statistics", "status": "finished"}')
+    root, start = resolve_start(str(run))
+    app = ProbeApp(root, start=start, root_label="~/exp")
+    async with app.run_test(size=(100, 30)) as pilot:
+        await pilot.pause(0.3)
+        assert isinstance(app.screen, RunSummaryScreen) and app.screen.path == run
+        await pilot.press("escape")
+        await pilot.pause()
+        assert isinstance(app.screen, HomeScreen)
+
+
+@pilot_test
+async def test_a_failing_background_task_is_a_notification(tmp_path, monkeypatch):
+    import probe_tui.app.screens.summary as summary
+
+    def broken(path):
+        raise OSError("disk on fire")
+
+    monkeypatch.setattr(summary, "summarise_folder", broken)
+    app = ProbeApp(tmp_path, root_label="~/exp")
+    async with app.run_test(size=(100, 30)) as pilot:
+        await pilot.pause()
+        app.open_path(tmp_path)
+        await pilot.pause(0.5)
+        assert app.is_running
+        assert any("disk on fire" in str(n.message) for n in app._notifications)

@@ -8,19 +8,19 @@ from rich.text import Text
 from textual import events, on
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical, VerticalScroll
-from textual.screen import Screen
 from textual.widgets import Collapsible, Footer, Label, Select, Static
 
 from probe_tui.app.actions import bindings_for
 from probe_tui.app.config_backend import Issue, Validation, task_of, write_json_atomic
 from probe_tui.app.form.fields import FieldRow
 from probe_tui.app.form.model_form import ModelForm, all_rows, place_issues
+from probe_tui.app.screens.base import AppScreen
 from probe_tui.app.screens.path_prompt import PathPrompt, relative_text
 
 VALIDATE_DELAY_S = 0.2
 
 
-class BuilderScreen(Screen):
+class BuilderScreen(AppScreen):
     """Edits one config. ``data`` is a config dict (native or msprobe shape); ``path`` is where it saves."""
 
     SCOPE = "builder"

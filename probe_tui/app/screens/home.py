@@ -8,7 +8,6 @@ from textual import on, work
 from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.message import Message
-from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Label, Static
 
 from probe_tui.app.actions import bindings_for
@@ -20,6 +19,7 @@ from probe_tui.app.discovery import (
     list_runs,
     run_row,
 )
+from probe_tui.app.screens.base import AppScreen
 from probe_tui.app.tables import fill_table
 
 RUN_COLUMNS = ("Run folder", "Task", "Status", "Steps", "Ranks", "Size", "Framework", "Started")
@@ -27,7 +27,7 @@ CONFIG_COLUMNS = ("File", "Task", "Modified", "Valid")
 STATUS_STYLES = {"finished": "green", "running": "cyan", "stopped": "yellow", "failed": "red", "crashed": "red"}
 
 
-class HomeScreen(Screen):
+class HomeScreen(AppScreen):
     SCOPE = "home"
     CSS_PATH = "home.tcss"
     BINDINGS = bindings_for("home")

@@ -13,13 +13,13 @@ from textual import on, work
 from textual.app import ComposeResult
 from textual.containers import Grid, Horizontal
 from textual.message import Message
-from textual.screen import Screen
 from textual.widgets import Footer, Label, ProgressBar, RichLog, Static
 from textual.worker import get_current_worker
 
 from engines.events import parse_event_line
 from probe_tui.app.actions import bindings_for
 from probe_tui.app.child import ChildRun, child_env, run_command
+from probe_tui.app.screens.base import AppScreen
 from probe_tui.app.screens.path_prompt import relative_text
 
 STATUS_STYLES = {
@@ -63,7 +63,7 @@ def format_bytes(size: Optional[float]) -> str:
     return f"{value:.1f} TB"
 
 
-class RunScreen(Screen):
+class RunScreen(AppScreen):
     """Runs one saved config and shows how it goes."""
 
     SCOPE = "run"

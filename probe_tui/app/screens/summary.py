@@ -15,11 +15,11 @@ from textual import on, work
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
 from textual.message import Message
-from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Label, Static
 
 from probe_tui.app.actions import bindings_for
 from probe_tui.app.discovery import format_time
+from probe_tui.app.screens.base import AppScreen
 from probe_tui.app.screens.path_prompt import relative_text
 from probe_tui.app.screens.run import format_bytes
 from probe_tui.app.tables import fill_table
@@ -71,7 +71,7 @@ def summarise_folder(path: Path) -> FolderSummary:
     return out
 
 
-class RunSummaryScreen(Screen):
+class RunSummaryScreen(AppScreen):
     SCOPE = "summary"
     CSS_PATH = "summary.tcss"
     BINDINGS = bindings_for("summary")
