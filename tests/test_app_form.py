@@ -257,13 +257,20 @@ async def test_a_loaded_config_fills_the_form_and_round_trips():
 
 @pilot_test
 async def test_advanced_fields_are_folded_away():
-    app = FormApp(ToyJob, {"task": "toy"})
-    async with app.run_test(size=(100, 60)):
+    app = FormApp(ToyJob, {"task": "toy", "seed": 3})
+    async with app.run_test(size=(100, 60)) as pilot:
+        form = app.query_one("#form", ModelForm)
         seed = _row(app, "seed")
-        fold = seed.parent.parent
-        assert isinstance(fold, Collapsible) and fold.collapsed
-        assert "Advanced" in str(fold.title)
+        assert isinstance(form.fold, Collapsible) and form.fold.collapsed
+        assert "Advanced (1)" in str(form.fold.title)
+        assert not seed.is_mounted  # folded rows are built when first unfolded
+        assert form.collect()["seed"] == 3  # and still count
         assert not _row(app, "dump_path").has_class("advanced")
+        await pilot.press("tab")
+        form.fold.collapsed = False
+        await pilot.pause(0.2)
+        assert seed.is_mounted and seed.parent.parent is form.fold
+        assert seed.control.value == "3" and form.collect()["seed"] == 3
 
 
 @pilot_test
@@ -340,6 +347,8 @@ async def test_text_that_is_not_valid_json_is_an_error_at_its_field():
     app = FormApp(ToyJob, {"task": "toy"})
     async with app.run_test(size=(100, 60)) as pilot:
         env = _row(app, "toy.env")
+        await env.owner_form.unfold_advanced()
+        await pilot.pause()
         env.query_one(Input).value = '{"X": '
         await pilot.pause()
         assert env.local_error and "not valid JSON" in env.local_error

@@ -38,7 +38,10 @@ class FieldRow(Vertical):
         self.local_error: Optional[str] = None
         self.control: Optional[Widget] = None
         """The row's main control, created in compose."""
-        self._error_line: Optional[Static] = None
+        self.owner_form: Optional[Any] = None
+        """The ModelForm this row belongs to (set by the form; rows of a folded section are not mounted)."""
+        self._note: Optional[Static] = None
+        """One line under the control: the field's doc, or its error when it has one."""
         if spec.advanced:
             self.add_class("advanced")
 
@@ -52,17 +55,17 @@ class FieldRow(Vertical):
     def compose_label(self) -> Label:
         return Label(self.label_text(), classes="field-label")
 
-    def compose_doc(self) -> ComposeResult:
-        if self.spec.description:
-            yield Static(self.spec.description.splitlines()[0], classes="field-doc", markup=False)
+    @property
+    def doc_line(self) -> str:
+        return self.spec.description.splitlines()[0] if self.spec.description else ""
 
-    def compose_error(self) -> Static:
-        self._error_line = Static("", classes="field-error", markup=False)
-        return self._error_line
+    def compose_note(self, doc: bool = True) -> Static:
+        self._note = Static(self.doc_line if doc else "", classes="field-note", markup=False)
+        self._note_doc = doc
+        return self._note
 
     def compose_footer(self) -> ComposeResult:
-        yield from self.compose_doc()
-        yield self.compose_error()
+        yield self.compose_note()
 
     def ready(self) -> bool:
         """Whether the controls are mounted (nested rows are built after their parent)."""
@@ -98,8 +101,8 @@ class FieldRow(Vertical):
 
     def _render_error(self) -> None:
         shown = self.local_error or self.error
-        if self._error_line is not None:
-            self._error_line.update(shown or "")
+        if self._note is not None:
+            self._note.update(shown or (self.doc_line if self._note_doc else ""))
         self.set_class(bool(shown), "-has-error")
 
     def _set_local_error(self, message: Optional[str]) -> None:
@@ -256,10 +259,12 @@ class InputRow(FieldRow):
         return True, value
 
 
-def _model_form(model: type, data: Dict[str, Any], path: Tuple[str, ...], classes: str = "") -> Any:
+def _model_form(owner: FieldRow, model: type, data: Dict[str, Any], path: Tuple[str, ...], classes: str = "") -> Any:
     from probe_tui.app.form.model_form import ModelForm
 
-    return ModelForm(model, data, path, classes=classes)
+    form = ModelForm(model, data, path, classes=classes)
+    form.owner_row = owner
+    return form
 
 
 class SectionRow(FieldRow):
@@ -269,7 +274,7 @@ class SectionRow(FieldRow):
         super().__init__(spec, path, value, present)
         self.add_class("section-row")
         data = value if isinstance(value, dict) else {}
-        self.form = _model_form(spec.model, data, path)
+        self.form = _model_form(self, spec.model, data, path)
 
     def compose(self) -> ComposeResult:
         if self.spec.optional:
@@ -289,7 +294,7 @@ class SectionRow(FieldRow):
             with self.control:
                 if self.spec.description:
                     yield Static(self.spec.description, classes="section-doc", markup=False)
-                yield self.compose_error()
+                yield self.compose_note(doc=False)
                 yield self.form
 
     def ready(self) -> bool:
@@ -349,7 +354,7 @@ class UnionRow(FieldRow):
         data = self.initial_value if isinstance(self.initial_value, dict) else {}
         self._body = Vertical(classes="section-body variant-body")
         if variant:
-            self.form = _model_form(self.spec.variants[variant], data, self.path_parts)
+            self.form = _model_form(self, self.spec.variants[variant], data, self.path_parts)
             self._body.compose_add_child(self.form)
         yield self._body
 
@@ -364,7 +369,7 @@ class UnionRow(FieldRow):
             model = self.spec.variants[str(event.value)]
             names = [s.name for s in S.describe_model(model)]
             keep = {k: v for k, v in carried.items() if k in names and k != self.spec.discriminator}
-            self.form = _model_form(model, keep, self.path_parts)
+            self.form = _model_form(self, model, keep, self.path_parts)
             await self._body.mount(self.form)
         self.edited()
 
@@ -399,7 +404,7 @@ class ModelListRow(FieldRow):
 
     def _item(self, data: Dict[str, Any]) -> Widget:
         index = len(self.items)
-        form = _model_form(self.spec.model, data, self.path_parts + (f"[{index}]",), classes="item-form")
+        form = _model_form(self, self.spec.model, data, self.path_parts + (f"[{index}]",), classes="item-form")
         remove = Button("Remove item", compact=True, classes="list-remove")
         box = Collapsible(form, remove, title=f"{self.spec.name}[{index}]", collapsed=False, classes="list-item")
         self.items.append((box, form, remove))

@@ -30,16 +30,39 @@ class ModelForm(Vertical):
         self.rows: Dict[str, FieldRow] = {
             spec.name: make_row(spec, path + (spec.name,), self.data) for spec in self.specs if spec.kind != S.CONST
         }
+        for row in self.rows.values():
+            row.owner_form = self
+        self.advanced_names = [s.name for s in self.specs if s.name in self.rows and s.advanced]
+        self.owner_row: Optional[FieldRow] = None
+        """The row this form is the section of (None for the top form)."""
+        self.fold: Optional[Collapsible] = None
+        """The folded section of advanced fields; its rows are mounted when it is first unfolded."""
+        self._fold_filled = False
 
     def compose(self) -> ComposeResult:
-        advanced = [s.name for s in self.specs if s.name in self.rows and s.advanced]
         for spec in self.specs:
             if spec.name in self.rows and not spec.advanced:
                 yield self.rows[spec.name]
-        if advanced:
-            with Collapsible(title=f"Advanced ({len(advanced)})", collapsed=True, classes="advanced-fold"):
-                for name in advanced:
-                    yield self.rows[name]
+        if self.advanced_names:
+            self.fold = Collapsible(title=f"Advanced ({len(self.advanced_names)})", collapsed=True,
+                                    classes="advanced-fold")
+            yield self.fold
+
+    async def on_collapsible_expanded(self, event: Collapsible.Expanded) -> None:
+        if event.collapsible is self.fold:
+            await self._fill_fold()
+
+    async def _fill_fold(self) -> None:
+        if self._fold_filled or self.fold is None:
+            return
+        self._fold_filled = True
+        await self.fold.query_one(Collapsible.Contents).mount_all([self.rows[n] for n in self.advanced_names])
+
+    async def unfold_advanced(self) -> None:
+        """Show the advanced fields (mounting them the first time)."""
+        if self.fold is not None:
+            self.fold.collapsed = False
+            await self._fill_fold()
 
     def collect(self) -> Dict[str, Any]:
         """The config dict of this form (only what is set; defaults apply to the rest)."""
@@ -115,9 +138,29 @@ def _join(parts: Tuple[str, ...]) -> str:
     return "".join(p if p.startswith("[") else "." + p for p in parts).lstrip(".")
 
 
-def _unfold_to(widget: Any) -> None:
-    node = widget.parent
+def folds_above(row: FieldRow) -> List[ModelForm]:
+    """The forms whose advanced fold holds ``row`` or one of its enclosing rows, outermost first."""
+    chain: List[ModelForm] = []
+    node: Optional[FieldRow] = row
+    while node is not None and node.owner_form is not None:
+        if node.spec.advanced:
+            chain.append(node.owner_form)
+        node = node.owner_form.owner_row
+    return list(reversed(chain))
+
+
+async def _unfold_all(chain: List[ModelForm]) -> None:
+    for form in chain:  # outermost first: each mounts the next
+        await form.unfold_advanced()
+
+
+def _unfold_to(row: FieldRow) -> None:
+    """Unfold what hides ``row``: the advanced folds above it (mounting their rows) and collapsed sections."""
+    chain = [f for f in folds_above(row) if f.fold is not None and (f.fold.collapsed or not f._fold_filled)]
+    if chain and chain[0].is_mounted:
+        chain[0].call_later(_unfold_all, chain)
+    node = row.parent
     while node is not None:
-        if isinstance(node, Collapsible) and node.collapsed:
+        if isinstance(node, Collapsible) and node.collapsed and not node.has_class("advanced-fold"):
             node.collapsed = False
         node = node.parent

@@ -13,7 +13,7 @@ from textual.widgets import Collapsible, Footer, Label, Select, Static
 from probe_tui.app.actions import bindings_for
 from probe_tui.app.config_backend import Issue, Validation, task_of, write_json_atomic
 from probe_tui.app.form.fields import FieldRow
-from probe_tui.app.form.model_form import ModelForm, all_rows, place_issues
+from probe_tui.app.form.model_form import ModelForm, all_rows, folds_above, place_issues
 from probe_tui.app.screens.base import AppScreen
 from probe_tui.app.screens.path_prompt import PathPrompt, relative_text
 
@@ -214,7 +214,7 @@ class BuilderScreen(AppScreen):
     def action_choose_task(self) -> None:
         self.query_one("#task", Select).focus()
 
-    def action_next_error(self) -> None:
+    async def action_next_error(self) -> None:
         rows = [row for row in all_rows(self.form) if row.local_error or row.error]
         if not rows:
             self.notify("No field has an error.", timeout=3)
@@ -227,11 +227,19 @@ class BuilderScreen(AppScreen):
         if node in rows:
             current = rows.index(node)
         row = rows[(current + 1) % len(rows)] if current is not None else rows[0]
+        await self._reveal(row)
         row.focus_control()
         row.scroll_visible()
 
-    def action_toggle_advanced(self) -> None:
+    async def _reveal(self, row: FieldRow) -> None:
+        """Mount and unfold the advanced sections that hold ``row``, from the outside in."""
+        for form in folds_above(row):
+            await form.unfold_advanced()
+
+    async def action_toggle_advanced(self) -> None:
         self._advanced_open = not self._advanced_open
+        if self._advanced_open:
+            await self.form.unfold_advanced()
         for fold in self.query(".advanced-fold").results(Collapsible):
             fold.collapsed = not self._advanced_open
 
@@ -249,12 +257,12 @@ class BuilderScreen(AppScreen):
         self.app.push_screen(PathPrompt("Load a config (ours, or msprobe's config.json)", self.app.root,
                                         must_exist=True), loaded)
 
-    def action_run(self) -> None:
+    async def action_run(self) -> None:
         result = self.validate_now()
         if not result.ok:
             self.notify(f"Fix {len(result.issues)} error(s) before running (ctrl+n goes to the next one).",
                         severity="error", title="Not runnable")
-            self.action_next_error()
+            await self.action_next_error()
             return
         problem = self.backend.run_problem(result.job) if hasattr(self.backend, "run_problem") else None
         if problem:
