@@ -4,6 +4,7 @@ through the form, see a field error appear and clear, save it, load an msprobe c
 import asyncio
 import functools
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -262,3 +263,31 @@ async def test_stop_a_demo_run_cleanly(tmp_path):
         assert 2 <= run.step < 5000
     meta = json.loads((tmp_path / run.run_dir / "run.json").read_text())
     assert meta["status"] == "stopped"
+
+
+@pilot_test
+async def test_home_lists_runs_and_msprobe_dumps_newest_first_and_opens_them(tmp_path):
+    from probe_tui.app.screens.home import HomeScreen
+    from probe_tui.app.screens.summary import RunSummaryScreen
+
+    shutil.copytree(DATA / "msprobe" / "real" / "stats_md5_mix", tmp_path / "msprobe_dump")
+    os.utime(tmp_path / "msprobe_dump", (1000, 1000))  # older than the run below
+    run = tmp_path / "probe_dump" / "20260105-101500-a1b2c3"
+    (run / "rank0").mkdir(parents=True)
+    (run / "rank0" / "dump.h5").write_bytes(b"\0" * 5000)
+    (run / "run.json").write_text(json.dumps({"run_id": run.name, "task": "tensor", "framework": "pytorch",
+                                              "status": "finished", "started": "2026-01-05T10:15:00+00:00",
+                                              "started_unix": 1767608100.0, "steps": 4}))
+    app = ProbeApp(tmp_path, root_label="~/exp")
+    async with app.run_test(size=(120, 40)) as pilot:
+        home = app.screen
+        assert isinstance(home, HomeScreen)
+        await wait_until(pilot, lambda: home.scanned)
+        rows = [(r["folder"], r["task"], r["status"], r["steps"], r["ranks"]) for r in home.runs]
+        assert rows == [("probe_dump/20260105-101500-a1b2c3", "tensor", "finished", "4", "1"),
+                        ("msprobe_dump", "statistics", "msprobe dump", "1", "1")]
+        await pilot.press("down", "enter")
+        await wait_until(pilot, lambda: isinstance(app.screen, RunSummaryScreen))
+        summary = app.screen
+        await wait_until(pilot, lambda: summary.summary is not None)
+        assert "step0/proc15250/dump.json" in [name for name, _ in summary.summary.files]

@@ -47,7 +47,7 @@ def test_new_user_builds_runs_and_finds_the_dump(tmp_path):
         term.send("Escape")
         term.wait_for("Config builder")
         term.send("Escape")
-        screen = term.wait_for("Runs (1)")
+        screen = term.wait_for("Runs and dumps (1)")
         assert "finished" in screen and "statistics.json" in screen
         term.send("C-q")
         term.wait_for("[exited 0]")

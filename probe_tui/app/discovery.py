@@ -1,7 +1,8 @@
-"""What the home screen lists: the runs under a folder (``engines.runs``) and the config files in it."""
+"""What the home screen lists: the runs under a folder (``engines.runs``), msprobe dumps, and config files."""
 
 import json
 import os
+import re
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -85,6 +86,78 @@ def list_runs(root: Path) -> List[Any]:
     return list(engine_list_runs(root))
 
 
+_HEAD_KEYS = re.compile(r'"(task|framework|level)"\s*:\s*"([^"]*)"')
+
+
+def _dump_json_head(path: Path) -> Dict[str, str]:
+    """``task``/``framework``/``level`` from the first kilobytes of a dump.json (which can be gigabytes)."""
+    try:
+        with open(path, "r", encoding="utf-8", errors="replace") as handle:
+            head = handle.read(4096)
+    except OSError:
+        return {}
+    return {key: value for key, value in _HEAD_KEYS.findall(head)}
+
+
+def find_msprobe_dumps(root: Path, max_depth: int = 3) -> List[Dict[str, Any]]:
+    """msprobe dump folders (``step<N>/rank<R>/dump.json``) under ``root``, as home-table rows: the folders a
+    msprobe user already has, to open and compare. Run folders of ours are not entered."""
+    from engines.msprobe_io.layout import STEP_DIR, find_dump_files
+    from engines.runs import folder_size
+
+    root = Path(root)
+    rows: List[Dict[str, Any]] = []
+    stack = [(root, 0)]
+    while stack:
+        folder, depth = stack.pop()
+        try:
+            children = [e for e in os.scandir(folder) if e.is_dir(follow_symlinks=False)]
+        except OSError:
+            continue
+        if (folder / "run.json").is_file():
+            continue
+        if any(STEP_DIR.match(e.name) for e in children):
+            try:
+                files = find_dump_files(folder)
+            except (OSError, ValueError):
+                files = []
+            if files:
+                rows.append(_dump_row(folder, root, files, folder_size(folder)))
+                continue
+        if depth < max_depth:
+            stack.extend((Path(e.path), depth + 1) for e in children
+                         if not e.name.startswith(".") and e.name not in SKIP_DIRS)
+    return rows
+
+
+def _dump_row(folder: Path, root: Path, files: List[Any], size: int) -> Dict[str, Any]:
+    from probe_tui.app.screens.run import format_bytes
+
+    head = _dump_json_head(files[0].path)
+    try:
+        modified = folder.stat().st_mtime
+    except OSError:
+        modified = 0.0
+    return {
+        "started": format_time(modified) if modified else "—",
+        "task": head.get("task", "?"),
+        "framework": head.get("framework", "?"),
+        "steps": str(len({f.step for f in files})),
+        "ranks": str(len({f.rank for f in files})),
+        "size": format_bytes(size),
+        "status": "msprobe dump",
+        "folder": _relative(folder, root),
+        "sort": modified,
+    }
+
+
+def _relative(path: Path, root: Path) -> str:
+    try:
+        return str(Path(path).relative_to(root)) or "."
+    except ValueError:
+        return str(path)
+
+
 def format_time(value: Any) -> str:
     """A time as local ``YYYY-mm-dd HH:MM`` (ISO strings, datetimes and epoch seconds accepted)."""
     if value in (None, ""):
@@ -103,15 +176,11 @@ def format_time(value: Any) -> str:
     return moment.strftime("%Y-%m-%d %H:%M")
 
 
-def run_row(info: Any, root: Path) -> Dict[str, str]:
+def run_row(info: Any, root: Path) -> Dict[str, Any]:
     """The cells of one run in the home table."""
     from probe_tui.app.screens.run import format_bytes
 
-    path = Path(info.path)
-    try:
-        shown = str(path.relative_to(root))
-    except ValueError:
-        shown = str(path)
+    shown = _relative(Path(info.path), root)
     ranks = getattr(info, "ranks", None)
     steps = getattr(info, "steps", None)
     size = getattr(info, "size_bytes", None)
@@ -124,6 +193,7 @@ def run_row(info: Any, root: Path) -> Dict[str, str]:
         "size": format_bytes(size) if size is not None else "—",
         "status": str(getattr(info, "status", "") or "—"),
         "folder": shown,
+        "sort": getattr(info, "started_unix", None) or 0.0,
     }
 
 

@@ -15,6 +15,7 @@ from probe_tui.app.discovery import (
     ConfigFile,
     check_configs,
     find_config_files,
+    find_msprobe_dumps,
     format_time,
     list_runs,
     run_row,
@@ -24,7 +25,8 @@ from probe_tui.app.tables import fill_table
 
 RUN_COLUMNS = ("Run folder", "Task", "Status", "Steps", "Ranks", "Size", "Framework", "Started")
 CONFIG_COLUMNS = ("File", "Task", "Modified", "Valid")
-STATUS_STYLES = {"finished": "green", "running": "cyan", "stopped": "yellow", "failed": "red", "crashed": "red"}
+STATUS_STYLES = {"finished": "green", "running": "cyan", "stopped": "yellow", "failed": "red", "crashed": "red",
+                 "msprobe dump": "magenta"}
 
 
 class HomeScreen(AppScreen):
@@ -36,7 +38,7 @@ class HomeScreen(AppScreen):
     class Scanned(Message):
         """What a scan of the folder found."""
 
-        def __init__(self, runs: List[Dict[str, str]], configs: List[ConfigFile], errors: List[str]) -> None:
+        def __init__(self, runs: List[Dict[str, Any]], configs: List[ConfigFile], errors: List[str]) -> None:
             super().__init__()
             self.runs = runs
             self.configs = configs
@@ -44,7 +46,7 @@ class HomeScreen(AppScreen):
 
     def __init__(self) -> None:
         super().__init__()
-        self.runs: List[Dict[str, str]] = []
+        self.runs: List[Dict[str, Any]] = []
         self.configs: List[ConfigFile] = []
         self.scanned = False
 
@@ -79,11 +81,16 @@ class HomeScreen(AppScreen):
     @work(thread=True, exclusive=True, group="home-scan", exit_on_error=False)
     def _scan(self, root: Path, backend: Any) -> None:
         errors: List[str] = []
-        runs: List[Dict[str, str]] = []
+        runs: List[Dict[str, Any]] = []
         try:
             runs = [run_row(info, root) for info in list_runs(root)]
         except Exception as exc:  # a bad run folder must not hide the others or take the app down
             errors.append(f"listing runs under {root}: {exc}")
+        try:
+            runs += find_msprobe_dumps(root)
+        except Exception as exc:
+            errors.append(f"looking for msprobe dumps under {root}: {exc}")
+        runs.sort(key=lambda row: row["sort"], reverse=True)
         configs: List[ConfigFile] = []
         try:
             configs = find_config_files(root, list(backend.tasks()))
@@ -116,7 +123,7 @@ class HomeScreen(AppScreen):
             rows.append(([row["folder"], row["task"], status, row["steps"], row["ranks"], row["size"],
                           row["framework"], row["started"]], row["folder"]))
         fill_table(table, RUN_COLUMNS, rows)
-        self.query_one("#runs-title", Label).update(f"Runs ({len(self.runs)})")
+        self.query_one("#runs-title", Label).update(f"Runs and dumps ({len(self.runs)})")
         empty = self.query_one("#runs-empty", Static)
         empty.update(Text.assemble(
             (f"No runs under {self.app.root_label} yet.\n", "bold"),
