@@ -303,3 +303,24 @@ async def test_a_run_that_reported_its_end_does_not_hold_up_quitting(fake_run, t
         await wait_until(pilot, lambda: screen.ended)
         assert screen.child.reported_end
         assert app.running_children() == []
+
+
+@pilot_test
+async def test_a_run_that_cannot_start_is_reported(tmp_path):
+    from probe_tui.app.app import ProbeApp
+    from probe_tui.app.screens.run import RunScreen
+
+    config = tmp_path / "stats.json"
+    config.write_text('{"task": "statistics"}')
+    app = ProbeApp(tmp_path, root_label="~/exp", run_command=[str(tmp_path / "no-such-python")])
+    async with app.run_test(size=(100, 30)) as pilot:
+        await pilot.pause()
+        app.start_run(config)
+        await pilot.pause()
+        screen = app.screen
+        assert isinstance(screen, RunScreen)
+        assert screen.status == "failed" and screen.child is None
+        assert any("Could not start the run" in str(n.message) for n in app._notifications)
+        await pilot.press("escape")
+        await pilot.pause()
+        assert not isinstance(app.screen, RunScreen)

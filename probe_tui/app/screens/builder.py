@@ -170,7 +170,11 @@ class BuilderScreen(AppScreen):
         if old.model is self.tasks[task]:
             return
         current = old.collect()
-        data = self.backend.starter(task)
+        try:
+            data = self.backend.starter(task)
+        except Exception as exc:  # a schema without a starter: start from the task alone
+            self.notify(f"{task}: no starter config ({exc}); starting from the task's defaults", severity="warning")
+            data = {"task": task}
         new_fields = set(_field_names(self.tasks[task]))
         old_task = current.get("task")
         for key, value in current.items():
@@ -312,7 +316,11 @@ class BuilderScreen(AppScreen):
     def write(self, path: Path) -> bool:
         """Write the config to ``path``: normalised when valid, as typed otherwise (with a warning)."""
         result = self.validate_now()
-        data = self.backend.normalise(result.job) if result.ok else self.collect()
+        try:
+            data = self.backend.normalise(result.job) if result.ok else self.collect()
+        except Exception as exc:  # never lose the user's work to a schema bug: save what the form holds
+            self.notify(f"could not normalise the config ({exc}); saving it as typed", severity="warning")
+            data = self.collect()
         try:
             write_json_atomic(path, data)
         except OSError as exc:

@@ -131,11 +131,12 @@ class RunScreen(AppScreen):
 
     # ---- child process ------------------------------------------------------------------------------------
     def start_child(self) -> None:
-        env = self.env if self.env is not None else child_env()
-        self.child = ChildRun(self.command, self.cwd, env=env)
         try:
+            env = self.env if self.env is not None else child_env()
+            self.child = ChildRun(self.command, self.cwd, env=env)
             self.child.start()
         except OSError as exc:
+            self.child = None
             self.finished_at = time.monotonic()
             self._set_status("failed")
             self.notify(f"Could not start the run: {exc}", severity="error", title="Run")
