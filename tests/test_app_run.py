@@ -324,3 +324,33 @@ async def test_a_run_that_cannot_start_is_reported(tmp_path):
         await pilot.press("escape")
         await pilot.pause()
         assert not isinstance(app.screen, RunScreen)
+
+
+@pilot_test
+async def test_home_runs_the_selected_config_and_edits_a_runs_config(fake_run, tmp_path):
+    from probe_tui.app.screens.builder import BuilderScreen
+    from probe_tui.app.screens.home import HomeScreen
+    from probe_tui.app.screens.run import RunScreen
+
+    app, config = _app(tmp_path, fake_run, "2", "0.01", "ok")
+    config.write_text('{"task": "statistics", "target": "demo"}')
+    async with app.run_test(size=(100, 30)) as pilot:
+        home = app.screen
+        assert isinstance(home, HomeScreen)
+        await wait_until(pilot, lambda: home.scanned)
+        assert home.query_one("#configs").has_focus  # no runs yet: the configs table has the focus
+        await pilot.press("x")
+        await pilot.pause()
+        run = app.screen
+        assert isinstance(run, RunScreen) and run.config_path == config
+        await wait_until(pilot, lambda: run.finished_at is not None)
+        await pilot.press("escape")
+        await wait_until(pilot, lambda: isinstance(app.screen, HomeScreen) and len(home.runs) == 1)
+        await pilot.press("shift+tab")  # to the runs table
+        home.query_one("#runs").focus()
+        await pilot.press("e")
+        await pilot.pause(0.3)
+        builder = app.screen
+        assert isinstance(builder, BuilderScreen)
+        assert builder.path is None and builder.origin == "run 20260101-000000-abcdef"
+        assert builder.task == "statistics"
