@@ -188,8 +188,11 @@ class RunScreen(AppScreen):
             self.step = int(event.get("step", self.step - 1)) + 1
             self.total_steps = event.get("total_steps") or self.total_steps
             self.loss = event.get("loss", self.loss)
-            self.records = event.get("records", self.records)
-            self.bytes = event.get("bytes", self.bytes)
+            # records and bytes are per step: the screen shows what the run has written so far
+            if isinstance(event.get("records"), int):
+                self.records = (self.records or 0) + event["records"]
+            if isinstance(event.get("bytes"), int):
+                self.bytes = (self.bytes or 0) + event["bytes"]
             if self.status == "starting":
                 self._set_status("running")
         elif kind == "message":

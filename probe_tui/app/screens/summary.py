@@ -71,6 +71,22 @@ def summarise_folder(path: Path) -> FolderSummary:
     return out
 
 
+def _summary_items(summary: Any) -> List[Tuple[str, str]]:
+    """The run summary's scalar entries (one level of nesting flattened; long lists and tables left out)."""
+    out: List[Tuple[str, str]] = []
+    if not isinstance(summary, dict):
+        return out
+    for key, value in summary.items():
+        if isinstance(value, dict):
+            out += [(f"{key}.{k}", str(v)) for k, v in value.items() if isinstance(v, (str, int, float, bool))]
+        elif isinstance(value, list):
+            if len(value) <= 8 and all(isinstance(v, (str, int, float)) for v in value):
+                out.append((key, ", ".join(map(str, value)) or "none"))
+        elif value is not None:
+            out.append((key, str(value)))
+    return out
+
+
 class RunSummaryScreen(AppScreen):
     SCOPE = "summary"
     CSS_PATH = "summary.tcss"
@@ -125,8 +141,8 @@ class RunSummaryScreen(AppScreen):
         field_rows.append((["folder", relative_text(self.path, self.app.root)], "folder"))
         field_rows.append((["rank folders", ", ".join(summary.ranks) or "none"], "rank folders"))
         field_rows.append((["size", format_bytes(summary.total_bytes)], "size"))
-        for key, value in (run.get("summary") or {}).items():
-            field_rows.append(([f"summary.{key}", str(value)], f"summary.{key}"))
+        for key, value in _summary_items(run.get("summary")):
+            field_rows.append(([f"summary.{key}", value], f"summary.{key}"))
         fill_table(self.query_one("#run-fields", DataTable), ("Field", "Value"), field_rows, hide_when_empty=False)
         fill_table(self.query_one("#files", DataTable), ("File", "Size"),
                    [([name, format_bytes(size)], name) for name, size in summary.files], hide_when_empty=False)
