@@ -215,3 +215,10 @@ async def test_a_failing_background_task_is_a_notification(tmp_path, monkeypatch
         await pilot.pause(0.5)
         assert app.is_running
         assert any("disk on fire" in str(n.message) for n in app._notifications)
+
+
+def test_open_on_a_missing_path_is_bad_input(tmp_path, capsys):
+    from probe_tui.app import run_app
+
+    assert run_app(str(tmp_path / "missing")) == 2
+    assert "missing: no such file or folder" in capsys.readouterr().err
