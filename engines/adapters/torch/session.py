@@ -170,13 +170,15 @@ class TorchCaptureSession:
             self.sink.close(status)
         return self.summary
 
-    def _finish_for_good(self) -> None:
+    def _finish_for_good(self, why: Optional[str] = None) -> None:
         self.finished = True
         self.running = False
         self._uninstall()
         self.modules.remove_param_hooks()
-        self.summary.note("the last selected step (%d) is done; capture is off for the rest of the run"
-                          % self.filter.last_step, level=logging.INFO)
+        if why is None and self.filter.last_step is not None:
+            why = "the last selected step (%d) is done" % self.filter.last_step
+        if why is not None:
+            self.summary.note("%s; capture is off for the rest of the run" % why, level=logging.INFO)
 
     def _install(self) -> None:
         opts = self.options
