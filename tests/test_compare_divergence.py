@@ -79,8 +79,13 @@ def test_target_only_ops_rank_first_as_a_region(tmp_path):
     out = compare(tmp_path, t, g, fuzzy_match=True)
     top = out.top_suspects[0]
     assert top["kind"] == "target-only ops" and top["record"] == "Torch.exp.0.forward"
-    assert "3 target-only op(s) Torch.exp.0.forward ... Tensor.div.0.forward, feeding Tensor.matmul.0.forward" \
-        in top["note"]
+    assert top["note"] == "3 target-only op(s) Torch.exp.0.forward ... Tensor.div.0.forward -> Tensor.matmul.0.forward"
+    table = out.divergence
+    region = int(np.flatnonzero(table["kind"] == 4)[0])
+    assert (table["last_op"][region], table["n_ops"][region], table["link"][region]) == \
+        ("Tensor.div.0.forward", 3, "Tensor.matmul.0.forward")
+    group = out.summary["suspect_groups"][0]
+    assert group["where"] == "" and out.summary["tables"][0]["rows"][0][:2] == ["exp.0…div.0 → matmul.0", "0"]
     assert top["score"] > 100 and top["score"] > 10 * out.top_suspects[1]["score"]
     # the naive answers: the first op that differs is the linear (every op is a few ulp off), and the largest
     # error is downstream of the fault
@@ -99,6 +104,8 @@ def test_gap_when_the_golden_ran_ops_the_target_did_not(tmp_path):
     top = out.top_suspects[0]
     assert top["kind"] == "gap" and top["record"] == "Tensor.matmul.0.forward"
     assert "further off than output.0 of Functional.softmax.0.forward" in top["note"]
+    assert out.divergence["link"][0] == "Functional.softmax.0.forward"
+    assert out.summary["tables"][0]["rows"][0][4] == "golden-only ops after softmax.0?"
 
 
 def _adam_like(golden):

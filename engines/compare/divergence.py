@@ -179,8 +179,11 @@ def rank_records(cols: Dict[str, np.ndarray], *, small_value: float = DEFAULT_FL
         score = out_e / np.maximum(in_e, floor)
     inf_out = np.isinf(out_e)
     score[inf_out] = np.where(np.isinf(in_e[inf_out]), 1.0, np.inf)
+    blank = np.empty(idx.shape[0], dtype=object)
+    blank.fill("")
     entries = {"code": idx, "kind": fr.kind[idx].astype(np.uint8), "score": score, "out_err": out_e,
-               "in_err": in_e, "floor": floor, "note": np.full(idx.shape[0], "", dtype=object)}
+               "in_err": in_e, "floor": floor, "note": blank, "last_op": blank, "link": blank,
+               "n_ops": np.ones(idx.shape[0], dtype=np.int64)}
     extra = _dataflow_entries(cols, fr, small_value, api_only)
     if extra:
         entries = {k: np.concatenate([entries[k], extra[k]]) for k in entries}
@@ -210,7 +213,7 @@ def rank_records(cols: Dict[str, np.ndarray], *, small_value: float = DEFAULT_FL
         "score": entries["score"].astype(np.float64), "out_err": entries["out_err"], "in_err": entries["in_err"],
         "floor": entries["floor"], "worst_verdict": fr.worst[codes], "first_row": first.astype(np.int64),
         "order": order.astype(np.int64), "parent": cols["parent"][first], "changed_args": changed,
-        "note": entries["note"],
+        "note": entries["note"], "last_op": entries["last_op"], "n_ops": entries["n_ops"], "link": entries["link"],
     }
 
 
@@ -226,7 +229,8 @@ def _dataflow_entries(cols, fr: RecordFrame, small_value: float, api_only: bool)
     p_safe = np.where(has, prod, 0)
     floor_row = np.maximum(small_value, np.maximum(_per_value(cols["target_dtype"], dtype_floor, np.float64),
                                                    _per_value(cols["golden_dtype"], dtype_floor, np.float64)))
-    out: Dict[str, list] = {k: [] for k in ("code", "kind", "score", "out_err", "in_err", "floor", "note")}
+    out: Dict[str, list] = {k: [] for k in ("code", "kind", "score", "out_err", "in_err", "floor", "note", "last_op",
+                                            "n_ops", "link")}
     from_unmatched = usable & ~matched[p_safe]
     for members, in_e, out_e, consumers in dataflow.target_only_regions(cols, fr.codes, prod,
                                                                           np.flatnonzero(from_unmatched)):
@@ -242,8 +246,11 @@ def _dataflow_entries(cols, fr: RecordFrame, small_value: float, api_only: bool)
         out["in_err"].append(in_e)
         out["floor"].append(fl)
         consumer = fr.records[fr.codes[consumers[0]]]
-        out["note"].append("{} target-only op(s) {} ... {}, feeding {}".format(
+        out["note"].append("{} target-only op(s) {} ... {} -> {}".format(
             len(members), fr.records[first], fr.records[last], consumer))
+        out["last_op"].append(fr.records[last])
+        out["n_ops"].append(len(members))
+        out["link"].append(consumer)
     from_matched = usable & matched[p_safe] & ~np.isnan(rel[p_safe])
     rows = np.flatnonzero(from_matched)
     if rows.size:
@@ -265,13 +272,15 @@ def _dataflow_entries(cols, fr: RecordFrame, small_value: float, api_only: bool)
             out["out_err"].append(float(rel[i]))
             out["in_err"].append(float(rel[p]))
             out["floor"].append(float(floor_row[i]))
-            out["note"].append("{} of {} is further off than {} of {} that fed it: ops only in the golden "
-                               "between them?".format(cols["slot"][i], fr.records[c], cols["slot"][p],
-                                                      cols["record"][p]))
+            out["note"].append("{} {:.3g}x further off than {} of {} that fed it: golden-only ops between?".format(
+                cols["slot"][i], float(jump[np.searchsorted(rows, i)]), cols["slot"][p], cols["record"][p]))
+            out["last_op"].append("")
+            out["n_ops"].append(1)
+            out["link"].append(cols["record"][p])
     if not out["code"]:
         return {}
     types = {"code": np.int64, "kind": np.uint8, "score": np.float64, "out_err": np.float64, "in_err": np.float64,
-             "floor": np.float64, "note": object}
+             "floor": np.float64, "note": object, "last_op": object, "n_ops": np.int64, "link": object}
     res = {}
     for k, v in out.items():
         arr = np.empty(len(v), dtype=types[k]) if types[k] is object else np.asarray(v, dtype=types[k])

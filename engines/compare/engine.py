@@ -16,7 +16,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 
-from engines.compare import divergence
+from engines.compare import divergence, suspects
 from engines.compare.options import CompareError, CompareOptions, summary_options
 from engines.compare.piece import PieceSettings, compare_piece
 from engines.compare.verdicts import VERDICTS
@@ -254,6 +254,7 @@ def _rank_and_summarise(opts: CompareOptions, mode: str, target: DumpSource, gol
     div_all = _merge_divergence(divs)
     tree_all = _concat(trees)
     top = [_suspect(div_all, i, table) for i in range(min(opts.top, len(div_all.get("record", []))))]
+    groups = suspects.group_suspects(div_all, table, opts.top)
     counts = {name: int((table["verdict"] == code).sum()) for code, name in enumerate(VERDICTS)}
     summary = {
         "mode": mode, "target": str(opts.target_path), "golden": str(opts.golden_path),
@@ -264,8 +265,8 @@ def _rank_and_summarise(opts: CompareOptions, mode: str, target: DumpSource, gol
         "first_differing_op": next((x for x in naive["first_differing"] if x), None),
         "largest_error_op": next((x for x in naive["largest_error"] if x), None),
         "errors": counts["error"], "warnings": counts["warning"], "unmatched": counts["unmatched"],
-        "top_suspects": top, "options": summary_options(opts),
-        "tables": [_suspects_table(top, len(pieces) > 1)] if top else [],
+        "top_suspects": top, "suspect_groups": groups, "options": summary_options(opts),
+        "tables": [suspects.suspects_table(groups, len({r for r, _, _ in pieces}) > 1)] if groups else [],
     }
     exit_code = EXIT_FINDINGS if (fail_on_findings and counts["error"] > 0) else EXIT_OK
     return CompareOutcome(summary=summary, top_suspects=top, exit_code=exit_code, results=table,
@@ -296,25 +297,6 @@ def _run_summary(summary: Dict[str, Any]) -> Dict[str, Any]:
     out = {k: summary[k] for k in keep if k in summary}
     out["top_suspects"] = [t["record"] for t in summary.get("top_suspects", [])]
     return out
-
-
-def _suspects_table(top: List[Dict[str, Any]], multi: bool) -> Dict[str, Any]:
-    rows = []
-    for t in top:
-        notes = [t["kind"]] if t["kind"] != "api" else []
-        notes += [x for x in (t["changed_args"], t["note"]) if x]
-        where = ["r{} s{}".format(t["rank"], t["step"])] if multi else []
-        rows.append([t["position"], t["record"]] + where + [_short(t["score"]), _short(t["out_err"]),
-                                                            _short(t["in_err"]), "; ".join(notes)])
-    return {"title": "Top suspects: operators ranked by the error they add (first divergence)",
-            "columns": ["#", "record"] + (["where"] if multi else []) + ["score", "out err", "in err", "notes"],
-            "rows": rows}
-
-
-def _short(v: Optional[float]) -> str:
-    if v is None:
-        return "-"
-    return "{:.3g}".format(v) if abs(v) < 1e300 else "inf"
 
 
 def _merge_divergence(divs: List[Dict[str, np.ndarray]]) -> Dict[str, np.ndarray]:

@@ -34,7 +34,7 @@ KIND = "compare"
 SCHEMA_VERSION = 1
 CODE_TABLES = {"verdicts": VERDICTS, "findings": FINDINGS, "statuses": STATUS_NAMES}
 SAME_AS_TARGET = -2
-NAME_COLUMNS = {"results": ("record", "parent", "golden_name"), "divergence": ("record", "parent"),
+NAME_COLUMNS = {"results": ("record", "parent", "golden_name"), "divergence": ("record", "parent", "last_op", "link"),
                 "tree": ("node", "parent"), "golden_only": ("golden_name",)}
 DERIVED = ("target_name",)
 _UNKNOWN = -3  # not yet coded
