@@ -188,7 +188,8 @@ def _names(cols: Dict[str, np.ndarray]) -> Field:
     rec_codes, recs = _record_codes(cols)
     slot_codes, slots = factorize(cols["slot"])
     parts = [str(x) for x in recs.tolist() + slots.tolist()]
-    if any(csv_text(p) != p for p in parts):
+    joined = "".join(parts)
+    if any(c in joined for c in _SPECIAL + ("\0",)):
         return coded_text(cols["target_name"], safe=True)
     rec_texts = ["'" + r if r[:1] in ("=", "+", "@") else r for r in map(str, recs.tolist())]
     return Joined([Coded(rec_codes, rec_texts), Constant("."), Coded(slot_codes, [str(s) for s in slots.tolist()])])

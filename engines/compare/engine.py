@@ -159,8 +159,11 @@ def run_compare(job: Any, events=None, *, fail_on_findings: bool = True, write: 
             opts.target_path, opts.golden_path, " (" + "; ".join(notes) + ")" if notes else ""))
     cross = bool(target.framework and golden.framework and target.framework != golden.framework)
     renumber = "msprobe" in (target.origin, golden.origin)
+    keys = opts.key_options(map_mindspore=cross, renumber_backward=renumber)
+    if {target.origin, golden.origin} == {"msprobe", "probe-tui"}:  # Tensor.__mul__ there, Tensor.mul here
+        keys.msprobe_side = "target" if target.origin == "msprobe" else "golden"
     settings = PieceSettings(
-        mode=mode, keys=opts.key_options(map_mindspore=cross, renumber_backward=renumber),
+        mode=mode, keys=keys,
         fuzzy=opts.fuzzy_match, cross_framework=cross, rel_eps=opts.rel_eps, small_value=opts.small_value,
         thresholds=opts.thresholds, highlight=opts.highlight, workers=opts.workers)
     _say(events, "compare {} ({}) against {} ({}), mode {}, {} piece(s)".format(

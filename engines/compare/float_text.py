@@ -48,6 +48,14 @@ def _pow10_table() -> Tuple[np.ndarray, np.ndarray]:
     return _TABLE[0], _TABLE[1]
 
 
+def _digits4() -> np.ndarray:
+    """"0000".."9999" as uint32 (4 ASCII bytes each)."""
+    if len(_TABLE) < 3:
+        _pow10_table()
+        _TABLE.append(np.array([b"%04d" % i for i in range(10_000)], dtype="S4").view(np.uint32))
+    return _TABLE[2]
+
+
 def _split(a: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
     c = _SPLIT * a
     hi = c - (c - a)
@@ -87,7 +95,7 @@ def _shortest(a: np.ndarray):
     power_of_two = (a.view(np.uint64) & np.uint64((1 << 52) - 1)) == 0
     t_hi, _ = _pow10_table()
     half = 0.5 * np.spacing(a) * t_hi[16 - e10 + _K]  # h; a power of two has h/2 below: use the smaller side
-    half[power_of_two] *= 0.5
+    half = np.where(power_of_two, 0.5 * half, half)
     # m = 0: the 17-digit text always round-trips (h > 0.5); the nearest one, unless f is a tie
     best = np.zeros(n, dtype=np.int64)
     d = whole + (frac > 0.5)
@@ -98,18 +106,19 @@ def _shortest(a: np.ndarray):
     for m in range(1, 18):
         q = int(_POW10[m])
         w, f, h = (whole, frac, half) if active is None else (whole[active], frac[active], half[active])
-        r = w % q
+        quot = w // q
+        r = w - quot * q  # numpy's % is several times slower than // by a constant
         down = r + f
         dist = np.minimum(down, (q - r) - f)
         edge = np.abs(dist - h) <= _EPS
         inside = (dist < h) & ~edge
         excess = down - 0.5 * q
-        if active is None:
+        if active is None:  # np.where builds new arrays faster than masked copies into the old ones
             unsure |= edge
-            np.copyto(best, m, where=inside)
-            np.copyto(d, w // q + (excess > 0), where=inside)
-            np.copyto(tie, np.abs(excess) <= _EPS, where=inside)
-            np.copyto(exact, down == 0, where=inside)
+            best = np.where(inside, m, best)
+            d = np.where(inside, quot + (excess > 0), d)
+            tie = np.where(inside, np.abs(excess) <= _EPS, tie)
+            exact = np.where(inside, down == 0, exact)
             count = int(np.count_nonzero(inside))
             if count * 4 < n:
                 active = np.flatnonzero(inside)
@@ -117,7 +126,7 @@ def _shortest(a: np.ndarray):
             unsure[active[edge]] = True
             rows = active[inside]
             best[rows] = m
-            d[rows] = w[inside] // q + (excess[inside] > 0)
+            d[rows] = quot[inside] + (excess[inside] > 0)
             tie[rows] = np.abs(excess[inside]) <= _EPS
             exact[rows] = down[inside] == 0
             active = rows
@@ -185,20 +194,24 @@ class FloatText:
         dot_at = np.where(big, e, np.where(~positional & (sig > 1), 0, -1)).astype(np.int8)
         dots = set(np.flatnonzero(np.bincount(dot_at.astype(np.int64) + 1, minlength=18)[1:]).tolist())
         always = int(shown.min())
-        chars: List[np.ndarray] = []
+        groups: List[np.ndarray] = []
 
         def digit(j: int, col: np.ndarray) -> None:
-            if not chars:  # all 17 digits at once, least significant first
-                top = (digits // 1_000_000_000).astype(np.int32)  # 8 digits
-                low = (digits % 1_000_000_000).astype(np.int32)  # 9 digits
-                for k in range(16, -1, -1):
-                    src = low if k >= 8 else top
-                    chars.append((src % 10).astype(np.uint8))
-                    src //= 10
-                chars.reverse()
-            np.add(chars[j], _C["0"], out=col)
+            if not groups:  # the 17 digits as a lead digit and four 4-digit groups, characters from a table
+                lead = digits // 10 ** 16
+                rest = digits - lead * 10 ** 16
+                high = (rest // 10 ** 8).astype(np.int32)
+                low = (rest - high.astype(np.int64) * 10 ** 8).astype(np.int32)
+                groups.append((lead.astype(np.uint8) + _C["0"]).reshape(-1, 1))
+                for part in (high, low):
+                    upper = part // 10_000
+                    for g in (upper, part - upper * 10_000):
+                        groups.append(_digits4()[g].view(np.uint8).reshape(-1, 4))
+            source = groups[0][:, 0] if j == 0 else groups[1 + (j - 1) // 4][:, (j - 1) % 4]
             if j >= always:
-                col *= shown > j
+                np.multiply(source, shown > j, out=col)
+            else:
+                col[...] = source
 
         for j in range(int(shown.max())):
             w.append(lambda col, j=j: digit(j, col))

@@ -34,7 +34,8 @@ KIND = "compare"
 SCHEMA_VERSION = 1
 CODE_TABLES = {"verdicts": VERDICTS, "findings": FINDINGS, "statuses": STATUS_NAMES}
 SAME_AS_TARGET = -2
-NAME_COLUMNS = {"results": ("record", "parent", "golden_name"), "divergence": ("record", "parent", "last_op", "link"),
+NAME_COLUMNS = {"results": ("record", "parent", "golden_name"),
+                "divergence": ("record", "parent", "last_op", "link"),
                 "tree": ("node", "parent"), "golden_only": ("golden_name",)}
 DERIVED = ("target_name",)
 _UNKNOWN = -3  # not yet coded
@@ -112,7 +113,10 @@ class TextDictionary:
         miss = np.flatnonzero(codes == _UNKNOWN)
         if miss.size:
             sub, uniques = factorize(values[miss])
-            mapped = np.array([self._code(u) for u in uniques.tolist()], dtype=np.int32)
+            index, code = self.index, self._code
+            setdefault = index.setdefault
+            mapped = np.fromiter((setdefault(u, len(index)) if type(u) is str and u else code(u)
+                                  for u in uniques.tolist()), dtype=np.int32, count=len(uniques))
             codes[miss] = mapped[sub]
             objs = uniques.tolist()
             self._keep.extend(objs)

@@ -71,6 +71,7 @@ class KeyOptions:
     cell_mapping: Optional[Dict[str, str]] = None
     layer_mapping: Optional[Dict[str, Dict[str, str]]] = None
     renumber_backward: bool = False
+    msprobe_side: str = ""  # "target"/"golden": that side is msprobe's and the other ours (engines.compare.dunders)
 
 
 def strip_wrappers(record: str, ddp: bool) -> str:

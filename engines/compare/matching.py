@@ -11,6 +11,7 @@ from typing import Dict, List
 
 import numpy as np
 
+from engines.compare.dunders import align_msprobe_dunders
 from engines.compare.fuzzy import align_records, fuzzy_record_key
 from engines.compare.mapping import KeyOptions, side_keys
 from engines.parse.rows import RowTable
@@ -93,6 +94,11 @@ def match_rows(t_rows: RowTable, g_rows: RowTable, opts: KeyOptions, *, fuzzy: b
                cross_framework: bool = False) -> Match:
     t_keys = side_keys(t_rows, opts, is_target=True)
     g_keys = side_keys(g_rows, opts, is_target=False)
+    if opts.msprobe_side and not opts.data_mapping and opts.layer_mapping is None:
+        if opts.msprobe_side == "golden":
+            g_keys = align_msprobe_dunders(t_rows, t_keys, g_rows, g_keys)
+        else:
+            t_keys = align_msprobe_dunders(g_rows, g_keys, t_rows, t_keys)
     if fuzzy and not opts.data_mapping and opts.layer_mapping is None:
         gi = fuzzy_pairs(t_rows, g_rows, t_keys, g_keys)
         renamed = np.zeros(len(t_rows), dtype=bool)

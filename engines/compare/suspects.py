@@ -19,7 +19,7 @@ import numpy as np
 from engines.compare.divergence import KIND_GAP, KIND_REGION, PHASES, SUSPECT_KINDS
 from engines.compare.verdicts import VERDICTS
 from engines.parse.names import direction_word, parse_record
-from engines.parse.rows import DIR_BACKWARD, KIND_API, KIND_MODULE, KIND_PARAM_GRAD, factorize
+from engines.parse.rows import DIR_BACKWARD, KIND_API, KIND_MODULE, KIND_PARAM_GRAD
 
 _FRAME = re.compile(r"File (.+?), line (\d+), in ([^,\n]+)")
 _LIBRARY = re.compile(r"site-packages|dist-packages|<frozen|[\\/]lib[\\/]python\d")  # installed or stdlib code
@@ -67,8 +67,8 @@ def numbers_text(values) -> str:
     return ",".join(parts)
 
 
-def _codes(values: np.ndarray) -> np.ndarray:
-    return factorize(np.asarray(values, dtype=object))[0]
+def _key(div: Dict[str, np.ndarray], i: int) -> tuple:
+    return int(div["kind"][i]), str(div["record"][i]), str(div["last_op"][i] or ""), str(div["link"][i] or "")
 
 
 def group_suspects(div: Dict[str, np.ndarray], results: Dict[str, np.ndarray], limit: int) -> List[Dict[str, Any]]:
@@ -76,31 +76,37 @@ def group_suspects(div: Dict[str, np.ndarray], results: Dict[str, np.ndarray], l
     n = len(div.get("record", []))
     if not n or limit <= 0:
         return []
-    key = np.stack([div["kind"].astype(np.int64), _codes(div["record"]), _codes(div["last_op"]),
-                    _codes(div["link"])], axis=1)
-    _, first, inverse = np.unique(key, axis=0, return_index=True, return_inverse=True)
-    inverse = inverse.reshape(-1)
-    order = np.argsort(first, kind="stable")[:limit]  # groups in ranking order (their best entry first)
+    firsts: Dict[tuple, int] = {}  # the first `limit` suspects, by their best (first) entry
+    for i in range(n):
+        key = _key(div, i)
+        if key not in firsts:
+            firsts[key] = i
+            if len(firsts) == limit:
+                break
+    records = {k[1] for k in firsts}
+    candidates = np.flatnonzero(np.fromiter((r in records for r in div["record"].tolist()), bool, n))
+    members: Dict[tuple, List[int]] = {k: [] for k in firsts}
+    for i in candidates.tolist():
+        rows = members.get(_key(div, i))
+        if rows is not None:
+            rows.append(i)
     stacks = results.get("stack")
     out = []
-    for g in order.tolist():
-        rows = np.flatnonzero(inverse == g)
-        best = int(first[g])
-        record = str(div["record"][best])
+    for key, best in firsts.items():
+        rows = np.array(members[key], dtype=np.int64)
+        record = key[1]
         row = int(div["first_row"][best])
         stack = str(stacks[row]) if stacks is not None and 0 <= row < len(stacks) else ""
-        kind = int(div["kind"][best])
         out.append({
-            "position": int(div["position"][best]), "record": record, "kind": SUSPECT_KINDS[kind],
+            "position": int(div["position"][best]), "record": record, "kind": SUSPECT_KINDS[key[0]],
             "direction": direction_word(int(div["direction"][best])), "phase": PHASES[int(div["phase"][best])],
             "score": _num(div["score"][best]), "out_err": _num(div["out_err"][best]),
             "in_err": _num(div["in_err"][best]), "verdict": VERDICTS[int(div["worst_verdict"][best])],
             "rank": int(div["rank"][best]), "step": int(div["step"][best]),
             "steps": sorted(set(div["step"][rows].tolist())), "ranks": sorted(set(div["rank"][rows].tolist())),
             "entries": int(rows.size), "where": location(str(div["parent"][best] or ""), stack),
-            "last_op": str(div["last_op"][best] or ""), "n_ops": int(div["n_ops"][best]),
-            "link": str(div["link"][best] or ""), "changed_args": str(div["changed_args"][best] or ""),
-            "note": str(div["note"][best] or ""),
+            "last_op": key[2], "n_ops": int(div["n_ops"][best]), "link": key[3],
+            "changed_args": str(div["changed_args"][best] or ""), "note": str(div["note"][best] or ""),
         })
     return out
 
