@@ -1,4 +1,4 @@
-"""``repr()`` of float64 values for a whole column at once, as NUL-padded byte frames (the CSV report).
+"""``repr()`` of float64 values for a whole column at once, as NUL-padded bytes (the CSV report).
 
 A CSV report of a million rows holds about 17 million numbers, written as Python writes them (shortest text
 that reads back as the same float, David Gay's ``dtoa`` mode 0): msprobe's reports (pandas) do the same, and
@@ -10,8 +10,8 @@ users diff them. Python needs ~0.3 µs a number; this module finds the same digi
    (0.55 < h ≤ 11.1). The shortest text is the largest ``m`` such that the nearest multiple of ``10^m`` lies
    inside the interval (if one does for ``m``, one does for every smaller ``m``: scan up, stop at the first miss);
    its digits are that multiple, which is also the closest shortest candidate — what ``dtoa`` returns.
-3. Layout: Python's rules (positional for decimal exponents −4..15, else ``d.ddde±XX``) written into a fixed
-   frame of :data:`FRAME` bytes per value, NUL where a position is unused; the caller drops the NULs.
+3. Layout: Python's rules (positional for decimal exponents −4..15, else ``d.ddde±XX``) written as byte
+   columns, one per character position some value uses, NUL where a value does not; the caller drops the NULs.
 
 Values the arithmetic cannot settle with a wide margin (an exact tie, a candidate within 1e-9 of the interval
 edge, exact powers of two whose interval is lopsided, magnitudes beyond 1e±200, inf, nan) get ``repr`` itself,
@@ -32,7 +32,6 @@ _SPLIT = 134217729.0  # 2^27 + 1, Veltkamp's splitter
 _POW10 = np.array([10 ** i for i in range(18)], dtype=np.int64)
 _TABLE: List[np.ndarray] = []
 _C = {c: np.uint8(ord(c)) for c in "0.-+e"}
-
 
 
 def _pow10_table() -> Tuple[np.ndarray, np.ndarray]:
