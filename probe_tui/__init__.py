@@ -1,6 +1,17 @@
 """probe-tui: a numerical-accuracy debugger for deep-learning training.
 
-``import probe_tui`` is cheap: it imports neither Textual nor a framework.
+``import probe_tui`` is cheap: it imports neither Textual nor a framework. ``PrecisionDebugger`` and
+``seed_all`` (the in-script API) load on first use, and import torch only when called.
 """
 
 __version__ = "0.1.0"
+
+__all__ = ["PrecisionDebugger", "seed_all", "__version__"]
+
+
+def __getattr__(name):
+    if name in ("PrecisionDebugger", "seed_all"):
+        from probe_tui import debugger
+
+        return getattr(debugger, name)
+    raise AttributeError("module 'probe_tui' has no attribute %r" % name)

@@ -1,0 +1,230 @@
+"""Capture overhead on the demo: step time against the same model uninstrumented, the two interleaved.
+
+    python benchmarks/dump_overhead.py [--preset default|tiny|both] [--rounds 3] [--steps 3] [--json FILE]
+
+Arms: imported but disabled, statistics L0 / L1 / mix, statistics L1 with ``summary_mode: hash`` (CRC32 +
+xhash) and with ``md5`` (CRC32 only, msprobe's md5), tensor L1. Each measured step of an arm is followed by an uninstrumented step of the same model and
+optimizer (so drift and machine noise hit both alike); a step is zero_grad + forward + loss + backward + AdamW
++ the tool's step end (statistics moved to the host, rows committed to the HDF5 store). torch runs on one thread;
+the tool's own threads (hashing, async writing) may use another core, which the CPU-time ratio (process CPU
+time, all threads) shows.
+
+Reported per arm: median wall ratio (and its spread over rounds), median CPU-time ratio, records, bytes and
+files per step per rank, peak resident memory while the arm ran, and the overhead per captured record in
+microseconds (the figure that matters on fast accelerators, where the tiny preset lives).
+
+msprobe 26.2.0 on this kind of machine (reference/msprobe-baselines.md): statistics L0 1.65x, L1 3.79x,
+mix 4.47x, L1+md5 6.50x, tensor L1 22.7x (1,572 files a step); tiny preset L0 ~12x, L1 ~49x, mix ~72x,
+L1 md5 ~137x, tensor L1 ~282x. Our targets: overhead (ratio - 1) at most a third of those.
+"""
+
+import argparse
+import json
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+from engines.adapters.torch.demo import build_model  # noqa: E402
+from engines.adapters.torch.session import TorchCaptureSession  # noqa: E402
+from engines.capture.options import CaptureOptions  # noqa: E402
+from engines.capture.sink import dump_sink_factory  # noqa: E402
+from engines.capture.summary import CaptureSummary  # noqa: E402
+from engines.demo.data import batches  # noqa: E402
+from engines.demo.knobs import resolve_knobs  # noqa: E402
+
+ARMS = {
+    "disabled": None,
+    "statistics L0": dict(level="L0"),
+    "statistics L1": dict(level="L1"),
+    "statistics mix": dict(level="mix"),
+    "statistics L1 hash": dict(level="L1", summary_mode="hash"),
+    "statistics L1 md5": dict(level="L1", summary_mode="md5"),
+    "tensor L1": dict(level="L1", task="tensor"),
+}
+MSPROBE = {
+    "default": {"disabled": 1.0, "statistics L0": 1.65, "statistics L1": 3.79, "statistics mix": 4.47,
+                "statistics L1 hash": 6.50, "statistics L1 md5": 6.50, "tensor L1": 22.7},
+    "tiny": {"disabled": 1.0, "statistics L0": 12.0, "statistics L1": 49.0, "statistics mix": 72.0,
+             "statistics L1 hash": 137.0, "statistics L1 md5": 137.0, "tensor L1": 282.0},
+}
+
+
+def _reset_peak_rss() -> None:
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+    except OSError:
+        pass
+
+
+def _peak_rss_mb() -> float:
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024.0
+    except OSError:
+        pass
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
+class Workload:
+    """The demo's model, optimizer and one batch; ``step()`` is one training step."""
+
+    def __init__(self, preset: str) -> None:
+        self.knobs = resolve_knobs({"preset": preset, "steps": 1})
+        torch.manual_seed(self.knobs.seed)
+        self.model = build_model(self.knobs)
+        self.model.train()
+        self.opt = torch.optim.AdamW(self.model.parameters(), lr=self.knobs.lr)
+        self.tokens, self.targets = [(torch.from_numpy(x), torch.from_numpy(y)) for x, y in batches(self.knobs)][0]
+
+    def step(self) -> float:
+        self.opt.zero_grad()
+        logits = self.model(self.tokens)
+        loss = F.cross_entropy(logits.view(-1, self.knobs.vocab), self.targets.view(-1))
+        loss.backward()
+        self.opt.step()
+        return float(loss.detach())
+
+
+def _timed(fn):
+    w0, c0 = time.perf_counter(), time.process_time()
+    fn()
+    return time.perf_counter() - w0, time.process_time() - c0
+
+
+def run_arm(work: Workload, arm: str, rounds: int, steps: int, warmup: int, root: Path):
+    options = ARMS[arm]
+    ratios, cpu_ratios, per_record_us = [], [], []
+    records = nbytes = files = 0
+    measured = 0
+    _reset_peak_rss()
+    base_rss = _peak_rss_mb()
+    for r in range(rounds):
+        folder = root / ("%s-%d" % (arm.replace(" ", "_"), r))
+        summary = CaptureSummary()
+        if options is None:
+            session = None  # imported, nothing started: no mode, no hook
+        else:
+            opts = CaptureOptions(**options)
+            session = TorchCaptureSession(opts, dump_sink_factory(lambda rank, f=folder: f / ("rank%d" % rank), opts,
+                                                                  {"framework": "pytorch"}, summary),
+                                          summary=summary, rank=0)
+        base_w, base_c, arm_w, arm_c = [], [], [], []
+
+        def captured(session=session):
+            if session is not None:
+                session.start(work.model)
+            work.step()
+            if session is not None:
+                session.step_end()
+
+        for i in range(warmup + steps):
+            bw, bc = _timed(work.step)
+            aw, ac = _timed(captured)
+            if i >= warmup:
+                base_w.append(bw)
+                base_c.append(bc)
+                arm_w.append(aw)
+                arm_c.append(ac)
+        if session is not None:
+            session.close()
+        n = warmup + steps
+        ratios.append(statistics.median(arm_w) / statistics.median(base_w))
+        cpu_ratios.append(statistics.median(arm_c) / statistics.median(base_c))
+        rec = summary.records / n if n else 0
+        records += summary.records
+        nbytes += summary.bytes
+        measured += n
+        if folder.exists():
+            files += sum(1 for p in folder.rglob("*") if p.is_file())
+            shutil.rmtree(folder, ignore_errors=True)
+        if rec:
+            per_record_us.append((statistics.median(arm_w) - statistics.median(base_w)) / rec * 1e6)
+    return {
+        "ratio": statistics.median(ratios),
+        "ratio_min": min(ratios),
+        "ratio_max": max(ratios),
+        "cpu_ratio": statistics.median(cpu_ratios),
+        "records_per_step": records / measured,
+        "bytes_per_step": nbytes / measured,
+        "files_per_step": files / measured,
+        "us_per_record": statistics.median(per_record_us) if per_record_us else 0.0,
+        "peak_rss_mb": _peak_rss_mb(),
+        "rss_growth_mb": _peak_rss_mb() - base_rss,
+    }
+
+
+def run_preset(preset: str, arms, rounds: int, steps: int, warmup: int):
+    work = Workload(preset)
+    for _ in range(warmup):
+        work.step()
+    root = Path(tempfile.mkdtemp(prefix="probe-tui-overhead-"))
+    out = {}
+    try:
+        base = statistics.median(_timed(work.step)[0] for _ in range(max(steps, 3)))
+        out["baseline_step_ms"] = base * 1e3
+        for arm in arms:
+            out[arm] = run_arm(work, arm, rounds, steps, warmup, root)
+            _print_row(preset, arm, out[arm])
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    return out
+
+
+def _print_row(preset: str, arm: str, r) -> None:
+    ms = MSPROBE[preset].get(arm)
+    target = 1 + (ms - 1) / 3 if ms else None
+    print("%-8s %-19s %6.2fx (%5.2f-%5.2f)  cpu %5.2fx  %6.0f rec  %9s  %4.1f files  %7.1f us/rec  peak %6.0f MB%s"
+          % (preset, arm, r["ratio"], r["ratio_min"], r["ratio_max"], r["cpu_ratio"], r["records_per_step"],
+             _human(r["bytes_per_step"]), r["files_per_step"], r["us_per_record"], r["peak_rss_mb"],
+             ("   target <= %.2fx (msprobe %.2fx)" % (target, ms)) if target and arm != "disabled" else
+             "   target <= 1.02x" if arm == "disabled" else ""), flush=True)
+
+
+def _human(n: float) -> str:
+    for unit in ("B", "KB", "MB", "GB"):
+        if n < 1024 or unit == "GB":
+            return "%.0f %s" % (n, unit) if unit == "B" else "%.1f %s" % (n, unit)
+        n /= 1024.0
+    return "%.0f B" % n
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--preset", choices=("default", "tiny", "both"), default="both")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--steps", type=int, default=3, help="measured steps per round (after warm-up)")
+    parser.add_argument("--warmup", type=int, default=1)
+    parser.add_argument("--arms", default=",".join(ARMS), help="comma-separated subset of: " + ", ".join(ARMS))
+    parser.add_argument("--json", help="also write the figures to this JSON file")
+    args = parser.parse_args(argv)
+    torch.set_num_threads(1)
+    arms = [a.strip() for a in args.arms.split(",") if a.strip()]
+    unknown = [a for a in arms if a not in ARMS]
+    if unknown:
+        parser.error("--arms: unknown arm %r" % unknown[0])
+    presets = ("default", "tiny") if args.preset == "both" else (args.preset,)
+    results = {}
+    for preset in presets:
+        steps = args.steps if preset == "default" else args.steps * 10
+        results[preset] = run_preset(preset, arms, args.rounds, steps, args.warmup)
+        print("%-8s baseline step %.1f ms" % (preset, results[preset]["baseline_step_ms"]), flush=True)
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

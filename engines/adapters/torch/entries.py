@@ -1,0 +1,192 @@
+"""Tensor entries of one step: each captured tensor *version* is summarised once.
+
+The output of one op is usually the input of the next, and a module's parameters appear in every call: keyed on
+``(id, version counter)`` with a weak reference to rule out a recycled id, an entry is reused while the tensor is
+unchanged, and an in-place write (which bumps the version) makes a new one. Each entry gets its statistics, on
+request its CRC32/xhash, and for the tensor task a private host copy for the store.
+"""
+
+import weakref
+import zlib
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Dict, List, Optional, Tuple
+
+import numpy as np
+import torch
+
+from engines.adapters.torch.tensor_bytes import device_word_sum, host_copy
+from engines.adapters.torch.tensor_stats import StatsBatch, UnsupportedTensor, summarisable
+from engines.capture import xhash as xh
+from engines.capture.options import CaptureOptions
+from engines.capture.records import VALID_CRC32, VALID_XHASH, EntryColumns
+from engines.capture.summary import CaptureSummary
+
+_DTYPE_NAMES: Dict[object, str] = {}
+
+# Below this many bytes a hash is computed inline: a thread hand-off costs more.
+INLINE_HASH_BYTES = 1 << 16
+
+
+def _hash_job(arr: np.ndarray, dtype_name: str, shape: Tuple[int, ...], crc: bool, xhash: bool):
+    flat = arr.reshape(-1)
+    c = zlib.crc32(flat) if crc else None
+    x = xh.xhash_bytes(flat, dtype_name, shape) if xhash else None
+    return c, x
+
+
+class TensorEntries:
+    def __init__(self, options: CaptureOptions, summary: CaptureSummary, force_batched: bool = False) -> None:
+        self.options = options
+        self.summary = summary
+        self.want_crc = options.wants_crc32
+        self.want_xhash = options.wants_xhash
+        self.stats = StatsBatch(high_precision=options.precision == "high", force_batched=force_batched)
+        self.force_batched = force_batched
+        self._pool: Optional[ThreadPoolExecutor] = None
+        self.saving_stopped = False
+        self.clear()
+
+    def clear(self) -> None:
+        self.n = 0
+        self.cache: Dict[int, Tuple[weakref.ref, int, int]] = {}
+        self.stats.clear()
+        self.host_data: Dict[int, Tuple[np.ndarray, str]] = {}
+        self.hashes: Dict[int, object] = {}  # entry -> (crc, xhash) or Future
+        self.device_sums: Dict[int, Tuple[torch.Tensor, int, str, Tuple[int, ...]]] = {}
+        self.nbytes: Dict[int, int] = {}
+        self.numels: Dict[int, int] = {}
+        self.meta: List[Tuple[str, str, str]] = []  # entry -> (dtype, shape JSON, device)
+        self.device_copies = False
+
+    # -- capture ---------------------------------------------------------------------------------------------
+    def entry(self, t: torch.Tensor, save: bool = False, fresh: bool = False) -> int:
+        """Entry id for the current version of ``t`` (created on first sight)."""
+        key = id(t)
+        try:
+            version = t._version
+        except RuntimeError:  # inference tensors keep no version counter
+            version = -1
+            fresh = True
+        if not fresh:
+            cached = self.cache.get(key)
+            if cached is not None and cached[1] == version and cached[0]() is t:
+                e = cached[2]
+                if save and e not in self.host_data and not self.saving_stopped:
+                    self._save(e, t)
+                return e
+        e = self.n
+        self.n += 1
+        dtype = t.dtype
+        name = _DTYPE_NAMES.get(dtype)
+        if name is None:
+            name = _DTYPE_NAMES[dtype] = str(dtype)
+        self.meta.append((name, str(list(t.shape)), "cpu" if t.is_cpu else str(t.device)))
+        try:
+            base = summarisable(t.detach())
+        except UnsupportedTensor as exc:
+            self.summary.unsupported(str(exc))
+            return e
+        self.stats.add(e, base)
+        numel = base.numel()
+        self.numels[e] = numel
+        self.nbytes[e] = numel * base.element_size()
+        if save and not self.saving_stopped:
+            self._save(e, base)
+        if self.want_crc or self.want_xhash:
+            self._hash(e, base)
+        if version >= 0:
+            try:
+                self.cache[key] = (weakref.ref(t), version, e)
+            except TypeError:
+                pass
+        return e
+
+    def _save(self, e: int, t: torch.Tensor) -> None:
+        arr, name = host_copy(t)
+        if not t.is_cpu:
+            self.device_copies = True
+        self.host_data[e] = (arr, name)
+
+    def _hash(self, e: int, t: torch.Tensor) -> None:
+        shape = tuple(t.shape)
+        name = str(t.dtype)
+        if not self.want_crc and (not t.is_cpu or self.force_batched):
+            s, m = device_word_sum(t)
+            self.device_sums[e] = (s, m, name, shape)
+            return
+        if e in self.host_data:
+            arr = self.host_data[e][0]
+        else:
+            arr, name = host_copy(t)
+            if not t.is_cpu:
+                self.device_copies = True
+        if arr.nbytes <= INLINE_HASH_BYTES and t.is_cpu:
+            self.hashes[e] = _hash_job(arr, name, shape, self.want_crc, self.want_xhash)
+            return
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="probe-tui-hash")
+        if not t.is_cpu:
+            # The non-blocking copy must land before the worker reads it.
+            self.hashes[e] = ("sync", arr, name, shape)
+            return
+        self.hashes[e] = self._pool.submit(_hash_job, arr, name, shape, self.want_crc, self.want_xhash)
+
+    # -- step end --------------------------------------------------------------------------------------------
+    def finish(self) -> EntryColumns:
+        """Move every result to the host (one transfer per device and dtype) and fill the entry columns."""
+        n = self.n
+        cols = EntryColumns(n)
+        if self.device_copies:
+            _synchronize()
+        cols.stats, cols.valid, cols.counts = self.stats.finish(n)
+        for e, numel in self.numels.items():
+            cols.numel[e] = numel
+        if self.device_sums:
+            self._finish_device_sums(cols)
+        for e, h in self.hashes.items():
+            if isinstance(h, tuple) and len(h) == 4 and h[0] == "sync":
+                h = _hash_job(h[1], h[2], h[3], self.want_crc, self.want_xhash)
+            elif isinstance(h, Future):
+                h = h.result()
+            c, x = h  # type: ignore[misc]
+            if c is not None:
+                cols.crc32[e] = c
+                cols.valid[e] |= VALID_CRC32
+            if x is not None:
+                cols.xhash[e] = x
+                cols.valid[e] |= VALID_XHASH
+        return cols
+
+    def _finish_device_sums(self, cols: EntryColumns) -> None:
+        by_device: Dict[torch.device, List[int]] = {}
+        for e, (s, _, _, _) in self.device_sums.items():
+            by_device.setdefault(s.device, []).append(e)
+        for entries in by_device.values():
+            sums = torch.stack([self.device_sums[e][0] for e in entries]).cpu().tolist()
+            for e, s in zip(entries, sums):
+                _, m, name, shape = self.device_sums[e]
+                cols.xhash[e] = xh.finish(s & xh.MASK64, m, name, shape)
+                cols.valid[e] |= VALID_XHASH
+
+    def take_host_data(self) -> Dict[int, Tuple[np.ndarray, str]]:
+        data = self.host_data
+        self.host_data = {}
+        return data
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None
+
+
+def _synchronize() -> None:
+    acc = getattr(torch, "accelerator", None)
+    if acc is not None and hasattr(acc, "synchronize"):
+        try:
+            if acc.is_available():
+                acc.synchronize()
+                return
+        except Exception:
+            pass
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()

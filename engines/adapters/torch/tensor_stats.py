@@ -1,0 +1,185 @@
+"""Statistics of captured tensors, computed on the tensor's own device without a host sync per tensor.
+
+Rules (reference §5.2 / S1 / S2, docs/CAPTURE.md):
+
+- float16/bfloat16/float32: max and min exactly; sum and L2 norm by torch in the tensor's dtype
+  (``precision: low``) or accumulated and returned in float32 (``precision: high``); mean = sum / numel in float64.
+- float64 always in float64 (never downcast). Float8 types are widened to float32 (exact).
+- integers: max/min exactly, sum in int64 (exact), norm in float64.
+- bool: max = any, min = all; mean and norm absent.
+- complex: statistics of ``abs()``.
+- 0-d: max = min = mean = norm = the value (msprobe's rule). Empty: no statistics.
+- nan / +inf / -inf counts: exact. On the CPU they are counted only when the sum is not finite (the sum already
+  tells); on accelerators they are computed on the device with everything else.
+
+On an accelerator every result stays a 0-d device tensor; ``finish()`` stacks them per (device, dtype) and moves
+each stack to the host once. On the CPU, where reading a value costs no synchronisation, values are read at once.
+"""
+
+import math
+from typing import Any, Dict, List, Tuple
+
+import torch
+
+from engines.capture.records import VALID_MAX, VALID_MEAN, VALID_MIN, VALID_NORM, VALID_STATS
+
+_HALF = (torch.float16, torch.bfloat16)
+_FLOAT_FAST_MINMAX = (torch.float32, torch.float64)
+_FP8 = tuple(getattr(torch, n) for n in ("float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz",
+                                         "float8_e8m0fnu") if hasattr(torch, n))
+_INF = float("inf")
+
+# Column positions in an entry's statistics row.
+MAX, MIN, SUM, NORM = 0, 1, 2, 3
+
+
+class UnsupportedTensor(Exception):
+    """A tensor the tool cannot summarise (meta, sparse, quantized, nested...); its row keeps dtype and shape."""
+
+
+def summarisable(t: torch.Tensor) -> torch.Tensor:
+    """The dense tensor whose values are summarised, or UnsupportedTensor."""
+    cls = type(t)
+    if cls is not torch.Tensor and cls is not torch.nn.Parameter:
+        if cls.__name__ == "DTensor":
+            return t.to_local()
+        if cls.__name__ in ("FakeTensor", "FunctionalTensor"):
+            raise UnsupportedTensor(cls.__name__)
+        if not isinstance(t, torch.nn.Parameter) and hasattr(cls, "__torch_dispatch__") \
+                and cls.__torch_dispatch__ is not torch.Tensor.__torch_dispatch__:
+            raise UnsupportedTensor(cls.__name__)
+    if t.layout is not torch.strided:
+        raise UnsupportedTensor("%s tensor" % str(t.layout).replace("torch.", ""))
+    if t.is_meta:
+        raise UnsupportedTensor("meta tensor")
+    if t.is_quantized:
+        raise UnsupportedTensor("quantized tensor")
+    if t.is_nested:
+        raise UnsupportedTensor("nested tensor")
+    return t
+
+
+class StatsBatch:
+    """Statistics of one step's tensor entries; ``finish(n)`` returns the host arrays."""
+
+    def __init__(self, high_precision: bool = False, force_batched: bool = False) -> None:
+        self.high = high_precision
+        self.force_batched = force_batched
+        self.clear()
+
+    def clear(self) -> None:
+        # Host values known at capture time: entry -> [max, min, sum, norm, numel, valid, nan, posinf, neginf]
+        self.host: Dict[int, List[Any]] = {}
+        # Device results pending a batched move: (device, dtype) -> ([0-d tensors], [(entry, column)])
+        self.pending: Dict[Tuple[Any, Any], Tuple[List[torch.Tensor], List[Tuple[int, int]]]] = {}
+
+    def add(self, entry: int, t: torch.Tensor) -> None:
+        """Summarise tensor ``t`` (already detached and summarisable) as ``entry``."""
+        numel = t.numel()
+        row: List[Any] = [math.nan, math.nan, math.nan, math.nan, numel, 0, 0, 0, 0]
+        self.host[entry] = row
+        if numel == 0:
+            return
+        dtype = t.dtype
+        if dtype is torch.bool:
+            row[5] = VALID_MAX | VALID_MIN
+            self._put(entry, row, MAX, t.any())
+            self._put(entry, row, MIN, t.all())
+            return
+        if t.is_complex():
+            t = t.abs()
+            dtype = t.dtype
+        elif dtype in _FP8:
+            t = t.float()
+            dtype = torch.float32
+        row[5] = VALID_STATS
+        if t.dim() == 0:
+            self._put(entry, row, MAX, t)
+            self._put(entry, row, MIN, t)
+            self._put(entry, row, SUM, t)
+            self._put(entry, row, NORM, t)
+            if dtype.is_floating_point:
+                self._counts(entry, row, t, t)
+            return
+        if dtype.is_floating_point:
+            if dtype in _FLOAT_FAST_MINMAX:
+                mx, mn = t.amax(), t.amin()
+            else:
+                mn, mx = torch.aminmax(t)
+            if self.high and dtype in _HALF:
+                s = t.sum(dtype=torch.float32)
+                n = torch.linalg.vector_norm(t, dtype=torch.float32)
+            else:
+                s = t.sum()
+                n = torch.linalg.vector_norm(t)
+            self._put(entry, row, MAX, mx)
+            self._put(entry, row, MIN, mn)
+            self._put(entry, row, SUM, s)
+            self._put(entry, row, NORM, n)
+            self._counts(entry, row, t, s)
+            return
+        # Integer types: exact max/min and sum; norm in float64.
+        self._put(entry, row, MAX, t.amax())
+        self._put(entry, row, MIN, t.amin())
+        self._put(entry, row, SUM, t.sum(dtype=torch.int64))
+        self._put(entry, row, NORM, torch.linalg.vector_norm(t.double()))
+
+    # -- internals -------------------------------------------------------------------------------------------
+    def _batched(self, value: torch.Tensor) -> bool:
+        return self.force_batched or not value.is_cpu
+
+    def _put(self, entry: int, row: List[Any], col: int, value: torch.Tensor) -> None:
+        if not self._batched(value):
+            row[col] = value.item()
+            return
+        key = (value.device, value.dtype)
+        group = self.pending.get(key)
+        if group is None:
+            group = self.pending[key] = ([], [])
+        group[0].append(value)
+        group[1].append((entry, col))
+
+    def _counts(self, entry: int, row: List[Any], t: torch.Tensor, total: torch.Tensor) -> None:
+        if not self._batched(total):
+            s = row[SUM]
+            if math.isfinite(s):
+                return
+            row[6] = int(torch.isnan(t).sum())
+            row[7] = int(torch.isposinf(t).sum())
+            row[8] = int(torch.isneginf(t).sum())
+            return
+        for col, v in ((6, torch.isnan(t).sum()), (7, torch.isposinf(t).sum()), (8, torch.isneginf(t).sum())):
+            self._put(entry, row, col, v)
+
+    def finish(self, n_entries: int):
+        """Host arrays for entries 0..n-1: (stats[n,4] = max,min,mean,norm; valid[n]; counts[n,3])."""
+        import numpy as np
+
+        for values, targets in self.pending.values():
+            stacked = torch.stack(values)
+            if stacked.dtype is torch.bool:
+                stacked = stacked.to(torch.uint8)
+            host = stacked.to(torch.float64 if stacked.is_floating_point() else torch.int64).cpu().tolist()
+            for (entry, col), v in zip(targets, host):
+                self.host[entry][col] = v
+        self.pending = {}
+        stats = np.full((n_entries, 4), np.nan, dtype=np.float64)
+        valid = np.zeros(n_entries, dtype=np.uint8)
+        counts = np.full((n_entries, 3), -1, dtype=np.int64)
+        for entry, row in self.host.items():
+            if entry >= n_entries:
+                continue
+            mx, mn, s, nrm, numel, vbits = row[0], row[1], row[2], row[3], row[4], row[5]
+            valid[entry] = vbits
+            counts[entry] = (row[6], row[7], row[8])
+            if not vbits:
+                continue
+            stats[entry, 0] = float(mx)
+            stats[entry, 1] = float(mn)
+            if vbits & VALID_MEAN:
+                stats[entry, 2] = float(s) / numel
+                stats[entry, 3] = float(nrm)
+        return stats, valid, counts
+
+
+__all__ = ["StatsBatch", "UnsupportedTensor", "summarisable", "VALID_NORM"]

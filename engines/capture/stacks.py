@@ -1,0 +1,88 @@
+"""Call sites, deduplicated: one id per distinct Python stack, frames formatted once.
+
+Walking ``sys._getframe`` and keying on ``(code object, line)`` costs a few microseconds a call; the text of a
+stack (file, line, function, source line) is produced only the first time that stack is seen.
+"""
+
+import linecache
+import os
+import sys
+from typing import Dict, List, Sequence, Tuple
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+_ENGINES = os.path.dirname(_HERE)
+
+# Frames of the tool itself and of torch's dispatch plumbing say nothing about the user's call site.
+_DEFAULT_SKIP_SUFFIXES = (
+    os.sep + os.path.join("torch", "overrides.py"),
+    os.sep + os.path.join("torch", "utils", "_python_dispatch.py"),
+    os.sep + os.path.join("torch", "nn", "modules", "module.py"),
+    os.sep + os.path.join("torch", "utils", "hooks.py"),
+)
+
+
+def _is_tool_file(filename: str) -> bool:
+    if filename.startswith(_HERE):
+        return True
+    adapters = os.path.join(_ENGINES, "adapters") + os.sep
+    if filename.startswith(adapters):
+        # Demo models are user code as far as a stack is concerned.
+        return not os.path.basename(filename).startswith("demo")
+    return filename.endswith(_DEFAULT_SKIP_SUFFIXES) or filename.endswith(os.path.join("probe_tui", "debugger.py"))
+
+
+class StackTable:
+    """Interns stacks of the calling thread. Ids are local to the table; ``drain_new()`` hands new ones over."""
+
+    def __init__(self, depth: int = 48) -> None:
+        self.depth = depth
+        self._ids: Dict[Tuple, int] = {}
+        self._frames: List[List[str]] = []
+        self._new: List[int] = []
+        self._skip: Dict[object, bool] = {}
+
+    def current(self, skip: int = 1) -> int:
+        """Id of the caller's stack (innermost frame first), skipping tool frames."""
+        try:
+            frame = sys._getframe(skip + 1)
+        except ValueError:
+            return -1
+        key = []
+        skipmap = self._skip
+        depth = self.depth
+        while frame is not None and len(key) < depth:
+            code = frame.f_code
+            drop = skipmap.get(code)
+            if drop is None:
+                drop = skipmap[code] = _is_tool_file(code.co_filename)
+            if not drop:
+                key.append((code, frame.f_lineno))
+            frame = frame.f_back
+        tkey = tuple(key)
+        sid = self._ids.get(tkey)
+        if sid is None:
+            sid = len(self._frames)
+            self._ids[tkey] = sid
+            self._frames.append(_format(tkey))
+            self._new.append(sid)
+        return sid
+
+    def frames(self, sid: int) -> List[str]:
+        return self._frames[sid]
+
+    def drain_new(self) -> List[Tuple[int, List[str]]]:
+        new = [(sid, self._frames[sid]) for sid in self._new]
+        self._new = []
+        return new
+
+    def __len__(self) -> int:
+        return len(self._frames)
+
+
+def _format(key: Sequence[Tuple[object, int]]) -> List[str]:
+    out = []
+    for code, line in key:
+        filename = code.co_filename  # type: ignore[attr-defined]
+        text = linecache.getline(filename, line).strip()
+        out.append("File %s, line %d, in %s,\n %s" % (filename, line, code.co_name, text))  # type: ignore[attr-defined]
+    return out

@@ -1,0 +1,170 @@
+"""Statistics rules (reference §5.2, §14 S1-S4), CRC32 and xhash, on the CPU and through the batched
+(accelerator) path, written through the real store."""
+
+import math
+import zlib
+
+import numpy as np
+import pytest
+import torch
+from test_capture_support import Dump, assert_stats_equal, expected_stats, make_session
+
+from engines.adapters.torch.entries import TensorEntries
+from engines.adapters.torch.tensor_bytes import device_xhash, host_copy
+from engines.capture import xhash as xh
+from engines.capture.options import CaptureOptions
+from engines.capture.records import VALID_CRC32, VALID_MAX, VALID_MIN, VALID_STATS, VALID_XHASH
+from engines.capture.summary import CaptureSummary
+
+CASES = {
+    "fp32": lambda: torch.randn(5, 7),
+    "bf16": lambda: torch.randn(64).to(torch.bfloat16),
+    "fp16": lambda: (torch.randn(33) * 100).half(),
+    "fp64": lambda: torch.tensor([1.0, 1.0 + 2.0 ** -40, -3.0], dtype=torch.float64),
+    "int64_big": lambda: torch.tensor([2 ** 40 + 1, -(2 ** 40), 3], dtype=torch.int64),
+    "int8": lambda: torch.tensor([-128, 127, 5], dtype=torch.int8),
+    "uint8": lambda: torch.tensor([0, 255, 9], dtype=torch.uint8),
+    "bool": lambda: torch.tensor([True, False, True]),
+    "bool_all": lambda: torch.ones(4, dtype=torch.bool),
+    "complex": lambda: torch.randn(6, dtype=torch.complex64),
+    "zero_d": lambda: torch.tensor(-2.5),
+    "zero_d_int": lambda: torch.tensor(7),
+    "empty": lambda: torch.zeros(0, 3),
+    "fp8": lambda: torch.randn(16).to(torch.float8_e4m3fn),
+}
+
+
+def _finish(tensors, batched=False, **opts):
+    entries = TensorEntries(CaptureOptions(**opts), CaptureSummary(), force_batched=batched)
+    ids = [entries.entry(t) for t in tensors]
+    cols = entries.finish()
+    entries.close()
+    return ids, cols
+
+
+@pytest.mark.parametrize("batched", [False, True], ids=["cpu-immediate", "batched"])
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_statistics_rules(case, batched):
+    torch.manual_seed(0)
+    t = CASES[case]()
+    (e,), cols = _finish([t], batched)
+    got = cols.stats[e]
+    want = expected_stats(t)
+    for g, w in zip(got, want):
+        assert (math.isnan(g) and math.isnan(w)) or g == w, (case, got, want)
+    if case.startswith("bool"):
+        assert cols.valid[e] == VALID_MAX | VALID_MIN
+    elif case == "empty":
+        assert cols.valid[e] == 0
+    else:
+        assert cols.valid[e] & VALID_STATS == VALID_STATS
+
+
+def test_rules_in_words():
+    torch.manual_seed(0)
+    (b, z, c, i, f64), cols = _finish([torch.tensor([False, True]), torch.tensor(-3.0),
+                                        torch.tensor([3 + 4j, 0j]), torch.tensor([2 ** 53 + 2, 0]),
+                                        torch.tensor([1.0 + 2 ** -45, 1.0], dtype=torch.float64)])
+    assert list(cols.stats[b][:2]) == [1.0, 0.0]  # bool: any / all
+    assert list(cols.stats[z]) == [-3.0, -3.0, -3.0, -3.0]  # 0-d: the value everywhere
+    assert cols.stats[c][0] == 5.0 and cols.stats[c][1] == 0.0  # complex: abs()
+    assert cols.stats[i][2] == (2 ** 53 + 2) / 2  # integer sum is exact
+    assert cols.stats[f64][0] == 1.0 + 2 ** -45  # fp64 never downcast
+
+
+@pytest.mark.parametrize("batched", [False, True], ids=["cpu-immediate", "batched"])
+def test_nonfinite_counts(batched):
+    t = torch.tensor([1.0, float("nan"), float("inf"), float("-inf"), float("inf"), 2.0])
+    clean = torch.randn(10)
+    (e, f), cols = _finish([t, clean], batched)
+    assert list(cols.counts[e]) == [1, 2, 1]
+    assert list(cols.counts[f]) == [0, 0, 0]
+
+
+def test_precision_high_accumulates_half_types_in_float32():
+    torch.manual_seed(1)
+    t = (torch.randn(4096) * 300).to(torch.bfloat16)
+    (lo,), low = _finish([t], precision="low")
+    (hi,), high = _finish([t], precision="high")
+    assert tuple(high.stats[hi]) == expected_stats(t, "high")
+    assert tuple(low.stats[lo]) == expected_stats(t, "low")
+    exact = t.double()
+    assert abs(high.stats[hi][3] - float(exact.norm())) <= abs(low.stats[lo][3] - float(exact.norm()))
+
+
+@pytest.mark.parametrize("case", ["fp32", "bf16", "fp16", "fp64", "int64_big", "bool", "complex", "zero_d", "empty",
+                                  "uint8"])
+def test_crc32_and_xhash(case):
+    torch.manual_seed(2)
+    t = CASES[case]()
+    (e,), cols = _finish([t], summary_mode="hash")
+    raw = t.contiguous().view(torch.int16) if t.dtype is torch.bfloat16 else t.contiguous()
+    assert cols.crc32[e] == zlib.crc32(raw.numpy().tobytes())
+    assert cols.valid[e] & (VALID_CRC32 | VALID_XHASH) == VALID_CRC32 | VALID_XHASH
+    arr, name = host_copy(t)
+    assert cols.xhash[e] == xh.xhash_bytes(arr, name, tuple(t.shape)) == device_xhash(t)
+
+
+def test_large_tensors_hash_off_the_training_thread_with_the_same_result():
+    t = torch.randn(1100, 1000)  # 4.4 MB: handed to the hash thread, and longer than one weight chunk
+    (e,), cols = _finish([t], summary_mode="hash")
+    assert cols.crc32[e] == zlib.crc32(t.numpy().tobytes())
+    assert cols.xhash[e] == device_xhash(t)
+
+
+def test_xor_mode_hashes_on_the_device_path():
+    t = torch.randn(50)
+    (e,), cols = _finish([t], batched=True, summary_mode="xor")
+    assert cols.valid[e] & VALID_XHASH and not cols.valid[e] & VALID_CRC32
+    assert cols.xhash[e] == device_xhash(t)
+    assert cols.crc32[e] == -1
+
+
+# xhash version 1 pinned: these vectors are in docs/FORMAT.md; a change of definition must fail here.
+XHASH_VECTORS = [
+    (np.arange(6, dtype=np.float32).reshape(2, 3), "float32", "d438b8680000204e"),
+    (np.array([0x3F80, 0x4000, 0xBF80], dtype=np.uint16), "bfloat16", "15bb386698b22530"),
+    (np.array(True), "bool", "5bac5f142b82aa7b"),
+    (np.array([-1, 2 ** 40, 7], dtype=np.int64), "int64", "05fcfec3116167b1"),
+    (np.zeros((0, 3), dtype=np.float32), "float32", "01cdfca997ce21c0"),
+    (np.array([1.0, 1.0 + 2 ** -52], dtype=np.float64), "float64", "5cfd0dfef8a2cf2a"),
+]
+
+
+@pytest.mark.parametrize("array,dtype,hexval", XHASH_VECTORS)
+def test_xhash_reference_vectors(array, dtype, hexval):
+    assert xh.xhash_hex(xh.xhash_bytes(array, dtype, array.shape)) == hexval
+
+
+def test_xhash_is_framework_neutral_and_sensitive():
+    x = torch.arange(12, dtype=torch.float32)
+    assert device_xhash(x) == xh.xhash_array(x.numpy())
+    assert xh.neutral_dtype_name("torch.bfloat16") == xh.neutral_dtype_name("BFloat16") == "bfloat16"
+    assert device_xhash(x) != device_xhash(x.flip(0))
+    assert device_xhash(x) != device_xhash(x.reshape(3, 4))
+    y = x.clone()
+    y[5] = torch.nextafter(y[5], torch.tensor(100.0))
+    assert device_xhash(x) != device_xhash(y)
+    assert device_xhash(torch.tensor(0.0)) != device_xhash(torch.tensor(-0.0))
+
+
+def test_session_writes_statistics_rows_equal_to_direct_values(tmp_path):
+    torch.manual_seed(3)
+    s = make_session(tmp_path, level="L1", summary_mode="hash")
+    a, b = torch.randn(8, 16), torch.randn(16, 4)
+    s.start()
+    out = torch.matmul(a, b)
+    flags = torch.isfinite(out)
+    s.step_end()
+    s.close()
+    dump = Dump(tmp_path / "rank0")
+    rows = dump.rows("Torch.matmul.0.forward")
+    assert_stats_equal(rows["input.0"], a)
+    assert_stats_equal(rows["input.1"], b)
+    assert_stats_equal(rows["output.0"], out)
+    assert rows["output.0"]["crc32"] == zlib.crc32(out.numpy().tobytes())
+    assert rows["output.0"]["xhash"] == device_xhash(out)
+    assert rows["output.0"]["requires_grad"] == 0
+    bool_rows = dump.rows("Torch.isfinite.0.forward")
+    assert_stats_equal(bool_rows["output.0"], flags)
+    dump.close()

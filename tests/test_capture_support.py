@@ -1,0 +1,129 @@
+"""Helpers shared by the capture tests (this module holds no tests).
+
+Everything here drives the real pieces: the torch adapter, the HDF5 store and the demo model.
+"""
+
+import math
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Optional
+
+import numpy as np
+import torch
+
+from engines.adapters.torch.session import TorchCaptureSession
+from engines.adapters.torch.zero_code import ZeroCodeCapture
+from engines.capture.options import CaptureOptions
+from engines.capture.sink import dump_sink_factory
+from engines.capture.summary import CaptureSummary
+from engines.store import DumpReader
+
+TINY = {"preset": "tiny", "steps": 2}
+STAT_COLUMNS = ("max", "min", "mean", "norm")
+
+
+def rank_dirs(root: Path) -> Callable[[int], Path]:
+    return lambda rank: Path(root) / ("rank%d" % rank)
+
+
+def make_session(root: Path, rank: int = 0, **options: Any) -> TorchCaptureSession:
+    opts = CaptureOptions(**options)
+    summary = CaptureSummary()
+    sinks = dump_sink_factory(rank_dirs(root), opts, {"framework": "pytorch"}, summary)
+    return TorchCaptureSession(opts, sinks, summary=summary, rank=rank)
+
+
+def run_demo(root: Path, knobs: Optional[Dict[str, Any]] = None, **options: Any):
+    """The demo trained under zero-code capture: (Dump of rank 0, summary, DemoResult)."""
+    from engines.adapters.torch import demo
+
+    opts = CaptureOptions(**options)
+    summary = CaptureSummary()
+    sinks = dump_sink_factory(rank_dirs(root), opts, {"framework": "pytorch"}, summary)
+    with ZeroCodeCapture(opts, sinks, summary=summary):
+        result = demo.train(dict(knobs or TINY))
+    written = sorted(Path(root).glob("rank*"))
+    return (Dump(written[0]) if written else None), summary, result
+
+
+class Dump:
+    """Read-side conveniences over a rank folder: names per step, one record's rows by slot."""
+
+    def __init__(self, rank_dir: Path) -> None:
+        self.path = Path(rank_dir)
+        self.reader = DumpReader(rank_dir)
+        self._records = self.reader.records()
+        self._tensors = self.reader.tensors()
+
+    def steps(self) -> List[int]:
+        return self.reader.steps()
+
+    def names(self, step: Optional[int] = None) -> List[str]:
+        r = self._records
+        if step is None:
+            return list(r["name"])
+        return [n for n, s in zip(r["name"], r["step"]) if int(s) == step]
+
+    def record_index(self, name: str, step: int = 0) -> int:
+        r = self._records
+        for i, (n, s) in enumerate(zip(r["name"], r["step"])):
+            if n == name and int(s) == step:
+                return i
+        raise KeyError("%s (step %d) not in the dump" % (name, step))
+
+    def record(self, name: str, step: int = 0) -> Dict[str, Any]:
+        i = self.record_index(name, step)
+        return {k: v[i] for k, v in self._records.items()}
+
+    def rows(self, name: str, step: int = 0) -> Dict[str, Dict[str, Any]]:
+        row = int(self._records["row"][self.record_index(name, step)])
+        t = self._tensors
+        out = {}
+        for i in np.nonzero(t["record"] == row)[0]:
+            out[str(t["slot"][i])] = {k: v[i] for k, v in t.items()}
+        return out
+
+    def close(self) -> None:
+        self.reader.close()
+
+
+def expected_stats(t: torch.Tensor, precision: str = "low"):
+    """(max, min, mean, norm) as docs/CAPTURE.md defines them, computed directly; NaN where absent."""
+    t = t.detach()
+    nan = math.nan
+    if t.numel() == 0:
+        return (nan, nan, nan, nan)
+    if t.dtype is torch.bool:
+        return (float(t.any()), float(t.all()), nan, nan)
+    if t.is_complex():
+        t = t.abs()
+    if t.dim() == 0:
+        v = float(t)
+        return (v, v, v, v)
+    if t.dtype.is_floating_point:
+        if t.dtype not in (torch.float16, torch.bfloat16, torch.float32, torch.float64):
+            t = t.float()
+        if precision == "high" and t.dtype in (torch.float16, torch.bfloat16):
+            s = float(t.sum(dtype=torch.float32))
+            n = float(torch.linalg.vector_norm(t, dtype=torch.float32))
+        else:
+            s = float(t.sum())
+            n = float(torch.linalg.vector_norm(t))
+        return (float(t.max()), float(t.min()), s / t.numel(), n)
+    s = int(t.sum(dtype=torch.int64))
+    return (float(t.max()), float(t.min()), s / t.numel(), float(torch.linalg.vector_norm(t.double())))
+
+
+def row_stats(row: Dict[str, Any]):
+    return tuple(float(row[c]) for c in STAT_COLUMNS)
+
+
+def assert_stats_equal(row: Dict[str, Any], t: torch.Tensor, precision: str = "low") -> None:
+    got = row_stats(row)
+    want = expected_stats(t, precision)
+    assert str(row["dtype"]) == str(t.dtype)
+    assert str(row["shape"]) == str(list(t.shape))
+    for g, w, c in zip(got, want, STAT_COLUMNS):
+        if math.isnan(w):
+            assert math.isnan(g), "%s: expected absent, got %r" % (c, g)
+        else:
+            assert g == w, "%s: %r != %r" % (c, g, w)
