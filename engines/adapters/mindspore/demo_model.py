@@ -63,7 +63,10 @@ class LayerNorm(nn.Cell):
         self.norm = ops.LayerNorm(begin_norm_axis=-1, begin_params_axis=-1, epsilon=eps)
 
     def construct(self, x: Tensor) -> Tensor:
-        y, _, _ = self.norm(x, self.weight.astype(x.dtype), self.bias.astype(x.dtype))
+        weight, bias = self.weight, self.bias
+        if x.dtype != weight.dtype:
+            weight, bias = weight.astype(x.dtype), bias.astype(x.dtype)
+        y, _, _ = self.norm(x, weight, bias)
         return y
 
 
