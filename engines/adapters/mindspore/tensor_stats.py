@@ -11,7 +11,8 @@ Two paths, one definition (docs/MINDSPORE.md):
 Rules, both paths: max and min exact; sum and L2 norm accumulated in float32 for float16/bfloat16/float32
 (``precision: low``) or float64 (``precision: high``), float64 tensors always in float64; mean = sum / numel;
 integers: exact max/min and int64 sum, norm in float64; bool: max = any, min = all, no mean/norm; complex:
-statistics of the modulus; 0-d: max = min = mean = norm = the value; empty: none. nan/+inf/-inf counts are
+statistics of the modulus; 0-d: max = min = mean = norm = the value; empty: none; a NaN anywhere makes max and min
+NaN. nan/+inf/-inf counts are
 exact (the host path counts only when the sum is not finite, which is when there is something to count).
 """
 
@@ -163,6 +164,9 @@ class StatsBatch:
         if dtype in _COMPLEX:
             t = _abs(t)
             dtype = t.dtype
+        elif dtype in _HALF:
+            t = _cast(t, ms.float32)  # exact; half-precision kernels are missing on some devices (bf16 on CPU)
+            dtype = ms.float32
         row[5] = VALID_STATS
         if t.ndim == 0:
             value = _cast(t, ms.float64 if dtype == ms.float64 else ms.float32) if dtype in _FLOATS else t
@@ -220,6 +224,8 @@ class StatsBatch:
             counts[entry] = (row[_NAN], row[_POSINF], row[_NEGINF])
             if not vbits:
                 continue
+            if row[_NAN] and row[_NAN] > 0:  # some device kernels skip NaN in max/min; numpy and torch do not
+                row[MAX] = row[MIN] = math.nan
             stats[entry, 0] = float(row[MAX])
             stats[entry, 1] = float(row[MIN])
             if vbits & VALID_MEAN:
