@@ -6,12 +6,17 @@
 
 __version__ = "0.1.0"
 
-__all__ = ["PrecisionDebugger", "seed_all", "__version__"]
+__all__ = ["PrecisionDebugger", "seed_all", "start_monitor", "TrainingMonitor", "__version__"]
 
 
 def __getattr__(name):
+    # Lazy exports: importing probe_tui stays cheap (no framework, no Textual).
     if name in ("PrecisionDebugger", "seed_all"):
         from probe_tui import debugger
 
         return getattr(debugger, name)
+    if name in ("start_monitor", "TrainingMonitor"):
+        from probe_tui import monitor as _monitor
+
+        return getattr(_monitor, name)
     raise AttributeError("module 'probe_tui' has no attribute %r" % name)

@@ -26,14 +26,14 @@ from .free_benchmark import FreeBenchmarkJob, FreeBenchmarkSection
 from .grad_probe import GradProbeJob, GradProbeSection
 from .jobs import ANALYSIS_TASKS, COLLECTION_TASKS, TASKS, JobConfig
 from .json_schemas import export_json_schemas, json_schema
-from .loader import dump_config, load_config, starter_config
+from .loader import config_source, dump_config, load_config, starter_config
 from .monitor import AlertArgs, AlertConfig, AlertRule, MonitorJob, MonitorSection, MonitorTarget
 from .output import OutputSpec
 from .target import DEMO_PRESETS, DemoFaults, DemoKnobs, TargetSpec
 from .types import compact_ranks, parse_rank_item, parse_size
 
 __all__ = [
-    "load_config", "dump_config", "starter_config", "json_schema", "export_json_schemas",
+    "load_config", "dump_config", "starter_config", "config_source", "json_schema", "export_json_schemas",
     "ConfigError", "ConfigIssue", "ConfigWarning",
     "JobConfig", "TASKS", "COLLECTION_TASKS", "ANALYSIS_TASKS",
     "JobBase", "RunJob", "CollectionJob", "DumpJob", "ALL_LEVELS", "LEVEL_NOTES",

@@ -161,10 +161,12 @@ class GradCompareSection(ConfigModel):
     drop_threshold: float = field(
         0.03, "A parameter is also flagged when its similarity drops by more than this from one step to the next.",
         ge=0, lt=1)
-    layer_tolerance: int = field(
-        0, "How many parameters may be flagged at a step before the step itself is reported as diverged.", ge=0,
+    layer_tolerance: float = field(
+        0.1, "Layer-wise view: a layer whose gradient-norm ratio target/golden deviates from 1 by more than this "
+             "(0.1 = 10%) is over tolerance; the first such layer counting from the output is marked.", ge=0,
         advanced=True)
-    plots: bool = field(True, "Draw the similarity curves (per parameter and summary).")
+    plots: bool = field(True, "Draw PNG charts next to the CSVs: summary similarity per step, similarity per "
+                                   "parameter and step, and the layer-wise norm ratios (needs matplotlib).")
     rank: RankList = field(default_factory=list, description="Ranks to compare; empty = all.")
     step: RankList = field(default_factory=list, description="Steps to compare; empty = all.")
     output_path: Optional[str] = field(None, "Folder for the results. Unset: a new run folder under dump_path.",

@@ -61,6 +61,9 @@ class GradProbeSection(ConfigModel):
         description="Strictly ascending interval boundaries for the L2 distribution: (-inf, b0], (b0, b1], ..., "
                     "(bn, inf).")
 
+    export_csv: bool = field(
+        False, "Also write msprobe's grad_summary_{step}.csv per rank next to the HDF5 store.")
+
     @field_validator("param_list")
     @classmethod
     def _names(cls, value: List[str]) -> List[str]:

@@ -3,6 +3,7 @@
 import copy
 import json
 import re
+import weakref
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple, Union
 
@@ -15,7 +16,7 @@ from .jobs import ANALYSIS_TASKS, TASKS
 from .keys import check_job_keys
 from .msprobe_compat import normalise_shape
 
-__all__ = ["load_config", "dump_config", "starter_config", "read_config_source"]
+__all__ = ["load_config", "dump_config", "starter_config", "read_config_source", "config_source"]
 
 Source = Union[str, Path, Dict[str, Any]]
 
@@ -103,7 +104,22 @@ def load_config(source: Source, *, on_warning: Optional[WarnFn] = None) -> JobBa
         job = None
     if issues:
         raise ConfigError(_in_document_order(issues, data))
+    if isinstance(source, (str, Path)) and not (isinstance(source, str) and source.lstrip().startswith("{")):
+        _SOURCES[id(job)] = (weakref.ref(job), str(Path(source).resolve()))
     return job
+
+
+# The file each loaded job came from, kept outside the model so that equality and dumps are unaffected.
+_SOURCES: Dict[int, Tuple[Any, str]] = {}
+
+
+def config_source(job: JobBase) -> Optional[str]:
+    """The absolute path of the file ``job`` was loaded from (None for a dict or JSON string): the monitor
+    watches it so that an edit applies during the run."""
+    entry = _SOURCES.get(id(job))
+    if entry is None or entry[0]() is not job:
+        return None
+    return entry[1]
 
 
 def _in_document_order(issues: List[ConfigIssue], data: Dict[str, Any]) -> List[ConfigIssue]:

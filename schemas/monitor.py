@@ -107,7 +107,8 @@ class MonitorSection(ConfigModel):
     wg_distribution: bool = field(False, "Monitor weight gradients before and after reduction across ranks.")
     monitor_mbs_grad: bool = field(False, "Weight gradients per micro-batch, before reduction.", advanced=True)
     mv_distribution: bool = field(False, "Monitor Adam's exp_avg (m) and exp_avg_sq (v).")
-    ur_distribution: bool = field(False, "Monitor Adam's update and ratio (update / sqrt(v)) distributions.",
+    ur_distribution: bool = field(False, "Monitor Adam's update m_hat / (sqrt(v_hat) + eps) and the update ratio "
+                                         "lr * |update| / |param|.",
                                   advanced=True)
     param_distribution: bool = field(False, "Monitor parameters before and after the optimizer step.")
     mg_direction: bool = field(

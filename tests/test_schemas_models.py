@@ -274,7 +274,7 @@ def test_grad_compare():
     job, _ = _load({"task": "grad_compare", "grad_compare": {"target_path": "a", "golden_path": "b"}})
     section = job.grad_compare
     assert (section.similarity_threshold, section.drop_threshold, section.layer_tolerance, section.plots) == \
-        (0.97, 0.03, 0, True)
+        (0.97, 0.03, 0.1, True)
     for bad, path in (({"similarity_threshold": 1.5}, "grad_compare.similarity_threshold"),
                       ({"drop_threshold": 1}, "grad_compare.drop_threshold"),
                       ({"layer_tolerance": -1}, "grad_compare.layer_tolerance"),

@@ -1,0 +1,63 @@
+"""One rank of a grad compare: match steps and parameters, compute similarities and the norm tables."""
+
+from dataclasses import dataclass, field
+from typing import List, Optional, Sequence
+
+import numpy as np
+
+from engines.grad_compare.similarity import SimilarityTable, direction_similarity
+
+
+@dataclass
+class RankComparison:
+    rank: int
+    table: SimilarityTable
+    target_norms: np.ndarray  # params x steps
+    golden_norms: np.ndarray
+    unmatched: List[str] = field(default_factory=list)  # parameters on one side only, or with other sizes
+    no_direction: List[str] = field(default_factory=list)  # compared by norm only (an L0 dump)
+
+
+def compare_rank(target, golden, rank: int, steps: Optional[Sequence[int]] = None) -> RankComparison:
+    common = sorted(set(target.steps(rank)) & set(golden.steps(rank)))
+    if steps:
+        wanted = set(int(s) for s in steps)
+        common = [s for s in common if s in wanted]
+    params: List[str] = []
+    index = {}
+    numels = {}
+    columns = []
+    unmatched, no_direction = set(), set()
+    for step in common:
+        t = target.load(rank, step)
+        g = golden.load(rank, step)
+        g_index = {name: i for i, name in enumerate(g.names)}
+        column = {}
+        for i, name in enumerate(t.names):
+            j = g_index.get(name)
+            if j is None or int(t.numels[i]) != int(g.numels[j]):
+                unmatched.add(name)
+                continue
+            if name not in index:
+                index[name] = len(params)
+                params.append(name)
+                numels[name] = int(t.numels[i])
+            a, b = t.packed[i], g.packed[j]
+            if a is None or b is None:
+                no_direction.add(name)
+                similarity = float("nan")
+            else:
+                similarity = direction_similarity(a, b, int(t.numels[i]))
+            column[name] = (similarity, float(t.norms[i]), float(g.norms[j]))
+        unmatched.update(name for name in g.names if name not in set(t.names))
+        columns.append(column)
+    shape = (len(params), len(common))
+    values = np.full(shape, np.nan)
+    t_norms = np.full(shape, np.nan)
+    g_norms = np.full(shape, np.nan)
+    for s, column in enumerate(columns):
+        for name, (similarity, tn, gn) in column.items():
+            p = index[name]
+            values[p, s], t_norms[p, s], g_norms[p, s] = similarity, tn, gn
+    table = SimilarityTable(common, params, np.array([numels[p] for p in params], dtype=np.int64), values)
+    return RankComparison(rank, table, t_norms, g_norms, sorted(unmatched - set(params)), sorted(no_direction))

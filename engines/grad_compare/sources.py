@@ -1,0 +1,130 @@
+"""The two sides of a grad compare: our grad_probe runs, or msprobe's grad_probe output.
+
+Accepted paths: a dump folder (its ``latest`` run), a run folder (``rank<R>/`` with a grads store), a rank folder,
+or msprobe's layout (``rank<R>/grad_summary_{step}.csv`` with ``rank<R>/step{step}/{param}.npy`` bool arrays, or
+one such rank folder). Every side gives, per rank and step: parameter names in dump order, element counts,
+gradient norms and packed directions.
+"""
+
+import csv
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Dict, List, Optional
+
+import numpy as np
+
+_CSV = re.compile(r"^grad_summary_(\d+)\.csv$")
+
+
+class SourceError(Exception):
+    """A path that holds no grad dump (one line naming it)."""
+
+
+@dataclass
+class StepGrads:
+    names: List[str]
+    numels: np.ndarray
+    norms: np.ndarray
+    packed: List[Optional[np.ndarray]]
+
+
+def _rank_dirs(path: Path) -> Dict[int, Path]:
+    return {int(p.name[4:]): p for p in path.glob("rank*") if p.is_dir() and p.name[4:].isdigit()}
+
+
+class OurGrads:
+    kind = "probe-tui"
+
+    def __init__(self, rank_dirs: Dict[int, Path]):
+        from engines.grad_probe.reader import GradReader
+
+        self._readers = {rank: GradReader(p) for rank, p in rank_dirs.items()}
+
+    def ranks(self) -> List[int]:
+        return sorted(self._readers)
+
+    def steps(self, rank: int) -> List[int]:
+        return sorted(self._readers[rank].steps())
+
+    def level(self, rank: int) -> str:
+        return self._readers[rank].level
+
+    def load(self, rank: int, step: int) -> StepGrads:
+        data = self._readers[rank].read_step(step)
+        return StepGrads(data.names, data.numels, data.norm, data.packed)
+
+    def close(self) -> None:
+        for reader in self._readers.values():
+            reader.close()
+
+
+class MsprobeGrads:
+    kind = "msprobe"
+
+    def __init__(self, rank_dirs: Dict[int, Path]):
+        self._dirs = rank_dirs
+
+    def ranks(self) -> List[int]:
+        return sorted(self._dirs)
+
+    def steps(self, rank: int) -> List[int]:
+        return sorted(int(m.group(1)) for p in self._dirs[rank].iterdir() if (m := _CSV.match(p.name)))
+
+    def level(self, rank: int) -> str:
+        steps = self.steps(rank)
+        if not steps:
+            return "L1"
+        with open(self._dirs[rank] / f"grad_summary_{steps[0]}.csv", newline="", encoding="utf-8") as handle:
+            header = next(csv.reader(handle), [])
+        return "L0" if "MD5" in header else ("L2" if "=0" in header else "L1")
+
+    def load(self, rank: int, step: int) -> StepGrads:
+        rank_dir = self._dirs[rank]
+        names, numels, norms, packed = [], [], [], []
+        with open(rank_dir / f"grad_summary_{step}.csv", newline="", encoding="utf-8") as handle:
+            rows = list(csv.reader(handle))
+        header = [h.strip().lower() for h in rows[0]] if rows else []
+        if "param_name" not in header or "norm" not in header or "shape" not in header:
+            raise SourceError(f"{rank_dir / f'grad_summary_{step}.csv'}: not a grad_summary CSV (header {rows[0] if rows else []})")
+        name_col, norm_col, shape_col = header.index("param_name"), header.index("norm"), header.index("shape")
+        for row in rows[1:]:
+            name = row[name_col]
+            shape = [int(x) for x in re.findall(r"\d+", row[shape_col])]
+            numel = int(np.prod(shape)) if shape else 1
+            names.append(name)
+            numels.append(numel)
+            norms.append(float(row[norm_col]))
+            npy = rank_dir / f"step{step}" / f"{name}.npy"
+            if npy.exists():
+                packed.append(np.packbits(np.load(npy).astype(bool).reshape(-1)))
+            else:
+                packed.append(None)
+        return StepGrads(names, np.array(numels, dtype=np.int64), np.array(norms, dtype=np.float64), packed)
+
+    def close(self) -> None:
+        pass
+
+
+def open_grads(path) -> "OurGrads | MsprobeGrads":
+    path = Path(path)
+    if not path.exists():
+        raise SourceError(f"{path}: no such file or folder")
+    if path.is_file() and path.name == "latest":
+        return open_grads(path.parent / path.read_text().strip())
+    if path.is_file():
+        path = path.parent
+    if (path / "latest").exists() and not (path / "run.json").exists() and not _rank_dirs(path):
+        return open_grads(path / "latest")
+    if any(_CSV.match(p.name) for p in path.iterdir()):
+        return MsprobeGrads({0: path})
+    if (path / "segments.jsonl").exists() or (path / "grads.h5").exists():
+        return OurGrads({0: path})
+    ranks = _rank_dirs(path)
+    ours = {r: p for r, p in ranks.items() if (p / "grads.h5").exists() or (p / "segments.jsonl").exists()}
+    if ours:
+        return OurGrads(ours)
+    theirs = {r: p for r, p in ranks.items() if any(_CSV.match(x.name) for x in p.iterdir())}
+    if theirs:
+        return MsprobeGrads(theirs)
+    raise SourceError(f"{path}: no grad_probe output here (no rank folder with a grads store or grad_summary CSVs)")

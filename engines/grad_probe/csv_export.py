@@ -1,0 +1,41 @@
+"""msprobe's ``grad_summary_{step}.csv`` (reference §9.2), written on request next to our HDF5 store.
+
+The header per level is msprobe's (lowercase, as its code writes it); ``MD5`` is the CRC32 of the float32
+gradient as 8 hex digits; interval columns and ``=0`` are fractions of elements; ``shape`` is a list.
+"""
+
+import csv
+import os
+from pathlib import Path
+from typing import List
+
+from engines.grad_probe.levels import csv_header, has_hash, has_histogram
+from engines.grad_probe.records import GradStepStats
+
+
+def summary_rows(stats: GradStepStats, level: str) -> List[list]:
+    rows = []
+    for i, name in enumerate(stats.names):
+        shape = list(stats.shapes[i])
+        tail = [float(stats.max[i]), float(stats.min[i]), float(stats.norm[i]), shape]
+        if has_hash(level):
+            rows.append([name, f"{int(stats.crc32[i]) & 0xFFFFFFFF:08x}", *tail])
+        elif has_histogram(level):
+            rows.append([name, *[float(v) for v in stats.hist[i]], float(stats.zero_frac[i]), *tail])
+        else:
+            rows.append([name, *tail])
+    return rows
+
+
+def write_grad_summary(directory, stats: GradStepStats, level: str, bounds) -> Path:
+    """Write ``<directory>/grad_summary_{step}.csv`` atomically (a killed run never leaves half a file)."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f"grad_summary_{stats.step}.csv"
+    partial = path.with_suffix(".csv.partial")
+    with open(partial, "w", newline="", encoding="utf-8") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(csv_header(level, bounds))
+        writer.writerows(summary_rows(stats, level))
+    os.replace(partial, path)
+    return path
