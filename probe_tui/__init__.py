@@ -10,7 +10,7 @@ __all__ = ["PrecisionDebugger", "seed_all", "start_monitor", "TrainingMonitor", 
 
 
 def __getattr__(name):
-    # Lazy exports: importing probe_tui stays cheap (no framework, no Textual).
+    # Lazy exports: importing probe_tui stays cheap (no torch, no Textual).
     if name in ("PrecisionDebugger", "seed_all"):
         from probe_tui import debugger
 
@@ -19,4 +19,4 @@ def __getattr__(name):
         from probe_tui import monitor as _monitor
 
         return getattr(_monitor, name)
-    raise AttributeError("module 'probe_tui' has no attribute %r" % name)
+    raise AttributeError(f"module 'probe_tui' has no attribute {name!r}")

@@ -10,6 +10,7 @@ THREE = dict(TINY, steps=4)
 def test_step_filter_writes_only_the_selected_steps(tmp_path, caplog):
     dump, summary, result = run_demo(tmp_path, THREE, level="L1", steps=(0, 2, 3))
     assert dump.steps() == [0, 2, 3]
+    assert summary.steps_skipped == [1]
     assert result.steps == 4  # training ran on; only capture stopped
     assert dump.names(0) and dump.names(2)
     # Counters restart every step: step 2 names are the same as step 0's.

@@ -232,3 +232,14 @@ def test_probe_tui_run_on_the_sample_config_prints_where_the_dump_is(tmp_path):
     assert run_dir.name in out and "records" in out
     dump = Dump(run_dir / "rank0")
     assert dump.steps() == list(range(cfg["target"]["demo"]["steps"]))
+
+
+def test_an_unwritable_dump_path_is_reported_and_training_goes_on(tmp_path):
+    from engines.adapters.torch.demo import train
+
+    blocker = tmp_path / "not_a_folder"
+    blocker.write_text("a file where the rank folder should go")
+    baseline = train(dict(TINY)).losses
+    _, summary, result = run_demo(blocker, TINY, level="L1")
+    assert result.losses == baseline
+    assert any("opening the dump store" in k for k in summary.missing)

@@ -152,6 +152,40 @@ def test_collectives_are_recorded_with_their_results(tmp_path, monkeypatch):
     assert "ReduceOp" in dump.record("Distributed.all_reduce.1.forward")["args"]
 
 
+def test_dispatch_fallback_records_collectives_the_function_mode_cannot_see(tmp_path, monkeypatch):
+    """On torch < 2.3 ``dist.all_reduce`` is plain Python: the dispatch-mode fallback records ``c10d`` ops then.
+    Simulated here by hiding the collective from the function mode's table."""
+    import torch.distributed as dist
+
+    from engines.adapters.torch import api_table, dispatch_capture
+
+    assert dispatch_capture.function_mode_sees_collectives()  # this torch: the fallback is not needed
+    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
+    monkeypatch.setenv("MASTER_PORT", str(_free_port()))
+    dist.init_process_group("gloo", rank=0, world_size=1)
+    try:
+        t = torch.arange(4, dtype=torch.float32)
+        both = make_session(tmp_path / "both", level="L1", force_dispatch=True)
+        both.start()
+        dist.all_reduce(t)  # seen by both modes: recorded once
+        both.step_end()
+        both.close()
+        monkeypatch.setitem(api_table.table(), dist.all_reduce, None)
+        only = make_session(tmp_path / "dispatch", level="L1", force_dispatch=True)
+        only.start()
+        dist.all_reduce(t)
+        y = t * 2
+        only.step_end()
+        only.close()
+    finally:
+        dist.destroy_process_group()
+    assert Dump(tmp_path / "both" / "rank0").names(0) == ["Distributed.all_reduce.0.forward"]
+    names = Dump(tmp_path / "dispatch" / "rank0").names(0)
+    assert names == ["Distributed.all_reduce.0.forward", "Tensor.mul.0.forward"]
+    rows = Dump(tmp_path / "dispatch" / "rank0").rows("Distributed.all_reduce.0.forward")
+    assert any(k.startswith("output") for k in rows) and y.shape == (4,)
+
+
 class _Block(torch.nn.Module):
     def __init__(self):
         super().__init__()
@@ -249,3 +283,56 @@ def _grads_after_step(level, root):
         s.close()
     return [(n, p.grad.clone()) for n, p in model.named_parameters()] + \
         [(n + ".w", p.detach().clone()) for n, p in model.named_parameters()]
+
+
+def test_a_list_of_models_is_named_by_index(tmp_path):
+    gen, disc = torch.nn.Sequential(torch.nn.Linear(3, 3)), torch.nn.Sequential(torch.nn.Linear(3, 1))
+    s = make_session(tmp_path, level="L0")
+    s.start([gen, disc])
+    disc(gen(torch.randn(2, 3))).sum().backward()
+    s.step_end()
+    s.close()
+    names = Dump(tmp_path / "rank0").names(0)
+    assert "Module.0.0.Linear.forward.0" in names and "Module.1.0.Linear.forward.0" in names
+    assert "Module.1.0.Linear.parameters_grad.0" in names
+
+
+def test_rm_dropout_mode_zeroes_every_dropout():
+    from engines.adapters.torch.environment import DropoutOffMode
+
+    x = torch.ones(1000)
+    drop = torch.nn.Dropout(0.5)
+    with DropoutOffMode():
+        assert torch.equal(drop(x), x) and torch.equal(F.dropout(x, 0.9, training=True), x)
+    assert not torch.equal(drop(x), x)
+
+
+def test_gradient_accumulation_counts_calls_and_gradient_events(tmp_path):
+    model = torch.nn.Sequential(torch.nn.Linear(3, 3), torch.nn.ReLU(), torch.nn.Linear(3, 1))
+    s = make_session(tmp_path, level="mix")
+    s.start(model)
+    grads = []
+    for _ in range(2):  # two micro-batches, one optimizer step
+        model(torch.randn(4, 3)).sum().backward()
+        grads.append(model[0].weight.grad.clone())
+    s.step_end()
+    s.close()
+    dump = Dump(tmp_path / "rank0")
+    names = dump.names(0)
+    for n in ("Module.0.Linear.forward.1", "Module.0.Linear.backward.1", "Functional.linear.3.forward",
+              "Module.0.Linear.parameters_grad.0", "Module.0.Linear.parameters_grad.1"):
+        assert n in names
+    # the accumulated .grad after each micro-batch
+    assert_stats_equal(dump.rows("Module.0.Linear.parameters_grad.1")["weight"], grads[1])
+
+
+def test_debug_level_records_only_save(tmp_path):
+    x = torch.randn(4, requires_grad=True)
+    s = make_session(tmp_path, level="debug")
+    s.start()
+    y = torch.tanh(x)
+    s.save("act", y)
+    y.sum().backward()
+    s.step_end()
+    s.close()
+    assert Dump(tmp_path / "rank0").names(0) == ["act.0.debug", "act_grad.0.debug"]

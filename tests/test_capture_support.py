@@ -25,11 +25,11 @@ def rank_dirs(root: Path) -> Callable[[int], Path]:
     return lambda rank: Path(root) / ("rank%d" % rank)
 
 
-def make_session(root: Path, rank: int = 0, **options: Any) -> TorchCaptureSession:
+def make_session(root: Path, rank: int = 0, force_dispatch: bool = False, **options: Any) -> TorchCaptureSession:
     opts = CaptureOptions(**options)
     summary = CaptureSummary()
     sinks = dump_sink_factory(rank_dirs(root), opts, {"framework": "pytorch"}, summary)
-    return TorchCaptureSession(opts, sinks, summary=summary, rank=rank)
+    return TorchCaptureSession(opts, sinks, summary=summary, rank=rank, force_dispatch=force_dispatch)
 
 
 def run_demo(root: Path, knobs: Optional[Dict[str, Any]] = None, **options: Any):

@@ -11,7 +11,7 @@ from typing import Any, Dict, List, Optional
 
 from engines.capture.options import CaptureOptions
 from engines.capture.sink import dump_sink_factory
-from engines.capture.summary import CaptureSummary, human_bytes
+from engines.capture.summary import CaptureSummary, compact_steps, human_bytes
 
 EXIT_OK = 0
 EXIT_TARGET_FAILED = 1
@@ -157,6 +157,10 @@ def summary_for_cli(summary: CaptureSummary, run: Any = None) -> Dict[str, Any]:
     if run is not None:
         out["dump"] = str(getattr(run, "path", run))
     out["steps_written"] = len(summary.steps)
+    if summary.steps:
+        out["steps"] = compact_steps(summary.steps)
+    if summary.steps_skipped:
+        out["steps_left_out"] = compact_steps(summary.steps_skipped)
     out["records"] = summary.records
     out["tensor_rows"] = summary.rows
     out["size"] = human_bytes(summary.bytes)

@@ -7,7 +7,7 @@ stack (file, line, function, source line) is produced only the first time that s
 import linecache
 import os
 import sys
-from typing import Dict, List, Sequence, Tuple
+from typing import Dict, List, Sequence, Tuple  # noqa: F401
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 _ENGINES = os.path.dirname(_HERE)
@@ -42,21 +42,30 @@ class StackTable:
         self._skip: Dict[object, bool] = {}
 
     def current(self, skip: int = 1) -> int:
-        """Id of the caller's stack (innermost frame first), skipping tool frames."""
+        """Id of the caller's stack (innermost frame first), skipping tool frames.
+
+        The key is the flat tuple (code, last instruction offset, code, offset, ...): no per-frame objects and no
+        line-number lookups on the hot path; line numbers are worked out only for a stack seen the first time.
+        """
         try:
             frame = sys._getframe(skip + 1)
         except ValueError:
             return -1
-        key = []
+        key: list = []
+        append = key.append
         skipmap = self._skip
+        get = skipmap.get
         depth = self.depth
-        while frame is not None and len(key) < depth:
+        n = 0
+        while frame is not None and n < depth:
             code = frame.f_code
-            drop = skipmap.get(code)
+            drop = get(code)
             if drop is None:
                 drop = skipmap[code] = _is_tool_file(code.co_filename)
             if not drop:
-                key.append((code, frame.f_lineno))
+                append(code)
+                append(frame.f_lasti)
+                n += 1
             frame = frame.f_back
         tkey = tuple(key)
         sid = self._ids.get(tkey)
@@ -79,10 +88,19 @@ class StackTable:
         return len(self._frames)
 
 
-def _format(key: Sequence[Tuple[object, int]]) -> List[str]:
+def _line_of(code, lasti: int) -> int:
+    for start, end, line in code.co_lines() if hasattr(code, "co_lines") else ():
+        if start <= lasti < end and line is not None:
+            return line
+    return code.co_firstlineno
+
+
+def _format(key: Sequence[object]) -> List[str]:
     out = []
-    for code, line in key:
+    for i in range(0, len(key), 2):
+        code, lasti = key[i], key[i + 1]
         filename = code.co_filename  # type: ignore[attr-defined]
+        line = _line_of(code, lasti)  # type: ignore[arg-type]
         text = linecache.getline(filename, line).strip()
         out.append("File %s, line %d, in %s,\n %s" % (filename, line, code.co_name, text))  # type: ignore[attr-defined]
     return out

@@ -26,6 +26,7 @@ class CaptureSummary:
         self.bytes = 0
         self.tensor_bytes = 0
         self.steps: List[int] = []
+        self.steps_skipped: List[int] = []
         self.records_per_step: Dict[int, int] = {}
         self.missing: Counter = Counter()
         self.failure_detail: Dict[str, str] = {}
@@ -51,13 +52,18 @@ class CaptureSummary:
     def unsupported(self, type_name: str, n: int = 1) -> None:
         self.missing["%s: %s" % (UNSUPPORTED, type_name)] += n
 
-    def note(self, text: str) -> None:
+    def note(self, text: str, level: int = logging.WARNING) -> None:
         """A one-time remark (budget reached, compiled region not captured...), logged once and kept."""
         if text in self._noted:
             return
         self._noted.add(text)
         self.notes.append(text)
-        log.warning("probe-tui: %s", text)
+        log.log(level, "probe-tui: %s", text)
+
+    def step_skipped(self, step: int) -> None:
+        """A whole step the step filter left out (nothing installed, nothing counted)."""
+        if not self.steps_skipped or self.steps_skipped[-1] != step:
+            self.steps_skipped.append(step)
 
     def step_written(self, step: int, records: int, rows: int, nbytes: int) -> None:
         self.steps.append(step)
@@ -73,6 +79,7 @@ class CaptureSummary:
             "tensor_rows": self.rows,
             "bytes": self.bytes,
             "steps": list(self.steps),
+            "steps_skipped": list(self.steps_skipped),
             "records_per_step": {str(k): v for k, v in self.records_per_step.items()},
             "missing": dict(sorted(self.missing.items())),
             "failures": dict(self.failure_detail),
@@ -86,6 +93,8 @@ class CaptureSummary:
         steps = _compact_steps(self.steps)
         out.append("steps written: %s   records: %d   tensor rows: %d   size: %s"
                    % (steps or "none", self.records, self.rows, human_bytes(self.bytes)))
+        if self.steps_skipped:
+            out.append("steps left out by the step filter: %s" % _compact_steps(self.steps_skipped))
         if self.missing:
             out.append("not written:")
             for reason, n in sorted(self.missing.items(), key=lambda kv: (-kv[1], kv[0]))[:12]:
@@ -101,6 +110,11 @@ def human_bytes(n: float) -> str:
             return ("%d %s" % (n, unit)) if unit == "B" else ("%.1f %s" % (n, unit))
         n /= 1024.0
     return "%d B" % n
+
+
+def compact_steps(steps: List[int]) -> str:
+    """[0, 1, 2, 5] -> "0-2,5"."""
+    return _compact_steps(steps)
 
 
 def _compact_steps(steps: List[int]) -> str:

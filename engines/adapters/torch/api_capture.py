@@ -84,12 +84,15 @@ class ApiCapture:
         except Exception as exc:
             s.summary.failed("capture of %s" % info.base, exc)
             pre = None
+        s.api_depth += 1
         try:
             out = func(*args, **kwargs)
         except BaseException:
             if pre is not None:
                 s.rollback(pre[0], pre[1])
             raise
+        finally:
+            s.api_depth -= 1
         if pre is not None:
             try:
                 s.busy_depth += 1

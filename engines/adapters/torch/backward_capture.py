@@ -116,7 +116,7 @@ class PendingBackward:
 
 
 def attach(pending: PendingBackward, input_edges: List[InputEdge], outputs: List[Tuple[str, torch.Tensor]],
-           seq_before: int, want_inputs: bool, want_outputs: bool) -> bool:
+           seq_before: int, want_inputs: bool, want_outputs: bool, memo: Optional[Dict[int, Any]] = None) -> bool:
     """Register the hooks for one call. ``want_inputs``: gradients w.r.t. the call's inputs (the backward
     record's ``output.*`` slots); ``want_outputs``: w.r.t. its outputs (``input.*``). False when there is
     nothing to observe."""
@@ -180,8 +180,18 @@ def attach(pending: PendingBackward, input_edges: List[InputEdge], outputs: List
             single = fn
             if matched:
                 boundary[id(fn)] = (fn, matched)
+    frontier: Optional[List[Tuple[Any, int, Any, int]]] = [] if memo is not None and len(out_nodes) == 1 else None
     if single is None:
-        _walk_boundary(out_nodes, match, seq_before, boundary)
+        complete = _walk_boundary(out_nodes, match, seq_before, boundary, memo, frontier)
+    else:
+        complete = True
+        if frontier is not None:
+            frontier.extend((single, k, nxt, nr) for k, (nxt, nr) in enumerate(single.next_functions)
+                            if nxt is not None)
+    if frontier is not None and complete:
+        # A parent module's walk jumps from this call's output node straight to the edges that leave it.
+        (fn, _), = out_nodes.values()
+        memo[id(fn)] = (fn, frontier)
 
     for _, pairs in boundary.values():
         for _, slot in pairs:
@@ -255,29 +265,43 @@ def _identity_hook(pending: PendingBackward, items, want_outputs: bool):
     return hook
 
 
-def _walk_boundary(out_nodes, match, seq_before: int, boundary) -> None:
+def _walk_boundary(out_nodes, match, seq_before: int, boundary, memo=None, frontier=None) -> bool:
+    """Walk from the output nodes through the call's own nodes; collect boundary edges (to an input) and, when
+    ``frontier`` is given, every edge that leaves the call. A node that is the single output node of an earlier
+    walked call (``memo``) is not walked again: its frontier edges stand for its inside. Returns False when the
+    walk was cut short (``MAX_WALK_NODES``)."""
     stack = [fn for fn, _ in out_nodes.values()]
     seen = set(id(fn) for fn in stack)
     visited = 0
-    while stack and visited < MAX_WALK_NODES:
+    while stack:
+        if visited >= MAX_WALK_NODES:
+            return False
         node = stack.pop()
         visited += 1
-        for k, (nxt, nr) in enumerate(node.next_functions):
-            if nxt is None:
-                continue
+        cached = memo.get(id(node)) if memo else None
+        if cached is not None and cached[0] is node:
+            edges = cached[1]
+        else:
+            edges = [(node, k, nxt, nr) for k, (nxt, nr) in enumerate(node.next_functions) if nxt is not None]
+        for src, k, nxt, nr in edges:
             slot = match(nxt, nr)
             if slot is not None:
-                entry = boundary.get(id(node))
+                entry = boundary.get(id(src))
                 if entry is None:
-                    entry = boundary[id(node)] = (node, [])
+                    entry = boundary[id(src)] = (src, [])
                 entry[1].append((k, slot))
+                if frontier is not None:
+                    frontier.append((src, k, nxt, nr))
                 continue
-            if id(nxt) in seen or _is_accumulate(nxt):
+            if id(nxt) in seen:
                 continue
-            if nxt._sequence_nr() < seq_before:
-                continue  # created before the call: outside it
+            if _is_accumulate(nxt) or nxt._sequence_nr() < seq_before:
+                if frontier is not None:  # created before the call: outside it
+                    frontier.append((src, k, nxt, nr))
+                continue
             seen.add(id(nxt))
             stack.append(nxt)
+    return True
 
 
 def _fallback_mark(input_edges: List[InputEdge]) -> int:

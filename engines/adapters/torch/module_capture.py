@@ -245,7 +245,7 @@ class ModuleCapture:
             pending = PendingBackward(s, naming.backward_of(frame.name), naming.KIND_MODULE, frame.parent,
                                       frame.stack, frame.flags & ~naming.FLAG_RECOMPUTED)
             if attach(pending, frame.edges, outputs, frame.seq, want_inputs=dm.output,
-                      want_outputs=dm.input):
+                      want_outputs=dm.input, memo=s.walk_memo):
                 s.pending_backward.append(pending)
 
     def _pop(self, module: Any) -> Optional[ModuleFrame]:

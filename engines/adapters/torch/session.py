@@ -67,7 +67,7 @@ class TorchCaptureSession:
 
     def __init__(self, options: CaptureOptions, sink_factory: Optional[Callable[[int], Any]] = None,
                  summary: Optional[CaptureSummary] = None, rank: Optional[int] = None,
-                 force_batched: bool = False) -> None:
+                 force_batched: bool = False, force_dispatch: bool = False) -> None:
         self.options = options
         self.filter = CaptureFilter(options)
         self.summary = summary or CaptureSummary()
@@ -87,7 +87,12 @@ class TorchCaptureSession:
         self.api_capture = ApiCapture(self)
         self.modules = ModuleCapture(self)
         self.pending_backward: List[PendingBackward] = []
+        # id(output node) -> (node, edges leaving the module call): lets a parent's graph walk skip its children
+        self.walk_memo: Dict[int, Any] = {}
         self.fmode: Optional[CaptureFunctionMode] = None
+        self.dmode: Any = None
+        self.force_dispatch = force_dispatch
+        self.api_depth = 0  # recorded API calls running now (the dispatch fallback records only outside them)
         self.busy_depth = 0
         self.running = False
         self.step_open = False
@@ -115,12 +120,14 @@ class TorchCaptureSession:
                 self.summary.note(COMPILED_NOTE)
             self.modules.add_root(model)
         if not self.enabled:
+            self.summary.note("rank %d is not in the config's rank list: nothing is captured on it" % self.rank)
             self._uninstall()
             return
         if self.filter.past_last_step(self.step):
             self._finish_for_good()
             return
         if not self.filter.step_selected(self.step):
+            self.summary.step_skipped(self.step)
             self._uninstall()
             return
         self.step_open = True
@@ -168,8 +175,8 @@ class TorchCaptureSession:
         self.running = False
         self._uninstall()
         self.modules.remove_param_hooks()
-        log.info("probe-tui: the last selected step (%d) is done; capture is off for the rest of the run",
-                 self.filter.last_step)
+        self.summary.note("the last selected step (%d) is done; capture is off for the rest of the run"
+                          % self.filter.last_step, level=logging.INFO)
 
     def _install(self) -> None:
         opts = self.options
@@ -178,8 +185,20 @@ class TorchCaptureSession:
         if opts.api_level and self.fmode is None:
             self.fmode = CaptureFunctionMode(self)
             self.fmode.__enter__()
+        if opts.api_level and self.dmode is None:
+            from engines.adapters.torch import dispatch_capture
+
+            if dispatch_capture.needed(self.force_dispatch):
+                self.dmode = dispatch_capture.CaptureDispatchMode(self)
+                self.dmode.__enter__()
 
     def _uninstall(self) -> None:
+        if self.dmode is not None:
+            mode, self.dmode = self.dmode, None
+            try:
+                mode.__exit__(None, None, None)
+            except Exception as exc:
+                self.summary.failed("removing the dispatch mode", exc)
         if self.fmode is not None:
             mode, self.fmode = self.fmode, None
             try:
@@ -320,6 +339,7 @@ class TorchCaptureSession:
                     except Exception as exc:
                         self.summary.failed("finishing %s" % pending.name, exc)
             self.pending_backward = []
+            self.walk_memo = {}
             buffer = self.buffer
             if buffer.num_records == 0:
                 self.entries.clear()
@@ -340,7 +360,12 @@ class TorchCaptureSession:
                 if self.sink_factory is None:
                     return
                 self.rank = self.rank if self._fixed_rank is not None else detect_rank()
-                self.sink = self.sink_factory(self.rank)
+                try:
+                    self.sink = self.sink_factory(self.rank)
+                except Exception as exc:  # e.g. a read-only dump path: report it, never stop training
+                    self.summary.failed("opening the dump store", exc)
+                    self.sink_factory = None
+                    return
             try:
                 self.sink.write(payload)
             except Exception as exc:
