@@ -27,8 +27,6 @@ from engines.capture.sink import StepPayload
 from engines.capture.stacks import StackTable
 from engines.capture.summary import CaptureSummary
 
-log = logging.getLogger("engines.capture")
-
 
 def detect_rank() -> int:
     """MindSpore's rank when communication is initialised, else RANK_ID / RANK, else 0."""
@@ -111,12 +109,14 @@ class MindSporeCaptureSession:
         if model is not None:
             self.cells.add_root(model)
         if not self.enabled:
+            self.summary.note("rank %d is not in the config's rank list: nothing is captured on it" % self.rank)
             self._uninstall()
             return
         if self.filter.past_last_step(self.step):
             self._finish_for_good()
             return
         if not self.filter.step_selected(self.step):
+            self.summary.step_skipped(self.step)
             self._uninstall()
             return
         self.step_open = True
@@ -177,8 +177,8 @@ class MindSporeCaptureSession:
         self.armed = False
         self._uninstall()
         self.cells.remove_param_hooks()
-        log.info("probe-tui: the last selected step (%d) is done; capture is off for the rest of the run",
-                 self.filter.last_step)
+        self.summary.note("the last selected step (%d) is done; capture is off for the rest of the run"
+                          % self.filter.last_step, level=logging.INFO)
 
     def _install(self) -> None:
         current = CURRENT.session
@@ -330,7 +330,12 @@ class MindSporeCaptureSession:
                 if self.sink_factory is None:
                     return
                 self.rank = self.rank if self._fixed_rank is not None else detect_rank()
-                self.sink = self.sink_factory(self.rank)
+                try:
+                    self.sink = self.sink_factory(self.rank)
+                except Exception as exc:  # e.g. a read-only dump path: report it, never stop training
+                    self.summary.failed("opening the dump store", exc)
+                    self.sink_factory = None
+                    return
             try:
                 self.sink.write(payload)
             except Exception as exc:
