@@ -38,6 +38,10 @@ class CompareThresholds(ConfigModel):
     """Pass/warning/error limits. For cosine and the error ratios lower is worse (the row fails below the
     limit); for the error metrics higher is worse (the row fails above it)."""
 
+    rel_err: MetricLimits = field(
+        default_factory=_limits(1e-3, 1e-2),
+        description="Norm-wise relative error ||target - golden|| / ||golden|| in float64 (tensor mode; matching "
+                    "non-finite and mask-fill values excluded); higher is worse.")
     cosine: MetricLimits = field(default_factory=_limits(0.99, 0.9),
                                  description="Cosine similarity (tensor mode); lower is worse.")
     max_abs_err: MetricLimits = field(default_factory=_limits(1e-3, 1.0),
@@ -49,7 +53,9 @@ class CompareThresholds(ConfigModel):
         description="Fraction of elements with relative error below 0.001 (tensor mode); lower is worse.")
     stats_rel_err: MetricLimits = field(
         default_factory=_limits(0.1, 0.5),
-        description="Largest relative difference of max/min/mean/norm (statistics mode); higher is worse.")
+        description="Largest relative difference of max/min/mean/norm (statistics mode), each difference over "
+                    "max(|golden statistic|, rms of the golden tensor) so a mean near 0 does not explode; higher "
+                    "is worse.")
 
     @model_validator(mode="after")
     def _ordered(self) -> "CompareThresholds":
@@ -59,7 +65,7 @@ class CompareThresholds(ConfigModel):
             if lim.warning is not None and lim.error is not None and lim.error > lim.warning:
                 rules.add(f"{name}.error", f"lower is worse for {name}, so error ({lim.error}) must not be above "
                                            f"warning ({lim.warning})")
-        for name in ("max_abs_err", "max_rel_err", "stats_rel_err"):
+        for name in ("rel_err", "max_abs_err", "max_rel_err", "stats_rel_err"):
             lim = getattr(self, name)
             if lim.warning is not None and lim.error is not None and lim.error < lim.warning:
                 rules.add(f"{name}.error", f"higher is worse for {name}, so error ({lim.error}) must not be below "

@@ -1,0 +1,36 @@
+"""Load a ``.pt`` tensor file safely: ``torch.load(weights_only=True)``, never plain unpickling.
+
+Only msprobe dumps use ``.pt`` files; compare and parse reach this module lazily, so they work without torch
+for everything else.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import numpy as np
+
+
+def torch_available() -> bool:
+    return importlib.util.find_spec("torch") is not None
+
+
+def load_pt(path) -> np.ndarray:
+    """The tensor in ``path`` as a numpy array (bfloat16 and other non-numpy dtypes become float32)."""
+    import torch
+
+    path = Path(path)
+    try:
+        obj = torch.load(str(path), map_location="cpu", weights_only=True)
+    except Exception as exc:  # torch raises many kinds: unpickling refused, truncated zip, ...
+        raise ValueError("{}: cannot load tensor ({})".format(path, str(exc).splitlines()[0])) from None
+    if not isinstance(obj, torch.Tensor):
+        raise ValueError("{}: holds a {}, not a tensor".format(path, type(obj).__name__))
+    tensor = obj.detach().cpu()
+    if tensor.is_complex():
+        return tensor.contiguous().numpy()
+    try:
+        return tensor.contiguous().numpy()
+    except TypeError:  # bfloat16, float8, ...: no numpy dtype
+        return tensor.float().contiguous().numpy()

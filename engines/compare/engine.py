@@ -1,0 +1,301 @@
+"""``run_compare(job, events) -> CompareOutcome``: compare two dumps (ours, msprobe's, or one of each).
+
+Ranks pair by id (never by position), steps by number (two single-step dumps pair whatever their numbers). Each
+(rank, step) piece is matched, measured and judged (:mod:`engines.compare.piece`), ranked for first divergence
+and rolled up the module tree (:mod:`engines.compare.divergence`); the results go to HDF5, CSV and xlsx
+(:mod:`engines.compare.outputs`).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Tuple
+
+import numpy as np
+
+from engines.compare import divergence
+from engines.compare.options import CompareError, CompareOptions, summary_options
+from engines.compare.piece import PieceSettings, compare_piece
+from engines.compare.verdicts import VERDICTS
+from engines.parse.names import direction_word
+from engines.parse.sources import DumpSource, DumpSourceError, open_dump
+
+EXIT_OK, EXIT_BAD_INPUT, EXIT_FINDINGS = 0, 2, 3
+
+
+@dataclass
+class CompareOutcome:
+    """What a compare produced. ``summary`` is JSON-ready (``--json``); ``results``/``divergence``/``tree`` are
+    the tables in memory (numpy columns)."""
+
+    summary: Dict[str, Any]
+    top_suspects: List[Dict[str, Any]]
+    exit_code: int
+    output_dir: Optional[Path] = None  # also ``run_dir`` for the runner
+    files: Dict[str, str] = field(default_factory=dict)
+    results: Dict[str, np.ndarray] = field(default_factory=dict)
+    divergence: Dict[str, np.ndarray] = field(default_factory=dict)
+    tree: Dict[str, np.ndarray] = field(default_factory=dict)
+
+    @property
+    def run_dir(self) -> Optional[Path]:
+        return self.output_dir
+
+
+def _emit(events, kind: str, **fields) -> None:
+    if events is not None:
+        events.emit(kind, **fields)
+
+
+def _say(events, text: str, level: str = "info") -> None:
+    _emit(events, "message", level=level, text=text)
+
+
+def open_side(path: Path, field_name: str) -> DumpSource:
+    try:
+        return open_dump(path)
+    except DumpSourceError as exc:
+        raise CompareError("{}: {}".format(field_name, exc)) from None
+
+
+def choose_mode(requested: str, target: DumpSource, golden: DumpSource) -> str:
+    t, g = target.holds(), golden.holds()
+    if requested == "auto":
+        if t["tensor"] and g["tensor"]:
+            return "tensor"
+        if t["statistics"] and g["statistics"]:
+            return "statistics"
+        if t["md5"] and g["md5"]:
+            return "md5"
+        raise CompareError("compare: {} and {} hold nothing comparable (one has only hashes, the other none)"
+                           .format(target.path, golden.path))
+    for side, holds in ((target, t), (golden, g)):
+        if not holds[requested]:
+            what = {"tensor": "full tensors", "statistics": "statistics", "md5": "hashes (md5/crc32)"}[requested]
+            raise CompareError("compare.mode: {} needs {}, which {} does not hold".format(requested, what, side.path))
+    return requested
+
+
+def pair_pieces(target: DumpSource, golden: DumpSource, ranks: List[int], steps: List[int],
+                notes: List[str]) -> List[Tuple[int, int, int]]:
+    """(rank, target step, golden step) triples to compare."""
+    t_ranks, g_ranks = set(target.ranks()), set(golden.ranks())
+    if ranks:
+        missing = [r for r in ranks if r not in t_ranks or r not in g_ranks]
+        if missing:
+            notes.append("rank(s) {} asked for but not in both dumps".format(missing))
+        t_ranks &= set(ranks)
+        g_ranks &= set(ranks)
+    for r in sorted(t_ranks - g_ranks):
+        notes.append("rank {} only in the target".format(r))
+    for r in sorted(g_ranks - t_ranks):
+        notes.append("rank {} only in the golden".format(r))
+    out = []
+    for rank in sorted(t_ranks & g_ranks):
+        ts, gs = target.steps(rank), golden.steps(rank)
+        if steps:
+            ts = [s for s in ts if s in steps]
+            gs = [s for s in gs if s in steps]
+        common = sorted(set(ts) & set(gs))
+        if not common and len(ts) == 1 and len(gs) == 1:
+            notes.append("rank {}: target step {} compared with golden step {}".format(rank, ts[0], gs[0]))
+            out.append((rank, ts[0], gs[0]))
+            continue
+        for s in sorted(set(ts) ^ set(gs)):
+            notes.append("rank {} step {}: only in the {}".format(rank, s, "target" if s in ts else "golden"))
+        out.extend((rank, s, s) for s in common)
+    return out
+
+
+def _concat(tables: List[Dict[str, np.ndarray]]) -> Dict[str, np.ndarray]:
+    if not tables:
+        return {}
+    if len(tables) == 1:
+        return tables[0]
+    keys = [k for k in tables[0] if all(k in t for t in tables)]
+    return {k: np.concatenate([t[k] for t in tables]) for k in keys}
+
+
+def _suspect(div: Dict[str, np.ndarray], i: int, results: Dict[str, np.ndarray]) -> Dict[str, Any]:
+    row = int(div["first_row"][i])
+    return {
+        "position": int(div["position"][i]), "record": str(div["record"][i]), "rank": int(div["rank"][i]),
+        "step": int(div["step"][i]), "kind": divergence.SUSPECT_KINDS[int(div["kind"][i])],
+        "direction": direction_word(int(div["direction"][i])), "phase": divergence.PHASES[int(div["phase"][i])],
+        "score": _num(div["score"][i]),
+        "out_err": _num(div["out_err"][i]), "in_err": _num(div["in_err"][i]),
+        "verdict": VERDICTS[int(div["worst_verdict"][i])], "changed_args": str(div["changed_args"][i]),
+        "note": str(div["note"][i]),
+        "stack": str(results["stack"][row]).splitlines()[-1] if str(results["stack"][row]) else "",
+    }
+
+
+def _num(v) -> Optional[float]:
+    v = float(v)
+    if math.isnan(v):
+        return None
+    return v if math.isfinite(v) else (1e308 if v > 0 else -1e308)
+
+
+def run_compare(job: Any, events=None, *, fail_on_findings: bool = True, write: bool = True) -> CompareOutcome:
+    """Compare the two dumps a compare job names and write the reports.
+
+    Raises :class:`CompareError` (a ``JobError``: one line naming the field or file, exit code 2) for bad input.
+    ``exit_code`` is 3 when some row is an error and ``fail_on_findings`` (the default: the runner turns 3 into
+    0 unless ``--fail-on-findings`` was given), else 0. Events: ``message`` and one ``step`` per (rank, step).
+    """
+    started = time.time()
+    opts = CompareOptions.from_job(job)
+    target = open_side(opts.target_path, "compare.target_path")
+    golden = open_side(opts.golden_path, "compare.golden_path")
+    mode = choose_mode(opts.mode, target, golden)
+    notes: List[str] = []
+    pieces = pair_pieces(target, golden, opts.rank, opts.step, notes)
+    if not pieces:
+        raise CompareError("compare: no rank/step present in both {} and {}{}".format(
+            opts.target_path, opts.golden_path, " (" + "; ".join(notes) + ")" if notes else ""))
+    cross = bool(target.framework and golden.framework and target.framework != golden.framework)
+    renumber = "msprobe" in (target.origin, golden.origin)
+    settings = PieceSettings(
+        mode=mode, keys=opts.key_options(map_mindspore=cross, renumber_backward=renumber),
+        fuzzy=opts.fuzzy_match, cross_framework=cross, rel_eps=opts.rel_eps, small_value=opts.small_value,
+        thresholds=opts.thresholds, highlight=opts.highlight, workers=opts.workers)
+    _say(events, "compare {} ({}) against {} ({}), mode {}, {} piece(s)".format(
+        target.path, target.origin, golden.path, golden.origin, mode, len(pieces)))
+    results, divs, trees, golden_only = [], [], [], []
+    naive = {"first_differing": [], "largest_error": []}
+    for n, (rank, t_step, g_step) in enumerate(pieces):
+        try:
+            t_rows, g_rows = target.rows(rank, t_step), golden.rows(rank, g_step)
+            t_spec = target.tensor_spec(rank, t_step) if mode == "tensor" else None
+            g_spec = golden.tensor_spec(rank, g_step) if mode == "tensor" else None
+        except DumpSourceError as exc:
+            raise CompareError(str(exc)) from None
+        cols, match = compare_piece(t_rows, g_rows, t_spec, g_spec, settings)
+        results.append(cols)
+        _note_unmatched_records(cols, rank, t_step, opts.fuzzy_match, notes)
+        golden_only.append({"rank": np.full(match.golden_only.shape[0], rank, dtype=np.int64),
+                            "step": np.full(match.golden_only.shape[0], g_step, dtype=np.int64),
+                            "golden_name": g_rows.name[match.golden_only],
+                            "golden_dtype": g_rows.dtype[match.golden_only],
+                            "golden_shape": g_rows.shape[match.golden_only]})
+        if opts.first_divergence:
+            frame = divergence.record_frame(cols)
+            div = divergence.rank_records(cols, frame=frame)
+            divs.append(div)
+            trees.append(divergence.module_rollup(cols, div, target.tree(rank, t_step), frame=frame))
+            naive["first_differing"].append(divergence.first_differing(cols, frame))
+            naive["largest_error"].append(divergence.largest_error(cols, frame))
+        _emit(events, "step", step=n, total_steps=len(pieces), elapsed_s=round(time.time() - started, 3),
+              records=len(t_rows))
+    offsets = np.cumsum([0] + [len(c["verdict"]) for c in results[:-1]])
+    for div, off in zip(divs, offsets):
+        div["first_row"] = div["first_row"] + off
+    for tree, off in zip(trees, offsets):
+        tree["first_row"] = np.where(tree["first_row"] >= 0, tree["first_row"] + off, -1)
+    table = _concat(results)
+    div_all = _merge_divergence(divs)
+    tree_all = _concat(trees)
+    only = _concat(golden_only)
+    top = [_suspect(div_all, i, table) for i in range(min(opts.top, len(div_all.get("record", []))))]
+    counts = {name: int((table["verdict"] == code).sum()) for code, name in enumerate(VERDICTS)}
+    summary = {
+        "mode": mode, "target": str(opts.target_path), "golden": str(opts.golden_path),
+        "target_origin": target.origin, "golden_origin": golden.origin,
+        "pieces": [{"rank": r, "target_step": a, "golden_step": b} for r, a, b in pieces],
+        "rows": int(table["verdict"].shape[0]), "verdicts": counts,
+        "golden_only_rows": int(len(only.get("golden_name", []))), "notes": notes,
+        "first_differing_op": next((x for x in naive["first_differing"] if x), None),
+        "largest_error_op": next((x for x in naive["largest_error"] if x), None),
+        "errors": counts["error"], "warnings": counts["warning"], "unmatched": counts["unmatched"],
+        "top_suspects": top, "options": summary_options(opts),
+        "tables": [_suspects_table(top, len(pieces) > 1)] if top else [],
+    }
+    outcome = CompareOutcome(summary=summary, top_suspects=top, exit_code=EXIT_OK, results=table,
+                             divergence=div_all, tree=tree_all)
+    findings = counts["error"] > 0
+    if fail_on_findings and findings:
+        outcome.exit_code = EXIT_FINDINGS
+    if write:
+        from engines.compare.outputs import output_folder, write_outputs
+
+        outcome.output_dir, run = output_folder(opts, job, target.framework)
+        summary["run_dir"] = str(outcome.output_dir)
+        try:
+            outcome.files = write_outputs(outcome.output_dir, opts, mode, table, div_all, tree_all, only, summary,
+                                          events)
+        except BaseException as exc:
+            if run is not None:
+                run.finish("failed", 1, {"error": str(exc)})
+            raise
+        summary["files"] = outcome.files
+        summary["elapsed_s"] = round(time.time() - started, 3)
+        if run is not None:
+            run.finish("finished", outcome.exit_code, _run_summary(summary))
+    summary["elapsed_s"] = round(time.time() - started, 3)
+    _say(events, "{} rows: {}".format(summary["rows"], ", ".join("{} {}".format(v, k) for k, v in counts.items()
+                                                                    if v)))
+    target.close()
+    golden.close()
+    return outcome
+
+
+def _note_unmatched_records(cols: Dict[str, np.ndarray], rank: int, step: int, fuzzy: bool,
+                            notes: List[str]) -> None:
+    """Say when whole target records found no golden counterpart: with exact names, the later calls of the same
+    APIs then pair with the wrong golden calls (their call indices shift)."""
+    matched_records = set(cols["record"][cols["matched"]].tolist())
+    lonely = [r for r in dict.fromkeys(cols["record"].tolist()) if r not in matched_records]
+    if not lonely:
+        return
+    text = "rank {} step {}: {} target record(s) have no golden counterpart (first: {})".format(
+        rank, step, len(lonely), lonely[0])
+    if not fuzzy:
+        text += "; calls after them may pair with the wrong golden calls: consider fuzzy_match"
+    notes.append(text)
+
+
+def _run_summary(summary: Dict[str, Any]) -> Dict[str, Any]:
+    """What run.json keeps: the scalars and the verdict counts (the tables live in the result files)."""
+    keep = ("mode", "target", "golden", "rows", "verdicts", "errors", "warnings", "unmatched",
+            "first_differing_op", "largest_error_op", "golden_only_rows", "elapsed_s")
+    out = {k: summary[k] for k in keep if k in summary}
+    out["top_suspects"] = [t["record"] for t in summary.get("top_suspects", [])]
+    return out
+
+
+def _suspects_table(top: List[Dict[str, Any]], multi: bool) -> Dict[str, Any]:
+    rows = []
+    for t in top:
+        notes = [t["kind"]] if t["kind"] != "api" else []
+        notes += [x for x in (t["changed_args"], t["note"]) if x]
+        where = ["r{} s{}".format(t["rank"], t["step"])] if multi else []
+        rows.append([t["position"], t["record"]] + where + [_short(t["score"]), _short(t["out_err"]),
+                                                            _short(t["in_err"]), "; ".join(notes)])
+    return {"title": "Top suspects: operators ranked by the error they add (first divergence)",
+            "columns": ["#", "record"] + (["where"] if multi else []) + ["score", "out err", "in err", "notes"],
+            "rows": rows}
+
+
+def _short(v: Optional[float]) -> str:
+    if v is None:
+        return "-"
+    return "{:.3g}".format(v) if abs(v) < 1e300 else "inf"
+
+
+def _merge_divergence(divs: List[Dict[str, np.ndarray]]) -> Dict[str, np.ndarray]:
+    """All pieces' rankings in one list: tier (update-phase ops after a model that shows a signal), then best
+    score first (positions renumbered)."""
+    table = _concat(divs)
+    if not table or len(table["record"]) == 0:
+        return table
+    order = np.lexsort((table["order"], table["step"], table["rank"], -table["score"], table["tier"]))
+    table = {k: v[order] for k, v in table.items()}
+    table["position"] = np.arange(1, len(order) + 1, dtype=np.int64)
+    return table
+
+
+__all__ = ["CompareError", "CompareOutcome", "run_compare", "EXIT_OK", "EXIT_BAD_INPUT", "EXIT_FINDINGS"]

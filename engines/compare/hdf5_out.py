@@ -1,0 +1,203 @@
+"""The compare result store (kind ``compare``, docs/FORMAT.md "Compare results"): what the app reads.
+
+Tables: ``results`` (one row per target row), ``divergence`` (first-divergence ranking), ``tree`` (module
+roll-up), ``golden_only`` (golden rows no target row took), and small code tables ``verdicts``, ``findings``,
+``statuses``. Columnar, numbers as numbers, verdicts as uint8 codes. The summary is the store's ``run_meta``.
+
+Text columns are dictionary-encoded: an int32 code per row into a text table (-1: empty). Record and module
+names of every table share the table ``names`` (``results.golden_name`` -2: the same as the target name), the
+other text columns of ``results`` each have ``dict_<column>``. ``results.target_name`` is not stored: it is
+``record + "." + slot``. Interning a million strings through the store's string table costs about a second a
+column; codes cost milliseconds and each distinct text is stored once. :func:`read_results` decodes everything.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+import numpy as np
+
+from engines.compare.columns import (
+    CLASSIC_COLUMNS,
+    DIVERGENCE_COLUMNS,
+    GOLDEN_ONLY_COLUMNS,
+    RESULT_COLUMNS,
+    TREE_COLUMNS,
+)
+from engines.compare.tensor_metrics import STATUS_NAMES
+from engines.compare.verdicts import FINDINGS, VERDICTS
+from engines.parse.rows import factorize
+
+KIND = "compare"
+SCHEMA_VERSION = 1
+CODE_TABLES = {"verdicts": VERDICTS, "findings": FINDINGS, "statuses": STATUS_NAMES}
+SAME_AS_TARGET = -2
+NAME_COLUMNS = {"results": ("record", "parent", "golden_name"), "divergence": ("record", "parent"),
+                "tree": ("node", "parent"), "golden_only": ("golden_name",)}
+DERIVED = ("target_name",)
+
+
+def _layout(classic: bool):
+    """Stored columns of each table: (name, type, dictionary) with dictionary None for plain columns."""
+    out = {}
+    base = RESULT_COLUMNS + (CLASSIC_COLUMNS if classic else ()) + (("matched", "uint8"),)
+    for table, cols in (("results", base), ("divergence", DIVERGENCE_COLUMNS), ("tree", TREE_COLUMNS),
+                        ("golden_only", GOLDEN_ONLY_COLUMNS)):
+        spec = []
+        for c, t in cols:
+            if table == "results" and c in DERIVED:
+                continue
+            if c in NAME_COLUMNS.get(table, ()):
+                spec.append((c, "int32", "names"))
+            elif t in ("str", "json"):
+                spec.append((c, "int32", "dict_" + c if table == "results" else "dict_{}_{}".format(table, c)))
+            else:
+                spec.append((c, t, None))
+        out[table] = spec
+    return out
+
+
+def _specs(layout):
+    from engines.store import Column, TableSpec
+
+    tables = [TableSpec(t, [Column(c, typ) for c, typ, _ in cols]) for t, cols in layout.items()]
+    tables += [TableSpec(name, [Column("code", "int64"), Column("name", "str")]) for name in CODE_TABLES]
+    dicts = sorted({d for cols in layout.values() for _, _, d in cols if d})
+    tables += [TableSpec(d, [Column("text", "str")]) for d in dicts]
+    return tables
+
+
+class TextDictionary:
+    """Distinct texts in first-seen order; :meth:`encode` gives int32 codes (-1 for ""/None)."""
+
+    def __init__(self):
+        self.index: Dict[str, int] = {}
+
+    def encode(self, values: np.ndarray, same_as: Optional[np.ndarray] = None) -> np.ndarray:
+        n = values.shape[0]
+        codes = np.full(n, -1, dtype=np.int32)
+        rest = np.not_equal(values, None) & np.not_equal(values, "")
+        if same_as is not None:
+            same = values == same_as
+            codes[same] = SAME_AS_TARGET
+            rest &= ~same
+        idx = np.flatnonzero(rest)
+        if idx.size:
+            sub, uniques = factorize(values[idx])
+            setdefault = self.index.setdefault
+            mapped = np.fromiter((setdefault(u if isinstance(u, str) else json.dumps(u), len(self.index))
+                                  for u in uniques.tolist()), dtype=np.int32, count=len(uniques))
+            codes[idx] = mapped[sub]
+        return codes
+
+    def texts(self) -> List[str]:
+        return list(self.index)
+
+
+def _plain(values: np.ndarray, kind: str):
+    return np.asarray(values).astype(kind, copy=False)
+
+
+def write_hdf5(out_dir: Path, mode: str, table: Dict[str, np.ndarray], div: Dict[str, np.ndarray],
+               tree: Dict[str, np.ndarray], golden_only: Dict[str, np.ndarray], summary: Dict[str, Any]) -> Path:
+    """Write ``<out_dir>/compare.h5`` (or its per-step segment on a network file system)."""
+    from engines.store import StoreWriter
+
+    classic = "classic_colour" in table
+    layout = _layout(classic)
+    meta = {"framework": "", "schema_version": SCHEMA_VERSION,
+            "run_meta": {"mode": mode, "summary": _jsonable(summary)}}
+    dicts: Dict[str, TextDictionary] = {}
+    with StoreWriter(out_dir, KIND, _specs(layout), meta=meta) as w:
+        for name, data in (("results", table), ("divergence", div), ("tree", tree), ("golden_only", golden_only)):
+            if not data or not len(next(iter(data.values()))):
+                continue
+            values = {}
+            for c, kind, d in layout[name]:
+                if d is None:
+                    values[c] = _plain(data[c], kind)
+                    continue
+                same = data["target_name"] if (name == "results" and c == "golden_name") else None
+                values[c] = dicts.setdefault(d, TextDictionary()).encode(data[c], same)
+            w.append(name, **values)
+        for d, dictionary in dicts.items():
+            texts = dictionary.texts()
+            if texts:
+                w.append(d, text=texts)
+        for name, names in CODE_TABLES.items():
+            w.append(name, code=np.arange(len(names), dtype=np.int64), name=list(names))
+        w.commit(0)
+    return Path(out_dir) / (KIND + ".h5")
+
+
+def _jsonable(value: Any) -> Any:
+    return json.loads(json.dumps(value, default=str))
+
+
+def read_results(path, table: str = "results", columns: Optional[list] = None, decode: bool = True,
+                 rows=None) -> Dict[str, np.ndarray]:
+    """A table of a compare result folder (or its ``compare.h5``), as numpy columns; text columns come back as
+    object arrays of str (``decode=False``: their codes), ``results.target_name`` rebuilt from record and slot.
+    ``rows``: row numbers or a slice (a page of a large result)."""
+    from engines.store import StoreReader
+
+    with StoreReader(Path(path), KIND) as r:
+        if not decode or table not in ("results", "divergence", "tree", "golden_only"):
+            return r.read(table, columns, rows=rows)
+        stored = {c for c in r.table_spec(table).column_names}
+        want = list(columns) if columns is not None else None
+        read_cols = None
+        if want is not None:
+            read_cols = [c for c in want if c in stored]
+            if "target_name" in want or "golden_name" in want:
+                read_cols += [c for c in ("record", "slot") if c not in read_cols]
+        out = r.read(table, read_cols, rows=rows)
+        cache: Dict[str, np.ndarray] = {}
+
+        def lookup(dict_table: str) -> np.ndarray:
+            if dict_table not in cache:
+                texts = r.read(dict_table, ["text"])["text"] if dict_table in r.tables() else np.empty(0, object)
+                arr = np.empty(len(texts) + 1, dtype=object)
+                arr[:len(texts)] = texts
+                arr[-1] = ""  # code -1
+                cache[dict_table] = arr
+            return cache[dict_table]
+
+        layout = {c: d for c, _, d in _layout(False)[table] + _layout(True)[table]}
+        for c in list(out):
+            d = layout.get(c)
+            if d is None:
+                continue
+            codes = out[c].astype(np.int64)
+            same = codes == SAME_AS_TARGET
+            out[c] = lookup(d)[np.where(same, -1, codes)]
+            if same.any():
+                out[c + "__same"] = same
+        if table == "results" and (want is None or "target_name" in want or "golden_name" in want):
+            target = _join(out["record"], out["slot"])
+            if want is None or "target_name" in want:
+                out["target_name"] = target
+            if "golden_name__same" in out:
+                same = out.pop("golden_name__same")
+                out["golden_name"][same] = target[same]
+        for c in [c for c in out if c.endswith("__same")]:
+            del out[c]
+        if want is not None:
+            out = {c: out[c] for c in want if c in out}
+        return out
+
+
+def _join(records: np.ndarray, slots: np.ndarray) -> np.ndarray:
+    out = np.empty(records.shape[0], dtype=object)
+    out[:] = [r + "." + s for r, s in zip(records.tolist(), slots.tolist())]
+    return out
+
+
+def read_summary(path) -> Dict[str, Any]:
+    from engines.store import StoreReader
+
+    with StoreReader(Path(path), KIND) as r:
+        meta = r.meta.get("run_meta") or {}
+    return meta.get("summary", {}) if isinstance(meta, dict) else {}

@@ -1,0 +1,116 @@
+"""Pair target rows with golden rows: exact keys (a hash join) or fuzzy alignment, then the dtype gate.
+
+Result: for every target row the golden row index or -1. Golden-only rows are counted and listed separately
+(msprobe drops them silently). Unmatched target rows stay unmatched (msprobe 26.2 marks them "pass").
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Dict, List
+
+import numpy as np
+
+from engines.compare.fuzzy import align_records, fuzzy_record_key
+from engines.compare.mapping import KeyOptions, side_keys
+from engines.parse.rows import RowTable
+
+_FLOAT = {"float16", "float32", "bfloat16", "float64", "half", "float", "double"}
+_DTYPE_CLASS = (("complex", "complex"), ("bool", "bool"), ("float", "float"), ("half", "float"),
+                ("double", "float"), ("int", "int"), ("uint", "int"))
+
+
+@dataclass
+class Match:
+    golden_index: np.ndarray  # int64 per target row, -1 unmatched
+    fuzzy: np.ndarray  # bool: paired by alignment with a different name
+    gated: np.ndarray  # bool: names matched but dtypes of incompatible classes (golden treated as unmatched)
+    golden_only: np.ndarray  # golden row indices no target row took
+
+
+def dtype_class(dtype: str) -> str:
+    """``torch.float16``/``Float16``/``float16`` -> float; ints -> int; bool; complex; else the text itself."""
+    base = dtype.lower().rsplit(".", 1)[-1]
+    if base.startswith("<class '"):
+        return base
+    for prefix, cls in _DTYPE_CLASS:
+        if base.startswith(prefix) or base.startswith("b" + prefix):
+            return cls
+    return base
+
+
+def dtype_compatible(a: str, b: str, cross_framework: bool) -> bool:
+    """msprobe's dtype gate: equal, both floating, or (across frameworks) the same class."""
+    if a == b:
+        return True
+    ca, cb = dtype_class(a), dtype_class(b)
+    if ca == "float" and cb == "float":
+        return True
+    return cross_framework and ca == cb and ca in ("int", "bool", "complex")
+
+
+def exact_pairs(t_keys: np.ndarray, g_keys: np.ndarray) -> np.ndarray:
+    if t_keys.shape == g_keys.shape and bool(np.all(t_keys == g_keys)) and \
+            len(set(g_keys.tolist())) == g_keys.shape[0]:
+        return np.arange(t_keys.shape[0], dtype=np.int64)  # the two dumps list the same rows in the same order
+    lookup: Dict[str, int] = {}
+    for i, k in enumerate(g_keys.tolist()):
+        lookup.setdefault(k, i)
+    get = lookup.get
+    return np.fromiter((get(k, -1) for k in t_keys.tolist()), dtype=np.int64, count=len(t_keys))
+
+
+def _record_signatures(rows: RowTable, keys: np.ndarray):
+    """Per record (dump order): first row, slots, and the alignment signature."""
+    order: List[str] = []
+    slots: Dict[str, Dict[str, int]] = {}
+    sig_parts: Dict[str, list] = {}
+    key_record: Dict[str, str] = {}
+    for i, (record, slot, key) in enumerate(zip(rows.record.tolist(), rows.slot.tolist(), keys.tolist())):
+        if record not in slots:
+            order.append(record)
+            slots[record] = {}
+            sig_parts[record] = []
+            key_record[record] = key[: len(key) - len(slot) - 1] if key.endswith("." + slot) else record
+        slots[record].setdefault(slot, i)
+        sig_parts[record].append((slot, rows.shape[i], dtype_class(rows.dtype[i])))
+    sigs = [(fuzzy_record_key(key_record[r]), tuple(sig_parts[r])) for r in order]
+    return order, slots, sigs
+
+
+def fuzzy_pairs(t_rows: RowTable, g_rows: RowTable, t_keys: np.ndarray, g_keys: np.ndarray) -> np.ndarray:
+    t_order, t_slots, t_sigs = _record_signatures(t_rows, t_keys)
+    g_order, g_slots, g_sigs = _record_signatures(g_rows, g_keys)
+    out = np.full(len(t_rows), -1, dtype=np.int64)
+    for i, j in align_records(t_sigs, g_sigs):
+        g_map = g_slots[g_order[j]]
+        for slot, row in t_slots[t_order[i]].items():
+            out[row] = g_map.get(slot, -1)
+    return out
+
+
+def match_rows(t_rows: RowTable, g_rows: RowTable, opts: KeyOptions, *, fuzzy: bool = False,
+               cross_framework: bool = False) -> Match:
+    t_keys = side_keys(t_rows, opts, is_target=True)
+    g_keys = side_keys(g_rows, opts, is_target=False)
+    if fuzzy and not opts.data_mapping and opts.layer_mapping is None:
+        gi = fuzzy_pairs(t_rows, g_rows, t_keys, g_keys)
+        renamed = np.zeros(len(t_rows), dtype=bool)
+        hit = gi >= 0
+        renamed[hit] = t_keys[hit] != g_keys[gi[hit]]
+    else:
+        gi = exact_pairs(t_keys, g_keys)
+        renamed = np.zeros(len(t_rows), dtype=bool)
+    gated = np.zeros(len(t_rows), dtype=bool)
+    if not opts.data_mapping:
+        hit = np.flatnonzero(gi >= 0)
+        t_dt = t_rows.dtype[hit]
+        g_dt = g_rows.dtype[gi[hit]]
+        differ = np.flatnonzero(t_dt != g_dt)
+        for p in differ:
+            if not dtype_compatible(t_dt[p], g_dt[p], cross_framework):
+                gated[hit[p]] = True
+        gi = np.where(gated, -1, gi)
+    taken = np.zeros(len(g_rows), dtype=bool)
+    taken[gi[gi >= 0]] = True
+    return Match(golden_index=gi, fuzzy=renamed, gated=gated, golden_only=np.flatnonzero(~taken))

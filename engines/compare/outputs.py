@@ -1,0 +1,82 @@
+"""Write a compare's results: a fresh output folder with the HDF5 result store, CSV, xlsx and summary.json."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any, Dict
+
+import numpy as np
+
+from engines.compare.csv_out import write_csv
+from engines.compare.options import CompareError, CompareOptions
+from engines.compare.xlsx_out import XlsxRefused, write_xlsx
+
+RESULT_FILE = "compare.h5"
+
+
+def output_folder(opts: CompareOptions, job: Any, framework: str):
+    """Where results go: ``output_path`` (created; refused if it already holds results, nothing is overwritten),
+    else a new run folder ``<dump_path>/<run-id>/`` with run.json and ``latest`` (engines.runs). Returns
+    (folder, run or None)."""
+    if opts.output_path is not None:
+        out = opts.output_path
+        if out.exists() and not out.is_dir():
+            raise CompareError("compare.output_path: {} is a file, not a folder".format(out))
+        if (out / "summary.json").exists() or (out / RESULT_FILE).exists():
+            raise CompareError("compare.output_path: {} already holds compare results; give a new folder (results "
+                               "are never overwritten)".format(out))
+        try:
+            out.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise CompareError("compare.output_path: {}: {}".format(out, exc.strerror or exc)) from None
+        return out, None
+    from engines.runs import RunError, create_run
+
+    config = _config_of(job)
+    try:
+        run = create_run(opts.dump_path, task="compare", config=config, framework=framework or "none")
+    except (RunError, OSError) as exc:
+        raise CompareError("dump_path: {}".format(exc)) from None
+    return run.path, run
+
+
+def _config_of(job: Any) -> Dict[str, Any]:
+    if isinstance(job, dict):
+        return job
+    try:
+        from schemas import dump_config
+
+        return dump_config(job)
+    except Exception:  # a job object that is not a schemas model: keep what can be shown
+        return {"task": "compare"}
+
+
+def write_outputs(out: Path, opts: CompareOptions, mode: str, table, div, tree, golden_only, summary,
+                  events) -> Dict[str, str]:
+    stamp = time.strftime("%Y%m%d%H%M%S")
+    files: Dict[str, str] = {}
+    stack = bool(np.any(table["stack"] != "")) if len(table["stack"]) else False
+    classic = opts.highlight == "classic"
+    if "hdf5" in opts.formats:
+        from engines.compare.hdf5_out import write_hdf5
+
+        files["hdf5"] = str(write_hdf5(out, mode, table, div, tree, golden_only, summary))
+    if "csv" in opts.formats:
+        files["csv"] = str(write_csv(out / "compare_result_{}.csv".format(stamp), table, mode, stack=stack,
+                                     classic=classic))
+    if "xlsx" in opts.formats:
+        try:
+            files["xlsx"] = str(write_xlsx(out / "compare_result_{}.xlsx".format(stamp), table, mode, stack=stack,
+                                           classic=classic))
+        except XlsxRefused as exc:
+            summary.setdefault("notes", []).append(str(exc))
+            if events is not None:
+                events.emit("message", level="warning", text=str(exc))
+    path = out / "summary.json"
+    tmp = out / "summary.json.partial"
+    tmp.write_text(json.dumps(dict(summary, output_dir=str(out), files=files), indent=2, default=str))
+    tmp.replace(path)
+    files["summary"] = str(path)
+    return files

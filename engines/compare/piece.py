@@ -1,0 +1,270 @@
+"""Compare one (rank, step) piece: match rows, compute metrics for the mode, judge every row.
+
+The result is a dict of equal-length numpy columns (see :mod:`engines.compare.columns`), one row per target row
+in target dump order.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Callable, Dict, Optional
+
+import numpy as np
+
+from engines.compare import classic, stats_metrics, tensor_metrics, verdicts
+from engines.compare.mapping import KeyOptions
+from engines.compare.matching import match_rows
+from engines.compare.stats_metrics import STATS
+from engines.compare.tensor_metrics import (
+    ST_DTYPE_GATE,
+    ST_NO_DATA,
+    ST_NOT_TENSOR,
+    ST_OK,
+    ST_SHAPE,
+    ST_UNMATCHED,
+)
+from engines.compare.tensor_stream import PairTask, compare_pairs, itemsize_of
+from engines.compare.verdicts import IGNORED_APIS, F, Thresholds
+from engines.parse.rows import V_MAX, V_MIN, RowTable
+
+MODES = ("tensor", "statistics", "md5")
+
+
+@dataclass
+class PieceSettings:
+    mode: str = "statistics"
+    keys: KeyOptions = field(default_factory=KeyOptions)
+    fuzzy: bool = False
+    cross_framework: bool = False
+    rel_eps: Optional[float] = None
+    small_value: float = 0.0
+    thresholds: Thresholds = field(default_factory=Thresholds.default)
+    highlight: str = "none"
+    workers: Optional[int] = None
+    progress: Optional[Callable[[int, int], None]] = None
+
+
+def _golden(values: np.ndarray, gi: np.ndarray, fill) -> np.ndarray:
+    out = np.empty(gi.shape[0], dtype=values.dtype)
+    hit = gi >= 0
+    out[hit] = values[gi[hit]]
+    out[~hit] = fill
+    return out
+
+
+def _stats(rows: RowTable) -> Dict[str, np.ndarray]:
+    return {s: getattr(rows, s) for s in STATS}
+
+
+def _api_name(record: str) -> str:
+    parts = record.split(".")
+    return parts[1] if len(parts) > 2 else ""
+
+
+def compare_piece(t: RowTable, g: RowTable, t_spec, g_spec, st: PieceSettings):
+    """Columns of the result rows and the :class:`~engines.compare.matching.Match` behind them."""
+    match = match_rows(t, g, st.keys, fuzzy=st.fuzzy, cross_framework=st.cross_framework)
+    gi = match.golden_index
+    matched = gi >= 0
+    n = len(t)
+    cols: Dict[str, np.ndarray] = {
+        "rank": t.rank, "step": t.step, "order": t.order, "target_name": t.name,
+        "golden_name": _golden(g.name, gi, ""), "record": t.record, "slot": t.slot, "io": t.io, "kind": t.kind,
+        "direction": t.direction, "parent": t.parent, "stack": t.stack,
+        "target_dtype": t.dtype, "golden_dtype": _golden(g.dtype, gi, ""),
+        "target_shape": t.shape, "golden_shape": _golden(g.shape, gi, ""), "numel": t.numel,
+        "target_requires_grad": t.requires_grad, "golden_requires_grad": _golden(g.requires_grad, gi, -1),
+        "target_crc32": t.crc32, "golden_crc32": _golden(g.crc32, gi, ""),
+        "t_valid": t.valid, "g_valid": _golden(g.valid, gi, 0), "matched": matched,
+        "fuzzy": match.fuzzy,
+    }
+    g_stats = {}
+    for s in STATS:
+        cols["t_" + s] = getattr(t, s)
+        g_stats[s] = _golden(getattr(g, s), gi, math.nan)
+        cols["g_" + s] = g_stats[s]
+    g_text = _golden(g.text, gi, None)
+    cols["t_text"] = t.text
+    cols["g_text"] = g_text
+    cols["data_name"] = _data_names(t.data_name, _golden(g.data_name, gi, "")) if st.mode == "tensor" else \
+        np.full(n, "-1", dtype=object)
+
+    flags = np.zeros(n, dtype=np.uint32)
+    status = np.full(n, ST_OK, dtype=np.uint8)
+    flags[~matched] |= F["no golden row"]
+    status[~matched] = ST_UNMATCHED
+    flags[match.gated] |= F["dtype class differs"]
+    status[match.gated] = ST_DTYPE_GATE
+    flags[match.fuzzy] |= F["fuzzy match"]
+    tensor = t.is_tensor & matched
+    shape_diff = tensor & (t.shape != cols["golden_shape"])
+    flags[shape_diff] |= F["shape differs"]
+    status[shape_diff] = ST_SHAPE
+    flags[matched & (t.dtype != cols["golden_dtype"]) & ~match.gated] |= F["dtype differs"]
+    rg_t, rg_g = t.requires_grad, cols["golden_requires_grad"]
+    cols["requires_grad_equal"] = np.where((rg_t < 0) | (rg_g < 0), -1, (rg_t == rg_g).astype(np.int8))
+    flags[matched & (rg_t >= 0) & (rg_g >= 0) & (rg_t != rg_g)] |= F["requires_grad differs"]
+    ignored_records = {r for r in t.record_order() if _api_name(r) in IGNORED_APIS}
+    if ignored_records:
+        ignored = np.fromiter((r in ignored_records for r in t.record.tolist()), bool, n)
+        flags[ignored] |= F["ignored api"]
+    _nonfinite_flags(cols, flags, matched)
+
+    stat_cols = stats_metrics.stats_table(_stats(t), g_stats, {s: t.text for s in STATS},
+                                          {s: g_text for s in STATS}, matched, small_value=st.small_value)
+    cols.update(stat_cols)
+    scalar = ~t.is_tensor & matched
+    status[scalar] = ST_NOT_TENSOR
+    _scalar_flags(cols, flags, scalar, t.text, g_text)
+
+    rel_err = stats_metrics.scaled_stat_errors(_stats(t), g_stats, t.numel, st.small_value)
+    rel_err[~tensor] = np.nan
+    both_hash = (t.crc32 != "") & (cols["golden_crc32"] != "") & matched
+    hash_equal = np.full(n, -1, dtype=np.int8)
+    hash_equal[both_hash] = (t.crc32[both_hash] == cols["golden_crc32"][both_hash]).astype(np.int8)
+    cols["hash_equal"] = hash_equal
+    # identical bits settle a row whatever the statistics say
+    rel_err[hash_equal == 1] = 0.0
+    for name in ("cosine", "euc_dist", "max_abs_err", "max_rel_err", "one_thousandth", "five_thousandths"):
+        cols[name] = np.full(n, math.nan)
+    cols["cosine_unsupported"] = np.zeros(n, dtype=bool)
+    cols["ratios_unsupported"] = np.zeros(n, dtype=bool)
+    messages = np.full(n, "", dtype=object)
+
+    if st.mode == "md5":
+        flags[(hash_equal == 0) & ~scalar] |= F["hash differs"]
+        rel_err[:] = np.nan
+    elif st.mode == "tensor":
+        _tensor_metrics(t, g, gi, tensor & ~shape_diff, t_spec, g_spec, st, cols, flags, status, rel_err,
+                        messages)
+    cols["rel_err"] = rel_err
+    cols["status"] = status
+    cols["flags"] = flags
+    verdict, flags, reasons = verdicts.judge(cols, st.thresholds, st.mode)
+    cols["verdict"] = verdict
+    cols["flags"] = flags
+    for i in np.flatnonzero(messages != ""):
+        reasons[i] = (reasons[i] + "; " if reasons[i] else "") + messages[i]
+    cols["reasons"] = reasons
+    if st.highlight == "classic":
+        _classic(cols, st.mode == "tensor")
+    return cols, match
+
+
+def _data_names(t_names: np.ndarray, g_names: np.ndarray) -> np.ndarray:
+    """msprobe's Data_name cell: ``"['<target file>', '<golden file>']"``, ``-1`` for none."""
+    out = np.empty(t_names.shape[0], dtype=object)
+    out[:] = ["['{}', '{}']".format(a or "-1", b or "-1") if (a or b) else "-1"
+              for a, b in zip(t_names.tolist(), g_names.tolist())]
+    return out
+
+
+def _nonfinite_flags(cols, flags, matched) -> None:
+    """From the statistics: a non-finite max/min on one side only (the tensor compare refines it)."""
+    def nonfinite(prefix: str) -> np.ndarray:
+        valid = cols[prefix + "_valid"]
+        bad = np.zeros(valid.shape[0], dtype=bool)
+        for s, bit in (("max", V_MAX), ("min", V_MIN)):
+            bad |= ((valid & bit) != 0) & ~np.isfinite(cols[prefix + "_" + s])
+        return bad
+
+    t_bad, g_bad = nonfinite("t"), nonfinite("g")
+    g_known = (cols["g_valid"] & (V_MAX | V_MIN)) != 0
+    flags[matched & t_bad & ~g_bad & g_known] |= F["target non-finite"]
+    flags[matched & g_bad & ~t_bad] |= F["golden non-finite"]
+    both = matched & t_bad & g_bad
+    if both.any():
+        differ = np.zeros(both.shape[0], dtype=bool)
+        for s in ("max", "min"):
+            a, b = cols["t_" + s], cols["g_" + s]
+            with np.errstate(invalid="ignore"):
+                differ |= ~((a == b) | (np.isnan(a) & np.isnan(b)))
+        flags[both & differ] |= F["non-finite positions differ"]
+
+
+def _scalar_flags(cols, flags, scalar, t_text, g_text) -> None:
+    for i in np.flatnonzero(scalar):
+        a, b = t_text[i], g_text[i]
+        if a is not None or b is not None:
+            if a == b or (stats_metrics.is_device_text(a) and stats_metrics.is_device_text(b)):
+                continue
+            flags[i] |= F["scalar argument changed"]
+        else:
+            x, y = cols["t_max"][i], cols["g_max"][i]
+            if not (x == y or (math.isnan(x) and math.isnan(y))):
+                flags[i] |= F["scalar argument changed"]
+
+
+def _tensor_metrics(t, g, gi, comparable, t_spec, g_spec, st, cols, flags, status, rel_err, messages) -> None:
+    has_data = comparable & (t.data >= 0)
+    has_data[has_data] &= g.data[gi[has_data]] >= 0
+    no_data = comparable & ~has_data
+    status[no_data] = ST_NO_DATA
+    no_stats = no_data & ~np.isfinite(rel_err)
+    flags[no_stats] |= F["no tensor data"]
+    for i in np.flatnonzero(no_data):
+        messages[i] = "NPU does not have data file." if t.data[i] < 0 else "Bench does not have data file."
+    tasks = [PairTask(int(i), int(t.data[i]), int(g.data[gi[i]]), max(int(t.numel[i]), 0),
+                      itemsize_of(str(t.dtype[i]))) for i in np.flatnonzero(has_data)]
+    if not tasks:
+        return
+    outcomes = compare_pairs(tasks, t_spec, g_spec, rel_eps=st.rel_eps, small_value=st.small_value,
+                             workers=st.workers, progress=st.progress)
+    for row, out in outcomes.items():
+        if out.error:
+            status[row] = tensor_metrics.ST_READ_ERROR
+            flags[row] |= F["no tensor data"]
+            messages[row] = "Dump file not found or read failed: " + out.error
+            rel_err[row] = np.nan
+            continue
+        shape = tuple(json_shape(cols["target_shape"][row]))
+        m = tensor_metrics.finish(out.partial, shape, dtype_differs=out.x_dtype != out.y_dtype)
+        status[row] = m.status
+        for name, value in zip(("cosine", "euc_dist", "max_abs_err", "max_rel_err", "one_thousandth",
+                                "five_thousandths"), m.as_tuple()):
+            cols[name][row] = value
+        cols["cosine_unsupported"][row] = m.cosine_unsupported
+        cols["ratios_unsupported"][row] = m.ratios_unsupported
+        rel_err[row] = m.rel_err
+        if m.status == tensor_metrics.ST_NONFINITE:
+            flags[row] |= F["non-finite positions differ"]
+            rel_err[row] = np.inf
+        elif m.status == tensor_metrics.ST_EMPTY:
+            flags[row] &= ~np.uint32(F["target non-finite"] | F["golden non-finite"])
+        else:
+            # the data settles it: matched non-finite values were compared as equal
+            flags[row] &= ~np.uint32(F["target non-finite"] | F["golden non-finite"]
+                                     | F["non-finite positions differ"])
+        if m.zero_side:
+            flags[row] |= F["one side all zeros"]
+        texts = [x for x in m.messages if x != tensor_metrics.MSG_DTYPE]
+        if texts:
+            messages[row] = " ".join(texts)
+
+
+def json_shape(text: str):
+    import json
+
+    try:
+        value = json.loads(text)
+    except (TypeError, ValueError):
+        return ()
+    return value if isinstance(value, list) else ()
+
+
+def _classic(cols, tensor_mode: bool) -> None:
+    max_rel = np.fmax.reduce([np.abs(cols[s + "_rel"]) for s in STATS])
+    cols["max_rel"] = max_rel
+    colour, msgs = classic.highlight(cols, tensor_mode)
+    cols["classic_colour"] = colour
+    cols["classic_messages"] = msgs
+    if tensor_mode:
+        acc = np.empty(colour.shape[0], dtype=object)
+        for i in range(colour.shape[0]):
+            acc[i] = classic.classic_accuracy_cell(cols, i)
+        cols["classic_accuracy"] = acc
+    else:
+        n_stats = {s: cols["t_" + s] for s in STATS}
+        g_stats = {s: cols["g_" + s] for s in STATS}
+        cols["classic_warning"] = classic.classic_stats_warning(n_stats, g_stats) & cols["matched"]

@@ -1,0 +1,215 @@
+"""Turn result columns into report cells (CSV and xlsx share this): msprobe's headers, display rounding and its
+tokens for absent values (``N/A`` unmatched, ``unsupported``, ``shape unmatched``, ``Nan``, ``" inf"``), numbers as
+numbers.
+
+A numeric column is a :class:`NumCells` (a float array plus the few cells that are tokens), so a million-row
+report formats its numbers in numpy, not cell by cell.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Dict, Iterator, List, Union
+
+import numpy as np
+
+from engines.compare.columns import report_headers
+from engines.compare.stats_metrics import NOTE_DIFF, NOTE_NA, STATS
+from engines.compare.tensor_metrics import (
+    ST_EMPTY,
+    ST_NO_DATA,
+    ST_NONFINITE,
+    ST_READ_ERROR,
+    ST_SHAPE,
+    ST_UNREADABLE,
+    round12,
+    round_cosine,
+)
+from engines.compare.verdicts import UNMATCHED, VERDICTS
+from engines.parse.rows import STAT_BITS
+
+TENSOR_COLS = ("cosine", "euc_dist", "max_abs_err", "max_rel_err", "one_thousandth", "five_thousandths")
+
+
+class NumCells:
+    """A numeric column: ``values`` (float64 or int64) and ``tokens`` (a str array, "" where the number shows)."""
+
+    def __init__(self, values: np.ndarray, tokens: np.ndarray = None, integers: bool = False):
+        self.values = values
+        self.integers = integers
+        if tokens is None:
+            tokens = np.full(values.shape[0], "", dtype=object)
+        if not integers:
+            inf = np.isinf(values) & (tokens == "")
+            if inf.any():
+                tokens = tokens.copy()
+                tokens[inf & (values > 0)] = " inf"
+                tokens[inf & (values < 0)] = " -inf"
+            nan = np.isnan(values) & (tokens == "")
+            if nan.any():
+                tokens = tokens.copy()
+                tokens[nan] = "Nan"
+        self.tokens = tokens
+
+    def __len__(self) -> int:
+        return int(self.values.shape[0])
+
+    def cells(self) -> list:
+        """Python values: numbers, or the token where there is one (xlsx)."""
+        out = self.values.tolist()
+        for i in np.flatnonzero(self.tokens != "").tolist():
+            out[i] = self.tokens[i]
+        return out
+
+    def texts(self) -> List[str]:
+        """CSV field texts."""
+        vals = self.values.astype(np.int64) if self.integers else self.values
+        out = vals.astype(str).tolist()
+        for i in np.flatnonzero(self.tokens != "").tolist():
+            out[i] = self.tokens[i]
+        return out
+
+
+Cells = Union[list, NumCells]
+
+
+def _tokens(n: int) -> np.ndarray:
+    return np.full(n, "", dtype=object)
+
+
+def _rg(value: int) -> str:
+    return "N/A" if value < 0 else ("True" if value else "False")
+
+
+def _stat_cells(values: np.ndarray, valid: np.ndarray, bit: int, text, matched) -> NumCells:
+    tok = _tokens(values.shape[0])
+    tok[(valid & bit) == 0] = "None"
+    tok[np.isnan(values) & (tok == "")] = "Nan"
+    if matched is not None:
+        tok[~matched] = "N/A"
+    if text is not None:
+        has = np.not_equal(text, None)
+        tok[has] = text[has]
+    return NumCells(values, tok)
+
+
+def _diff_cells(values: np.ndarray, notes: np.ndarray) -> NumCells:
+    tok = _tokens(values.shape[0])
+    tok[notes == NOTE_NA] = "N/A"
+    tok[notes == NOTE_DIFF] = "Diff"
+    return NumCells(values, tok)
+
+
+def _tensor_cells(cols, name: str) -> NumCells:
+    values = cols[name].copy()
+    status = cols["status"]
+    n = values.shape[0]
+    tok = _tokens(n)
+    nan = np.isnan(values)
+    if name == "cosine":
+        unsupported = cols["cosine_unsupported"]
+    elif name in ("euc_dist", "one_thousandth", "five_thousandths"):
+        unsupported = cols["ratios_unsupported"]
+    else:
+        unsupported = np.zeros(n, dtype=bool)
+    tok[nan & unsupported] = "unsupported"
+    tok[nan & ~unsupported & (status != 0)] = "N/A"
+    tok[np.isin(status, (ST_EMPTY, ST_NO_DATA, ST_READ_ERROR, ST_UNREADABLE))] = "unsupported"
+    tok[status == ST_NONFINITE] = "N/A"
+    tok[status == ST_SHAPE] = "shape unmatched"
+    tok[~cols["matched"]] = "N/A"
+    if name != "euc_dist":
+        rounder = round_cosine if name == "cosine" else round12
+        show = np.flatnonzero(~nan & (tok == ""))
+        values[show] = [rounder(v) for v in values[show].tolist()]
+    return NumCells(values, tok)
+
+
+def _first_of_record(records: np.ndarray, stack: np.ndarray) -> list:
+    out = []
+    prev = None
+    for r, s in zip(records.tolist(), stack.tolist()):
+        out.append(s if r != prev else "")
+        prev = r
+    return out
+
+
+def _safe_text(cells: list) -> list:
+    """Text that Excel would run as a formula gets a leading quote."""
+    return ["'" + c if isinstance(c, str) and c[:1] in ("=", "+", "@") and len(c) > 1 else c for c in cells]
+
+
+def _builders(cols: Dict[str, np.ndarray], classic: bool) -> Dict[str, Callable[[], Cells]]:
+    matched = cols["matched"]
+    m_list = matched.tolist()
+
+    def golden(name):
+        return [g if m else "N/A" for g, m in zip(cols[name].tolist(), m_list)]
+
+    b: Dict[str, Callable[[], Cells]] = {
+        "NPU Name": lambda: _safe_text(cols["target_name"].tolist()),
+        "Bench Name": lambda: _safe_text(golden("golden_name")),
+        "NPU Dtype": lambda: cols["target_dtype"].tolist(),
+        "Bench Dtype": lambda: golden("golden_dtype"),
+        "NPU Tensor Shape": lambda: cols["target_shape"].tolist(),
+        "Bench Tensor Shape": lambda: golden("golden_shape"),
+        "NPU Requires_grad": lambda: [_rg(v) for v in cols["target_requires_grad"].tolist()],
+        "Bench Requires_grad": lambda: [_rg(v) if m else "N/A" for v, m in
+                                        zip(cols["golden_requires_grad"].tolist(), m_list)],
+    }
+    for side, label in (("t", "NPU"), ("g", "Bench")):
+        for s, head in zip(STATS, ("max", "min", "mean", "l2norm")):
+            b["{} {}".format(label, head)] = (
+                lambda side=side, s=s: _stat_cells(cols[side + "_" + s], cols[side + "_valid"], STAT_BITS[s],
+                                                   cols.get(side + "_text"), matched if side == "g" else None))
+    for s, d_head, r_head in zip(STATS, ("Max diff", "Min diff", "Mean diff", "L2norm diff"),
+                                 ("MaxRelativeErr", "MinRelativeErr", "MeanRelativeErr", "NormRelativeErr")):
+        b[d_head] = lambda s=s: _diff_cells(cols[s + "_diff"], cols[s + "_note"])
+        b[r_head] = lambda s=s: _diff_cells(cols[s + "_rel"], cols[s + "_note"])
+    for name, head in zip(TENSOR_COLS, ("Cosine", "EucDist", "MaxAbsErr", "MaxRelativeErr@tensor",
+                                        "One Thousandth Err Ratio", "Five Thousandths Err Ratio")):
+        b[head] = lambda name=name: _tensor_cells(cols, name)
+    b["NPU MD5"] = lambda: [c or "N/A" for c in cols["target_crc32"].tolist()]
+    b["BENCH MD5"] = lambda: [c if m and c else "N/A" for c, m in zip(cols["golden_crc32"].tolist(), m_list)]
+    b["Requires_grad Consistent"] = lambda: ["N/A" if v < 0 else ("True" if v else "False")
+                                             for v in cols["requires_grad_equal"].tolist()]
+    b["Result"] = lambda: [VERDICTS[v] for v in cols["verdict"].tolist()]
+
+    def err_message():
+        reasons = cols["reasons"].tolist()
+        if classic and "classic_messages" in cols:
+            reasons = [r + ("\n" + c if r and c else c) for r, c in zip(reasons, cols["classic_messages"].tolist())]
+        return _safe_text(["No bench data matched." if v == UNMATCHED and not r else r
+                           for v, r in zip(cols["verdict"].tolist(), reasons)])
+
+    def rel_err():
+        tok = _tokens(cols["rel_err"].shape[0])
+        tok[np.isnan(cols["rel_err"])] = "N/A"
+        return NumCells(cols["rel_err"], tok)
+
+    b["Err_message"] = err_message
+    b["Accuracy Reached or Not"] = lambda: cols["classic_accuracy"].tolist()
+    b["NPU_Stack_Info"] = lambda: _safe_text(_first_of_record(cols["record"], cols["stack"]))
+    b["Data_name"] = lambda: cols["data_name"].tolist()
+    b["RelErr"] = rel_err
+    b["Rank"] = lambda: NumCells(cols["rank"], integers=True)
+    b["Step"] = lambda: NumCells(cols["step"], integers=True)
+    return b
+
+
+def report_columns(cols: Dict[str, np.ndarray], mode: str, *, stack: bool, classic: bool) -> Dict[str, Cells]:
+    """Header -> cells (a list, or :class:`NumCells` for numbers), for the headers of ``mode`` only."""
+    builders = _builders(cols, classic)
+    out = {}
+    for head in report_headers(mode, stack=stack, classic=classic):
+        key = head + "@tensor" if (head == "MaxRelativeErr" and mode == "tensor") else head
+        out[head] = builders[key]()
+    return out
+
+
+def report_rows(cols: Dict[str, np.ndarray], mode: str, *, stack: bool, classic: bool) -> Iterator[List]:
+    """Header row, then one list of Python cells per result row (xlsx)."""
+    headers = report_headers(mode, stack=stack, classic=classic)
+    cells = report_columns(cols, mode, stack=stack, classic=classic)
+    yield list(headers)
+    columns = [c.cells() if isinstance(c, NumCells) else c for c in (cells[h] for h in headers)]
+    yield from map(list, zip(*columns))

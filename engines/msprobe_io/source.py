@@ -1,0 +1,114 @@
+"""A msprobe dump as a :class:`engines.parse.sources.DumpSource`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Dict, List, Optional, Tuple
+
+from engines.msprobe_io.companions import read_construct, read_json, read_stacks
+from engines.msprobe_io.flatten import Flattener
+from engines.msprobe_io.layout import MsprobeFile, find_dump_files
+from engines.msprobe_io.tensors import MsprobeTensorSpec
+from engines.parse.rows import RowTable
+from engines.parse.sources import DumpSource, DumpSourceError
+
+
+class MsprobeSource(DumpSource):
+    """dump.json files found under a path, one per (step, rank); loaded lazily and cached."""
+
+    origin = "msprobe"
+
+    def __init__(self, path: Path, files: Optional[List[MsprobeFile]] = None):
+        self.path = Path(path)
+        files = files if files is not None else find_dump_files(self.path)
+        if not files:
+            raise DumpSourceError("{}: no msprobe dump.json found".format(self.path))
+        self._files: Dict[Tuple[int, int], MsprobeFile] = {(f.rank, f.step): f for f in files}
+        self._heads: Dict[Tuple[int, int], dict] = {}
+        self._rows: Dict[Tuple[int, int], RowTable] = {}
+        self._tensor_files: Dict[Tuple[int, int], List[str]] = {}
+
+    # -- DumpSource ---------------------------------------------------------------------------------------
+    def ranks(self) -> List[int]:
+        return sorted({r for r, _ in self._files})
+
+    def steps(self, rank: int) -> List[int]:
+        return sorted(s for r, s in self._files if r == rank)
+
+    @property
+    def framework(self) -> str:
+        head = self._head(next(iter(self._files)))
+        fw = head.get("framework") or ""
+        return "mindspore" if "mindspore" in fw else ("pytorch" if fw else "")
+
+    def holds(self) -> Dict[str, bool]:
+        key = next(iter(self._files))
+        head = self._head(key)
+        task = head.get("task", "")
+        rows = self.rows(*key)
+        tensors = rows.is_tensor
+        has_hash = bool(tensors.any()) and all(c != "" for c in rows.crc32[tensors])
+        has_stats = bool((rows.valid[tensors] != 0).any()) if tensors.any() else True
+        return {"tensor": task == "tensor" or bool((rows.data >= 0).any()), "statistics": has_stats,
+                "md5": has_hash}
+
+    def rows(self, rank: int, step: int) -> RowTable:
+        key = (rank, step)
+        table = self._rows.get(key)
+        if table is None:
+            table = self._load(key)
+            self._rows[key] = table
+        return table
+
+    def tensor_spec(self, rank: int, step: int) -> MsprobeTensorSpec:
+        self.rows(rank, step)
+        info = self._files[(rank, step)]
+        head = self._head((rank, step))
+        folder = info.folder / "dump_tensor_data"
+        declared = head.get("dump_data_dir")
+        if not folder.is_dir() and declared and Path(declared).is_dir():
+            folder = Path(declared)
+        return MsprobeTensorSpec(str(folder), tuple(self._tensor_files[(rank, step)]))
+
+    def tree(self, rank: int, step: int) -> Dict[str, Optional[str]]:
+        return read_construct(self._files[(rank, step)].folder)
+
+    def describe(self) -> str:
+        return "msprobe dump {} ({} file(s))".format(self.path, len(self._files))
+
+    # -- loading ------------------------------------------------------------------------------------------
+    def _head(self, key) -> dict:
+        head = self._heads.get(key)
+        if head is None:
+            self._load(key)
+            head = self._heads[key]
+        return head
+
+    def _load(self, key) -> RowTable:
+        if key not in self._files:
+            raise DumpSourceError("{}: no dump for rank {} step {}".format(self.path, key[0], key[1]))
+        info = self._files[key]
+        raw = read_json(info.path, "dump.json")
+        if not isinstance(raw, dict) or not isinstance(raw.get("data"), dict):
+            raise DumpSourceError("{}: not a msprobe dump.json (no 'data' object)".format(info.path))
+        data = raw.pop("data")
+        self._heads[key] = raw
+        files: List[str] = []
+        index: Dict[str, int] = {}
+
+        def file_index(name: str) -> int:
+            pos = index.get(name)
+            if pos is None:
+                pos = index[name] = len(files)
+                files.append(name)
+            return pos
+
+        flat = Flattener(step=info.step, rank=info.rank, parents=read_construct(info.folder),
+                         stacks=read_stacks(info.folder), file_index=file_index)
+        try:
+            table = flat.flatten(data)
+        except ValueError as exc:
+            raise DumpSourceError("{}: {}".format(info.path, exc)) from None
+        self._tensor_files[key] = files
+        self._rows[key] = table
+        return table

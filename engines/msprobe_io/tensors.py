@@ -1,0 +1,79 @@
+"""Full tensors of a msprobe dump: ``dump_tensor_data/<data_name>`` as ``.npy`` or ``.pt``."""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Tuple
+
+import numpy as np
+
+
+class TensorFileError(ValueError):
+    """A tensor file is missing or unreadable (the row is reported, the compare goes on)."""
+
+
+def load_tensor_file(path: Path, *, mmap: bool = True) -> np.ndarray:
+    """One ``.npy`` (memory-mapped, no pickles) or ``.pt`` (torch, ``weights_only=True``) file."""
+    path = Path(path)
+    if not path.is_file():
+        raise TensorFileError("{}: not found".format(path))
+    if path.suffix == ".npy":
+        try:
+            return np.load(path, mmap_mode="r" if mmap else None, allow_pickle=False)
+        except (OSError, ValueError) as exc:
+            raise TensorFileError("{}: cannot read ({})".format(path, exc)) from None
+    if path.suffix == ".pt":
+        from engines.adapters.torch import ptload
+
+        if not ptload.torch_available():
+            raise TensorFileError("{}: a .pt file needs torch installed".format(path))
+        try:
+            return ptload.load_pt(path)
+        except ValueError as exc:
+            raise TensorFileError(str(exc)) from None
+    raise TensorFileError("{}: unknown tensor file type (expected .npy or .pt)".format(path))
+
+
+@dataclass(frozen=True)
+class MsprobeTensorSpec:
+    """Picklable description of a dump's tensor files; worker processes :meth:`open` it."""
+
+    folder: str
+    files: Tuple[str, ...]
+
+    def open(self) -> "MsprobeTensorReader":
+        return MsprobeTensorReader(self)
+
+
+class MsprobeTensorReader:
+    """Reads element ranges of tensor files, keeping a few recently used files open."""
+
+    def __init__(self, spec: MsprobeTensorSpec, cache: int = 4):
+        self.spec = spec
+        self._open: "OrderedDict[int, np.ndarray]" = OrderedDict()
+        self._cache = cache
+
+    def _array(self, loc: int) -> np.ndarray:
+        arr = self._open.get(loc)
+        if arr is None:
+            arr = load_tensor_file(Path(self.spec.folder) / self.spec.files[loc])
+            self._open[loc] = arr
+            while len(self._open) > self._cache:
+                self._open.popitem(last=False)
+        else:
+            self._open.move_to_end(loc)
+        return arr
+
+    def info(self, loc: int) -> Tuple[np.dtype, int, tuple]:
+        arr = self._array(loc)
+        return arr.dtype, int(arr.size), tuple(arr.shape)
+
+    def read(self, loc: int, start: int, stop: int) -> np.ndarray:
+        arr = self._array(loc)
+        flat = arr.reshape(-1) if arr.flags.c_contiguous else np.ravel(arr)
+        return np.asarray(flat[start:stop])
+
+    def close(self) -> None:
+        self._open.clear()

@@ -1,0 +1,322 @@
+"""A probe-tui dump (HDF5 store, docs/FORMAT.md) as a :class:`~engines.parse.sources.DumpSource`.
+
+Accepts a run folder (``run.json`` + ``rank<R>/``), its ``latest`` pointer, a dump_path holding ``latest``, or one
+rank folder. Rows come from the ``tensors`` table joined to ``records``; non-tensor arguments kept in the records'
+``args`` JSON become scalar rows (``input.eps``) like msprobe's, so a changed scalar is compared too.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Tuple
+
+import numpy as np
+
+from engines.msprobe_io.flatten import scalar_crc32
+from engines.parse.rows import (
+    IO_INPUT,
+    IO_OTHER,
+    IO_OUTPUT,
+    IO_PARAM,
+    IO_PARAM_GRAD,
+    KIND_PARAM_GRAD,
+    RowBuilder,
+    RowTable,
+    factorize,
+)
+from engines.parse.sources import DumpSource, DumpSourceError
+
+DUMP_KIND = "dump"
+V_CRC32, V_XHASH = 16, 32
+_RANK_DIR = re.compile(r"^rank(\d+)$")
+_TENSOR_MARK = re.compile(r'\{"tensor":\s*"[^"]*"\}|"[A-Za-z_][A-Za-z0-9_]*":')
+_TENSOR_COLS = ["record", "slot", "dtype", "shape", "max", "min", "mean", "norm", "valid", "nan_count",
+                "posinf_count", "neginf_count", "requires_grad", "crc32", "xhash", "pool", "numel"]
+
+
+def _store():
+    try:
+        import engines.store as store
+    except ImportError as exc:  # pragma: no cover - the store ships with the package
+        raise DumpSourceError("reading probe-tui dumps needs engines.store ({})".format(exc)) from None
+    return store
+
+
+def _rank_dirs(path: Path) -> Optional[Dict[int, Path]]:
+    """{rank: folder} for a run folder, a latest pointer, a dump_path or a rank folder; None if not ours."""
+    store = _store()
+    if path.is_file() and path.name == "latest" or (path.is_symlink() and path.name == "latest"):
+        from engines.runs import resolve_latest
+
+        target = resolve_latest(path.parent)
+        return _rank_dirs(target) if target is not None else None
+    if not path.is_dir():
+        return None
+    if DUMP_KIND in store.store_kinds(path):
+        m = _RANK_DIR.match(path.name)
+        return {int(m.group(1)) if m else 0: path}
+    try:
+        ranks = {r: p for r, p in store.open_rank_dirs(path).items() if DUMP_KIND in store.store_kinds(p)}
+    except store.StoreError:
+        ranks = {}
+    if ranks:
+        return ranks
+    if not (path / "run.json").exists():
+        from engines.runs import resolve_latest
+
+        target = resolve_latest(path)
+        if target is not None and target != path:
+            return _rank_dirs(target)
+    return None
+
+
+def find_probe_dump(path: Path) -> Optional["ProbeSource"]:
+    try:
+        dirs = _rank_dirs(Path(path))
+    except OSError as exc:
+        raise DumpSourceError("{}: {}".format(path, exc.strerror or exc)) from None
+    if not dirs:
+        return None
+    return ProbeSource(Path(path), dirs)
+
+
+@dataclass(frozen=True)
+class ProbeTensorSpec:
+    """Picklable: worker processes reopen the rank's store."""
+
+    rank_dir: str
+
+    def open(self) -> "ProbeTensorReader":
+        return ProbeTensorReader(self.rank_dir)
+
+
+class ProbeTensorReader:
+    """Element ranges of stored tensors (``tensors`` table rows); bfloat16 comes back as float32."""
+
+    def __init__(self, rank_dir: str):
+        store = _store()
+        self._to_float = store.to_float
+        self.reader = store.StoreReader(rank_dir, DUMP_KIND)
+        cols = self.reader.read("tensors", ["pool", "offset", "numel", "dtype", "shape"])
+        self.pool, self.offset, self.numel = cols["pool"], cols["offset"], cols["numel"]
+        self.dtype, self.shape = cols["dtype"], cols["shape"]
+
+    def info(self, loc: int) -> Tuple[np.dtype, int, tuple]:
+        pool = str(self.pool[loc])
+        if not pool:
+            raise ValueError("tensor row {} has no stored data".format(loc))
+        dt = np.dtype(np.float32) if "bfloat16" in str(self.dtype[loc]) else np.dtype(pool)
+        return dt, int(self.numel[loc]), ()
+
+    def read(self, loc: int, start: int, stop: int) -> np.ndarray:
+        ref = {"pool": str(self.pool[loc]), "offset": int(self.offset[loc]) + start, "numel": stop - start,
+               "shape": [stop - start]}
+        try:
+            data = self.reader.read_array(ref)
+        except Exception as exc:  # StoreError and h5py's OSError
+            raise ValueError(str(exc)) from None
+        return self._to_float(data, str(self.dtype[loc]))
+
+    def close(self) -> None:
+        self.reader.close()
+
+
+def _io_of(slot: str, kind: int) -> int:
+    if kind == KIND_PARAM_GRAD:
+        return IO_PARAM_GRAD
+    head = slot.split(".", 1)[0]
+    return {"input": IO_INPUT, "output": IO_OUTPUT, "parameters": IO_PARAM}.get(head, IO_OTHER)
+
+
+def scalar_leaves(args_json: str) -> List[Tuple[str, Any]]:
+    """(slot, value) of every non-tensor leaf of a record's ``args`` JSON, in argument order."""
+    if not args_json or not _TENSOR_MARK.sub("", args_json).strip("[]{},: \n"):
+        return []
+    try:
+        skel = json.loads(args_json)
+    except ValueError:
+        return []
+    if not isinstance(skel, dict):
+        return []
+    out: List[Tuple[str, Any]] = []
+
+    def walk(value: Any, slot: str) -> None:
+        if isinstance(value, dict) and "tensor" in value and len(value) == 1:
+            return
+        if isinstance(value, list):
+            for i, v in enumerate(value):
+                walk(v, "{}.{}".format(slot, i))
+            return
+        if isinstance(value, dict) and not isinstance(value.get("type"), str):
+            for k, v in value.items():
+                walk(v, "{}.{}".format(slot, k))
+            return
+        out.append((slot, value))
+
+    for i, v in enumerate(skel.get("args") or []):
+        walk(v, "input.{}".format(i))
+    for k, v in (skel.get("kwargs") or {}).items():
+        walk(v, "input.{}".format(k))
+    return out
+
+
+def _scalar_fields(value: Any) -> Tuple[str, Optional[float], Optional[str], str]:
+    """(dtype, numeric value, text, crc32) of a scalar argument, in msprobe's terms (reference §1.5)."""
+    if isinstance(value, dict):
+        kind = str(value.get("type"))
+        inner = value.get("value")
+        if kind == "float" and isinstance(inner, str):  # non-finite floats are kept as text
+            return "<class 'float'>", float(inner), None, scalar_crc32(float(inner))
+        return kind, None, str(inner if "value" in value else value), scalar_crc32(inner)
+    if isinstance(value, bool) or value is None or isinstance(value, str):
+        return str(type(value)), None, str(value), scalar_crc32(value)
+    return str(type(value)), float(value), None, scalar_crc32(value)
+
+
+class ProbeSource(DumpSource):
+    origin = "probe-tui"
+
+    def __init__(self, path: Path, rank_dirs: Dict[int, Path]):
+        self.path = path
+        self.rank_dirs = rank_dirs
+        self._readers: Dict[int, Any] = {}
+        self._meta: Optional[Dict[str, Any]] = None
+
+    def _reader(self, rank: int):
+        r = self._readers.get(rank)
+        if r is None:
+            store = _store()
+            try:
+                r = self._readers[rank] = store.DumpReader(self.rank_dirs[rank])
+            except store.StoreError as exc:
+                raise DumpSourceError(str(exc)) from None
+        return r
+
+    def ranks(self) -> List[int]:
+        return sorted(self.rank_dirs)
+
+    def steps(self, rank: int) -> List[int]:
+        return sorted(self._reader(rank).steps())
+
+    @property
+    def framework(self) -> str:
+        meta = self._reader(self.ranks()[0]).meta
+        fw = str(meta.get("framework") or "")
+        return "mindspore" if "mindspore" in fw else ("pytorch" if fw in ("pytorch", "torch") else fw)
+
+    def holds(self) -> Dict[str, bool]:
+        r = self._reader(self.ranks()[0])
+        steps = r.steps()
+        if not steps:
+            return {"tensor": False, "statistics": False, "md5": False}
+        t = r.tensors(step=steps[0], columns=["valid", "pool"])
+        valid = t["valid"]
+        return {"tensor": bool(len(valid)) and bool(np.any(t["pool"] != "")),
+                "statistics": bool(np.any((valid & 15) != 0)) if len(valid) else False,
+                "md5": bool(len(valid)) and bool(np.all((valid & (V_CRC32 | V_XHASH)) != 0))}
+
+    def tensor_spec(self, rank: int, step: int) -> ProbeTensorSpec:
+        return ProbeTensorSpec(str(self.rank_dirs[rank]))
+
+    def describe(self) -> str:
+        return "probe-tui dump {} (ranks {})".format(self.path, self.ranks())
+
+    def tree(self, rank: int, step: int) -> Dict[str, Optional[str]]:
+        recs = self._reader(rank).records(step=step, columns=["name", "parent", "kind"])
+        mods = recs["kind"] == 1
+        return {n: (p or None) for n, p in zip(recs["name"][mods].tolist(), recs["parent"][mods].tolist())}
+
+    def rows(self, rank: int, step: int) -> RowTable:
+        reader = self._reader(rank)
+        if step not in reader.steps():
+            raise DumpSourceError("{}: rank {} has no step {}".format(self.path, rank, step))
+        store = _store()
+        try:
+            recs = reader.records(step=step, columns=["name", "kind", "direction", "parent", "stack", "args"])
+            ts = reader.tensors(step=step, columns=_TENSOR_COLS)
+        except store.StoreError as exc:
+            raise DumpSourceError(str(exc)) from None
+        return _build_rows(reader, recs, ts, rank, step)
+
+    def close(self) -> None:
+        for r in self._readers.values():
+            r.close()
+        self._readers.clear()
+
+
+def _stack_texts(reader, ids: np.ndarray) -> np.ndarray:
+    codes, uniq = factorize(ids)
+    texts = np.array(["\n".join(reader.stack(int(s))) if int(s) >= 0 else "" for s in uniq.tolist()] or [""],
+                     dtype=object)
+    return texts[codes] if len(uniq) else np.full(ids.shape[0], "", dtype=object)
+
+
+def _build_rows(reader, recs: Dict[str, np.ndarray], ts: Dict[str, np.ndarray], rank: int, step: int) -> RowTable:
+
+    rec_pos = np.searchsorted(recs["row"], ts["record"])
+    rec_name = recs["name"][rec_pos]
+    kind = recs["kind"][rec_pos]
+    slots = ts["slot"]
+    slot_codes, slot_uniq = factorize(slots)
+    head_io = np.array([_io_of(s, 0) for s in slot_uniq.tolist()] or [IO_OTHER], dtype=np.uint8)
+    io = head_io[slot_codes] if len(slot_uniq) else np.zeros(0, np.uint8)
+    io = np.where(kind == KIND_PARAM_GRAD, IO_PARAM_GRAD, io).astype(np.uint8)
+    n = slots.shape[0]
+    names = np.empty(n, dtype=object)
+    names[:] = [r + "." + s for r, s in zip(rec_name.tolist(), slots.tolist())]
+    valid = ts["valid"].astype(np.uint8)
+    crc = np.full(n, "", dtype=object)
+    has_crc = (valid & V_CRC32) != 0
+    crc[has_crc] = ["{:08x}".format(int(c) & 0xFFFFFFFF) for c in ts["crc32"][has_crc].tolist()]
+    only_x = ((valid & V_XHASH) != 0) & ~has_crc
+    crc[only_x] = ["x{:016x}".format(int(c) & 0xFFFFFFFFFFFFFFFF) for c in ts["xhash"][only_x].tolist()]
+    counts = np.stack([ts["nan_count"], ts["posinf_count"], ts["neginf_count"]])
+    nonfinite = np.where((counts >= 0).all(axis=0), counts.clip(min=0).sum(axis=0), -1)
+    stacks = _stack_texts(reader, recs["stack"])
+    numel = ts["numel"].astype(np.int64)
+    cols = dict(
+        name=names, record=rec_name, slot=slots, io=io, kind=kind.astype(np.uint8),
+        direction=recs["direction"][rec_pos].astype(np.uint8), dtype=ts["dtype"], shape=ts["shape"],
+        numel=numel, max=ts["max"], min=ts["min"], mean=ts["mean"], norm=ts["norm"], valid=valid & 15,
+        text=np.full(n, None, dtype=object), requires_grad=ts["requires_grad"].astype(np.int8), crc32=crc,
+        nonfinite=nonfinite.astype(np.int64), is_tensor=np.ones(n, bool), step=np.full(n, step, np.int64),
+        rank=np.full(n, rank, np.int64), order=np.zeros(n, np.int64), parent=recs["parent"][rec_pos],
+        stack=stacks[rec_pos], data=np.where(ts["pool"] != "", ts["row"], -1).astype(np.int64),
+        data_name=np.full(n, "", dtype=object))
+    table = RowTable(**cols)
+    scalars = _scalar_rows(recs, stacks, rank, step)
+    io_rank = np.array([0, 2, 1, 3, 4], dtype=np.int64)  # input, output, parameters, grads, other
+    sort_tensor = (rec_pos, io_rank[io], np.arange(n))
+    if len(scalars):
+        table = RowTable.concat([table, scalars])
+        keys = [np.concatenate([a, b]) for a, b in zip(sort_tensor, (scalars.order, np.zeros(len(scalars), np.int64),
+                                                                      np.arange(n, n + len(scalars))))]
+    else:
+        keys = list(sort_tensor)
+    order = np.lexsort((keys[2], keys[1], keys[0]))
+    table = table.take(order)
+    table.order[:] = np.arange(len(table))
+    return table
+
+
+def _scalar_rows(recs: Dict[str, np.ndarray], stacks: np.ndarray, rank: int, step: int) -> RowTable:
+    """Rows for non-tensor arguments; ``order`` temporarily holds the record position (for sorting)."""
+    codes, uniq = factorize(recs["args"])
+    leaves = [scalar_leaves(a) for a in uniq.tolist()]
+    if not any(leaves):
+        return RowBuilder().build()
+    b = RowBuilder()
+    for pos, code in enumerate(codes.tolist()):
+        for slot, value in leaves[code]:
+            dtype, num, text, crc = _scalar_fields(value)
+            v = np.nan if num is None else num
+            rec = recs["name"][pos]
+            b.add(name=rec + "." + slot, record=rec, slot=slot, io=IO_INPUT, kind=int(recs["kind"][pos]),
+                  direction=int(recs["direction"][pos]), dtype=dtype, shape="[]", numel=-1, max=v, min=v, mean=v,
+                  norm=v, valid=0 if num is None else 15, text=text, requires_grad=-1, crc32=crc, nonfinite=-1,
+                  is_tensor=False, step=step, rank=rank, order=pos, parent=recs["parent"][pos], stack=stacks[pos],
+                  data=-1, data_name="")
+    return b.build()
