@@ -142,11 +142,13 @@ def parse_api_mapping(raw: Any, source: str) -> List[dict]:
     return raw
 
 
-def _map_api_slot(slot: str, entry: Optional[_ApiEntry]) -> str:
+def _map_api_slot(slot: str, entry: Optional[_ApiEntry], backward: bool = False) -> str:
     if entry is None:
         return slot
     state, _, rest = slot.partition(".")
-    index_map = entry.index_maps.get(state)
+    # A backward record's input.k is the gradient of forward output k, its output.k that of argument k.
+    index_map = entry.index_maps.get({"input": "output", "output": "input"}.get(state, state) if backward
+                                     else state)
     if index_map is None:
         return slot
     head, _, tail = rest.partition(".")
@@ -198,7 +200,7 @@ def side_keys(rows: RowTable, opts: KeyOptions, *, is_target: bool) -> np.ndarra
     for i, (record, slot) in enumerate(zip(rows.record, rows.slot)):
         new = rec_map[record]
         if entries:
-            slot = _map_api_slot(slot, entries.get(api_of[record]))
+            slot = _map_api_slot(slot, entries.get(api_of[record]), record.endswith(".backward"))
         keys[i] = new + "." + slot
     if is_target and opts.data_mapping:
         dm = opts.data_mapping

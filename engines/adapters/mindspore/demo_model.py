@@ -162,7 +162,7 @@ class MLP(nn.Cell):
         self.dropout = Dropout(0.0)
 
     def construct(self, x: Tensor) -> Tensor:
-        return self.dropout(self.fc2(ops.gelu(self.fc1(x), approximate="none")))
+        return self.dropout(self.fc2(ops.gelu(self.fc1(x))))
 
 
 def _scale_grad(x: Tensor, scale: float) -> Tensor:

@@ -14,6 +14,8 @@ import logging
 import os
 from typing import Any, Callable, List, Optional
 
+import mindspore as ms
+
 from engines.adapters.mindspore import flatten
 from engines.adapters.mindspore.api_capture import CURRENT, ApiCapture, wrappers
 from engines.adapters.mindspore.backward_capture import PendingBackward
@@ -26,6 +28,8 @@ from engines.capture.records import StepBuffer
 from engines.capture.sink import StepPayload
 from engines.capture.stacks import StackTable
 from engines.capture.summary import CaptureSummary
+
+_GRAD_DTYPES = frozenset((ms.float16, ms.bfloat16, ms.float32, ms.float64, ms.complex64, ms.complex128))
 
 
 def detect_rank() -> int:
@@ -345,7 +349,10 @@ class MindSporeCaptureSession:
 
 
 def _requires_grad(t: Any) -> bool:
+    """Part of the gradient computation (MindSpore's autograd flag), as ``torch.Tensor.requires_grad`` reads:
+    floating tensors only (MindSpore also flags the integer inputs of a differentiated function)."""
     try:
-        return bool(t.requires_grad)
+        return bool(t._requires_grad) and t.dtype in _GRAD_DTYPES
     except Exception:
         return False
+
