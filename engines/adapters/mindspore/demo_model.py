@@ -165,10 +165,23 @@ class MLP(nn.Cell):
         return self.dropout(self.fc2(ops.gelu(self.fc1(x))))
 
 
-def _scale_grad(x: Tensor, scale: float) -> Tensor:
-    """Multiply the gradient reaching ``x`` by ``scale`` (the grad_explosion fault; identity forward)."""
-    x.register_hook(lambda grad: grad * scale)
-    return x
+class ScaleGrad(nn.Cell):
+    """Identity forward; multiplies the incoming gradient by ``scale`` in backward (the grad_explosion fault).
+
+    A cell with its own ``bprop`` makes a graph node of its own, as PyTorch's ``autograd.Function`` does, so
+    gradient hooks on the tensors around it see exactly what they see in the PyTorch demo. It is built at the
+    call, not kept as an attribute, so the model's cells are the PyTorch demo's modules.
+    """
+
+    def __init__(self, scale: float) -> None:
+        super().__init__()
+        self.scale = scale
+
+    def construct(self, x: Tensor) -> Tensor:
+        return x * 1.0
+
+    def bprop(self, x, out, dout):
+        return (dout * self.scale,)
 
 
 class Block(nn.Cell):
@@ -184,11 +197,11 @@ class Block(nn.Cell):
     def construct(self, x: Tensor) -> Tensor:
         scale = self.schedule.grad_scale(self.layer)
         if scale is not None:
-            x = _scale_grad(x, 1.0 / scale)
+            x = ScaleGrad(1.0 / scale)(x)
         x = x + self.attn(self.ln1(x))
         x = x + self.mlp(self.ln2(x))
         if scale is not None:
-            x = _scale_grad(x, scale)
+            x = ScaleGrad(scale)(x)
         return x
 
 
