@@ -115,10 +115,11 @@ def test_monitor_finds_the_gradient_explosion_and_changes_no_number(tmp_path):
 
 
 def test_in_script_monitor_on_a_mindspore_model(tmp_path):
+    from mindspore import Tensor
+
     from engines.adapters.mindspore.demo import build_model, loss_function, make_optimizer
     from engines.demo.data import batches
     from engines.demo.knobs import resolve_knobs
-    from mindspore import Tensor
     from probe_tui import start_monitor
 
     knobs = resolve_knobs(KNOBS)
