@@ -70,6 +70,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--fuzzy", action="store_true", help="align names that differ (call indices, class names)")
     _add_job_flags(p)
 
+    p = sub.add_parser("parse", help="list, filter and inspect the records of a dump (ours or msprobe's)")
+    p.add_argument("path", help="run folder, rank folder, dump.json or step folder")
+    p.add_argument("--name", metavar="PATTERN", help="rows whose name contains PATTERN (glob with *?[, regex with re:)")
+    p.add_argument("--step", type=int, help="only this step")
+    p.add_argument("--rank", type=int, help="only this rank")
+    p.add_argument("--nonfinite", action="store_true", help="only tensors holding inf or nan")
+    p.add_argument("--export-npy", metavar="DIR", help="export the selected tensors as .npy files")
+    p.add_argument("--row", metavar="NAME", help="inspect one row (full name, e.g. Functional.linear.0.forward.output.0)")
+    p.add_argument("--slice", metavar="INDEX", help="with --row: print tensor[INDEX], e.g. '0, :4'")
+    p.add_argument("--hist", action="store_true", help="with --row: draw a histogram of its values")
+    p.add_argument("--limit", type=int, default=200, help="rows to list (default 200)")
+    p.add_argument("--json", action="store_true", help="print JSON")
     return parser
 
 
@@ -93,6 +105,10 @@ def main(argv: Optional[List[str]] = None) -> int:
             return getattr(cli_config, f"cmd_{args.command}")(args)
         from probe_tui import cli_run
 
+        if args.command == "parse":
+            from probe_tui.cli_parse import cmd_parse
+
+            return cmd_parse(args)
         return getattr(cli_run, "cmd_" + args.command.replace("-", "_"))(args)
     except KeyboardInterrupt:
         return 130

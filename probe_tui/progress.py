@@ -37,6 +37,10 @@ def format_bytes(n: Optional[float]) -> str:
     return f"{n:.1f} GB"  # pragma: no cover
 
 
+def _loss_label(loss: Any) -> str:
+    return "" if loss is None else f"loss {format_loss(loss)}"
+
+
 def _step_label(step: int, total: Optional[int]) -> str:
     return f"step {step + 1}/{total}" if total else f"step {step + 1}"
 
@@ -61,6 +65,9 @@ class RichProgressSink:
         self._task: Optional[TaskID] = None
         self._last_plain = -math.inf
         self._pending_plain: Optional[str] = None
+        # The header is printed with the first step, message or the end, so that a job refused as bad input
+        # (raised before it does anything) prints its one-line error and nothing else.
+        self._pending_start: Optional[dict] = None
 
     # -- EventSink -----------------------------------------------------------------------------------------
     def emit(self, kind: str, **fields: Any) -> None:
@@ -70,6 +77,12 @@ class RichProgressSink:
 
     # -- handlers ------------------------------------------------------------------------------------------
     def _on_run_started(self, fields: dict) -> None:
+        self._pending_start = fields
+
+    def _start(self) -> None:
+        fields, self._pending_start = self._pending_start, None
+        if fields is None:
+            return
         where = f" → {fields['run_dir']}" if fields.get("run_dir") else ""
         self._print(Text.assemble(("probe-tui ", "bold"), f"{fields.get('task')}{where}"))
         if not self.live:
@@ -78,7 +91,7 @@ class RichProgressSink:
             TextColumn("[bold]{task.description}"),
             BarColumn(),
             TextColumn("{task.fields[step]}"),
-            TextColumn("loss {task.fields[loss]}"),
+            TextColumn("{task.fields[loss]}"),
             TimeElapsedColumn(),
             TextColumn("{task.fields[extra]}", style="dim"),
             console=self.console,
@@ -86,16 +99,17 @@ class RichProgressSink:
         )
         self._progress.start()
         self._task = self._progress.add_task(str(fields.get("task", "run")), total=fields.get("total_steps"),
-                                             step="", loss="-", extra="")
+                                             step="", loss="", extra="")
 
     def _on_step(self, fields: dict) -> None:
+        self._start()
         step, total = int(fields.get("step", 0)), fields.get("total_steps")
         if self._progress is not None and self._task is not None:
             self._progress.update(self._task, completed=step + 1, total=total, step=_step_label(step, total),
-                                  loss=format_loss(fields.get("loss")), extra=_extras(fields))
+                                  loss=_loss_label(fields.get("loss")), extra=_extras(fields))
             return
-        line = f"{_step_label(step, total)}  loss {format_loss(fields.get('loss'))}  " \
-               f"{float(fields.get('elapsed_s', 0.0)):.1f}s"
+        parts = [_step_label(step, total), _loss_label(fields.get("loss")), f"{float(fields.get('elapsed_s', 0.0)):.1f}s"]
+        line = "  ".join(part for part in parts if part)
         extra = _extras(fields)
         line = f"{line}  {extra}" if extra else line
         now = time.monotonic()
@@ -108,6 +122,7 @@ class RichProgressSink:
             self._pending_plain = line
 
     def _on_message(self, fields: dict) -> None:
+        self._start()
         level = str(fields.get("level", "info"))
         text = str(fields.get("text", ""))
         if self.live:
@@ -116,6 +131,7 @@ class RichProgressSink:
             self._print_plain(text if level == "info" else f"{level}: {text}")
 
     def _on_run_finished(self, fields: dict) -> None:
+        self._start()
         if self._pending_plain is not None:  # the last step line of a run that stopped early
             self._print_plain(self._pending_plain)
             self._pending_plain = None

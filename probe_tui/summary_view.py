@@ -14,12 +14,17 @@ def _scalar(value: Any) -> bool:
 
 
 def print_summary(outcome, stream: TextIO) -> None:
+    print_mapping(dict(outcome.summary or {}), stream)
+
+
+def print_mapping(summary: Dict[str, Any], stream: TextIO) -> None:
     from rich.console import Console
     from rich.table import Table
     from rich.text import Text
 
-    console = Console(file=stream, highlight=False, soft_wrap=False)
-    summary: Dict[str, Any] = dict(outcome.summary or {})
+    # A pipe or a log file gets wide lines rather than names folded over five lines.
+    width = None if getattr(stream, "isatty", lambda: False)() else 160
+    console = Console(file=stream, highlight=False, soft_wrap=False, width=width)
     grid = Table.grid(padding=(0, 2))
     grid.add_column(style="dim")
     grid.add_column()
@@ -32,8 +37,9 @@ def print_summary(outcome, stream: TextIO) -> None:
 
     for spec in summary.get("tables") or []:
         table = Table(title=spec.get("title"), title_justify="left", show_edge=False, pad_edge=False)
-        for column in spec.get("columns", []):
-            table.add_column(str(column), overflow="fold")
+        for index, column in enumerate(spec.get("columns", [])):
+            # The first column names the row: keep it on one line, ellipsised on narrow terminals.
+            table.add_column(str(column), overflow="ellipsis" if index == 0 else "fold", no_wrap=index == 0)
         rows = list(spec.get("rows", []))
         for row in rows[:MAX_ROWS]:
             table.add_row(*(_format(cell) for cell in row))

@@ -83,6 +83,31 @@ def test_first_divergence_finds_the_low_precision_softmax(demo_pair, mode):
     assert div["kind"][0] == 4 and div["position"][0] == 1
 
 
+def test_the_op_that_first_overflows_ranks_first(tmp_path):
+    """fp16_overflow: torch.exp on float16 gives inf from finite inputs; everything after inherits inf/NaN."""
+    target = capture_demo(tmp_path / "ovf", task="statistics", faults={"fp16_overflow": {"layer": 1}})
+    golden = capture_demo(tmp_path / "ref", task="statistics")
+    out = run_compare({"compare": {"target_path": target, "golden_path": golden, "fuzzy_match": True,
+                                   "output_path": str(tmp_path / "out")}}, None)
+    top = out.top_suspects[0]
+    assert top["kind"] == "target-only ops" and "Torch.exp.0.forward" in top["note"]
+    assert top["out_err"] > 1e300 and top["in_err"] == 0  # inf out of finite inputs
+    consumer = out.summary["first_differing_op"]
+    assert consumer == out.summary["largest_error_op"] and "exp" not in consumer
+    inherited = [s for s in out.top_suspects[1:] if s["out_err"] and s["out_err"] > 1e300]
+    assert inherited and all(s["score"] == 1.0 for s in inherited)
+
+
+def test_a_wrong_eps_is_found_with_its_argument(tmp_path):
+    target = capture_demo(tmp_path / "eps", task="statistics", faults={"wrong_eps": {"layer": 1}})
+    golden = capture_demo(tmp_path / "ref", task="statistics", double=True)
+    out = run_compare({"compare": {"target_path": target, "golden_path": golden,
+                                   "output_path": str(tmp_path / "out")}}, None)
+    top = out.top_suspects[0]
+    assert top["record"].startswith("Functional.layer_norm.") and top["changed_args"] == "input.eps: 0.1 -> 1e-05"
+    assert out.summary["largest_error_op"] != top["record"] and out.summary["first_differing_op"] != top["record"]
+
+
 def test_our_capture_against_msprobes_dump_of_the_same_model(tmp_path):
     sys.path.insert(0, str(DATA))
     try:

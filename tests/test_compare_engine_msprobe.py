@@ -206,6 +206,19 @@ def test_ranks_pair_by_id_and_steps_by_number(tmp_path):
     assert [(r["Rank"], r["Step"]) for r in rows] == [("2", "1")]
 
 
+def test_rank_and_step_filters(tmp_path):
+    d = {"Functional.relu.0.forward": {"input_args": [leaf(stats=(1, 0, 0.5, 1))], "input_kwargs": {},
+                                       "output": []}}
+    for side in ("t", "g"):
+        for rank in (0, 1):
+            for step in (0, 1, 2):
+                write_dump(tmp_path / side, d, rank=rank, step=step)
+    out = run_compare(job(tmp_path / "t", tmp_path / "g", tmp_path / "out", formats=["csv"], rank=[1],
+                          step=[0, 2]), None)
+    assert out.summary["pieces"] == [{"rank": 1, "target_step": 0, "golden_step": 0},
+                                     {"rank": 1, "target_step": 2, "golden_step": 2}]
+
+
 def test_single_steps_pair_whatever_their_numbers(tmp_path):
     d = {"Functional.relu.0.forward": {"input_args": [leaf(stats=(1, 0, 0.5, 1))], "input_kwargs": {},
                                        "output": []}}

@@ -176,8 +176,15 @@ def test_a_run_that_stops_early_prints_its_last_step():
     for step in range(3):
         sink.emit("step", step=step, total_steps=None, loss=None, elapsed_s=1.0)
     sink.emit("run_finished", status="failed", exit_code=1, run_dir="r", summary={})
-    assert out.getvalue().splitlines() == ["step 1  loss -  1.0s", "step 3  loss -  1.0s",
-                                           "failed (exit 1) → r"]
+    assert out.getvalue().splitlines() == ["step 1  1.0s", "step 3  1.0s", "failed (exit 1) → r"]
+
+
+def test_a_job_refused_before_its_first_event_prints_no_header():
+    out = io.StringIO()
+    sink = RichProgressSink(Console(file=out, width=200))
+    sink.emit("run_started", run_dir=None, task="compare", total_steps=None)
+    sink.close()
+    assert out.getvalue() == ""
 
 
 def test_default_console_is_stderr_and_plain_when_piped():

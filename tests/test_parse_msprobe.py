@@ -154,6 +154,7 @@ def test_npy_files_never_unpickle(tmp_path):
         load_tensor_file(evil)
 
 
+@pytest.mark.filterwarnings("ignore:Detected pickle protocol")
 def test_pt_files_load_weights_only(tmp_path):
     torch = pytest.importorskip("torch")
     path = tmp_path / "t.pt"

@@ -166,7 +166,7 @@ def rank_records(cols: Dict[str, np.ndarray], *, small_value: float = DEFAULT_FL
         candidates &= fr.kind == KIND_API
     idx = np.flatnonzero(candidates)
     out_e = fr.out_err[idx]
-    in_e = np.nan_to_num(in_err[idx], nan=0.0)
+    in_e = np.nan_to_num(in_err[idx], nan=0.0, posinf=np.inf, neginf=0.0)
     floor = np.maximum(small_value, fr.floor_dtype[idx])
     with np.errstate(invalid="ignore", divide="ignore"):
         score = out_e / np.maximum(in_e, floor)
@@ -230,7 +230,7 @@ def _dataflow_entries(cols, fr: RecordFrame, small_value: float, api_only: bool)
         fl = float(np.max(floor_row[consumers]))
         out["code"].append(first)
         out["kind"].append(KIND_REGION)
-        out["score"].append(out_e / max(in_e, fl))
+        out["score"].append(1.0 if (math.isinf(out_e) and math.isinf(in_e)) else out_e / max(in_e, fl))
         out["out_err"].append(out_e)
         out["in_err"].append(in_e)
         out["floor"].append(fl)
@@ -241,7 +241,9 @@ def _dataflow_entries(cols, fr: RecordFrame, small_value: float, api_only: bool)
     rows = np.flatnonzero(from_matched)
     if rows.size:
         src = rel[prod[rows]]
-        jump = rel[rows] / np.maximum(src, floor_row[rows])
+        with np.errstate(invalid="ignore", divide="ignore"):
+            jump = rel[rows] / np.maximum(src, floor_row[rows])
+        jump[np.isinf(rel[rows]) & np.isinf(src)] = 1.0  # inherited non-finite values
         keep = rows[jump >= GAP_MIN]
         best: Dict[int, int] = {}
         for i in keep.tolist():
@@ -252,7 +254,7 @@ def _dataflow_entries(cols, fr: RecordFrame, small_value: float, api_only: bool)
             p = int(prod[i])
             out["code"].append(c)
             out["kind"].append(KIND_GAP)
-            out["score"].append(float(rel[i] / max(rel[p], floor_row[i])))
+            out["score"].append(float(jump[np.searchsorted(rows, i)]))
             out["out_err"].append(float(rel[i]))
             out["in_err"].append(float(rel[p]))
             out["floor"].append(float(floor_row[i]))
