@@ -48,3 +48,19 @@ def test_apis_deny_leaves_an_api_out(tmp_path):
     names = _run(tmp_path, api_deny=("Tensor.",)).names(0)
     assert names == ["Mint.matmul.0.forward", "Functional.gelu.0.forward", "Functional.gelu.0.backward",
                      "Mint.matmul.0.backward"]
+
+
+def test_a_second_session_records_nothing_and_leaves_the_first_alone(tmp_path):
+    first = make_session(tmp_path / "a", level="L1")
+    second = make_session(tmp_path / "b", level="L1")
+    x = Tensor(np.ones((2,), np.float32))
+    first.start()
+    second.start()
+    second.stop()
+    y = x * 2.0  # still recorded by the first session
+    first.step_end()
+    first.close()
+    second.close()
+    assert Dump(tmp_path / "a" / "rank0").names(0) == ["Tensor.mul.0.forward"]
+    assert any("another MindSpore capture session" in n for n in second.summary.notes)
+    assert float(y.asnumpy()[0]) == 2.0

@@ -62,10 +62,6 @@ class _Busy:
         self.session.busy_depth -= 1
 
 
-class SessionBusy(RuntimeError):
-    """Another MindSpore capture session of this process is running (the wrappers report to one session)."""
-
-
 class MindSporeCaptureSession:
     """One process's capture. ``sink_factory(rank)`` is called at the first write (the rank is known by then)."""
 
@@ -187,7 +183,11 @@ class MindSporeCaptureSession:
     def _install(self) -> None:
         current = CURRENT.session
         if current is not None and current is not self and not current.closed:
-            raise SessionBusy("another MindSpore capture session is active in this process; close it first")
+            # The wrappers report to one session; a second one records nothing rather than break training.
+            self.summary.note("another MindSpore capture session is active in this process: this one records "
+                              "nothing until it is closed")
+            self.running = False
+            return
         CURRENT.session = self
         opts = self.options
         if opts.module_level or self.arm_cells:
@@ -198,6 +198,8 @@ class MindSporeCaptureSession:
             w.install()
 
     def _uninstall(self) -> None:
+        if CURRENT.session is not self:
+            return  # another session's wrappers: not ours to remove
         self.cells.uninstall()
         wrappers().uninstall()
 
