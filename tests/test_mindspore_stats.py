@@ -152,3 +152,26 @@ def test_the_demo_weights_hash_equal_in_both_frameworks(tmp_path):
         a = ms_dump.rows("Cell.%s.%s.forward.0" % (path, cls))["parameters.weight"]
         b = pt_dump.rows("Module.%s.%s.forward.0" % (path, cls))["parameters.weight"]
         assert a["xhash"] == b["xhash"] != 0
+
+
+def test_device_path_session_writes_the_host_path_rows(tmp_path):
+    """The path an accelerator takes (0-d results stacked, one transfer a step) forced on the CPU."""
+    def run(root, batched):
+        session = make_session(root, level="L1", force_batched=batched)
+        w = ms.Parameter(Tensor(np.linspace(-2, 2, 20, dtype=np.float32).reshape(4, 5)), name="w")
+        session.start()
+        grads = ms.value_and_grad(lambda x: (x @ w).exp().sum(), None, [w])(Tensor(np.ones((3, 4), np.float32)))
+        session.step_end()
+        session.close()
+        return Dump(root / "rank0"), grads
+
+    host, _ = run(tmp_path / "host", False)
+    device, _ = run(tmp_path / "device", True)
+    assert host.names(0) == device.names(0)
+    for name in host.names(0):
+        a, b = host.rows(name), device.rows(name)
+        assert set(a) == set(b)
+        for slot in a:
+            assert a[slot]["max"] == b[slot]["max"] and a[slot]["min"] == b[slot]["min"]
+            for col in ("mean", "norm"):  # float32 sums in a different order: equal to rounding
+                assert a[slot][col] == pytest.approx(b[slot][col], rel=1e-6, abs=1e-6 * a[slot]["norm"])
