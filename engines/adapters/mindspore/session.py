@@ -202,6 +202,7 @@ class MindSporeCaptureSession:
             return  # another session's wrappers: not ours to remove
         self.cells.uninstall()
         wrappers().uninstall()
+        CURRENT.session = None  # nothing installed: another session may start
 
     # -- helpers the capture modules call --------------------------------------------------------------------
     def busy(self) -> _Busy:
