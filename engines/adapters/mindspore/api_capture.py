@@ -260,6 +260,7 @@ class ApiCapture:
             if dm.forward and dm.output:
                 for slot, t in outputs:
                     s.add_row(record, slot, t, save, fresh=fresh)
+            s.record_done(record)
         if want_bwd and outputs:
             pending = PendingBackward(s, naming.backward_of(name), naming.KIND_API, parent, stack, 0)
             if attach(pending, edges, outputs, want_inputs=dm.output, want_outputs=dm.input):

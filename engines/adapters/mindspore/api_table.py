@@ -16,6 +16,7 @@ conversions to Python, autograd/graph transforms and process-group queries, whic
 | ``mindspore.communication.comm_func`` | ``Distributed`` |
 | ``mindspore.mint.distributed`` | ``MintDistributed`` |
 | ``Primitive`` instances called from user code or ``nn`` layers | ``Primitive.<name>`` |
+| ``engines.adapters.mindspore.demo_ops`` (the demo's fused operators) | ``Demo`` |
 """
 
 import os
@@ -31,6 +32,7 @@ PREFIX_MINT = "Mint"
 PREFIX_MINT_FUNCTIONAL = "MintFunctional"
 PREFIX_MINT_DISTRIBUTED = "MintDistributed"
 PREFIX_PRIMITIVE = "Primitive"
+PREFIX_DEMO = "Demo"  # the MindSpore demo's fused operators (``demo_ops``), as the PyTorch demo's torch.ops.demo
 
 # Functions of mindspore.ops that transform functions, read metadata or query the process group.
 SKIPPED_FUNCTIONS = frozenset("""
@@ -118,7 +120,8 @@ def namespaces() -> List[Tuple[Any, str]]:
     out: List[Tuple[Any, str]] = [(ops, naming.PREFIX_FUNCTIONAL), (mint, PREFIX_MINT),
                                   (mint_functional, PREFIX_MINT_FUNCTIONAL)]
     for module, prefix in (("mindspore.communication.comm_func", naming.PREFIX_DISTRIBUTED),
-                           ("mindspore.mint.distributed", PREFIX_MINT_DISTRIBUTED)):
+                           ("mindspore.mint.distributed", PREFIX_MINT_DISTRIBUTED),
+                           ("engines.adapters.mindspore.demo_ops", PREFIX_DEMO)):
         try:
             out.append((__import__(module, fromlist=["_"]), prefix))
         except Exception:

@@ -253,9 +253,11 @@ class CellCapture:
         s = self.session
         dm = s.filter.data_mode
         outputs = flatten.output_tensors(output)
-        if frame.record >= 0 and dm.forward and dm.output:
-            for slot, t in outputs:
-                s.add_row(frame.record, slot, t, frame.save)
+        if frame.record >= 0:
+            if dm.forward and dm.output:
+                for slot, t in outputs:
+                    s.add_row(frame.record, slot, t, frame.save)
+            s.record_done(frame.record)
         if frame.want_bwd and outputs:
             pending = PendingBackward(s, naming.backward_of(frame.name), naming.KIND_MODULE, frame.parent,
                                       frame.stack, 0)

@@ -20,6 +20,7 @@ import numpy as np
 from mindspore import Parameter, Tensor, mint, nn, ops
 from mindspore.mint.nn import functional as MF
 
+from engines.adapters.mindspore import demo_ops
 from engines.demo.faults import FP16_OVERFLOW_SCALE, FaultSchedule
 from engines.demo.knobs import DemoKnobs
 from engines.demo.weights import initial_weights
@@ -29,11 +30,6 @@ COMPUTE_DTYPES = {"fp16": ms.float16, "bf16": ms.bfloat16}
 
 def _zeros(*shape: int) -> Tensor:
     return Tensor(np.zeros(shape, dtype=np.float32))
-
-
-def _round_bf16(t: Tensor) -> Tensor:
-    """Round float32 values to bfloat16 and back: a bfloat16 kernel's result on a CPU without bf16 kernels."""
-    return t.astype(ms.bfloat16).astype(ms.float32)
 
 
 class Linear(nn.Cell):
@@ -90,23 +86,13 @@ class Dropout(nn.Cell):
         return MF.dropout(x, p=self.p, training=self.training)
 
 
-def bf16_pairwise_sum(e: Tensor) -> Tensor:
-    """Sum over the last dim with every partial sum rounded to bfloat16; shape ``(..., 1)``."""
-    while e.shape[-1] > 1:
-        if e.shape[-1] % 2:
-            e = mint.cat([e, mint.zeros_like(e[..., :1])], dim=-1)
-        e = _round_bf16(e[..., 0::2] + e[..., 1::2])
-    return e
-
-
 def lowp_softmax(scores: Tensor) -> Tensor:
-    """The lowp_softmax fault: exp, sum and division in bfloat16 without subtracting the row maximum.
+    """The lowp_softmax fault: exp, sum and division in bfloat16, without subtracting the row maximum.
 
-    MindSpore has no bfloat16 exp or sum on the CPU, so each bf16 op is computed in float32 and its result
-    rounded to bfloat16, which is what a bf16 kernel returns; the error matches the PyTorch fault's.
+    One operator (``Demo.naive_softmax``, as in the PyTorch demo) that computes in its input's precision, fed
+    bfloat16; re-run in float32 (free_benchmark's improve_precision) it is accurate.
     """
-    e = _round_bf16(mint.exp(_round_bf16(scores.astype(ms.float32))))
-    return _round_bf16(e / bf16_pairwise_sum(e)).astype(scores.dtype)
+    return demo_ops.naive_softmax(scores.to(ms.bfloat16)).to(scores.dtype)
 
 
 def fp16_overflow_softmax(logits: Tensor, mask: Tensor) -> Tensor:

@@ -171,14 +171,16 @@ class MindSporeCaptureSession:
             CURRENT.session = None
         return self.summary
 
-    def _finish_for_good(self) -> None:
+    def _finish_for_good(self, why: Optional[str] = None) -> None:
         self.finished = True
         self.running = False
         self.armed = False
         self._uninstall()
         self.cells.remove_param_hooks()
-        self.summary.note("the last selected step (%d) is done; capture is off for the rest of the run"
-                          % self.filter.last_step, level=logging.INFO)
+        if why is None and self.filter.last_step is not None:
+            why = "the last selected step (%d) is done" % self.filter.last_step
+        if why is not None:
+            self.summary.note("%s; capture is off for the rest of the run" % why, level=logging.INFO)
 
     def _install(self) -> None:
         current = CURRENT.session
@@ -222,7 +224,7 @@ class MindSporeCaptureSession:
         entries = self.entries
         entry = entries.entry(t, save, fresh)
         dtype, shape, device = entries.meta[entry]
-        self.buffer.add_row(record, slot, dtype, shape, 1 if _requires_grad(t) else 0, entry, device, save)
+        self.buffer.add_row(record, slot, dtype, shape, 1 if requires_grad(t) else 0, entry, device, save)
 
     def buffer_marks(self):
         return self.buffer.num_records, self.buffer.num_rows
@@ -264,6 +266,12 @@ class MindSporeCaptureSession:
             dtype, shape, device = meta[entry]
             self.buffer.add_row(record, slot, dtype, shape, 0, entry, device, save)
         pending.rows = []
+        self.record_done(record)
+
+    def record_done(self, record: int) -> None:
+        """Extension point: every row of forward or backward ``record`` is in the buffer (parameter-gradient
+        records excepted: their rows arrive until the step ends). A no-op here; overflow_check overrides it."""
+        return None
 
     # -- save() ----------------------------------------------------------------------------------------------
     def save(self, name: str, value: Any, save_backward: bool = True) -> None:
@@ -286,7 +294,7 @@ class MindSporeCaptureSession:
                     self.add_row(record, slot, t, save, fresh=True)
                 if save_backward:
                     for slot, t in rows:
-                        if _requires_grad(t) and getattr(t, "_grad_node", None) is not None:
+                        if requires_grad(t) and getattr(t, "_grad_node", None) is not None:
                             self._save_grad_hook(name, index, slot, t)
         except Exception as exc:
             self.summary.failed("save(%s)" % name, exc)
@@ -351,7 +359,7 @@ class MindSporeCaptureSession:
                 self.entries.saving_stopped = True
 
 
-def _requires_grad(t: Any) -> bool:
+def requires_grad(t: Any) -> bool:
     """Part of the gradient computation (MindSpore's autograd flag), as ``torch.Tensor.requires_grad`` reads:
     floating tensors only (MindSpore also flags the integer inputs of a differentiated function)."""
     try:

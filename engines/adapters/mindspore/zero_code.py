@@ -24,8 +24,10 @@ from engines.capture.summary import CaptureSummary
 class ZeroCodeCapture:
     def __init__(self, options: CaptureOptions, sink_factory: Optional[Callable[[int], Any]],
                  summary: Optional[CaptureSummary] = None,
-                 on_step_end: Optional[Callable[[int, int], None]] = None) -> None:
-        self.session = MindSporeCaptureSession(options, sink_factory, summary=summary)
+                 on_step_end: Optional[Callable[[int, int], None]] = None,
+                 session: Optional[MindSporeCaptureSession] = None) -> None:
+        # ``session``: a session built by the caller (overflow_check and free_benchmark bring their own).
+        self.session = session or MindSporeCaptureSession(options, sink_factory, summary=summary)
         self.session.arm_cells = True
         self.on_step_end = on_step_end
         self._primary: Optional[weakref.ref] = None
