@@ -35,9 +35,14 @@ def _job(tmp_path, task, knobs, section, name):
 
 # -- overflow_check --------------------------------------------------------------------------------------------
 
-def test_overflow_check_names_the_float16_exp_and_keeps_its_tensors(tmp_path):
+@pytest.fixture(scope="module")
+def overflow_run(tmp_path_factory):
     knobs = {"steps": 2, "dtype": "fp16", "faults": {"fp16_overflow": {"layer": 1, "from_step": 1}}}
-    outcome, rank = _job(tmp_path, "overflow_check", knobs, {"overflow_nums": 1}, "of")
+    return _job(tmp_path_factory.mktemp("of"), "overflow_check", knobs, {"overflow_nums": 1}, "of")
+
+
+def test_overflow_check_names_the_float16_exp_and_keeps_its_tensors(overflow_run):
+    outcome, rank = overflow_run
     assert outcome.exit_code == 3
     s = outcome.summary
     assert s["verdict"].startswith("overflow at step 1: Mint.exp.0.forward")
@@ -51,6 +56,16 @@ def test_overflow_check_names_the_float16_exp_and_keeps_its_tensors(tmp_path):
     stored = dump.reader.tensor_data(int(rows["input.0"]["row"]))
     with np.errstate(over="ignore"):
         assert np.isfinite(stored).all() and np.isinf(np.exp(stored.astype(np.float16))).any()
+
+
+def test_analyze_overflow_replays_the_mindspore_call_in_float64(overflow_run, tmp_path):
+    outcome, _ = overflow_run
+    job = load_config({"task": "analyze_overflow", "dump_path": str(tmp_path / "an"),
+                       "analyze_overflow": {"path": str(outcome.run_dir)}})
+    result = run_job(job, events=NullSink(), fail_on_findings=True)
+    replays = result.summary["replays"]
+    assert [(r["name"], r["category"]) for r in replays] == [("Mint.exp.0.forward", "precision")]
+    assert "Float16 range overflow" in result.summary["verdict"]
 
 
 def test_a_healthy_run_with_an_inf_mask_has_no_overflow_and_the_same_losses(tmp_path):
