@@ -64,3 +64,50 @@ def test_a_second_session_records_nothing_and_leaves_the_first_alone(tmp_path):
     assert Dump(tmp_path / "a" / "rank0").names(0) == ["Tensor.mul.0.forward"]
     assert any("another MindSpore capture session" in n for n in second.summary.notes)
     assert float(y.asnumpy()[0]) == 2.0
+
+
+def test_collectives_are_named_and_recorded_with_their_results(tmp_path, monkeypatch):
+    """A stand-in for mindspore.communication.comm_func.all_reduce (no process group here): named Distributed,
+    its in-place result read from the arguments after the call."""
+    import mindspore.communication.comm_func as comm_func
+
+    from engines.adapters.mindspore import api_capture
+
+    def all_reduce(tensor, op="sum", group=None):
+        tensor.assign_value(tensor * 2.0)
+        return tensor, None
+
+    monkeypatch.setattr(comm_func, "all_reduce", all_reduce)
+    monkeypatch.setattr(api_capture, "_WRAPPERS", None)  # a fresh table that sees the stand-in
+    session = make_session(tmp_path, level="L1")
+    x = Tensor(np.ones((3,), np.float32))
+    session.start()
+    comm_func.all_reduce(x, op="sum")
+    session.step_end()
+    session.close()
+    dump = Dump(tmp_path / "rank0")
+    assert dump.names(0) == ["Distributed.all_reduce.0.forward"]
+    rows = dump.rows("Distributed.all_reduce.0.forward")
+    assert rows["input.0"]["max"] == 1.0 and rows["output.0"]["max"] == 2.0
+    assert '"op":"sum"' in dump.record("Distributed.all_reduce.0.forward")["args"]
+
+
+def test_a_collective_that_returns_nothing_records_its_arguments_after_the_call(tmp_path, monkeypatch):
+    import mindspore.mint.distributed as dist
+
+    from engines.adapters.mindspore import api_capture
+
+    def all_reduce(tensor, op="sum", group=None, async_op=False):
+        tensor.assign_value(tensor * 3.0)
+
+    monkeypatch.setattr(dist, "all_reduce", all_reduce)
+    monkeypatch.setattr(api_capture, "_WRAPPERS", None)
+    session = make_session(tmp_path, level="L1")
+    x = Tensor(np.ones((3,), np.float32))
+    session.start()
+    dist.all_reduce(x)
+    session.step_end()
+    session.close()
+    rows = Dump(tmp_path / "rank0").rows("MintDistributed.all_reduce.0.forward")
+    assert set(rows) == {"input.0", "output.0"}
+    assert rows["input.0"]["max"] == 1.0 and rows["output.0"]["max"] == 3.0

@@ -246,13 +246,11 @@ class ApiCapture:
         _, _, record, name, parent, stack, edges, want_bwd, save = pre
         outputs = flatten.output_tensors(out)
         fresh = info.inplace or info.distributed
-        if info.distributed:
-            # Collectives may write into their arguments: the result is the arguments after the call.
-            post: List = []
-            flatten.tensors_in(list(args), "output", post)
+        if info.distributed and not outputs:
+            # A collective that returns nothing wrote into its arguments: they are its result.
+            flatten.tensors_in(list(args), "output", outputs)
             for k, v in kwargs.items():
-                flatten.tensors_in(v, "output.%s" % k, post)
-            outputs = outputs + post
+                flatten.tensors_in(v, "output.%s" % k, outputs)
         dm = s.filter.data_mode
         if record >= 0:
             if not isinstance(out, Tensor):
