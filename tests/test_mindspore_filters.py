@@ -1,4 +1,5 @@
-"""The shared filters on a MindSpore session: list, scope, data_mode and the API allow/deny lists."""
+"""The shared filters on a MindSpore session (list, scope, data_mode, the API allow/deny lists), two sessions in
+one process, and collectives (with stand-ins: no process group here)."""
 
 import numpy as np
 import pytest

@@ -88,7 +88,7 @@ def _python(args, cwd):
 def test_run_unmodified_script_and_in_script_api_write_the_same_records(tmp_path):
     script = tmp_path / "train_ms.py"
     script.write_text(TRAIN_SCRIPT)
-    in_script = _config(tmp_path, "in_script", framework="mindspore")
+    in_script = _config(tmp_path, "in_script")  # framework: auto, the script imported MindSpore only
     zero_code = _config(tmp_path, "zero_code", target={"script": str(script)})  # framework: auto
     done = _python([str(script), str(in_script)], tmp_path)
     assert done.returncode == 0, done.stderr[-2000:]
