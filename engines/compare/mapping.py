@@ -38,9 +38,24 @@ class MappingError(ValueError):
     """A mapping file is missing or malformed (one line naming the file)."""
 
 
+# Mapping files that ship with probe-tui (the demo's MindSpore-to-PyTorch pairs, ...) are named relative to the
+# folder holding the installed packages, so a sample config finds them from any working directory.
+INSTALL_ROOT = Path(__file__).resolve().parents[2]
+
+
+def resolve_mapping_path(path) -> Path:
+    """``path`` as given when it exists, else the file of that relative name shipped with probe-tui."""
+    path = Path(path)
+    if not path.exists() and not path.is_absolute():
+        shipped = INSTALL_ROOT / path
+        if shipped.is_file():
+            return shipped
+    return path
+
+
 def load_mapping_file(path, what: str) -> Any:
     """A YAML or JSON mapping file."""
-    path = Path(path)
+    path = resolve_mapping_path(path)
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
