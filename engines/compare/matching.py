@@ -14,7 +14,7 @@ import numpy as np
 from engines.compare.dunders import align_msprobe_dunders
 from engines.compare.fuzzy import align_records, fuzzy_record_key
 from engines.compare.mapping import KeyOptions, side_keys
-from engines.parse.rows import RowTable
+from engines.parse.rows import RowTable, factorize
 
 _FLOAT = {"float16", "float32", "bfloat16", "float64", "half", "float", "double"}
 _DTYPE_CLASS = (("complex", "complex"), ("bool", "bool"), ("float", "float"), ("half", "float"),
@@ -41,8 +41,12 @@ def dtype_class(dtype: str) -> str:
 
 
 def neutral_dtypes(dtypes: np.ndarray) -> np.ndarray:
-    """Framework-neutral dtype names: ``torch.float32`` and MindSpore's ``Float32`` are both ``float32``."""
-    return np.array([str(d).lower().rsplit(".", 1)[-1] for d in dtypes.tolist()], dtype=object)
+    """Framework-neutral dtype names: ``torch.float32`` and MindSpore's ``Float32`` are both ``float32``
+    (computed once per distinct dtype: a million rows hold a handful)."""
+    codes, uniques = factorize(np.asarray(dtypes, dtype=object))
+    names = np.empty(len(uniques), dtype=object)
+    names[:] = [str(d).lower().rsplit(".", 1)[-1] for d in uniques.tolist()]
+    return names[codes]
 
 
 def dtype_compatible(a: str, b: str, cross_framework: bool) -> bool:
