@@ -1,8 +1,9 @@
 """Run folders (DECISIONS 2): ``<dump_path>/<run-id>/`` with ``run.json``, ``rank<R>/`` and a ``latest`` pointer.
 
-A run is never written into an existing folder, except by the ranks of one torchrun/msrun job, which share the
-run-id the launcher puts in ``PROBE_TUI_RUN_ID``: the first rank to arrive creates ``run.json`` (and owns it:
-it alone updates it and moves ``latest``); the others join while that run is still ``running``.
+A run is never written into an existing folder, except by the ranks of one launch (torchrun, Slurm, or any
+launcher that sets ``PROBE_TUI_RUN_ID``), which share one run-id (``engines.launch.shared_run_id``): the first
+rank to arrive creates ``run.json`` (and owns it: it alone updates and finishes it and moves ``latest``); the
+others join while that run is still ``running``.
 
 ``run.json`` is always replaced atomically (temporary file + ``os.replace``), so a reader never sees half of
 it, and a run whose process died while ``running`` is reported as ``crashed``.
@@ -24,6 +25,7 @@ SCHEMA_VERSION = 1
 RUN_JSON = "run.json"
 LATEST = "latest"
 RUN_ID_ENV = "PROBE_TUI_RUN_ID"
+_ANALYSIS_TASKS = ("compare", "grad_compare")  # schemas.ANALYSIS_TASKS (runs.py imports nothing from schemas)
 _RUN_ID_OK = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 _RANK_DIR = re.compile(r"^rank(\d+)$")
 
@@ -244,11 +246,17 @@ def create_run(
 ) -> Run:
     """Create ``<dump_path>/<run-id>/`` with ``run.json`` (status ``running``) and point ``latest`` at it.
 
-    The run-id is ``run_id``, else ``$PROBE_TUI_RUN_ID``, else a fresh ``YYYYmmdd-HHMMSS-<6 hex>``.
+    The run-id is ``run_id``, else the one the ranks of this launch share (``$PROBE_TUI_RUN_ID``, torchrun's
+    store, Slurm's job step: ``engines.launch``), else a fresh ``YYYYmmdd-HHMMSS-<6 hex>``.
     """
     dump_path = Path(dump_path)
     _mkdir_dump_path(dump_path)
-    shared = run_id or os.environ.get(RUN_ID_ENV) or None
+    source = "run_id"
+    shared = run_id or None
+    if shared is None and task not in _ANALYSIS_TASKS:  # a comparison is one process's result
+        from engines.launch import shared_run_id
+
+        shared, source = shared_run_id(new_run_id)
     if shared is None:
         for _ in range(100):
             candidate = new_run_id()
@@ -258,7 +266,6 @@ def create_run(
                 continue
             return _start(dump_path, candidate, task, config, framework)
         raise RunError(f"{dump_path}: could not pick an unused run-id")
-    source = "run_id" if run_id else RUN_ID_ENV
     if not _RUN_ID_OK.match(shared) or shared == LATEST:
         raise RunError(f"{source}: {shared!r} is not a valid run-id (letters, digits, '.', '_', '-')")
     path = dump_path / shared
@@ -269,7 +276,7 @@ def create_run(
         return Run(path=path, run_id=shared, owner=True)
     existing = _read_json(path / RUN_JSON)
     if existing.get("status") != "running":
-        raise RunError(f"{path}: already holds a {existing.get('status')} run; use a new {source}")
+        raise RunError(f"{path}: already holds a {existing.get('status')} run; use a new run-id ({source})")
     return Run(path=path, run_id=shared, owner=False)  # another rank of the same job created it
 
 
