@@ -33,6 +33,9 @@ def two_runs(tmp_path_factory):
         proc = cli("--run", config, cwd=root)
         assert proc.returncode == 0, proc.stderr
         assert "finished" in proc.stderr
+    for name in ("healthy", "faulty"):
+        run = json.loads((root / "runs" / name / "latest" / "run.json").read_text())
+        assert run["status"] == "finished" and run["steps"] == 2 and run["ranks"] == [0]
     return root
 
 

@@ -1,0 +1,212 @@
+"""The one action registry of the app.
+
+Every key the app answers to is an :class:`AppAction` here. The registry feeds the ``BINDINGS`` of the app and of
+each screen (:func:`bindings_for`), the footer (Textual reads those bindings), the generated help screen and
+``docs/APP.md`` (:func:`actions_by_group`), and the command palette (``probe_tui.app.commands``). Binding ids make
+the keys remappable through Textual's keymap (``App.set_keymap``): ``{"builder.save": "ctrl+w"}``.
+"""
+
+import difflib
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Dict, List, Optional, Tuple
+
+from textual.binding import Binding
+
+# Scopes: "app" actions work everywhere; the others belong to one screen.
+SCOPES = ("app", "home", "builder", "run", "summary", "help")
+
+SCOPE_TITLES = {
+    "app": "Everywhere",
+    "home": "Home (runs and configs)",
+    "builder": "Config builder",
+    "run": "Run",
+    "summary": "Run summary",
+    "help": "Help",
+}
+
+
+@dataclass(frozen=True)
+class AppAction:
+    """One user action: what it does, which keys run it and where it applies."""
+
+    id: str
+    """Binding id (``scope.name``); the key a user keymap uses."""
+    action: str
+    """The Textual action string run on the scope's screen (or the app for scope ``app``)."""
+    keys: str
+    """Comma-separated Textual key names; the first is the one shown."""
+    description: str
+    """Short label: footer, help and palette."""
+    group: str
+    """Heading in the help screen."""
+    scope: str
+    help: str = ""
+    """One sentence for the help screen and the palette."""
+    show: bool = True
+    """Shown in the footer."""
+    palette: bool = True
+    """Offered in the command palette."""
+    priority: bool = False
+    """Checked before the focused widget (for keys an input would otherwise swallow)."""
+    key_display: Optional[str] = None
+    """How the footer shows the keys (default: Textual's display of the first key)."""
+
+    @property
+    def key_list(self) -> List[str]:
+        return [k.strip() for k in self.keys.split(",") if k.strip()]
+
+    def binding(self) -> Binding:
+        return Binding(
+            self.keys,
+            self.action,
+            self.description,
+            show=self.show,
+            priority=self.priority,
+            tooltip=self.help,
+            id=self.id,
+            key_display=self.key_display,
+        )
+
+
+ACTIONS: Tuple[AppAction, ...] = (
+    # Everywhere
+    AppAction("app.help", "help", "f1,question_mark", "Help", "General", "app",
+              "Show every key of the current screen and of the app."),
+    AppAction("app.palette", "command_palette", "ctrl+p", "Commands", "General", "app",
+              "Open the command palette: type to find any action.", show=False, palette=False),
+    AppAction("app.home", "go_home", "ctrl+g", "Home", "General", "app",
+              "Go back to the home screen (runs and configs).", show=False),
+    AppAction("app.quit", "quit", "ctrl+q", "Quit", "General", "app",
+              "Leave probe-tui.", show=False, priority=True),
+    # Home
+    AppAction("home.new", "new_config", "n", "New config", "Configs", "home",
+              "Choose a task and a starting point, then edit the config in a form."),
+    AppAction("home.open", "open_selected", "o,enter", "Open", "Runs", "home",
+              "Open the selected run, or edit the selected config file.", show=True),
+    AppAction("home.edit", "edit_selected", "e", "Edit config", "Configs", "home",
+              "Edit the selected config file, or the config a selected run was made with."),
+    AppAction("home.load", "load_config", "l", "Load file", "Configs", "home",
+              "Load a config file (ours or msprobe's config.json) into the config builder."),
+    AppAction("home.run", "run_selected", "x", "Run", "Configs", "home",
+              "Run the selected config file on this machine and watch its progress."),
+    AppAction("home.refresh", "refresh", "r,f5", "Refresh", "Runs", "home",
+              "Look for runs and configs again."),
+    AppAction("home.switch", "switch_table", "tab", "Runs/Configs", "Runs", "home",
+              "Move between the runs table and the configs table.", show=False, palette=False),
+    AppAction("home.quit", "app.quit", "q", "Quit", "General", "home", "Leave probe-tui.", palette=False),
+    # Config builder (control keys: letters go to the focused input)
+    AppAction("builder.save", "save", "ctrl+s", "Save", "File", "builder",
+              "Save the config as JSON (asks for a file name the first time).", priority=True),
+    AppAction("builder.save_as", "save_as", "f2", "Save as", "File", "builder",
+              "Save the config under a new file name.", show=False),
+    AppAction("builder.load", "load", "ctrl+o", "Load", "File", "builder",
+              "Replace the form with a config file (ours or msprobe's).", priority=True),
+    AppAction("builder.run", "run", "ctrl+r", "Run", "Run", "builder",
+              "Save the config, then run it and watch its progress.", priority=True),
+    AppAction("builder.task", "choose_task", "ctrl+t", "Task", "Form", "builder",
+              "Move to the task chooser (the form follows the task).", priority=True),
+    AppAction("builder.next_error", "next_error", "ctrl+n", "Next error", "Form", "builder",
+              "Move to the next field with an error.", priority=True),
+    AppAction("builder.advanced", "toggle_advanced", "ctrl+b", "Advanced", "Form", "builder",
+              "Unfold or fold every section of advanced fields.", priority=True),
+    AppAction("builder.back", "back", "escape", "Back", "General", "builder",
+              "Leave the builder (asks first when there are unsaved changes)."),
+    # Run
+    AppAction("run.stop", "stop", "s,ctrl+c", "Stop", "Run", "run",
+              "Stop the run cleanly (SIGINT, then SIGTERM after a grace period); finished steps are kept.",
+              key_display="s"),
+    AppAction("run.open_result", "open_result", "o", "Open result", "Run", "run",
+              "Open the run folder this run wrote (once it has finished)."),
+    AppAction("run.edit", "edit_config", "e", "Edit config", "Run", "run",
+              "Go back to the config builder with this config."),
+    AppAction("run.back", "back", "escape", "Back", "General", "run",
+              "Leave this screen (a run still going is asked about first)."),
+    # Run summary
+    AppAction("summary.edit", "edit_config", "e", "Edit config", "Run", "summary",
+              "Open the config this run was made with in the config builder."),
+    AppAction("summary.back", "back", "escape,q", "Back", "General", "summary", "Back to the previous screen."),
+    # Help
+    AppAction("help.close", "close", "escape,q,f1", "Close", "General", "help", "Close the help screen."),
+)
+
+
+def actions_for(scope: str) -> List[AppAction]:
+    """The actions of one scope, in registry order."""
+    if scope not in SCOPES:
+        raise ValueError(f"unknown action scope {scope!r}")
+    return [a for a in ACTIONS if a.scope == scope]
+
+
+def bindings_for(scope: str) -> List[Binding]:
+    """``BINDINGS`` for the app (scope ``app``) or one screen."""
+    return [a.binding() for a in actions_for(scope)]
+
+
+def actions_by_group(scope: str) -> Dict[str, List[AppAction]]:
+    """The scope's actions grouped by their help heading, groups in first-seen order."""
+    groups: Dict[str, List[AppAction]] = {}
+    for a in actions_for(scope):
+        groups.setdefault(a.group, []).append(a)
+    return groups
+
+
+def action_by_id(action_id: str) -> AppAction:
+    for a in ACTIONS:
+        if a.id == action_id:
+            return a
+    raise KeyError(action_id)
+
+
+def key_label(key: str) -> str:
+    """A key name as a person types it: ``ctrl+s`` -> ``^s``, ``question_mark`` -> ``?``."""
+    names = {"question_mark": "?", "escape": "esc", "enter": "enter", "tab": "tab"}
+    if key in names:
+        return names[key]
+    if key.startswith("ctrl+"):
+        return "^" + key[5:]
+    return key
+
+
+def keys_label(action: AppAction, keymap: Optional[Dict[str, str]] = None) -> str:
+    """The action's keys as shown in help and the palette (a user keymap's keys when it remaps the action)."""
+    keys = (keymap or {}).get(action.id, action.keys)
+    return " ".join(key_label(k.strip()) for k in keys.split(",") if k.strip())
+
+
+def keymap_path() -> Path:
+    """``$PROBE_TUI_KEYMAP``, else ``$XDG_CONFIG_HOME/probe-tui/keymap.json`` (``~/.config`` by default)."""
+    explicit = os.environ.get("PROBE_TUI_KEYMAP")
+    if explicit:
+        return Path(explicit).expanduser()
+    base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
+    return Path(base) / "probe-tui" / "keymap.json"
+
+
+def load_keymap(path: Path) -> Tuple[Dict[str, str], List[str]]:
+    """A user keymap ``{"binding id": "keys"}`` and the problems found in it (unknown ids, bad values).
+    A missing file is an empty keymap; a file that is not a JSON object is one problem."""
+    path = Path(path)
+    if not path.is_file():
+        return {}, []
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        return {}, [f"{path}: not a readable JSON object ({exc})"]
+    if not isinstance(data, dict):
+        return {}, [f"{path}: a keymap is a JSON object of binding id -> keys"]
+    known = {a.id for a in ACTIONS}
+    keymap: Dict[str, str] = {}
+    problems: List[str] = []
+    for action_id, keys in data.items():
+        if action_id not in known:
+            close = difflib.get_close_matches(action_id, sorted(known), n=1)
+            problems.append(f"{path}: unknown binding id {action_id!r}"
+                            + (f" (did you mean {close[0]!r}?)" if close else ""))
+        elif not isinstance(keys, str) or not keys.strip():
+            problems.append(f"{path}: {action_id}: keys must be a non-empty string like \"ctrl+s\"")
+        else:
+            keymap[action_id] = keys
+    return keymap, problems

@@ -1,0 +1,250 @@
+"""The app: a home screen of runs and configs, the config builder, the run screen and the run summary.
+
+Keys come from one registry (``probe_tui.app.actions``) that also feeds the footer, the help screen and the
+command palette. Errors are shown as notifications; nothing a user does (a bad file, a crashing run) ends the app.
+"""
+
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+
+from textual import events
+from textual.app import App
+
+from probe_tui.app.actions import bindings_for, keymap_path, load_keymap
+from probe_tui.app.child import ChildRun
+from probe_tui.app.commands import ActionCommands
+from probe_tui.app.config_backend import SchemaBackend, sample_configs
+from probe_tui.app.openers import screen_for
+
+
+def resolve_start(path: Optional[Union[str, Path]]) -> Tuple[Path, Optional[Path]]:
+    """``(root, start)`` for ``probe-tui [open PATH]``: the folder to list, and a run folder or config file to
+    open on top of the home screen. Raises FileNotFoundError naming a path that does not exist."""
+    if path is None:
+        return Path.cwd(), None
+    target = Path(path).expanduser()
+    if not target.exists():
+        raise FileNotFoundError(f"{path}: no such file or folder")
+    target = target.resolve()
+    if target.is_file():
+        return target.parent, target
+    if (target / "run.json").is_file():
+        return target.parent, target
+    return target, None
+
+
+def home_label(root: Path) -> str:
+    """The folder as a person reads it: ``~/exp`` under the home folder."""
+    home = Path.home()
+    try:
+        return "~/" + str(root.relative_to(home)) if root != home else "~"
+    except ValueError:
+        return str(root)
+
+
+class ProbeApp(App):
+    """The probe-tui terminal app, on the folder ``root``."""
+
+    TITLE = "probe-tui"
+    CSS_PATH = ["app.tcss", "form/form.tcss"]
+    BINDINGS = bindings_for("app")
+    COMMANDS = App.COMMANDS | {ActionCommands}
+
+    def __init__(self, root: Union[str, Path], *, start: Optional[Path] = None, backend: Any = None,
+                 root_label: Optional[str] = None, run_command: Optional[Sequence[str]] = None,
+                 run_env: Optional[Dict[str, str]] = None) -> None:
+        """``run_command`` replaces ``python -m probe_tui --run`` (its config path is appended), for tests."""
+        super().__init__()
+        self.root = Path(root).resolve()
+        self.start_path = start
+        self.backend = backend or SchemaBackend()
+        self.root_label = root_label or home_label(self.root)
+        self.run_command = list(run_command) if run_command else None
+        self.run_env = run_env
+        self.children_started: List[ChildRun] = []
+        self.user_keymap: Dict[str, str] = {}
+
+    def on_mount(self) -> None:
+        from probe_tui.app.screens.home import HomeScreen
+
+        self.user_keymap, problems = load_keymap(keymap_path())
+        if self.user_keymap:
+            self.set_keymap(self.user_keymap)
+        for problem in problems:
+            self.notify(problem, severity="warning", title="Keymap")
+        self.push_screen(HomeScreen())
+        if self.start_path is not None:
+            if self.start_path.is_file():
+                self.call_later(self.load_into_builder, self.start_path)
+            else:
+                self.call_later(self.open_path, self.start_path)
+
+    def on_resize(self, event: events.Resize) -> None:
+        self.set_class(event.size.width < 81, "narrow")
+
+    # ---- navigation ---------------------------------------------------------------------------------------
+    def action_help(self) -> None:
+        from probe_tui.app.screens.help import HelpScreen
+
+        screen = self.screen
+        if isinstance(screen, HelpScreen):
+            screen.dismiss()
+            return
+        scope = getattr(screen, "SCOPE", "app")
+        title = {"home": "Home", "builder": "Config builder", "run": "Run", "summary": "Run summary"}.get(scope,
+                                                                                                       "probe-tui")
+        self.push_screen(HelpScreen(scope, title))
+
+    def action_go_home(self) -> None:
+        from probe_tui.app.screens.home import HomeScreen
+
+        while len(self.screen_stack) > 2 and not isinstance(self.screen, HomeScreen):
+            self.pop_screen()
+
+    def open_path(self, path: Path) -> None:
+        """Open a run (or any folder) with the screen registered for its kind."""
+        path = Path(path)
+        if not path.exists():
+            self.notify(f"{path}: no such file or folder", severity="error")
+            return
+        try:
+            screen = screen_for(path)
+        except Exception as exc:
+            self.notify(f"{path}: cannot open: {exc}", severity="error")
+            return
+        if screen is None:
+            self.notify(f"{path}: no view knows this kind of file", severity="warning")
+            return
+        self.push_screen(screen)
+
+    # ---- configs ------------------------------------------------------------------------------------------
+    def action_new_config(self) -> None:
+        from probe_tui.app.screens.start import StartScreen
+
+        try:
+            tasks = [(name, self.backend.task_doc(name)) for name in self.backend.tasks()]
+        except Exception as exc:
+            self.notify(f"config schemas unavailable: {exc}", severity="error")
+            return
+        self.push_screen(StartScreen(tasks, sample_configs()), self._start_chosen)
+
+    def _start_chosen(self, choice: Optional[Tuple[str, str]]) -> None:
+        if choice is None:
+            return
+        kind, value = choice
+        if kind == "task":
+            try:
+                data = self.backend.starter(value)
+            except Exception as exc:
+                self.notify(f"{value}: no starter config: {exc}", severity="error")
+                return
+            self.open_builder(data, path=None, origin=f"probe-tui init {value}")
+        elif kind == "sample":
+            sample = Path(value)
+            self.load_into_builder(sample, as_template=True)
+        else:
+            self.action_load_config()
+
+    def action_load_config(self) -> None:
+        from probe_tui.app.screens.path_prompt import PathPrompt
+
+        def chosen(path: Optional[Path]) -> None:
+            if path is not None:
+                self.load_into_builder(path)
+
+        self.push_screen(PathPrompt("Load a config (ours, or msprobe's config.json)", self.root, must_exist=True),
+                         chosen)
+
+    def open_builder(self, data: Dict[str, Any], *, path: Optional[Path], origin: str = "",
+                     notes: Optional[List[Any]] = None, suggested_name: Optional[str] = None) -> None:
+        from probe_tui.app.screens.builder import BuilderScreen
+
+        screen = BuilderScreen(data, path=path, backend=self.backend, origin=origin, notes=notes)
+        screen.suggested_name = suggested_name
+        self.push_screen(screen)
+
+    def load_into_builder(self, path: Path, screen: Any = None, as_template: bool = False) -> None:
+        """Read a config file (ours or msprobe's) into a builder: ``screen``'s form, or a new builder.
+        ``as_template`` (a shipped sample) leaves the builder without a save path."""
+        path = Path(path)
+        try:
+            loaded = self.backend.read_file(path)
+        except ValueError as exc:
+            self.notify(str(exc), severity="error", title="Cannot load")
+            return
+        except Exception as exc:
+            self.notify(f"{path}: cannot load: {exc}", severity="error", title="Cannot load")
+            return
+        issues = loaded.validation.issues
+        if issues:
+            self.notify(f"{path.name}: {len(issues)} error(s), shown at their fields", severity="warning")
+        notes = loaded.validation.warnings
+        save_path: Optional[Path] = path
+        origin = ""
+        suggestion = None
+        if as_template:
+            save_path, origin = None, f"sample {path.name}"
+        elif notes:
+            # Keys were dropped (an msprobe config): saving must not overwrite the user's file with our shape.
+            save_path, origin = None, f"{path.name}, {len(notes)} msprobe key(s) dropped"
+            suggestion = f"{path.stem}_probe.json"
+        if screen is not None:
+            screen.path = save_path
+            screen.origin = origin or f"loaded {path.name}"
+            screen.suggested_name = suggestion
+            self.call_later(self._replace_builder_form, screen, loaded.data, notes)
+        else:
+            self.open_builder(loaded.data, path=save_path, origin=origin, notes=notes, suggested_name=suggestion)
+
+    async def _replace_builder_form(self, screen: Any, data: Dict[str, Any], notes: List[Any]) -> None:
+        await screen.replace_form(data, notes)
+        screen.mark_saved()
+
+    def edit_run_config(self, run_path: Path) -> None:
+        import json
+
+        try:
+            run = json.loads((Path(run_path) / "run.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            self.notify(f"{run_path}/run.json: cannot read: {exc}", severity="error")
+            return
+        config = run.get("config")
+        if not isinstance(config, dict):
+            self.notify(f"{run_path}/run.json holds no config", severity="warning")
+            return
+        self.open_builder(config, path=None, origin=f"run {run.get('run_id') or Path(run_path).name}")
+
+    # ---- runs ---------------------------------------------------------------------------------------------
+    def start_run(self, config_path: Path) -> None:
+        from probe_tui.app.screens.run import RunScreen
+
+        command = self.run_command + [str(config_path)] if self.run_command else None
+        self.push_screen(RunScreen(Path(config_path), cwd=self.root, command=command, env=self.run_env))
+
+    def track_child(self, child: ChildRun) -> None:
+        self.children_started.append(child)
+
+    def running_children(self) -> List[ChildRun]:
+        """Runs still going (not those that reported their end and are only exiting)."""
+        return [c for c in self.children_started if c.running and not c.reported_end]
+
+    async def action_quit(self) -> None:
+        running = self.running_children()
+        if not running:
+            self.exit()
+            return
+        from probe_tui.app.screens.confirm import ConfirmScreen
+
+        def answered(choice: str) -> None:
+            if choice == "stop":
+                for child in running:
+                    child.stop()
+                self.exit()
+            elif choice == "leave":
+                self.exit()
+
+        pids = ", ".join(str(c.pid) for c in running)
+        self.push_screen(ConfirmScreen(f"A run is still going (pid {pids}).",
+                                       [("Stop it and quit", "stop"), ("Quit, leave it running", "leave"),
+                                        ("Stay", "cancel")]), answered)
+

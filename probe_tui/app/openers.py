@@ -1,0 +1,76 @@
+"""Which screen opens which kind of folder.
+
+Home (and ``probe-tui open PATH``) hand a path to :func:`screen_for`; the first registered opener whose ``detect``
+accepts the path builds the screen. Part 2's views (live monitor, dump browser, compare browser, result views)
+register themselves in front with :func:`register_opener`; until then a run opens as a run summary.
+"""
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, List, Optional
+
+from textual.screen import Screen
+
+
+@dataclass
+class Opener:
+    kind: str
+    """What the folder is ("run", "dump", "compare-result", ...)."""
+    detect: Callable[[Path], bool]
+    factory: Callable[[Path], Screen]
+
+
+_OPENERS: List[Opener] = []
+
+
+def register_opener(kind: str, detect: Callable[[Path], bool], factory: Callable[[Path], Screen],
+                    *, first: bool = True) -> None:
+    """Add an opener; ``first`` puts it before the ones already registered (more specific views win)."""
+    opener = Opener(kind, detect, factory)
+    if first:
+        _OPENERS.insert(0, opener)
+    else:
+        _OPENERS.append(opener)
+
+
+def openers() -> List[Opener]:
+    _register_defaults()
+    return list(_OPENERS)
+
+
+def opener_for(path: Path) -> Optional[Opener]:
+    for opener in openers():
+        try:
+            if opener.detect(path):
+                return opener
+        except OSError:
+            continue
+    return None
+
+
+def screen_for(path: Path) -> Optional[Screen]:
+    opener = opener_for(path)
+    return opener.factory(path) if opener else None
+
+
+def is_run_folder(path: Path) -> bool:
+    return (Path(path) / "run.json").is_file()
+
+
+def is_plain_folder(path: Path) -> bool:
+    return Path(path).is_dir()
+
+
+_defaults_done = False
+
+
+def _register_defaults() -> None:
+    global _defaults_done
+    if _defaults_done:
+        return
+    _defaults_done = True
+    from probe_tui.app.screens.summary import RunSummaryScreen
+
+    # Generic fallbacks go last so that any view registered later (first=True) takes precedence.
+    register_opener("run", is_run_folder, RunSummaryScreen, first=False)
+    register_opener("folder", is_plain_folder, RunSummaryScreen, first=False)

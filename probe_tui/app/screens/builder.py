@@ -1,0 +1,344 @@
+"""The config builder: choose a task, edit the generated form, see errors live at their fields, save, run."""
+
+import json
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+from rich.text import Text
+from textual import events, on
+from textual.app import ComposeResult
+from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.widgets import Collapsible, Footer, Label, Select, Static
+
+from probe_tui.app.actions import bindings_for
+from probe_tui.app.config_backend import Issue, Validation, task_of, write_json_atomic
+from probe_tui.app.form.fields import FieldRow
+from probe_tui.app.form.model_form import ModelForm, all_rows, folds_above, place_issues
+from probe_tui.app.screens.base import AppScreen
+from probe_tui.app.screens.path_prompt import PathPrompt, relative_text
+
+VALIDATE_DELAY_S = 0.2
+
+
+class BuilderScreen(AppScreen):
+    """Edits one config. ``data`` is a config dict (native or msprobe shape); ``path`` is where it saves."""
+
+    SCOPE = "builder"
+    CSS_PATH = "builder.tcss"
+    BINDINGS = bindings_for("builder")
+    AUTO_FOCUS = "#task"
+
+    def __init__(self, data: Dict[str, Any], *, path: Optional[Path] = None, backend: Any = None,
+                 origin: str = "", notes: Optional[List[Issue]] = None) -> None:
+        """``notes``: what loading the file reported (msprobe keys that were dropped), shown above the form."""
+        super().__init__()
+        self.notes: List[Issue] = list(notes or [])
+        self.suggested_name: Optional[str] = None
+        """File name the first save proposes (default: ``<task>.json``)."""
+        self._backend = backend
+        self.path = Path(path) if path else None
+        self.origin = origin
+        self.initial_data = dict(data)
+        self.validation = Validation()
+        self._baseline: Optional[str] = None
+        self._timer = None
+        self._advanced_open = False
+
+    # ---- construction -------------------------------------------------------------------------------------
+    @property
+    def backend(self) -> Any:
+        return self._backend or self.app.backend
+
+    @property
+    def tasks(self) -> Dict[str, type]:
+        return self.backend.tasks()
+
+    @property
+    def task(self) -> str:
+        value = self.query_one("#task", Select).value
+        return str(value)
+
+    def compose(self) -> ComposeResult:
+        tasks = self.tasks
+        task = task_of(self.initial_data, tasks) or next(iter(tasks))
+        yield Static(self._title_text(), id="builder-title")
+        with Horizontal(id="task-bar"):
+            yield Label("task", id="task-label")
+            yield Select([(name, name) for name in tasks], value=task, allow_blank=False, compact=True, id="task")
+            yield Static("", id="validity")
+        with VerticalScroll(id="form-scroll"):
+            yield Static("", id="issues")
+            with Vertical(id="form-holder"):
+                yield ModelForm(tasks[task], self.initial_data, id="form")
+        yield Static("", id="field-help")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.validate_now()
+        self._baseline = self._snapshot()
+        self._show_help(None)
+        self.call_after_refresh(self._after_first_layout)
+
+    def _after_first_layout(self) -> None:
+        """Nested sections are composed after the screen: validate again so every error reaches its field."""
+        self.validate_now()
+        self._baseline = self._snapshot()
+
+    def _title_text(self) -> Text:
+        where = relative_text(self.path, self.app.root) if self.path else "not saved yet"
+        text = Text("Config builder", style="bold")
+        text.append(f" · {where}", style="")
+        if self.origin:
+            text.append(f" · from {self.origin}", style="italic")
+        return text
+
+    # ---- the form -----------------------------------------------------------------------------------------
+    @property
+    def form(self) -> ModelForm:
+        return self.query_one("#form", ModelForm)
+
+    def collect(self) -> Dict[str, Any]:
+        """The config the form holds now (only what is set; defaults apply to the rest)."""
+        return self.form.collect()
+
+    def _snapshot(self) -> str:
+        return json.dumps(self.collect(), sort_keys=True, default=str)
+
+    @property
+    def dirty(self) -> bool:
+        return self._baseline is not None and self._snapshot() != self._baseline
+
+    def mark_saved(self) -> None:
+        """Take the form as it is now as the saved state (after a load)."""
+        self._baseline = self._snapshot()
+        self._update_title()
+
+    @on(FieldRow.Edited)
+    def _edited(self, event: FieldRow.Edited) -> None:
+        self._schedule_validation()
+
+    def _schedule_validation(self) -> None:
+        if self._timer is not None:
+            self._timer.stop()
+        self._timer = self.set_timer(VALIDATE_DELAY_S, self.validate_now)
+
+    def validate_now(self) -> Validation:
+        """Validate the form's config and show each issue at its field (or in the summary above the form)."""
+        self._timer = None
+        data = self.collect()
+        try:
+            result = self.backend.validate(data)
+        except Exception as exc:  # a schema bug must not take the app down
+            result = Validation(None, [Issue("", f"validation failed: {exc}")])
+        self.validation = result
+        unplaced = place_issues(all_rows(self.form), [(i.path, i.text) for i in result.issues])
+        self._show_summary(result, unplaced)
+        self._update_title()
+        return result
+
+    def _show_summary(self, result: Validation, unplaced: List[Any]) -> None:
+        validity = self.query_one("#validity", Static)
+        if result.ok:
+            validity.update(Text("✓ valid", style="bold green"))
+        else:
+            n = len(result.issues)
+            validity.update(Text(f"✗ {n} error{'s' if n != 1 else ''} · ^n next", style="bold red"))
+        lines = Text()
+        for path, text in unplaced:
+            lines.append(f"✗ {path + ': ' if path else ''}{text}\n", style="red")
+        for warning in self.notes + result.warnings:
+            lines.append(f"! {warning.line()}\n", style="yellow")
+        issues = self.query_one("#issues", Static)
+        lines.rstrip()
+        issues.update(lines)
+        issues.display = bool(lines.plain)
+
+    def _update_title(self) -> None:
+        title = self._title_text()
+        if self.dirty or self.path is None:
+            title.append("  [modified]" if self.dirty else "", style="yellow")
+        self.query_one("#builder-title", Static).update(title)
+
+    @on(Select.Changed, "#task")
+    async def _task_changed(self, event: Select.Changed) -> None:
+        event.stop()
+        await self.switch_task(str(event.value))
+
+    async def switch_task(self, task: str) -> None:
+        """Rebuild the form for ``task``, keeping the values of the fields both tasks have."""
+        old = self.form
+        if old.model is self.tasks[task]:
+            return
+        current = old.collect()
+        try:
+            data = self.backend.starter(task)
+        except Exception as exc:  # a schema without a starter: start from the task alone
+            self.notify(f"{task}: no starter config ({exc}); starting from the task's defaults", severity="warning")
+            data = {"task": task}
+        new_fields = set(_field_names(self.tasks[task]))
+        old_task = current.get("task")
+        for key, value in current.items():
+            if key in new_fields and key not in ("task", old_task, task):
+                data[key] = value
+        data["task"] = task
+        await self.replace_form(data)
+
+    async def replace_form(self, data: Dict[str, Any], notes: Optional[List[Issue]] = None) -> None:
+        """Fill the builder with another config (``notes``: what loading it reported)."""
+        self.notes = list(notes or [])
+        tasks = self.tasks
+        task = task_of(data, tasks) or self.task
+        holder = self.query_one("#form-holder", Vertical)
+        await holder.remove_children()
+        await holder.mount(ModelForm(tasks[task], data, id="form"))
+        selector = self.query_one("#task", Select)
+        if selector.value != task:
+            with selector.prevent(Select.Changed):
+                selector.value = task
+        self.validate_now()
+        self.call_after_refresh(self.validate_now)
+
+    # ---- help bar -----------------------------------------------------------------------------------------
+    def on_descendant_focus(self, event: events.DescendantFocus) -> None:
+        node = event.widget
+        while node is not None and not isinstance(node, FieldRow):
+            node = node.parent
+        self._show_help(node)
+
+    def _show_help(self, row: Optional[FieldRow]) -> None:
+        help_bar = self.query_one("#field-help", Static)
+        if row is None:
+            task = self.task
+            doc = self.backend.task_doc(task) if hasattr(self.backend, "task_doc") else ""
+            help_bar.update(Text(f"task · {task}\n{doc}" if doc else f"task · {task}"))
+        else:
+            help_bar.update(Text(row.help_text()))
+
+    # ---- actions ------------------------------------------------------------------------------------------
+    def action_choose_task(self) -> None:
+        self.query_one("#task", Select).focus()
+
+    async def action_next_error(self) -> None:
+        rows = [row for row in all_rows(self.form) if row.local_error or row.error]
+        if not rows:
+            self.notify("No field has an error.", timeout=3)
+            return
+        focused = self.focused
+        current = None
+        node = focused
+        while node is not None and not isinstance(node, FieldRow):
+            node = node.parent
+        if node in rows:
+            current = rows.index(node)
+        row = rows[(current + 1) % len(rows)] if current is not None else rows[0]
+        await self._reveal(row)
+        row.focus_control()
+        row.scroll_visible()
+
+    async def _reveal(self, row: FieldRow) -> None:
+        """Mount and unfold the advanced sections that hold ``row``, from the outside in."""
+        for form in folds_above(row):
+            await form.unfold_advanced()
+
+    async def action_toggle_advanced(self) -> None:
+        self._advanced_open = not self._advanced_open
+        if self._advanced_open:
+            await self.form.unfold_advanced()
+        for fold in self.query(".advanced-fold").results(Collapsible):
+            fold.collapsed = not self._advanced_open
+
+    def action_save(self) -> None:
+        self._save_then(None)
+
+    def action_save_as(self) -> None:
+        self._ask_path_then(None)
+
+    def action_load(self) -> None:
+        def loaded(path: Optional[Path]) -> None:
+            if path is not None:
+                self.app.load_into_builder(path, screen=self)
+
+        self.app.push_screen(PathPrompt("Load a config (ours, or msprobe's config.json)", self.app.root,
+                                        must_exist=True), loaded)
+
+    async def action_run(self) -> None:
+        result = self.validate_now()
+        if not result.ok:
+            self.notify(f"Fix {len(result.issues)} error(s) before running (ctrl+n goes to the next one).",
+                        severity="error", title="Not runnable")
+            await self.action_next_error()
+            return
+        problem = self.backend.run_problem(result.job) if hasattr(self.backend, "run_problem") else None
+        if problem:
+            self.notify(problem, severity="error", title="Not runnable")
+            return
+        self._save_then(lambda path: self.app.start_run(path))
+
+    def action_back(self) -> None:
+        if not self.dirty:
+            self.dismiss()
+            return
+
+        def answered(choice: str) -> None:
+            if choice == "save":
+                self._save_then(lambda _path: self.dismiss())
+            elif choice == "discard":
+                self.dismiss()
+
+        from probe_tui.app.screens.confirm import ConfirmScreen
+
+        self.app.push_screen(ConfirmScreen("This config has unsaved changes.",
+                                           [("Save", "save"), ("Discard", "discard"), ("Keep editing", "cancel")]),
+                             answered)
+
+    # ---- saving -------------------------------------------------------------------------------------------
+    def _ask_path_then(self, then) -> None:
+        suggestion = (relative_text(self.path, self.app.root) if self.path
+                      else self.suggested_name or f"{self.task}.json")
+
+        def chosen(path: Optional[Path]) -> None:
+            if path is None:
+                return
+            if self.write(path) and then is not None:
+                then(path)
+
+        self.app.push_screen(PathPrompt("Save the config as", self.app.root, suggestion), chosen)
+
+    def _save_then(self, then) -> None:
+        if self.path is None:
+            self._ask_path_then(then)
+            return
+        if (self.dirty or not self.path.exists()) and not self.write(self.path):
+            return
+        if then is not None:
+            then(self.path)
+
+    def write(self, path: Path) -> bool:
+        """Write the config to ``path``: normalised when valid, as typed otherwise (with a warning)."""
+        result = self.validate_now()
+        try:
+            data = self.backend.normalise(result.job) if result.ok else self.collect()
+        except Exception as exc:  # never lose the user's work to a schema bug: save what the form holds
+            self.notify(f"could not normalise the config ({exc}); saving it as typed", severity="warning")
+            data = self.collect()
+        try:
+            write_json_atomic(path, data)
+        except OSError as exc:
+            self.notify(f"{path}: cannot write: {exc.strerror or exc}", severity="error", title="Not saved")
+            return False
+        self.path = Path(path)
+        self._baseline = self._snapshot()
+        self._update_title()
+        shown = relative_text(self.path, self.app.root)
+        if result.ok:
+            self.notify(f"Saved {shown}", timeout=3)
+        else:
+            self.notify(f"Saved {shown} with {len(result.issues)} error(s): it will not run as it is.",
+                        severity="warning")
+        return True
+
+
+def _field_names(model: type) -> List[str]:
+    from probe_tui.app.form.spec import describe_model
+
+    return [s.name for s in describe_model(model)]

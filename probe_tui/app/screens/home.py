@@ -1,0 +1,246 @@
+"""Home: the runs and the config files found under the app's folder; start a new config from here."""
+
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+from rich.text import Text
+from textual import on, work
+from textual.app import ComposeResult
+from textual.containers import Vertical
+from textual.message import Message
+from textual.widgets import DataTable, Footer, Label, Static
+
+from probe_tui.app.actions import bindings_for
+from probe_tui.app.discovery import (
+    ConfigFile,
+    check_configs,
+    find_config_files,
+    find_msprobe_dumps,
+    format_time,
+    list_runs,
+    run_row,
+)
+from probe_tui.app.screens.base import AppScreen
+from probe_tui.app.tables import fill_table
+
+RUN_COLUMNS = ("Run folder", "Task", "Status", "Steps", "Ranks", "Size", "Framework", "Started")
+CONFIG_COLUMNS = ("File", "Task", "Modified", "Valid")
+STATUS_STYLES = {"finished": "green", "running": "cyan", "stopped": "yellow", "failed": "red", "crashed": "red",
+                 "msprobe dump": "magenta"}
+
+
+class HomeScreen(AppScreen):
+    SCOPE = "home"
+    CSS_PATH = "home.tcss"
+    BINDINGS = bindings_for("home")
+    AUTO_FOCUS = None  # the first scan focuses the table that has rows
+
+    class Scanned(Message):
+        """What a scan of the folder found."""
+
+        def __init__(self, runs: List[Dict[str, Any]], configs: List[ConfigFile], errors: List[str]) -> None:
+            super().__init__()
+            self.runs = runs
+            self.configs = configs
+            self.errors = errors
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.runs: List[Dict[str, Any]] = []
+        self.configs: List[ConfigFile] = []
+        self.scanned = False
+
+    def compose(self) -> ComposeResult:
+        yield Static(Text.assemble(("probe-tui", "bold"), f" · {self.app.root_label}"), id="home-title")
+        with Vertical(id="runs-pane"):
+            yield Label("Runs", id="runs-title", classes="pane-title")
+            yield DataTable(id="runs", cursor_type="row", zebra_stripes=True)
+            yield Static("", id="runs-empty", classes="empty")
+        with Vertical(id="configs-pane"):
+            yield Label("Configs", id="configs-title", classes="pane-title")
+            yield DataTable(id="configs", cursor_type="row", zebra_stripes=True)
+            yield Static("", id="configs-empty", classes="empty")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        for empty in self.query(".empty"):
+            empty.display = False
+        self.query_one("#runs-empty", Static).update("Looking for runs…")
+        self.query_one("#runs-empty", Static).display = True
+        self.query_one("#runs", DataTable).display = False
+        self.refresh_listing()
+
+    def on_screen_resume(self) -> None:
+        if self.scanned:
+            self.refresh_listing()
+
+    # ---- scanning -----------------------------------------------------------------------------------------
+    def refresh_listing(self) -> None:
+        self._scan(self.app.root, self.app.backend)
+
+    @work(thread=True, exclusive=True, group="home-scan", exit_on_error=False)
+    def _scan(self, root: Path, backend: Any) -> None:
+        errors: List[str] = []
+        runs: List[Dict[str, Any]] = []
+        try:
+            runs = [run_row(info, root) for info in list_runs(root)]
+        except Exception as exc:  # a bad run folder must not hide the others or take the app down
+            errors.append(f"listing runs under {root}: {exc}")
+        try:
+            runs += find_msprobe_dumps(root)
+        except Exception as exc:
+            errors.append(f"looking for msprobe dumps under {root}: {exc}")
+        runs.sort(key=lambda row: row["sort"], reverse=True)
+        configs: List[ConfigFile] = []
+        try:
+            configs = find_config_files(root, list(backend.tasks()))
+            check_configs(configs, backend)
+        except Exception as exc:
+            errors.append(f"looking for configs under {root}: {exc}")
+        self.post_message(self.Scanned(runs, configs, errors))
+
+    @on(Scanned)
+    def _scanned(self, message: "HomeScreen.Scanned") -> None:
+        first = not self.scanned
+        self.scanned = True
+        self.runs, self.configs = message.runs, message.configs
+        with self.app.batch_update():
+            self._fill_runs()
+            self._fill_configs()
+            runs = self.query_one("#runs", DataTable)
+            configs = self.query_one("#configs", DataTable)
+            if first or not (runs.has_focus or configs.has_focus):
+                (runs if self.runs or not self.configs else configs).focus()
+        for error in message.errors:
+            self.notify(error, severity="error", title="Home")
+
+    def _fill_runs(self) -> None:
+        table = self.query_one("#runs", DataTable)
+        selected = self._selected_key(table)
+        rows = []
+        for row in self.runs:
+            status = Text(row["status"], style=STATUS_STYLES.get(row["status"], ""))
+            rows.append(([row["folder"], row["task"], status, row["steps"], row["ranks"], row["size"],
+                          row["framework"], row["started"]], row["folder"]))
+        fill_table(table, RUN_COLUMNS, rows)
+        self.query_one("#runs-title", Label).update(f"Runs and dumps ({len(self.runs)})")
+        empty = self.query_one("#runs-empty", Static)
+        empty.update(Text.assemble(
+            (f"No runs under {self.app.root_label} yet.\n", "bold"),
+            "Press ", ("n", "bold"), " to build a config (pick a task, edit the form), then ", ("ctrl+r", "bold"),
+            " in the builder runs it here.\nRuns are written to <dump_path>/<run-id>/ and listed here.",
+        ))
+        table.display = bool(self.runs)
+        empty.display = not self.runs
+        self._restore(table, selected)
+
+    def _fill_configs(self) -> None:
+        table = self.query_one("#configs", DataTable)
+        selected = self._selected_key(table)
+        rows = []
+        for config in self.configs:
+            valid = Text("✓ valid", style="green") if config.valid else Text("✗ " + config.problem, style="red")
+            rows.append(([self._relative(config.path), config.task, format_time(config.modified), valid],
+                         str(config.path)))
+        fill_table(table, CONFIG_COLUMNS, rows)
+        self.query_one("#configs-title", Label).update(f"Configs ({len(self.configs)})")
+        empty = self.query_one("#configs-empty", Static)
+        empty.update(Text.assemble("No config files here. ", ("n", "bold"),
+                                   " starts one from a task, a sample or an msprobe config.json; ",
+                                   ("l", "bold"), " loads one from elsewhere."))
+        table.display = bool(self.configs)
+        empty.display = not self.configs
+        self._restore(table, selected)
+
+    def _relative(self, path: Path) -> str:
+        try:
+            return str(Path(path).relative_to(self.app.root))
+        except ValueError:
+            return str(path)
+
+    @staticmethod
+    def _selected_key(table: DataTable) -> Optional[str]:
+        if table.row_count == 0:
+            return None
+        try:
+            return table.coordinate_to_cell_key(table.cursor_coordinate).row_key.value
+        except Exception:
+            return None
+
+    @staticmethod
+    def _restore(table: DataTable, key: Optional[str]) -> None:
+        if key is None:
+            return
+        try:
+            table.move_cursor(row=table.get_row_index(key))
+        except Exception:
+            pass
+
+    # ---- selection ----------------------------------------------------------------------------------------
+    def _selection(self) -> Optional[tuple]:
+        """("run", path) or ("config", path) for the focused table's row."""
+        for table_id, kind in (("#runs", "run"), ("#configs", "config")):
+            table = self.query_one(table_id, DataTable)
+            if table.has_focus and table.row_count:
+                key = self._selected_key(table)
+                if key is None:
+                    return None
+                return kind, (self.app.root / key if kind == "run" else Path(key))
+        return None
+
+    @on(DataTable.RowSelected)
+    def _row_chosen(self, event: DataTable.RowSelected) -> None:
+        self.action_open_selected()
+
+    # ---- actions ------------------------------------------------------------------------------------------
+    def action_new_config(self) -> None:
+        self.app.action_new_config()
+
+    def action_load_config(self) -> None:
+        self.app.action_load_config()
+
+    def action_refresh(self) -> None:
+        self.refresh_listing()
+        self.notify("Looking for runs and configs again…", timeout=2)
+
+    def action_switch_table(self) -> None:
+        runs = self.query_one("#runs", DataTable)
+        configs = self.query_one("#configs", DataTable)
+        target = configs if runs.has_focus else runs
+        if not target.display:
+            target = runs if target is configs else configs
+        if target.display:
+            target.focus()
+
+    def action_open_selected(self) -> None:
+        selection = self._selection()
+        if selection is None:
+            self.notify("Nothing selected: tab moves between runs and configs.", timeout=3)
+            return
+        kind, path = selection
+        if kind == "run":
+            self.app.open_path(path)
+        else:
+            self.app.load_into_builder(path)
+
+    def action_edit_selected(self) -> None:
+        selection = self._selection()
+        if selection is None:
+            self.notify("Select a config or a run first.", timeout=3)
+            return
+        kind, path = selection
+        if kind == "config":
+            self.app.load_into_builder(path)
+        else:
+            self.app.edit_run_config(path)
+
+    def action_run_selected(self) -> None:
+        selection = self._selection()
+        if selection is None or selection[0] != "config":
+            self.notify("Select a config file to run (tab moves to the configs table).", timeout=3)
+            return
+        config = next((c for c in self.configs if c.path == selection[1]), None)
+        if config is not None and config.valid is False:
+            self.notify(f"{self._relative(config.path)} does not validate: {config.problem}", severity="error")
+            return
+        self.app.start_run(selection[1])

@@ -1,0 +1,224 @@
+"""The app's frame: one action registry feeding bindings, footer, help screen, command palette and docs."""
+
+import asyncio
+import functools
+from pathlib import Path
+
+from textual.command import CommandPalette
+from textual.widgets import Footer, Static
+
+from probe_tui.app.actions import ACTIONS, SCOPES, action_by_id, actions_for, bindings_for, key_label
+from probe_tui.app.app import ProbeApp, resolve_start
+from probe_tui.app.commands import palette_actions
+from probe_tui.app.keys_doc import END, START, keys_markdown
+from probe_tui.app.screens.builder import BuilderScreen
+from probe_tui.app.screens.help import HelpScreen, help_tables
+from probe_tui.app.screens.home import HomeScreen
+from probe_tui.app.screens.run import RunScreen
+from probe_tui.app.screens.summary import RunSummaryScreen
+
+ROOT = Path(__file__).resolve().parents[1]
+SCREENS = {"app": ProbeApp, "home": HomeScreen, "builder": BuilderScreen, "run": RunScreen,
+           "summary": RunSummaryScreen, "help": HelpScreen}
+
+
+def pilot_test(coro_fn):
+    @functools.wraps(coro_fn)
+    def wrapper(*args, **kwargs):
+        return asyncio.run(coro_fn(*args, **kwargs))
+
+    return wrapper
+
+
+def test_binding_ids_are_unique_and_name_their_scope():
+    ids = [a.id for a in ACTIONS]
+    assert len(ids) == len(set(ids))
+    for action in ACTIONS:
+        assert action.scope in SCOPES
+        assert action.id.split(".")[0] == action.scope
+        assert action.description and action.help
+
+
+def test_every_action_has_a_method_on_its_screen():
+    for action in ACTIONS:
+        namespace, _, name = action.action.rpartition(".")
+        owner = ProbeApp if namespace == "app" or action.scope == "app" else SCREENS[action.scope]
+        assert hasattr(owner, f"action_{name.split('(')[0]}"), action.id
+
+
+def test_no_key_means_two_things_on_one_screen():
+    for scope in SCOPES:
+        seen = {}
+        for action in actions_for(scope):
+            for key in action.key_list:
+                assert key not in seen, f"{scope}: {key} is bound to {seen.get(key)} and {action.id}"
+                seen[key] = action.id
+
+
+def test_screens_take_their_bindings_from_the_registry():
+    for scope, owner in SCREENS.items():
+        ids = {b.id for b in owner.BINDINGS}
+        assert ids == {a.id for a in actions_for(scope)}, scope
+    assert [b.key for b in bindings_for("builder")][:1] == ["ctrl+s"]
+
+
+def test_keys_are_shown_as_people_type_them():
+    assert key_label("ctrl+s") == "^s" and key_label("question_mark") == "?" and key_label("escape") == "esc"
+
+
+def test_help_lists_the_screen_then_the_app():
+    tables = help_tables("builder")
+    assert [str(t.title) for t in tables] == ["Config builder", "Everywhere"]
+    from probe_tui.app.actions import actions_by_group
+
+    groups = actions_by_group("builder")
+    assert tables[0].row_count == len(actions_for("builder")) + len(groups)  # a heading row per group
+
+
+def test_docs_app_md_has_the_current_keys():
+    text = (ROOT / "docs" / "APP.md").read_text(encoding="utf-8")
+    generated = text.split(START, 1)[1].split(END, 1)[0].strip()
+    assert generated == keys_markdown().strip(), "run: python -m probe_tui.app.keys_doc"
+
+
+def test_start_paths_resolve_to_a_folder_and_what_to_open(tmp_path):
+    assert resolve_start(None)[1] is None
+    run = tmp_path / "dump" / "r1"
+    run.mkdir(parents=True)
+    (run / "run.json").write_text("{}")
+    assert resolve_start(str(run)) == (run.parent.resolve(), run.resolve())
+    config = tmp_path / "c.json"
+    config.write_text("{}")
+    assert resolve_start(str(config)) == (tmp_path.resolve(), config.resolve())
+    assert resolve_start(str(tmp_path)) == (tmp_path.resolve(), None)
+    try:
+        resolve_start(str(tmp_path / "missing"))
+    except FileNotFoundError as exc:
+        assert "missing: no such file or folder" in str(exc)
+    else:
+        raise AssertionError("a missing path must be refused")
+
+
+@pilot_test
+async def test_help_screen_is_generated_for_the_current_screen(tmp_path):
+    app = ProbeApp(tmp_path, root_label="~/exp")
+    async with app.run_test(size=(100, 30)) as pilot:
+        await pilot.pause()
+        assert isinstance(app.screen, HomeScreen)
+        await pilot.press("f1")
+        assert isinstance(app.screen, HelpScreen)
+        text = "\n".join(str(s.render()) for s in app.screen.query(Static))
+        assert "Home (runs and configs)" in text or app.screen.scope == "home"
+        assert app.screen.scope == "home"
+        await pilot.press("escape")
+        assert isinstance(app.screen, HomeScreen)
+
+
+@pilot_test
+async def test_palette_offers_the_screens_actions_and_runs_them(tmp_path):
+    app = ProbeApp(tmp_path, root_label="~/exp")
+    async with app.run_test(size=(100, 30)) as pilot:
+        await pilot.pause()
+        offered = {a.id for a in palette_actions(app.screen)}
+        assert {"home.new", "home.refresh", "app.help"} <= offered
+        assert "builder.save" not in offered
+        await pilot.press("ctrl+p")
+        assert isinstance(app.screen, CommandPalette)
+        await pilot.press(*"help")
+        await pilot.pause(0.5)
+        await pilot.press("enter")
+        await pilot.pause(0.3)
+        assert isinstance(app.screen, HelpScreen) and app.screen.scope == "home"
+
+
+@pilot_test
+async def test_the_footer_shows_the_keys_of_the_screen(tmp_path):
+    app = ProbeApp(tmp_path, root_label="~/exp")
+    async with app.run_test(size=(120, 30)) as pilot:
+        await pilot.pause()
+        footer = app.screen.query_one(Footer)
+        keys = {b.binding.id for b in app.screen.active_bindings.values() if b.binding.show}
+        assert {"home.new", "home.open", "home.refresh"} <= keys
+        assert footer.display
+
+
+@pilot_test
+async def test_narrow_terminals_get_the_narrow_class(tmp_path):
+    app = ProbeApp(tmp_path, root_label="~/exp")
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause()
+        assert app.has_class("narrow")
+        await pilot.resize_terminal(120, 40)
+        await pilot.pause()
+        assert not app.has_class("narrow")
+
+
+def test_action_lookup_by_id():
+    assert action_by_id("run.stop").keys.startswith("s")
+
+
+def test_a_user_keymap_names_binding_ids_and_unknown_ids_are_reported(tmp_path):
+    from probe_tui.app.actions import load_keymap
+
+    path = tmp_path / "keymap.json"
+    path.write_text('{"home.refresh": "z", "home.nwe": "a", "run.stop": ""}')
+    keymap, problems = load_keymap(path)
+    assert keymap == {"home.refresh": "z"}
+    assert any("unknown binding id 'home.nwe' (did you mean 'home.new'?)" in p for p in problems)
+    assert any("run.stop: keys must be a non-empty string" in p for p in problems)
+    assert load_keymap(tmp_path / "none.json") == ({}, [])
+
+
+@pilot_test
+async def test_a_user_keymap_rebinds_keys_in_the_app(tmp_path, monkeypatch):
+    path = tmp_path / "keymap.json"
+    path.write_text('{"app.help": "f12"}')
+    monkeypatch.setenv("PROBE_TUI_KEYMAP", str(path))
+    app = ProbeApp(tmp_path, root_label="~/exp")
+    async with app.run_test(size=(100, 30)) as pilot:
+        await pilot.pause()
+        await pilot.press("f12")
+        assert isinstance(app.screen, HelpScreen)
+        tables = help_tables("home", app.user_keymap)
+        assert "f12" in [row for row in tables[-1].columns[0]._cells]
+
+
+@pilot_test
+async def test_probe_tui_open_on_a_run_shows_it_over_home(tmp_path):
+    from probe_tui.app.screens.summary import RunSummaryScreen
+
+    run = tmp_path / "probe_dump" / "20260105-101500-a1b2c3"
+    run.mkdir(parents=True)
+    (run / "run.json").write_text('{"run_id": "20260105-101500-a1b2c3", "task": "statistics", "status": "finished"}')
+    root, start = resolve_start(str(run))
+    app = ProbeApp(root, start=start, root_label="~/exp")
+    async with app.run_test(size=(100, 30)) as pilot:
+        await pilot.pause(0.3)
+        assert isinstance(app.screen, RunSummaryScreen) and app.screen.path == run
+        await pilot.press("escape")
+        await pilot.pause()
+        assert isinstance(app.screen, HomeScreen)
+
+
+@pilot_test
+async def test_a_failing_background_task_is_a_notification(tmp_path, monkeypatch):
+    import probe_tui.app.screens.summary as summary
+
+    def broken(path):
+        raise OSError("disk on fire")
+
+    monkeypatch.setattr(summary, "summarise_folder", broken)
+    app = ProbeApp(tmp_path, root_label="~/exp")
+    async with app.run_test(size=(100, 30)) as pilot:
+        await pilot.pause()
+        app.open_path(tmp_path)
+        await pilot.pause(0.5)
+        assert app.is_running
+        assert any("disk on fire" in str(n.message) for n in app._notifications)
+
+
+def test_open_on_a_missing_path_is_bad_input(tmp_path, capsys):
+    from probe_tui.app import run_app
+
+    assert run_app(str(tmp_path / "missing")) == 2
+    assert "missing: no such file or folder" in capsys.readouterr().err
