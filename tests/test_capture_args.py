@@ -129,3 +129,18 @@ def test_equal_to_the_default_means_the_same_plain_value():
     assert set(kept) == {"eps", "weight", "extra"} and defaults == {"eps": 1e-5}  # no default for tensors
     assert defaults_of(torch.add) is None and defaults_of(torch.Tensor.add) is None  # C callables: left alone
     assert defaults_of(F.softmax)["_stacklevel"] == 3
+
+
+def test_the_rule_is_framework_neutral():
+    """engines.capture.defaults serves any adapter: a wrapper that sees what the caller wrote (MindSpore's) drops
+    the defaults a framework module passes explicitly (its nn.Dropout passes training=True) the same way."""
+    from engines.capture.defaults import signature_defaults
+    from engines.capture.defaults import split_kwargs as neutral_split
+
+    def dropout(input, p=0.5, training=True, *, seed=None):
+        return input
+
+    defaults = signature_defaults(dropout)
+    assert defaults == {"p": 0.5, "training": True, "seed": None}
+    assert neutral_split({"p": 0.0, "training": True}, defaults) == ({"p": 0.0}, {"p": 0.5})
+    assert signature_defaults(len) is None and signature_defaults(lambda x: x) is None
