@@ -61,7 +61,7 @@ class TensorHighlights:
         self.produced: List[Row] = []
         self._produced_names: set = set()
         self._largest: Dict[str, Tuple[float, int, float, float]] = {}  # name -> (magnitude, step, max, min)
-        self._float_dtypes: Dict[str, bool] = {}
+        self._rankable_cache: Dict[Tuple[str, str], bool] = {}
         self._lock = threading.Lock()
 
     @property
@@ -118,27 +118,27 @@ class TensorHighlights:
                                           float(mn[i])))
 
     def _add_largest(self, step, records, tensors, record, bad, has_stats, mx, mn) -> None:
-        known = self._float_dtypes
-        dtypes = tensors["dtype"]
-        for d in set(dtypes):
-            if d not in known:
-                known[d] = _is_float(d)
-        floating = np.fromiter([known[d] for d in dtypes], dtype=bool, count=len(dtypes))
-        usable = floating & has_stats & ~bad
+        usable = has_stats & ~bad
         if not usable.any():
             return
         idx = np.flatnonzero(usable)
         mag = np.maximum(np.abs(mx[idx]), np.abs(mn[idx]))
-        # more candidates than kept: several rows of a step are one tensor, several steps one name
+        # More candidates than kept: several rows of a step are one tensor, several steps one name, and integer
+        # tensors and single values are dropped below (all rows are checked only when too few survive).
         take = min(idx.shape[0], self.keep * 8)
         best = idx[np.argpartition(-mag, take - 1)[:take]] if take < idx.shape[0] else idx
-        best = np.sort(best)  # dump order: the first row of a tensor is the op that produced it
+        best = [i for i in best.tolist() if self._rankable(tensors["dtype"][i], tensors["shape"][i])]
+        if len(best) < self.keep and take < idx.shape[0]:
+            best = [i for i in idx.tolist() if self._rankable(tensors["dtype"][i], tensors["shape"][i])]
+            if len(best) > take:
+                sub = np.asarray(best)
+                sub_mag = np.maximum(np.abs(mx[sub]), np.abs(mn[sub]))
+                best = sub[np.argpartition(-sub_mag, take - 1)[:take]].tolist()
+        best.sort()  # dump order: the first row of a tensor is the op that produced it
         mean, norm = tensors["mean"], tensors["norm"]
-        names, slots, shapes = records["name"], tensors["slot"], tensors["shape"]
+        names, slots = records["name"], tensors["slot"]
         seen = set()
-        for i in best.tolist():
-            if _single_value(shapes[i]):
-                continue  # a loss, a learning rate, the optimizer's step count: not what this table is for
+        for i in best:
             stats = (float(mx[i]), float(mn[i]), float(mean[i]), float(norm[i]))
             if stats in seen:
                 continue
@@ -150,6 +150,16 @@ class TensorHighlights:
                 self._largest[name] = (magnitude, step, stats[0], stats[1])
         if len(self._largest) > self.keep * 4:
             self._largest = dict(sorted(self._largest.items(), key=lambda kv: -kv[1][0])[: self.keep])
+
+    def _rankable(self, dtype: str, shape: str) -> bool:
+        """A float tensor of more than one value (not a loss, a learning rate, the optimizer's step count)."""
+        key = (dtype, shape)
+        known = self._rankable_cache.get(key)
+        if known is None:
+            known = _is_float(dtype) and not _single_value(shape)
+            if len(self._rankable_cache) < 65536:
+                self._rankable_cache[key] = known
+        return known
 
     def largest(self) -> List[Tuple[str, int, float, float]]:
         ranked = sorted(self._largest.items(), key=lambda kv: (-kv[1][0], kv[1][1], kv[0]))[: self.keep]
