@@ -119,10 +119,11 @@ def test_kinds_of_non_finite_rows():
             (1, "output.0", f32, "[2, 2]", 0.9, 0.0, -1, -1, -1),
             (2, "input.0", f32, "[3]", 90.0, -7.0, -1, -1, -1),
             (2, "output.0", f32, "[3]", inf, 0.0, 0, 1, 0),
-            (3, "input.0", f32, "[3]", 1.0, 1.0, -1, -1, -1),
+            (3, "input.0", f32, "[3]", 1.0, -1.0, -1, -1, -1),
             (3, "output.0", f32, "[3]", float("nan"), float("nan"), 3, 0, 0),  # backward of a bad forward
             (4, "input.0", "torch.int64", "[5]", 1e9, 0.0, -1, -1, -1),  # integers are not ranked
-            (5, "output.0", f32, "[]", 1e6, 1e6, -1, -1, -1)]  # neither are single values
+            (5, "output.0", f32, "[]", 1e6, 1e6, -1, -1, -1),  # neither are single values
+            (5, "input.0", f32, "[8]", 50.0, 50.0, -1, -1, -1)]  # nor constant tensors (fills)
     h.add_step(0, *_step(names, rows))
     assert h.nonfinite == {"produced": 1, "mask": 1, "inherited": 2}
     assert h.produced == [("Torch.exp.0.forward.output.0", 0, "+inf", inf, 0.0)]

@@ -11,7 +11,8 @@ of three kinds, decided from its own record:
 - **inherited**: an input, or an output of a call that already had a non-finite input.
 
 The summary lists the first produced rows (each name once) when there are any; otherwise the ``keep`` tensors of
-largest finite magnitude ``max(|max|, |min|)``, each name once at the step of its largest value. A tensor that
+largest finite magnitude ``max(|max|, |min|)`` among float tensors that are not constant (a loss, a learning rate,
+the optimizer's step counts, a fill), each name once at the step of its largest value. A tensor that
 appears in several records of a step (the output of one op is the input of the next) is listed under its first
 row: the op that produced it.
 """
@@ -76,16 +77,16 @@ class TensorHighlights:
         valid = np.asarray(tensors["valid"])
         mx = np.asarray(tensors["max"], dtype=np.float64)
         mn = np.asarray(tensors["min"], dtype=np.float64)
-        has_max = (valid & VALID_MAX) != 0
-        has_min = (valid & VALID_MIN) != 0
-        counts = np.stack([np.asarray(tensors[c]) for c in ("nan_count", "posinf_count", "neginf_count")])
-        with np.errstate(invalid="ignore"):
-            bad = (counts > 0).any(axis=0) | (has_max & ~np.isfinite(mx)) | (has_min & ~np.isfinite(mn))
+        has_stats = (valid & (VALID_MAX | VALID_MIN)) == (VALID_MAX | VALID_MIN)
+        finite = np.isfinite(mx) & np.isfinite(mn)  # NaN where a statistic is absent: checked with has_stats
+        bad = ((np.asarray(tensors["nan_count"]) > 0) | (np.asarray(tensors["posinf_count"]) > 0)
+               | (np.asarray(tensors["neginf_count"]) > 0) | (has_stats & ~finite))
         record = np.asarray(tensors["record"])
         with self._lock:
             if bad.any():
+                counts = np.stack([np.asarray(tensors[c]) for c in ("nan_count", "posinf_count", "neginf_count")])
                 self._classify(step, records, tensors, record, bad, counts, mx, mn)
-            self._add_largest(step, records, tensors, record, bad, has_max & has_min, mx, mn)
+            self._add_largest(step, records, tensors, record, has_stats & finite, mx, mn)
 
     def _classify(self, step, records, tensors, record, bad, counts, mx, mn) -> None:
         slots = tensors["slot"]
@@ -117,14 +118,15 @@ class TensorHighlights:
                     self.produced.append((name, step, _values(counts[:, i], mx[i], mn[i]), float(mx[i]),
                                           float(mn[i])))
 
-    def _add_largest(self, step, records, tensors, record, bad, has_stats, mx, mn) -> None:
-        usable = has_stats & ~bad
-        if not usable.any():
+    def _add_largest(self, step, records, tensors, record, usable, mx, mn) -> None:
+        # Constant tensors (single values among them: a loss, a learning rate, the optimizer's step counts) are
+        # fills, not what this table is for.
+        idx = np.flatnonzero(usable & (mx != mn))
+        if idx.shape[0] == 0:
             return
-        idx = np.flatnonzero(usable)
         mag = np.maximum(np.abs(mx[idx]), np.abs(mn[idx]))
         # More candidates than kept: several rows of a step are one tensor, several steps one name, and integer
-        # tensors and single values are dropped below (all rows are checked only when too few survive).
+        # tensors are dropped below (all rows are checked only when too few survive).
         take = min(idx.shape[0], self.keep * 8)
         best = idx[np.argpartition(-mag, take - 1)[:take]] if take < idx.shape[0] else idx
         best = [i for i in best.tolist() if self._rankable(tensors["dtype"][i], tensors["shape"][i])]
