@@ -39,12 +39,6 @@ def _cell(value: float) -> Any:
     return value if np.isfinite(value) else str(value)
 
 
-def _single_value(shape: Any) -> bool:
-    """``[]``, ``[1]``, ``[1, 1]``... (shapes are JSON text in the step columns)."""
-    text = str(shape).strip("[]() ")
-    return not text or all(d.strip() == "1" for d in text.split(","))
-
-
 def _forward_twin(name: str) -> str:
     """``Functional.x.0.backward`` -> ``Functional.x.0.forward``; ``Module.m.Linear.backward.0`` likewise."""
     head, sep, tail = name.rpartition(".backward")
@@ -62,7 +56,7 @@ class TensorHighlights:
         self.produced: List[Row] = []
         self._produced_names: set = set()
         self._largest: Dict[str, Tuple[float, int, float, float]] = {}  # name -> (magnitude, step, max, min)
-        self._rankable_cache: Dict[Tuple[str, str], bool] = {}
+        self._float_cache: Dict[str, bool] = {}
         self._lock = threading.Lock()
 
     @property
@@ -129,9 +123,10 @@ class TensorHighlights:
         # tensors are dropped below (all rows are checked only when too few survive).
         take = min(idx.shape[0], self.keep * 8)
         best = idx[np.argpartition(-mag, take - 1)[:take]] if take < idx.shape[0] else idx
-        best = [i for i in best.tolist() if self._rankable(tensors["dtype"][i], tensors["shape"][i])]
+        dtypes = tensors["dtype"]
+        best = [i for i in best.tolist() if self._floating(dtypes[i])]
         if len(best) < self.keep and take < idx.shape[0]:
-            best = [i for i in idx.tolist() if self._rankable(tensors["dtype"][i], tensors["shape"][i])]
+            best = [i for i in idx.tolist() if self._floating(dtypes[i])]
             if len(best) > take:
                 sub = np.asarray(best)
                 sub_mag = np.maximum(np.abs(mx[sub]), np.abs(mn[sub]))
@@ -153,14 +148,10 @@ class TensorHighlights:
         if len(self._largest) > self.keep * 4:
             self._largest = dict(sorted(self._largest.items(), key=lambda kv: -kv[1][0])[: self.keep])
 
-    def _rankable(self, dtype: str, shape: str) -> bool:
-        """A float tensor of more than one value (not a loss, a learning rate, the optimizer's step count)."""
-        key = (dtype, shape)
-        known = self._rankable_cache.get(key)
+    def _floating(self, dtype: str) -> bool:
+        known = self._float_cache.get(dtype)
         if known is None:
-            known = _is_float(dtype) and not _single_value(shape)
-            if len(self._rankable_cache) < 65536:
-                self._rankable_cache[key] = known
+            known = self._float_cache[dtype] = _is_float(dtype)
         return known
 
     def largest(self) -> List[Tuple[str, int, float, float]]:
