@@ -124,11 +124,13 @@ def resolve_latest(dump_path: PathLike) -> Optional[Path]:
 
 @dataclass
 class Run:
-    """One run folder. ``owner`` is True in the process that created ``run.json``."""
+    """One run folder. ``owner`` is True in the process that created ``run.json``; ``joined`` in the other ranks of
+    the same launch, for which ``update`` and ``finish`` do nothing (``run.json`` has one writer)."""
 
     path: Path
     run_id: str
     owner: bool = False
+    joined: bool = False
 
     @property
     def dump_path(self) -> Path:
@@ -157,14 +159,19 @@ class Run:
         return _ranks(self.path)
 
     def update(self, **fields: Any) -> Dict[str, Any]:
-        """Read-modify-write ``run.json`` atomically. Only the owner should call it (one writer per run)."""
+        """Read-modify-write ``run.json`` atomically. Only the owner should call it (one writer per run); in a rank
+        that joined another's run it only reads."""
         data = self.read()
+        if self.joined:
+            return data
         data.update(fields)
         write_json_atomic(self.json_path, data)
         return data
 
     def finish(self, status: str, exit_code: int, summary: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
         data = self.read()
+        if self.joined:
+            return data
         fields: Dict[str, Any] = {
             "status": status,
             "exit_code": int(exit_code),
@@ -277,7 +284,7 @@ def create_run(
     existing = _read_json(path / RUN_JSON)
     if existing.get("status") != "running":
         raise RunError(f"{path}: already holds a {existing.get('status')} run; use a new run-id ({source})")
-    return Run(path=path, run_id=shared, owner=False)  # another rank of the same job created it
+    return Run(path=path, run_id=shared, owner=False, joined=True)  # another rank of the launch created it
 
 
 def _start(dump_path: Path, run_id: str, task: str, config: Dict[str, Any], framework: str) -> Run:

@@ -143,6 +143,8 @@ def test_the_in_script_debugger_joins_the_launch_run(tmp_path, agent_store):
         debugger.close()
     assert (other.path / "rank1").is_dir()
     assert json.loads((other.path / "run.json").read_text())["status"] == "running"  # the owner finishes it
+    debugger.run.finish("failed", 1, {})  # any caller in a rank that joined: run.json has one writer
+    assert json.loads((other.path / "run.json").read_text())["status"] == "running"
     other.finish("finished", 0, {})
 
 
