@@ -39,6 +39,11 @@ def dtype_class(dtype: str) -> str:
     return base
 
 
+def neutral_dtypes(dtypes: np.ndarray) -> np.ndarray:
+    """Framework-neutral dtype names: ``torch.float32`` and MindSpore's ``Float32`` are both ``float32``."""
+    return np.array([str(d).lower().rsplit(".", 1)[-1] for d in dtypes.tolist()], dtype=object)
+
+
 def dtype_compatible(a: str, b: str, cross_framework: bool) -> bool:
     """msprobe's dtype gate: equal, both floating, or (across frameworks) the same class."""
     if a == b:

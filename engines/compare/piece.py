@@ -15,7 +15,7 @@ import numpy as np
 from engines.compare import classic, stats_metrics, tensor_metrics, verdicts
 from engines.compare.arg_defaults import flag_changed_defaults
 from engines.compare.mapping import KeyOptions
-from engines.compare.matching import match_rows
+from engines.compare.matching import match_rows, neutral_dtypes
 from engines.compare.stats_metrics import STATS
 from engines.compare.tensor_metrics import (
     ST_DTYPE_GATE,
@@ -102,7 +102,8 @@ def compare_piece(t: RowTable, g: RowTable, t_spec, g_spec, st: PieceSettings):
     shape_diff = tensor & (t.shape != cols["golden_shape"])
     flags[shape_diff] |= F["shape differs"]
     status[shape_diff] = ST_SHAPE
-    flags[matched & (t.dtype != cols["golden_dtype"]) & ~match.gated] |= F["dtype differs"]
+    t_dtype, g_dtype = neutral_dtypes(t.dtype), neutral_dtypes(cols["golden_dtype"])  # Float32 == torch.float32
+    flags[matched & (t_dtype != g_dtype) & ~match.gated] |= F["dtype differs"]
     rg_t, rg_g = t.requires_grad, cols["golden_requires_grad"]
     cols["requires_grad_equal"] = np.where((rg_t < 0) | (rg_g < 0), -1, (rg_t == rg_g).astype(np.int8))
     flags[matched & (rg_t >= 0) & (rg_g >= 0) & (rg_t != rg_g)] |= F["requires_grad differs"]
@@ -180,8 +181,8 @@ def _nonfinite_flags(cols, flags, matched) -> None:
         differ = np.zeros(both.shape[0], dtype=bool)
         for s in ("max", "min"):
             a, b = cols["t_" + s], cols["g_" + s]
-            with np.errstate(invalid="ignore"):
-                differ |= ~((a == b) | (np.isnan(a) & np.isnan(b)))
+            with np.errstate(invalid="ignore"):  # only the non-finite values must agree
+                differ |= (~np.isfinite(a) | ~np.isfinite(b)) & ~((a == b) | (np.isnan(a) & np.isnan(b)))
         flags[both & differ] |= F["non-finite positions differ"]
 
 
