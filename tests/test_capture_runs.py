@@ -26,7 +26,7 @@ def test_runner_events_and_summary(tmp_path):
     assert all(e["records"] > 0 and e["bytes"] > 0 and e["loss"] is not None for e in steps)
     summary = outcome.summary
     assert summary["records"] == sum(e["records"] for e in steps)
-    assert summary["steps"] == "0-2" and summary["dump"] == outcome.run_dir
+    assert summary["steps_written"] == 3 and summary["steps"] == "0-2" and summary["dump"] == outcome.run_dir
     assert "bytes" not in summary and summary["capture"]["bytes"] > 0  # one size, human readable
     tables = {t["title"]: t for t in summary["tables"]}
     reasons = {row[0] for row in tables["records not written, and why"]["rows"]}

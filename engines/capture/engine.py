@@ -156,7 +156,9 @@ def summary_for_cli(summary: CaptureSummary, run: Any = None) -> Dict[str, Any]:
     out: Dict[str, Any] = {}
     if run is not None:
         out["dump"] = str(getattr(run, "path", run))
-    out["steps"] = compact_steps(summary.steps) if summary.steps else "none"
+    out["steps_written"] = len(summary.steps)
+    if summary.steps:
+        out["steps"] = compact_steps(summary.steps)
     if summary.steps_skipped:
         out["steps_left_out"] = compact_steps(summary.steps_skipped)
     out["records"] = summary.records
