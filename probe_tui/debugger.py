@@ -57,6 +57,13 @@ def _load_job(config_path: Optional[str], overrides: Dict[str, Any]):
     return load_config(data)
 
 
+def _with_rank_env(job):
+    """``PROBE_TUI_RANKS`` limits the writing ranks when the config's ``rank`` is empty (as under ``--run``)."""
+    from engines.launch import apply_rank_env
+
+    return apply_rank_env(job)
+
+
 class PrecisionDebugger:
     """Capture statistics or tensors from inside a training script (msprobe's ``PrecisionDebugger``)."""
 
@@ -75,7 +82,7 @@ class PrecisionDebugger:
             overrides["level"] = level
         if step is not None:
             overrides["step"] = step
-        self.job = _load_job(config_path, overrides)
+        self.job = _with_rank_env(_load_job(config_path, overrides))
         from engines.capture.options import CaptureOptions
 
         self.options = CaptureOptions.from_job(self.job)
@@ -100,7 +107,7 @@ class PrecisionDebugger:
         self.summary = CaptureSummary()
         seed_state = importlib.import_module("engines.adapters.%s.environment" % (
             "mindspore" if self.framework == "mindspore" else "torch")).seed_state
-        if seed_state():
+        if seed_state() and self.run.owner:
             self.run.update(seed_all=seed_state())
         meta = run_meta(self.job, self.framework, self.options)
         sinks = dump_sink_factory(self.run.rank_dir, self.options, meta, self.summary)
@@ -151,7 +158,8 @@ class PrecisionDebugger:
         summary = self.session.close("finished")
         out = self._summary_for_cli(summary, self.run)
         try:
-            self.run.finish(status="finished", exit_code=0, summary=out)
+            if self.run.owner:  # the other ranks of a launch joined this run: run.json has one writer
+                self.run.finish(status="finished", exit_code=0, summary=out)
         except Exception:
             pass
         if PrecisionDebugger._current is self:
@@ -207,7 +215,7 @@ def seed_all(seed: int = 1234, mode: bool = False, rm_dropout: bool = False) -> 
     _seed_all = importlib.import_module("engines.adapters.%s.environment" % package).seed_all
     state = _seed_all(seed, mode=mode, rm_dropout=rm_dropout)
     current = PrecisionDebugger._current
-    if current is not None:
+    if current is not None and current.run.owner:
         try:
             current.run.update(seed_all=state)
         except Exception:

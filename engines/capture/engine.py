@@ -163,9 +163,9 @@ def summary_for_cli(summary: CaptureSummary, run: Any = None) -> Dict[str, Any]:
         out["steps_left_out"] = compact_steps(summary.steps_skipped)
     out["records"] = summary.records
     out["tensor_rows"] = summary.rows
-    out["size"] = human_bytes(summary.bytes)
-    out["bytes"] = summary.bytes
-    tables: List[Dict[str, Any]] = []
+    out["size"] = human_bytes(summary.bytes)  # the exact count: capture.bytes
+    out["non_finite"] = summary.highlights.describe()
+    tables: List[Dict[str, Any]] = list(summary.highlights.tables())
     if summary.missing:
         rows = [[reason, n] for reason, n in sorted(summary.missing.items(), key=lambda kv: (-kv[1], kv[0]))]
         tables.append({"title": "records not written, and why", "columns": ["reason", "count"], "rows": rows})

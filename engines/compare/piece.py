@@ -13,6 +13,7 @@ from typing import Callable, Dict, Optional
 import numpy as np
 
 from engines.compare import classic, stats_metrics, tensor_metrics, verdicts
+from engines.compare.arg_defaults import flag_changed_defaults
 from engines.compare.mapping import KeyOptions
 from engines.compare.matching import match_rows, neutral_dtypes
 from engines.compare.stats_metrics import STATS
@@ -122,6 +123,7 @@ def compare_piece(t: RowTable, g: RowTable, t_spec, g_spec, st: PieceSettings):
     scalar = ~t.is_tensor & matched
     status[scalar] = ST_NOT_TENSOR
     _scalar_flags(cols, flags, scalar, t.text, g_text)
+    flag_changed_defaults(cols, flags, t, matched, F["scalar argument changed"])
 
     rel_err = stats_metrics.scaled_stat_errors(_stats(t), g_stats, t.numel, st.small_value)
     rel_err[~tensor] = np.nan

@@ -302,7 +302,14 @@ def _build_rows(reader, recs: Dict[str, np.ndarray], ts: Dict[str, np.ndarray], 
     if not np.array_equal(order, np.arange(order.shape[0])):  # usually already in order
         table = table.take(order)
     table.order[:] = np.arange(len(table))
+    table.args = _args_with_defaults(recs)
     return table
+
+
+def _args_with_defaults(recs: Dict[str, np.ndarray]) -> Dict[str, str]:
+    """Records whose ``args`` carry the defaults of the keyword arguments they changed (docs/CAPTURE.md): compare
+    checks a keyword argument the golden record lacks against that default."""
+    return {name: a for name, a in zip(recs["name"].tolist(), recs["args"].tolist()) if a and '"defaults"' in a}
 
 
 def _scalar_rows(recs: Dict[str, np.ndarray], stacks: np.ndarray, rank: int, step: int) -> RowTable:

@@ -22,6 +22,13 @@ from mindspore import Tensor
 from engines.adapters.mindspore import api_table, flatten
 from engines.adapters.mindspore.backward_capture import PendingBackward, attach, input_edge
 from engines.capture import naming
+from engines.capture.defaults import signature_defaults, split_kwargs
+
+_UNREAD = object()
+
+
+def _is_tensor(value: Any) -> bool:
+    return isinstance(value, Tensor)
 
 
 class _Current:
@@ -36,7 +43,7 @@ CURRENT = _Current()
 class ApiInfo:
     """What was decided once for one callable: its name and whether it is captured at all."""
 
-    __slots__ = ("prefix", "api", "base", "captured", "distributed", "inplace")
+    __slots__ = ("prefix", "api", "base", "captured", "distributed", "inplace", "defaults")
 
     def __init__(self, prefix: str, api: str, captured: bool = True) -> None:
         self.prefix = prefix
@@ -45,6 +52,9 @@ class ApiInfo:
         self.captured = captured
         self.distributed = prefix in (naming.PREFIX_DISTRIBUTED, api_table.PREFIX_MINT_DISTRIBUTED)
         self.inplace = api_table.is_inplace(api)
+        # keyword defaults of the callable's signature, read at its first captured call: a keyword argument equal
+        # to its default is not recorded (engines.capture.defaults; nn.Dropout passes training=True explicitly)
+        self.defaults: Any = _UNREAD
 
 
 def _function_wrapper(original: Callable, info: ApiInfo) -> Callable:
@@ -181,6 +191,8 @@ class ApiCapture:
     def call(self, info: ApiInfo, func: Callable, args: tuple, kwargs: Dict[str, Any]):
         s = self.session
         pre = None
+        if info.defaults is _UNREAD:
+            info.defaults = signature_defaults(func)
         s.busy_depth += 1
         try:
             try:
@@ -228,7 +240,12 @@ class ApiCapture:
         parent = frame.name if frame is not None else ""
         save = s.saves(name)
         rows: List[Tuple[str, Tensor]] = []
+        kept_defaults = None
+        if kwargs and info.defaults is not None:
+            kwargs, kept_defaults = split_kwargs(kwargs, info.defaults, _is_tensor)
         skeleton = flatten.walk_call(args, kwargs, lambda slot, t: rows.append((slot, t)))
+        if kept_defaults is not None:
+            skeleton["defaults"] = {k: flatten.walk(v, "", None) for k, v in kept_defaults.items()}
         if reason is None:
             record = s.buffer.add_record(name, naming.KIND_API, naming.DIRECTION_FORWARD, parent, stack, skeleton, 0)
             if dm.forward and dm.input:
