@@ -1,61 +1,25 @@
-"""Walk call arguments and results: tensors are handed to a visitor under their slot, everything else becomes
-JSON (scalars, dtypes, devices, slices, sizes...), with tensor positions marked ``{"tensor": "<slot>"}``.
+"""Walk torch call arguments and results (``engines.capture.flatten``): tensors to a visitor under their slot,
+everything else to JSON. What is torch's own: ``torch.Size`` is a shape, not an argument list; dtypes, devices,
+memory formats, layouts, process groups and reduce ops get a typed skeleton that replay rebuilds."""
 
-The JSON skeleton is what replay, compare's scalar checks and the API pre-check need (DECISIONS 11).
-"""
-
-import math
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any
 
 import torch
 
-Visitor = Callable[[str, torch.Tensor], None]
-MAX_DEPTH = 32
+from engines.capture.flatten import MAX_DEPTH, Visitor, Walkers  # noqa: F401 (re-exported)
 
 
-def walk(obj: Any, slot: str, visit: Optional[Visitor], depth: int = 0) -> Any:
-    """JSON-ready skeleton of ``obj``; ``visit(slot, tensor)`` for every tensor inside (when given)."""
-    if isinstance(obj, torch.Tensor):
-        if visit is not None:
-            visit(slot, obj)
-        return {"tensor": slot}
-    if obj is None or isinstance(obj, (bool, int, str)):
-        return obj
-    if isinstance(obj, float):
-        return obj if math.isfinite(obj) else {"type": "float", "value": str(obj)}
-    if depth >= MAX_DEPTH:
-        return {"type": type(obj).__name__, "truncated": True}
+def describe(obj: Any) -> Any:
+    """The skeleton of a torch object the generic walk does not know (None: not one of those)."""
     if isinstance(obj, torch.Size):
         return {"type": "torch.Size", "value": list(obj)}
-    if isinstance(obj, (list, tuple)):
-        return [walk(v, "%s.%d" % (slot, i), visit, depth + 1) for i, v in enumerate(obj)]
-    if isinstance(obj, dict):
-        return {str(k): walk(v, "%s.%s" % (slot, k), visit, depth + 1) for k, v in obj.items()}
     if isinstance(obj, torch.dtype):
         return {"type": "torch.dtype", "value": str(obj)}
     if isinstance(obj, torch.device):
         return {"type": "torch.device", "value": str(obj)}
     if isinstance(obj, (torch.memory_format, torch.layout)):
         return {"type": type(obj).__module__ + "." + type(obj).__name__, "value": str(obj)}
-    if isinstance(obj, slice):
-        return {"type": "slice", "value": [walk(obj.start, slot, None, depth + 1), walk(obj.stop, slot, None, depth + 1),
-                                           walk(obj.step, slot, None, depth + 1)]}
-    if obj is Ellipsis:
-        return {"type": "ellipsis", "value": "..."}
-    if isinstance(obj, complex):
-        return {"type": "complex", "value": [obj.real, obj.imag]}
-    item = getattr(obj, "item", None)
-    if item is not None and type(obj).__module__ == "numpy":
-        try:
-            return {"type": "numpy." + type(obj).__name__, "value": item()}
-        except Exception:
-            pass
-    return _special(obj)
-
-
-def _special(obj: Any) -> Any:
-    cls = type(obj)
-    name = cls.__name__
+    name = type(obj).__name__
     if name == "ProcessGroup" or name.endswith("ProcessGroup"):
         try:
             import torch.distributed as dist
@@ -65,40 +29,12 @@ def _special(obj: Any) -> Any:
             return {"type": "torch.ProcessGroup"}
     if name in ("ReduceOp", "RedOpType"):
         return {"type": "torch.distributed.ReduceOp", "value": str(obj)}
-    return {"type": "%s.%s" % (cls.__module__, cls.__qualname__)}
+    return None
 
 
-def walk_call(args: tuple, kwargs: Dict[str, Any], visit: Optional[Visitor]) -> Dict[str, Any]:
-    """Skeleton of a call's inputs: positional slots ``input.<i>``, keyword slots ``input.<name>``."""
-    out_args: List[Any] = [walk(a, "input.%d" % i, visit) for i, a in enumerate(args)]
-    out_kwargs = {str(k): walk(v, "input.%s" % k, visit) for k, v in kwargs.items()} if kwargs else {}
-    return {"args": out_args, "kwargs": out_kwargs}
-
-
-def walk_output(out: Any, visit: Optional[Visitor]) -> Any:
-    """Skeleton of a result: a single tensor is ``output.0``; tuples and lists number their items."""
-    if isinstance(out, (tuple, list)) and not isinstance(out, torch.Size):
-        return [walk(v, "output.%d" % i, visit) for i, v in enumerate(out)]
-    return walk(out, "output.0", visit)
-
-
-def tensors_in(obj: Any, slot: str, out: List, depth: int = 0) -> None:
-    """(slot, tensor) pairs of ``obj`` without building a skeleton."""
-    if isinstance(obj, torch.Tensor):
-        out.append((slot, obj))
-    elif depth < MAX_DEPTH and isinstance(obj, (list, tuple)) and not isinstance(obj, torch.Size):
-        for i, v in enumerate(obj):
-            tensors_in(v, "%s.%d" % (slot, i), out, depth + 1)
-    elif depth < MAX_DEPTH and isinstance(obj, dict):
-        for k, v in obj.items():
-            tensors_in(v, "%s.%s" % (slot, k), out, depth + 1)
-
-
-def output_tensors(out: Any) -> List:
-    pairs: List = []
-    if isinstance(out, (tuple, list)) and not isinstance(out, torch.Size):
-        for i, v in enumerate(out):
-            tensors_in(v, "output.%d" % i, pairs)
-    else:
-        tensors_in(out, "output.0", pairs)
-    return pairs
+_WALKERS = Walkers(torch.Tensor, describe, sizes=(torch.Size,))
+walk = _WALKERS.walk
+walk_call = _WALKERS.walk_call
+walk_output = _WALKERS.walk_output
+tensors_in = _WALKERS.tensors_in
+output_tensors = _WALKERS.output_tensors
