@@ -9,8 +9,9 @@ tensors held for a batch pass ``hold_bytes`` (one transfer per batch, DECISIONS 
 is dropped, so the dump holds only the overflowing calls. Once the limit is reached capture stops, for good after
 that step.
 
-``OverflowChecks`` goes first in the bases (``class OverflowSession(OverflowChecks, TorchCaptureSession)``); the
-adapter's ``__init__`` sets ``self.entries`` and calls ``init_overflow``, and defines ``requires_grad_flag(t)``.
+``OverflowChecks`` goes first in the bases (``class OverflowSession(OverflowChecks, TorchCaptureSession)``, a
+``engines.capture.session.CaptureSession``); the adapter's ``__init__`` sets ``self.entries`` and calls
+``init_overflow``, and defines ``requires_grad_flag(t)``.
 """
 
 import os
@@ -262,13 +263,7 @@ class OverflowChecks:
         findings = None
         try:
             with self._busy:
-                for pending in self.pending_backward:
-                    if not pending.done:
-                        try:
-                            pending.complete()
-                        except Exception as exc:
-                            self.summary.failed("finishing %s" % pending.name, exc)
-                self.pending_backward = []
+                self.complete_pending_backward()
                 if not self.limit_reached or self._done:
                     self._process(everything=not self.limit_reached)
                 self._keep_only(self._kept)

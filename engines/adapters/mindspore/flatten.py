@@ -17,9 +17,9 @@ def describe(obj: Any) -> Any:
     return None
 
 
-_WALKERS = Walkers(Tensor, describe)
-walk = _WALKERS.walk
-walk_call = _WALKERS.walk_call
-walk_output = _WALKERS.walk_output
-tensors_in = _WALKERS.tensors_in
-output_tensors = _WALKERS.output_tensors
+WALKERS = Walkers(Tensor, describe)
+walk = WALKERS.walk
+walk_call = WALKERS.walk_call
+walk_output = WALKERS.walk_output
+tensors_in = WALKERS.tensors_in
+output_tensors = WALKERS.output_tensors
