@@ -20,8 +20,9 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 from mindspore import Tensor
 
 from engines.adapters.mindspore import api_table, flatten
-from engines.adapters.mindspore.backward_capture import PendingBackward, attach, input_edge
+from engines.adapters.mindspore.backward_capture import attach, input_edge
 from engines.capture import naming
+from engines.capture.backward import PendingBackward
 from engines.capture.defaults import signature_defaults, split_kwargs
 
 _UNREAD = object()

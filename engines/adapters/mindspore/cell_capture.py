@@ -19,8 +19,9 @@ from mindspore import nn
 
 from engines.adapters.mindspore import flatten
 from engines.adapters.mindspore.api_capture import CURRENT
-from engines.adapters.mindspore.backward_capture import PendingBackward, attach, input_edge
+from engines.adapters.mindspore.backward_capture import attach, input_edge
 from engines.capture import naming
+from engines.capture.backward import PendingBackward
 
 PREFIX_CELL = naming.PREFIX_CELL
 # Training wrappers: a level in the cell tree without computation of its own; their path components

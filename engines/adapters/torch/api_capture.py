@@ -14,8 +14,9 @@ from torch.overrides import TorchFunctionMode
 
 from engines.adapters.torch import api_table, flatten
 from engines.adapters.torch.api_defaults import defaults_of, split_kwargs
-from engines.adapters.torch.backward_capture import PendingBackward, attach, input_edge, sequence_mark
+from engines.adapters.torch.backward_capture import attach, input_edge, sequence_mark
 from engines.capture import naming
+from engines.capture.backward import PendingBackward
 
 _current_graph_task_id = getattr(torch._C, "_current_graph_task_id", None)
 

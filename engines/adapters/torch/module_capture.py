@@ -15,8 +15,9 @@ from torch.nn.modules import module as nn_module
 
 from engines.adapters.torch import flatten
 from engines.adapters.torch.api_capture import is_compiling
-from engines.adapters.torch.backward_capture import PendingBackward, attach, input_edge, sequence_mark
+from engines.adapters.torch.backward_capture import attach, input_edge, sequence_mark
 from engines.capture import naming
+from engines.capture.backward import PendingBackward
 
 # Wrapper classes that add a level to the module tree without computing anything of their own.
 _WRAPPER_CLASSES = frozenset(("FullyShardedDataParallel", "CheckpointWrapper", "OptimizedModule",
