@@ -198,25 +198,47 @@ def install_identity_hooks(pending: PendingBackward, nodes: IdentityItems, want_
     return True
 
 
-def node_hook(pending: PendingBackward, in_pairs, out_pairs, keep_alive: Any = None):
-    def hook(grad_inputs, grad_outputs):
-        session = pending.session
-        if pending.done or not session.backward_open():
-            return None
-        try:
-            with session.busy():
-                if pending.decide():
-                    for nr, slot in out_pairs:
-                        if nr < len(grad_outputs):
-                            pending.grad_of_output(slot, grad_outputs[nr])
-                    for k, slot in in_pairs:
-                        if k < len(grad_inputs):
-                            pending.grad_of_input(slot, grad_inputs[k])
-                pending.hook_fired()
-        except Exception as exc:  # never break training
-            session.summary.failed("backward hook of %s" % pending.name, exc)
-            pending.flags |= naming.FLAG_PARTIAL
+def _fire(pending: PendingBackward, deliver: Callable[..., None], *grads: Any) -> None:
+    """What every hook does: nothing once the step is closed; else, while the session is busy, decide the record
+    (filters) at its first hook, ``deliver`` the gradients, count the hook; a failure marks the record partial."""
+    session = pending.session
+    if pending.done or not session.backward_open():
         return None
+    try:
+        with session.busy():
+            if pending.decide():
+                deliver(pending, *grads)
+            pending.hook_fired()
+    except Exception as exc:  # never break training
+        session.summary.failed("backward hook of %s" % pending.name, exc)
+        pending.flags |= naming.FLAG_PARTIAL
+    return None
+
+
+def _node_grads(pending: PendingBackward, grad_inputs, grad_outputs, in_pairs, out_pairs) -> None:
+    for nr, slot in out_pairs:
+        if nr < len(grad_outputs):
+            pending.grad_of_output(slot, grad_outputs[nr])
+    for k, slot in in_pairs:
+        if k < len(grad_inputs):
+            pending.grad_of_input(slot, grad_inputs[k])
+
+
+def _identity_grads(pending: PendingBackward, grad_outputs, items, want_outputs: bool) -> None:
+    for nr, slot, same in items:
+        grad = grad_outputs[nr] if nr < len(grad_outputs) else None
+        if grad is None:
+            continue
+        if want_outputs:
+            pending.grad_of_output(slot, grad)
+        for in_slot in same:
+            pending.session.backward_row(pending, "output" + in_slot[len("input"):], grad)
+
+
+def node_hook(pending: PendingBackward, in_pairs, out_pairs, keep_alive: Any = None):
+    """A node hook: gradients w.r.t. the node's inputs (edges ``in_pairs``) and outputs (``out_pairs``)."""
+    def hook(grad_inputs, grad_outputs):
+        return _fire(pending, _node_grads, grad_inputs, grad_outputs, in_pairs, out_pairs)
 
     if keep_alive is not None:
         hook._keep_alive = keep_alive  # type: ignore[attr-defined]
@@ -224,45 +246,15 @@ def node_hook(pending: PendingBackward, in_pairs, out_pairs, keep_alive: Any = N
 
 
 def pre_hook(pending: PendingBackward, out_pairs):
+    """A node pre-hook: gradients w.r.t. the node's outputs (``out_pairs``)."""
     def hook(grad_outputs):
-        session = pending.session
-        if pending.done or not session.backward_open():
-            return None
-        try:
-            with session.busy():
-                if pending.decide():
-                    for nr, slot in out_pairs:
-                        if nr < len(grad_outputs):
-                            pending.grad_of_output(slot, grad_outputs[nr])
-                pending.hook_fired()
-        except Exception as exc:  # never break training
-            session.summary.failed("backward hook of %s" % pending.name, exc)
-            pending.flags |= naming.FLAG_PARTIAL
-        return None
+        return _fire(pending, _node_grads, (), grad_outputs, (), out_pairs)
 
     return hook
 
 
 def identity_hook(pending: PendingBackward, items, want_outputs: bool):
     def hook(grad_outputs):
-        session = pending.session
-        if pending.done or not session.backward_open():
-            return None
-        try:
-            with session.busy():
-                if pending.decide():
-                    for nr, slot, same in items:
-                        grad = grad_outputs[nr] if nr < len(grad_outputs) else None
-                        if grad is None:
-                            continue
-                        if want_outputs:
-                            pending.grad_of_output(slot, grad)
-                        for in_slot in same:
-                            session.backward_row(pending, "output" + in_slot[len("input"):], grad)
-                pending.hook_fired()
-        except Exception as exc:  # never break training
-            session.summary.failed("backward hook of %s" % pending.name, exc)
-            pending.flags |= naming.FLAG_PARTIAL
-        return None
+        return _fire(pending, _identity_grads, grad_outputs, items, want_outputs)
 
     return hook
