@@ -7,13 +7,12 @@ every cell of the process, which the zero-code path needs (it has no model handl
 model built on the fly. The backward side observes the autograd graph like L1 (``backward_capture``: nothing
 inserted). Parameter gradients come from a tensor hook on each parameter, which returns the gradient unchanged.
 
-A cell is named by its path in its root: the model passed to ``start(model)``, or else the outermost cell called
-(its children are recorded, the root itself is not, as in msprobe). Names follow msprobe's MindSpore form:
+Naming, the forward stack and the records are framework-neutral (``engines.capture.modules``, shared with
+PyTorch); a cell is named by its path in its root. Names follow msprobe's MindSpore form:
 ``Cell.{path}.{Class}.forward.{N}``, ``Cell.{path}.{Class}.backward.{N}``, ``Cell.{path}.{Class}.parameters_grad.{K}``.
 """
 
-import weakref
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 from mindspore import nn
 
@@ -22,6 +21,7 @@ from engines.adapters.mindspore.api_capture import CURRENT
 from engines.adapters.mindspore.backward_capture import attach, input_edge
 from engines.capture import naming
 from engines.capture.backward import PendingBackward
+from engines.capture.modules import ModuleFrame, ModuleTree
 
 PREFIX_CELL = naming.PREFIX_CELL
 # Training wrappers: a level in the cell tree without computation of its own; their path components
@@ -65,35 +65,14 @@ def _call(cell, *args, **kwargs):
 _call.__wrapped__ = _ORIGINAL_CALL  # type: ignore[attr-defined]
 
 
-class CellFrame:
-    """One active cell call on the forward stack."""
+class CellCapture(ModuleTree):
+    prefix = PREFIX_CELL
+    walkers = flatten.WALKERS
+    fresh_param_grads = True
 
-    __slots__ = ("cell", "name", "listed", "record", "edges", "want_bwd", "stack", "parent", "save")
-
-    def __init__(self, cell: Any, name: str, listed: bool) -> None:
-        self.cell = cell
-        self.name = name
-        self.listed = listed
-        self.record = -1
-        self.edges: List = []
-        self.want_bwd = False
-        self.stack = -1
-        self.parent = ""
-        self.save = False
-
-
-class CellCapture:
     def __init__(self, session: Any) -> None:
-        self.session = session
-        # id(cell) -> (weak reference, (path, class) or None for roots and wrappers)
-        self.names: Dict[int, Tuple[weakref.ref, Optional[Tuple[str, str]]]] = {}
-        self.roots: List[weakref.ref] = []
-        self.frames: List[CellFrame] = []
+        super().__init__(session)
         self.installed = False
-        self.param_owners: Dict[int, List[Tuple[str, str, str]]] = {}  # id(param) -> [(path, cls, name)]
-        self.param_handles: Dict[int, Any] = {}
-        self.param_rounds: Dict[Tuple[str, str], List[Any]] = {}
-        self.new_modules: List[Tuple[str, str, str]] = []
 
     # -- installation ----------------------------------------------------------------------------------------
     def install(self) -> None:
@@ -107,142 +86,69 @@ class CellCapture:
             self.installed = False
         self.frames = []
 
-    def remove_param_hooks(self) -> None:
-        for h in self.param_handles.values():
-            try:
-                h.remove()
-            except Exception:
-                pass
-        self.param_handles = {}
+    # -- what the neutral tree asks ----------------------------------------------------------------------------
+    def _accepts_root(self, root: Any) -> bool:
+        return isinstance(root, nn.Cell) and not _is_optimizer(root)
 
-    # -- naming ----------------------------------------------------------------------------------------------
-    def add_root(self, model: Any) -> None:
-        if isinstance(model, (list, tuple)):
-            for i, m in enumerate(model):
-                self._register_root(m, "%d." % i)
-            return
-        self._register_root(model, "")
-
-    def _register_root(self, root: Any, prefix: str) -> None:
-        if not isinstance(root, nn.Cell) or self._known(root) or _is_optimizer(root):
-            return
-        if not prefix and self.roots:
-            prefix = "%d." % len(self.roots)
-        self.roots.append(weakref.ref(root))
+    def _named_subtree(self, root: Any) -> Iterable[Tuple[Any, Optional[str]]]:
         wrapped_root = type(root).__name__ in _WRAPPER_CLASSES
-        self._set(root, None)
         for path, sub in root.cells_and_names():
-            if sub is root or not path:
+            if sub is root or not path or self._known(sub):
                 continue
-            cls = type(sub).__name__
+            if type(sub).__name__ in _WRAPPER_CLASSES:
+                yield sub, None
+                continue
             parts = path.split(".")
             if wrapped_root:
                 parts = [p for p in parts if p not in _WRAPPER_COMPONENTS]
-            clean = ".".join(parts)
-            if cls in _WRAPPER_CLASSES or not clean or self._known(sub):
-                if not self._known(sub):
-                    self._set(sub, None)
-                continue
-            full = prefix + clean
-            self._set(sub, (full, cls))
-            parent_path = full.rpartition(".")[0] if "." in clean else prefix.rstrip(".")
-            self.new_modules.append((full, cls, parent_path))
-            s = self.session
-            if s.options.module_level and s.filter.data_mode.param_grads:
-                self._hook_params(sub, full, cls)
+            yield sub, ".".join(parts)
 
-    def _known(self, cell: Any) -> bool:
-        entry = self.names.get(id(cell))
-        return entry is not None and entry[0]() is cell
+    def _parameters(self, cell: Any) -> Dict[str, Any]:
+        return getattr(cell, "_params", {})
 
-    def _set(self, cell: Any, info: Optional[Tuple[str, str]]) -> None:
-        self.names[id(cell)] = (weakref.ref(cell), info)
+    def input_edge(self, slot: str, t: Any) -> Any:
+        return input_edge(slot, t)
 
-    def name_of(self, cell: Any) -> Optional[Tuple[str, str]]:
-        entry = self.names.get(id(cell))
-        if entry is not None and entry[0]() is cell:
-            return entry[1]
-        if not self.frames:
-            self._register_root(cell, "")
-            return None
-        parent = next((f.name for f in reversed(self.frames) if f.name), "")
-        parent_path = _path_of(parent)
-        cls = type(cell).__name__
-        full = (parent_path + "." if parent_path else "") + cls
-        self._set(cell, (full, cls))
-        self.new_modules.append((full, cls, parent_path))
-        return (full, cls)
+    def _attach(self, pending: PendingBackward, frame: ModuleFrame, outputs: List, want_inputs: bool,
+                want_outputs: bool) -> bool:
+        return attach(pending, frame.edges, outputs, want_inputs=want_inputs, want_outputs=want_outputs)
+
+    def record_name(self, path: str, cls: str, index: int) -> str:
+        return cell_record_name(path, cls, index)
+
+    def param_grad_name(self, path: str, cls: str, index: int) -> str:
+        return cell_param_grad_name(path, cls, index)
 
     # -- forward ---------------------------------------------------------------------------------------------
-    def enter(self, cell: Any, args: tuple, kwargs: Dict[str, Any]) -> CellFrame:
+    def enter(self, cell: Any, args: tuple, kwargs: Dict[str, Any]) -> ModuleFrame:
         s = self.session
         s.busy_depth += 1
         try:
-            return self._enter(cell, args, kwargs)
+            return super().enter(cell, args, kwargs)
         except Exception as exc:
             s.summary.failed("forward of %s" % type(cell).__name__, exc)
-            frame = CellFrame(cell, "", False)
+            frame = ModuleFrame(cell, "", False)
             self.frames.append(frame)
             return frame
         finally:
             s.busy_depth -= 1
 
-    def _enter(self, cell: Any, args: tuple, kwargs: Dict[str, Any]) -> CellFrame:
-        s = self.session
-        info = self.name_of(cell)
-        parent_frame = self.frames[-1] if self.frames else None
-        listed_parent = parent_frame is not None and parent_frame.listed
-        if info is None or not s.options.module_level:
-            frame = CellFrame(cell, parent_frame.name if parent_frame else "", listed_parent)
-            self.frames.append(frame)
-            return frame
-        path, cls = info
-        index = s.module_counter.next(path + "\0" + cls)
-        name = cell_record_name(path, cls, index)
-        frame = CellFrame(cell, name, listed_parent or s.filter.listed(name))
-        frame.parent = _parent_name(self.frames)
-        self.frames.append(frame)
-        reason = s.filter.record_reason(name, listed_parent)
-        dm = s.filter.data_mode
-        frame.want_bwd = dm.backward and (reason is None
-                                          or s.backward_may_be_wanted(naming.backward_of(name), frame.listed))
-        if reason is not None:
-            s.summary.skipped(reason)
-        frame.stack = s.stacks.current(0) if s.keep_stacks else -1
-        rows: List = []
-        skeleton = flatten.walk_call(args, kwargs, lambda slot, t: rows.append((slot, t)))
-        if reason is None:
-            frame.save = s.saves(name)
-            frame.record = s.buffer.add_record(name, naming.KIND_MODULE, naming.DIRECTION_FORWARD, frame.parent,
-                                               frame.stack, skeleton, 0)
-            if dm.forward and dm.input:
-                for slot, t in rows:
-                    s.add_row(frame.record, slot, t, frame.save)
-                for pname, p in getattr(cell, "_params", {}).items():
-                    if p is not None:
-                        s.add_row(frame.record, "parameters." + pname, p, frame.save)
-        if frame.want_bwd:
-            for slot, t in rows:
-                e = input_edge(slot, t)
-                if e is not None:
-                    frame.edges.append(e)
-        return frame
-
-    def pop(self, frame: CellFrame) -> None:
+    def pop(self, frame: ModuleFrame) -> None:
         frames = self.frames
         for i in range(len(frames) - 1, -1, -1):
             if frames[i] is frame:
                 del frames[i:]
                 return
 
-    def exit(self, frame: CellFrame, kwargs: Dict[str, Any], output: Any) -> None:
+    def exit(self, frame: ModuleFrame, kwargs: Dict[str, Any], output: Any) -> None:
+        """``kwargs`` were recorded at ``enter`` (the wrapper sees them there)."""
         self.pop(frame)
         if frame.name == "" or (frame.record < 0 and not frame.want_bwd):
             return
         s = self.session
         s.busy_depth += 1
         try:
-            self._exit(frame, output)
+            super().exit(frame, {}, output)
         except Exception as exc:
             s.summary.failed("forward of %s" % frame.name, exc)
             if frame.record >= 0:
@@ -250,31 +156,12 @@ class CellCapture:
         finally:
             s.busy_depth -= 1
 
-    def _exit(self, frame: CellFrame, output: Any) -> None:
-        s = self.session
-        dm = s.filter.data_mode
-        outputs = flatten.output_tensors(output)
-        if frame.record >= 0:
-            if dm.forward and dm.output:
-                for slot, t in outputs:
-                    s.add_row(frame.record, slot, t, frame.save)
-            s.record_done(frame.record)
-        if frame.want_bwd and outputs:
-            pending = PendingBackward(s, naming.backward_of(frame.name), naming.KIND_MODULE, frame.parent,
-                                      frame.stack, 0)
-            if attach(pending, frame.edges, outputs, want_inputs=dm.output, want_outputs=dm.input):
-                s.pending_backward.append(pending)
-
-    def current(self) -> Optional[CellFrame]:
-        return self.frames[-1] if self.frames else None
-
     # -- parameter gradients ---------------------------------------------------------------------------------
     def _hook_params(self, cell: Any, path: str, cls: str) -> None:
         for pname, p in getattr(cell, "_params", {}).items():
             if p is None or not getattr(p, "requires_grad", True):
                 continue
-            self.param_owners.setdefault(id(p), []).append((path, cls, pname))
-            if id(p) not in self.param_handles:
+            if self._own_param(p, path, cls, pname):
                 self.param_handles[id(p)] = p.register_hook(self._grad_hook(id(p)))
 
     def _grad_hook(self, key: int):
@@ -284,8 +171,7 @@ class CellCapture:
                 return grad
             s.busy_depth += 1
             try:
-                for path, cls, pname in self.param_owners.get(key, ()):
-                    self._param_row(path, cls, pname, grad)
+                self.param_grad(key, grad)
             except Exception as exc:  # never break training
                 s.summary.failed("parameter-gradient hook", exc)
             finally:
@@ -294,51 +180,6 @@ class CellCapture:
 
         return hook
 
-    def _param_row(self, path: str, cls: str, pname: str, grad: Any) -> None:
-        s = self.session
-        state = self.param_rounds.get((path, cls))
-        if state is None:
-            state = self.param_rounds[(path, cls)] = [-1, set(), None]
-        if state[2] is None or pname in state[1]:
-            state[2] = None
-            state[0] += 1
-            state[1] = set()
-            name = cell_param_grad_name(path, cls, state[0])
-            reason = s.filter.record_reason(name, False)
-            if reason is not None:
-                s.summary.skipped(reason)
-                state[2] = False
-            else:
-                state[2] = s.buffer.add_record(name, naming.KIND_PARAM_GRAD, naming.DIRECTION_BACKWARD,
-                                               "", -1, None, 0)
-        state[1].add(pname)
-        if state[2] is not False:
-            s.add_row(state[2], pname, grad, s.saves(cell_param_grad_name(path, cls, state[0])), fresh=True)
-
-    def end_step(self) -> None:
-        self.param_rounds = {}
-        self.frames = []
-
-    def take_new_modules(self) -> List[Tuple[str, str, str]]:
-        new = self.new_modules
-        self.new_modules = []
-        return new
-
 
 def _is_optimizer(cell: Any) -> bool:
     return any(c.__name__ == "Optimizer" for c in type(cell).__mro__)
-
-
-def _path_of(record_name: str) -> str:
-    """``Cell.a.b.Linear.forward.0`` -> ``a.b``."""
-    if not record_name.startswith(PREFIX_CELL + "."):
-        return ""
-    body = record_name[len(PREFIX_CELL) + 1:]
-    return body.rsplit(".", 3)[0] if body.count(".") >= 3 else body
-
-
-def _parent_name(frames: List[CellFrame]) -> str:
-    for f in reversed(frames):
-        if f.name:
-            return f.name
-    return ""
