@@ -22,14 +22,11 @@ from mindspore import Tensor
 from engines.adapters.mindspore import api_table, flatten
 from engines.adapters.mindspore.backward_capture import attach, input_edge
 from engines.capture import naming
+from engines.capture.api import ApiRecords
 from engines.capture.backward import PendingBackward
-from engines.capture.defaults import signature_defaults, split_kwargs
+from engines.capture.defaults import signature_defaults
 
 _UNREAD = object()
-
-
-def _is_tensor(value: Any) -> bool:
-    return isinstance(value, Tensor)
 
 
 class _Current:
@@ -171,11 +168,15 @@ def wrappers() -> ApiWrappers:
     return _WRAPPERS
 
 
-class ApiCapture:
-    """Record assembly for API calls (forward now, backward through graph hooks)."""
+class ApiCapture(ApiRecords):
+    """Record assembly for API calls (``engines.capture.api``): forward now, backward through graph hooks."""
+
+    walkers = flatten.WALKERS
+    tensor_type = Tensor
+    stack_skip = 2  # the wrapper and ``call``
 
     def __init__(self, session: Any) -> None:
-        self.session = session
+        super().__init__(session)
         self.primitives: Dict[str, Optional[ApiInfo]] = {}
 
     def primitive_info(self, prim: Any) -> Optional[ApiInfo]:
@@ -197,7 +198,7 @@ class ApiCapture:
         s.busy_depth += 1
         try:
             try:
-                pre = self._before(info, args, kwargs)
+                pre = self.before(info, args, kwargs)
             except Exception as exc:
                 s.summary.failed("capture of %s" % info.base, exc)
                 pre = None
@@ -211,7 +212,7 @@ class ApiCapture:
                 s.entries.forget(args[0])
             if pre is not None:
                 try:
-                    self._after(info, pre, args, kwargs, out)
+                    self.after(info, pre, args, kwargs, out)
                 except Exception as exc:
                     s.summary.failed("capture of %s" % info.base, exc)
                     s.rollback(pre[0], pre[1])
@@ -219,68 +220,22 @@ class ApiCapture:
             s.busy_depth -= 1
         return out
 
-    # -- forward ---------------------------------------------------------------------------------------------
-    def _before(self, info: ApiInfo, args: tuple, kwargs: Dict[str, Any]):
-        s = self.session
-        index = s.api_counter.next(info.base)
-        name = "%s.%d.forward" % (info.base, index)
-        frame = s.module_frame()
-        listed_parent = frame is not None and frame.listed
-        reason = s.filter.record_reason(name, listed_parent)
-        dm = s.filter.data_mode
-        want_bwd = dm.backward and (reason is None
-                                    or s.backward_may_be_wanted(naming.backward_of(name), listed_parent))
-        if reason is not None:
-            s.summary.skipped(reason)
-            if not want_bwd:
-                return None
-        marks = s.buffer_marks()
-        edges: List = []
-        record = -1
-        stack = s.stacks.current(2) if s.keep_stacks else -1
-        parent = frame.name if frame is not None else ""
-        save = s.saves(name)
-        rows: List[Tuple[str, Tensor]] = []
-        kept_defaults = None
-        if kwargs and info.defaults is not None:
-            kwargs, kept_defaults = split_kwargs(kwargs, info.defaults, _is_tensor)
-        skeleton = flatten.walk_call(args, kwargs, lambda slot, t: rows.append((slot, t)))
-        if kept_defaults is not None:
-            skeleton["defaults"] = {k: flatten.walk(v, "", None) for k, v in kept_defaults.items()}
-        if reason is None:
-            record = s.buffer.add_record(name, naming.KIND_API, naming.DIRECTION_FORWARD, parent, stack, skeleton, 0)
-            if dm.forward and dm.input:
-                for slot, t in rows:
-                    s.add_row(record, slot, t, save)
-        if want_bwd:
-            for slot, t in rows:
-                e = input_edge(slot, t)
-                if e is not None:
-                    edges.append(e)
-        return (marks[0], marks[1], record, name, parent, stack, edges, want_bwd, save)
+    # -- what the neutral record assembly asks -----------------------------------------------------------------
+    def input_edge(self, slot: str, t: Any) -> Any:
+        return input_edge(slot, t)
 
-    def _after(self, info: ApiInfo, pre, args: tuple, kwargs: Dict[str, Any], out: Any) -> None:
-        s = self.session
-        _, _, record, name, parent, stack, edges, want_bwd, save = pre
+    def _attach(self, pending: PendingBackward, edges: List, outputs: List, seq: int, want_inputs: bool,
+                want_outputs: bool) -> bool:
+        return attach(pending, edges, outputs, want_inputs=want_inputs, want_outputs=want_outputs)
+
+    def _outputs(self, info: Any, out: Any, args: tuple, kwargs: Dict[str, Any]):
         outputs = flatten.output_tensors(out)
-        fresh = info.inplace or info.distributed
         if info.distributed and not outputs:
             # A collective that returns nothing wrote into its arguments: they are its result.
             flatten.tensors_in(list(args), "output", outputs)
             for k, v in kwargs.items():
                 flatten.tensors_in(v, "output.%s" % k, outputs)
-        dm = s.filter.data_mode
-        if record >= 0:
-            if not isinstance(out, Tensor):
-                s.buffer.rec_args[record]["output"] = flatten.walk_output(out, None)
-            if dm.forward and dm.output:
-                for slot, t in outputs:
-                    s.add_row(record, slot, t, save, fresh=fresh)
-            s.record_done(record)
-        if want_bwd and outputs:
-            pending = PendingBackward(s, naming.backward_of(name), naming.KIND_API, parent, stack, 0)
-            if attach(pending, edges, outputs, want_inputs=dm.output, want_outputs=dm.input):
-                s.pending_backward.append(pending)
+        return outputs, info.inplace or info.distributed
 
 
 __all__ = ["ApiCapture", "ApiInfo", "ApiWrappers", "CURRENT", "wrappers"]

@@ -7,15 +7,16 @@ API is recorded once, at its outermost call. Inputs are summarised *before* the 
 them), outputs after; the backward side is observed on the autograd graph (``backward_capture``).
 """
 
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional
 
 import torch
 from torch.overrides import TorchFunctionMode
 
 from engines.adapters.torch import api_table, flatten
-from engines.adapters.torch.api_defaults import defaults_of, split_kwargs
+from engines.adapters.torch.api_defaults import defaults_of
 from engines.adapters.torch.backward_capture import attach, input_edge, sequence_mark
 from engines.capture import naming
+from engines.capture.api import ApiRecords
 from engines.capture.backward import PendingBackward
 
 _current_graph_task_id = getattr(torch._C, "_current_graph_task_id", None)
@@ -70,11 +71,11 @@ class CaptureFunctionMode(TorchFunctionMode):
         return s.api_capture.call(info, func, args, kwargs)
 
 
-class ApiCapture:
-    """Record assembly for API calls (forward now, backward through graph hooks)."""
+class ApiCapture(ApiRecords):
+    """Record assembly for API calls (``engines.capture.api``): forward now, backward through graph hooks."""
 
-    def __init__(self, session: Any) -> None:
-        self.session = session
+    walkers = flatten.WALKERS
+    tensor_type = torch.Tensor
 
     def call(self, info: ApiInfo, func: Any, args: tuple, kwargs: Dict[str, Any]):
         s = self.session
@@ -82,7 +83,7 @@ class ApiCapture:
         try:
             s.busy_depth += 1
             try:
-                pre = self._before(info, args, kwargs)
+                pre = self.before(info, args, kwargs)
             finally:
                 s.busy_depth -= 1
         except Exception as exc:
@@ -101,7 +102,7 @@ class ApiCapture:
             try:
                 s.busy_depth += 1
                 try:
-                    self._after(info, pre, args, kwargs, out)
+                    self.after(info, pre, args, kwargs, out)
                 finally:
                     s.busy_depth -= 1
             except Exception as exc:
@@ -109,90 +110,36 @@ class ApiCapture:
                 s.rollback(pre[0], pre[1])
         return out
 
-    # -- forward ---------------------------------------------------------------------------------------------
-    def _before(self, info: ApiInfo, args: tuple, kwargs: Dict[str, Any]):
-        s = self.session
-        flags = 0
+    # -- what the neutral record assembly asks -----------------------------------------------------------------
+    def _call_flags(self) -> int:
         if _current_graph_task_id is not None and _current_graph_task_id() != -1:
-            flags = s.recompute_flags()
-        counter = s.recompute_counter if flags & naming.FLAG_RECOMPUTED else s.api_counter
-        index = counter.next(info.base)
-        name = "%s.%d.forward" % (info.base, index)
-        frame = s.module_frame()
-        listed_parent = frame is not None and frame.listed
-        reason = s.filter.record_reason(name, listed_parent)
-        dm = s.filter.data_mode
-        if flags and not s.last_recompute_reentrant:
-            # A non-reentrant checkpoint re-run only rebuilds saved tensors; its graph is thrown away.
-            want_bwd = False
-        else:
-            want_bwd = dm.backward and torch.is_grad_enabled()
-        want_bwd = (want_bwd
-                    and (reason is None or s.backward_may_be_wanted(naming.backward_of(name), listed_parent)))
-        if reason is not None:
-            s.summary.skipped(reason)
-            if not want_bwd:
-                return None
-        marks = s.buffer_marks()
-        edges: List = []
-        record = -1
-        stack = s.stacks.current(0) if s.keep_stacks else -1
-        parent = frame.name if frame is not None else ""
-        save = s.saves(name)
-        if reason is None:
-            rows: List[Tuple[str, torch.Tensor]] = []
-            kept_defaults = None
-            rec_kwargs = kwargs
-            if kwargs and info.defaults is not None:
-                rec_kwargs, kept_defaults = split_kwargs(kwargs, info.defaults)
-            skeleton = flatten.walk_call(args, rec_kwargs, lambda slot, t: rows.append((slot, t)))
-            if kept_defaults is not None:
-                skeleton["defaults"] = {k: flatten.walk(v, "", None) for k, v in kept_defaults.items()}
-            record = s.buffer.add_record(name, naming.KIND_API, naming.DIRECTION_FORWARD, parent, stack,
-                                         skeleton, flags)
-            want_in = dm.forward and dm.input
-            for slot, t in rows:
-                if want_in:
-                    s.add_row(record, slot, t, save)
-                if want_bwd:
-                    e = input_edge(slot, t)
-                    if e is not None:
-                        edges.append(e)
-        elif want_bwd:
-            rows = []
-            flatten.walk_call(args, kwargs, lambda slot, t: rows.append((slot, t)))
-            for slot, t in rows:
-                e = input_edge(slot, t)
-                if e is not None:
-                    edges.append(e)
-        seq = sequence_mark() if want_bwd else -1
-        return (marks[0], marks[1], record, name, parent, stack, flags, edges, seq, want_bwd, save)
+            return self.session.recompute_flags()
+        return 0
 
-    def _after(self, info: ApiInfo, pre, args: tuple, kwargs: Dict[str, Any], out: Any) -> None:
-        s = self.session
-        _, _, record, name, parent, stack, flags, edges, seq, want_bwd, save = pre
+    def _backward_possible(self, flags: int) -> bool:
+        # A non-reentrant checkpoint re-run only rebuilds saved tensors; its graph is thrown away.
+        return torch.is_grad_enabled() and not (flags and not self.session.last_recompute_reentrant)
+
+    def input_edge(self, slot: str, t: Any) -> Any:
+        return input_edge(slot, t)
+
+    def _sequence_mark(self) -> int:
+        return sequence_mark()
+
+    def _attach(self, pending: PendingBackward, edges: List, outputs: List, seq: int, want_inputs: bool,
+                want_outputs: bool) -> bool:
+        return attach(pending, edges, outputs, seq, want_inputs=want_inputs, want_outputs=want_outputs)
+
+    def _outputs(self, info: Any, out: Any, args: tuple, kwargs: Dict[str, Any]):
         outputs = flatten.output_tensors(out)
-        if info.distributed:
-            # Collectives write into their arguments: the result is the arguments after the call.
-            post: List = []
-            flatten.tensors_in(list(args), "output", post)
-            for k, v in kwargs.items():
-                flatten.tensors_in(v, "output.%s" % k, post)
-            outputs = outputs + post
-        dm = s.filter.data_mode
-        if record >= 0:
-            if not isinstance(out, torch.Tensor):
-                s.buffer.rec_args[record]["output"] = flatten.walk_output(out, None)
-            if dm.forward and dm.output:
-                fresh = info.distributed
-                for slot, t in outputs:
-                    s.add_row(record, slot, t, save, fresh=fresh)
-            s.record_done(record)
-        if want_bwd and outputs:
-            pending = PendingBackward(s, naming.backward_of(name), naming.KIND_API, parent, stack,
-                                      flags & ~naming.FLAG_RECOMPUTED)
-            if attach(pending, edges, outputs, seq, want_inputs=dm.output, want_outputs=dm.input):
-                s.pending_backward.append(pending)
+        if not info.distributed:
+            return outputs, False
+        # Collectives write into their arguments: the result is the arguments after the call.
+        post: List = []
+        flatten.tensors_in(list(args), "output", post)
+        for k, v in kwargs.items():
+            flatten.tensors_in(v, "output.%s" % k, post)
+        return outputs + post, True
 
 
 def resolve_info(func: Any, selector: Any) -> Any:

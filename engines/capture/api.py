@@ -1,0 +1,129 @@
+"""L1 record assembly, framework-neutral: an API call's forward record (inputs before the call, outputs after) and
+the hooks that observe its backward.
+
+Each adapter intercepts calls its own way (torch's function mode, MindSpore's reversible wrappers) and hands every
+captured call to ``ApiRecords.before`` and ``after`` around the real call. What the adapter's subclass brings:
+its walkers and tensor type, the record flags of a call (torch marks activation-checkpoint re-runs), whether its
+backward can run at all (grad mode), the autograd edges (``input_edge``, ``_sequence_mark``, ``_attach``) and what
+counts as the result of a collective that writes into its arguments (``_outputs``).
+
+Keyword arguments equal to the callable's default are not recorded (``engines.capture.defaults``).
+"""
+
+from typing import Any, Dict, List, Optional, Tuple
+
+from engines.capture import naming
+from engines.capture.backward import PendingBackward
+from engines.capture.defaults import split_kwargs
+from engines.capture.flatten import Walkers
+
+# What ``before`` hands to ``after``: buffer marks (for a rollback), the record, its name, parent and stack, flags,
+# the input edges, the sequence mark, whether the backward is observed, whether tensors are saved.
+Pre = Tuple[int, int, int, str, str, int, int, List, int, bool, bool]
+
+
+class ApiRecords:
+    """Forward records of API calls and their backward hooks; see the module docstring."""
+
+    walkers: Walkers
+    tensor_type: Any = ()
+    stack_skip = 0  # interpreter frames of the interception itself above the caller's (for the stack table)
+
+    def __init__(self, session: Any) -> None:
+        self.session = session
+
+    # -- what the adapter brings -----------------------------------------------------------------------------
+    def _call_flags(self) -> int:
+        """Record flags of the call starting now (``naming.FLAG_RECOMPUTED`` for an activation-checkpoint re-run)."""
+        return 0
+
+    def _backward_possible(self, flags: int) -> bool:
+        """Can this call's backward run at all (grad mode on, not a re-run whose graph is thrown away)?"""
+        return True
+
+    def input_edge(self, slot: str, t: Any) -> Any:
+        raise NotImplementedError
+
+    def _sequence_mark(self) -> int:
+        """Read before the call runs: the first autograd node sequence number it can create (-1: not known)."""
+        return -1
+
+    def _attach(self, pending: PendingBackward, edges: List, outputs: List, seq: int, want_inputs: bool,
+                want_outputs: bool) -> bool:
+        raise NotImplementedError
+
+    def _outputs(self, info: Any, out: Any, args: tuple, kwargs: Dict[str, Any]) -> Tuple[List, bool]:
+        """``((slot, tensor) pairs of the result, whether they are new entries whatever their identity)``."""
+        return self.walkers.output_tensors(out), False
+
+    def _is_tensor(self, value: Any) -> bool:
+        return isinstance(value, self.tensor_type)
+
+    # -- forward ---------------------------------------------------------------------------------------------
+    def before(self, info: Any, args: tuple, kwargs: Dict[str, Any]) -> Optional[Pre]:
+        """Name the call, record its inputs (the session is busy) and take its input edges; None: nothing to do."""
+        s = self.session
+        flags = self._call_flags()
+        counter = s.recompute_counter if flags & naming.FLAG_RECOMPUTED else s.api_counter
+        index = counter.next(info.base)
+        name = "%s.%d.forward" % (info.base, index)
+        frame = s.module_frame()
+        listed_parent = frame is not None and frame.listed
+        reason = s.filter.record_reason(name, listed_parent)
+        dm = s.filter.data_mode
+        want_bwd = (dm.backward and self._backward_possible(flags)
+                    and (reason is None or s.backward_may_be_wanted(naming.backward_of(name), listed_parent)))
+        if reason is not None:
+            s.summary.skipped(reason)
+            if not want_bwd:
+                return None
+        marks = s.buffer_marks()
+        edges: List = []
+        record = -1
+        stack = s.stacks.current(self.stack_skip) if s.keep_stacks else -1
+        parent = frame.name if frame is not None else ""
+        save = s.saves(name)
+        walkers = self.walkers
+        rows: List[Tuple[str, Any]] = []
+        if reason is None:
+            kept_defaults = None
+            rec_kwargs = kwargs
+            if kwargs and info.defaults is not None:
+                rec_kwargs, kept_defaults = split_kwargs(kwargs, info.defaults, self._is_tensor)
+            skeleton = walkers.walk_call(args, rec_kwargs, lambda slot, t: rows.append((slot, t)))
+            if kept_defaults is not None:
+                skeleton["defaults"] = {k: walkers.walk(v, "", None) for k, v in kept_defaults.items()}
+            record = s.buffer.add_record(name, naming.KIND_API, naming.DIRECTION_FORWARD, parent, stack,
+                                         skeleton, flags)
+            if dm.forward and dm.input:
+                for slot, t in rows:
+                    s.add_row(record, slot, t, save)
+        else:
+            walkers.walk_call(args, kwargs, lambda slot, t: rows.append((slot, t)))
+        if want_bwd:
+            input_edge = self.input_edge
+            for slot, t in rows:
+                e = input_edge(slot, t)
+                if e is not None:
+                    edges.append(e)
+        seq = self._sequence_mark() if want_bwd else -1
+        return (marks[0], marks[1], record, name, parent, stack, flags, edges, seq, want_bwd, save)
+
+    def after(self, info: Any, pre: Pre, args: tuple, kwargs: Dict[str, Any], out: Any) -> None:
+        """Record the outputs (the session is busy) and attach the backward hooks."""
+        s = self.session
+        _, _, record, name, parent, stack, flags, edges, seq, want_bwd, save = pre
+        outputs, fresh = self._outputs(info, out, args, kwargs)
+        dm = s.filter.data_mode
+        if record >= 0:
+            if not isinstance(out, self.tensor_type):
+                s.buffer.rec_args[record]["output"] = self.walkers.walk_output(out, None)
+            if dm.forward and dm.output:
+                for slot, t in outputs:
+                    s.add_row(record, slot, t, save, fresh=fresh)
+            s.record_done(record)
+        if want_bwd and outputs:
+            pending = PendingBackward(s, naming.backward_of(name), naming.KIND_API, parent, stack,
+                                      flags & ~naming.FLAG_RECOMPUTED)
+            if self._attach(pending, edges, outputs, seq, dm.output, dm.input):
+                s.pending_backward.append(pending)
