@@ -4,19 +4,21 @@ The output of one op is usually the input of the next, and a cell's parameters a
 ``id`` with a weak reference to rule out a recycled id, an entry is reused. MindSpore's version counter does not
 move on in-place ops in PyNative, so the API capture calls ``forget(t)`` on the target of every in-place call
 (``add_``, ``__setitem__``, ``assign``...) and the next sight of that tensor makes a new entry. Each entry gets its
-statistics, on request its CRC32/xhash, and for the tensor task a private host copy for the store.
+statistics, on request its CRC32/xhash, and for the tensor task a private host copy for the store (the per-step
+state is ``engines.capture.entries``').
 """
 
 import weakref
-from typing import Dict, List, Tuple
+from typing import Dict
 
 import numpy as np
 from mindspore import Tensor
 
 from engines.adapters.mindspore.tensor_bytes import hashes, host_copy
 from engines.adapters.mindspore.tensor_stats import StatsBatch, UnsupportedTensor
+from engines.capture.entries import StepEntries, put_hashes
 from engines.capture.options import CaptureOptions
-from engines.capture.records import VALID_CRC32, VALID_XHASH, EntryColumns
+from engines.capture.records import EntryColumns
 from engines.capture.summary import CaptureSummary
 from engines.store.dtypes import to_float
 
@@ -31,24 +33,10 @@ def dtype_name(t: Tensor) -> str:
     return name
 
 
-class TensorEntries:
+class TensorEntries(StepEntries):
     def __init__(self, options: CaptureOptions, summary: CaptureSummary, force_batched: bool = False) -> None:
-        self.options = options
-        self.summary = summary
-        self.want_crc = options.wants_crc32
-        self.want_xhash = options.wants_xhash
-        self.stats = StatsBatch(high_precision=options.precision == "high", force_batched=force_batched)
-        self.saving_stopped = False
-        self.clear()
-
-    def clear(self) -> None:
-        self.n = 0
-        self.cache: Dict[int, Tuple[weakref.ref, int]] = {}
-        self.stats.clear()
-        self.host_data: Dict[int, Tuple[np.ndarray, str]] = {}
-        self.hashes: Dict[int, Tuple] = {}
-        self.numels: Dict[int, int] = {}
-        self.meta: List[Tuple[str, str, str]] = []  # entry -> (dtype, shape JSON, device)
+        super().__init__(options, summary,
+                         StatsBatch(high_precision=options.precision == "high", force_batched=force_batched))
 
     # -- capture ---------------------------------------------------------------------------------------------
     def entry(self, t: Tensor, save: bool = False, fresh: bool = False) -> int:
@@ -96,24 +84,7 @@ class TensorEntries:
     # -- step end --------------------------------------------------------------------------------------------
     def finish(self) -> EntryColumns:
         """Move every result to the host (one transfer per dtype on a device) and fill the entry columns."""
-        n = self.n
-        cols = EntryColumns(n)
-        cols.stats, cols.valid, cols.counts = self.stats.finish(n)
-        for e, numel in self.numels.items():
-            cols.numel[e] = numel
+        cols = self.columns()
         for e, (c, x) in self.hashes.items():
-            if c is not None:
-                cols.crc32[e] = c
-                cols.valid[e] |= VALID_CRC32
-            if x is not None:
-                cols.xhash[e] = x
-                cols.valid[e] |= VALID_XHASH
+            put_hashes(cols, e, c, x)
         return cols
-
-    def take_host_data(self) -> Dict[int, Tuple[np.ndarray, str]]:
-        data = self.host_data
-        self.host_data = {}
-        return data
-
-    def close(self) -> None:
-        return None

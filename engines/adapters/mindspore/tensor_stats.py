@@ -23,10 +23,10 @@ import mindspore as ms
 import numpy as np
 from mindspore import Tensor, mint, ops
 
-from engines.capture.records import VALID_MAX, VALID_MEAN, VALID_MIN, VALID_STATS
+from engines.capture.entries import MAX, MIN, NAN, NEGINF, NORM, POSINF, SUM, new_row, stats_columns
+from engines.capture.records import VALID_MAX, VALID_MIN, VALID_STATS
 
-MAX, MIN, SUM, NORM = 0, 1, 2, 3
-_NAN, _POSINF, _NEGINF = 6, 7, 8
+_NAN, _POSINF, _NEGINF = NAN, POSINF, NEGINF
 
 
 def raw(fn: Any) -> Any:
@@ -69,7 +69,7 @@ def host_view(t: Tensor) -> np.ndarray:
 def host_row(arr: np.ndarray, high: bool) -> List[Any]:
     """[max, min, sum, norm, numel, valid, nan, +inf, -inf] of a numpy array."""
     numel = int(arr.size)
-    row: List[Any] = [math.nan, math.nan, math.nan, math.nan, numel, 0, 0, 0, 0]
+    row = new_row(numel)
     if numel == 0:
         return row
     kind = arr.dtype.kind
@@ -150,7 +150,7 @@ class StatsBatch:
     # -- device path -----------------------------------------------------------------------------------------
     def _add_device(self, entry: int, t: Tensor) -> None:
         numel = int(t.size)
-        row: List[Any] = [math.nan, math.nan, math.nan, math.nan, numel, 0, 0, 0, 0]
+        row = new_row(numel)
         self.host[entry] = row
         if numel == 0:
             return
@@ -213,22 +213,4 @@ class StatsBatch:
             for (entry, col), v in zip(targets, host.tolist()):
                 self.host[entry][col] = v
         self.pending = {}
-        stats = np.full((n_entries, 4), np.nan, dtype=np.float64)
-        valid = np.zeros(n_entries, dtype=np.uint8)
-        counts = np.full((n_entries, 3), -1, dtype=np.int64)
-        for entry, row in self.host.items():
-            if entry >= n_entries:
-                continue
-            vbits = row[5]
-            valid[entry] = vbits
-            counts[entry] = (row[_NAN], row[_POSINF], row[_NEGINF])
-            if not vbits:
-                continue
-            if row[_NAN] and row[_NAN] > 0:  # some device kernels skip NaN in max/min; numpy and torch do not
-                row[MAX] = row[MIN] = math.nan
-            stats[entry, 0] = float(row[MAX])
-            stats[entry, 1] = float(row[MIN])
-            if vbits & VALID_MEAN:
-                stats[entry, 2] = float(row[SUM]) / row[4]
-                stats[entry, 3] = float(row[NORM])
-        return stats, valid, counts
+        return stats_columns(self.host, n_entries)

@@ -3,7 +3,8 @@
 The output of one op is usually the input of the next, and a module's parameters appear in every call: keyed on
 ``(id, version counter)`` with a weak reference to rule out a recycled id, an entry is reused while the tensor is
 unchanged, and an in-place write (which bumps the version) makes a new one. Each entry gets its statistics, on
-request its CRC32/xhash, and for the tensor task a private host copy for the store.
+request its CRC32/xhash, and for the tensor task a private host copy for the store (the per-step state is
+``engines.capture.entries``').
 """
 
 import weakref
@@ -14,11 +15,12 @@ from typing import Dict, List, Optional, Tuple
 import numpy as np
 import torch
 
-from engines.adapters.torch.tensor_bytes import device_word_sum, host_copy
+from engines.adapters.torch.tensor_bytes import device_word_sum, host_copy, synchronize
 from engines.adapters.torch.tensor_stats import StatsBatch, UnsupportedTensor, summarisable
 from engines.capture import xhash as xh
+from engines.capture.entries import StepEntries, put_hashes
 from engines.capture.options import CaptureOptions
-from engines.capture.records import VALID_CRC32, VALID_XHASH, EntryColumns
+from engines.capture.records import VALID_XHASH, EntryColumns
 from engines.capture.summary import CaptureSummary
 
 _DTYPE_NAMES: Dict[object, str] = {}
@@ -34,28 +36,17 @@ def _hash_job(arr: np.ndarray, dtype_name: str, shape: Tuple[int, ...], crc: boo
     return c, x
 
 
-class TensorEntries:
+class TensorEntries(StepEntries):
     def __init__(self, options: CaptureOptions, summary: CaptureSummary, force_batched: bool = False) -> None:
-        self.options = options
-        self.summary = summary
-        self.want_crc = options.wants_crc32
-        self.want_xhash = options.wants_xhash
-        self.stats = StatsBatch(high_precision=options.precision == "high", force_batched=force_batched)
         self.force_batched = force_batched
         self._pool: Optional[ThreadPoolExecutor] = None
-        self.saving_stopped = False
-        self.clear()
+        super().__init__(options, summary,
+                         StatsBatch(high_precision=options.precision == "high", force_batched=force_batched))
 
     def clear(self) -> None:
-        self.n = 0
-        self.cache: Dict[int, Tuple[weakref.ref, int, int]] = {}
-        self.stats.clear()
-        self.host_data: Dict[int, Tuple[np.ndarray, str]] = {}
-        self.hashes: Dict[int, object] = {}  # entry -> (crc, xhash) or Future
+        super().clear()
         self.device_sums: Dict[int, Tuple[torch.Tensor, int, str, Tuple[int, ...]]] = {}
         self.nbytes: Dict[int, int] = {}
-        self.numels: Dict[int, int] = {}
-        self.meta: List[Tuple[str, str, str]] = []  # entry -> (dtype, shape JSON, device)
         self.device_copies = False
 
     # -- capture ---------------------------------------------------------------------------------------------
@@ -134,13 +125,9 @@ class TensorEntries:
     # -- step end --------------------------------------------------------------------------------------------
     def finish(self) -> EntryColumns:
         """Move every result to the host (one transfer per device and dtype) and fill the entry columns."""
-        n = self.n
-        cols = EntryColumns(n)
         if self.device_copies:
-            _synchronize()
-        cols.stats, cols.valid, cols.counts = self.stats.finish(n)
-        for e, numel in self.numels.items():
-            cols.numel[e] = numel
+            synchronize()
+        cols = self.columns()
         if self.device_sums:
             self._finish_device_sums(cols)
         for e, h in self.hashes.items():
@@ -148,13 +135,7 @@ class TensorEntries:
                 h = _hash_job(h[1], h[2], h[3], self.want_crc, self.want_xhash)
             elif isinstance(h, Future):
                 h = h.result()
-            c, x = h  # type: ignore[misc]
-            if c is not None:
-                cols.crc32[e] = c
-                cols.valid[e] |= VALID_CRC32
-            if x is not None:
-                cols.xhash[e] = x
-                cols.valid[e] |= VALID_XHASH
+            put_hashes(cols, e, *h)
         return cols
 
     def _finish_device_sums(self, cols: EntryColumns) -> None:
@@ -168,25 +149,7 @@ class TensorEntries:
                 cols.xhash[e] = xh.finish(s & xh.MASK64, m, name, shape)
                 cols.valid[e] |= VALID_XHASH
 
-    def take_host_data(self) -> Dict[int, Tuple[np.ndarray, str]]:
-        data = self.host_data
-        self.host_data = {}
-        return data
-
     def close(self) -> None:
         if self._pool is not None:
             self._pool.shutdown(wait=True)
             self._pool = None
-
-
-def _synchronize() -> None:
-    acc = getattr(torch, "accelerator", None)
-    if acc is not None and hasattr(acc, "synchronize"):
-        try:
-            if acc.is_available():
-                acc.synchronize()
-                return
-        except Exception:
-            pass
-    if torch.cuda.is_available():
-        torch.cuda.synchronize()

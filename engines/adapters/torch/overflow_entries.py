@@ -19,7 +19,7 @@ from typing import Any, Dict, List, Optional, Tuple
 import numpy as np
 import torch
 
-from engines.adapters.torch.tensor_bytes import host_copy
+from engines.adapters.torch.tensor_bytes import host_copy, synchronize
 from engines.capture.records import VALID_MAX, VALID_MEAN, VALID_MIN, VALID_NORM, EntryColumns
 from engines.capture.summary import CaptureSummary
 from engines.overflow import origin as og
@@ -286,7 +286,7 @@ class OverflowEntries:
     def finish(self) -> EntryColumns:
         """Columns for the rows that are written: statistics of the kept (host-copied) entries."""
         if self.device_copies:
-            _synchronize()
+            synchronize()
         n = self.n
         cols = EntryColumns(n)
         for e, (arr, name) in self.host_data.items():
@@ -328,15 +328,3 @@ def _host_stats(cols: EntryColumns, e: int, arr: np.ndarray, dtype_name: str) ->
         cols.counts[e] = (0, 0, 0)
     cols.numel[e] = v.size
 
-
-def _synchronize() -> None:
-    acc = getattr(torch, "accelerator", None)
-    if acc is not None and hasattr(acc, "synchronize"):
-        try:
-            if acc.is_available():
-                acc.synchronize()
-                return
-        except Exception:
-            pass
-    if torch.cuda.is_available():
-        torch.cuda.synchronize()

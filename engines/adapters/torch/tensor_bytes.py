@@ -87,3 +87,17 @@ def device_xhash(t: torch.Tensor) -> int:
     """xhash computed with torch (reads one 0-d value; used by tests and the CPU path of ``xor``)."""
     s, m = device_word_sum(t)
     return xh.finish(int(s.item()) & xh.MASK64, m, str(t.dtype), tuple(t.shape))
+
+
+def synchronize() -> None:
+    """Wait for the current accelerator (non-blocking host copies must land before they are read)."""
+    acc = getattr(torch, "accelerator", None)
+    if acc is not None and hasattr(acc, "synchronize"):
+        try:
+            if acc.is_available():
+                acc.synchronize()
+                return
+        except Exception:
+            pass
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()

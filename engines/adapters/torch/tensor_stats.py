@@ -21,7 +21,8 @@ from typing import Any, Dict, List, Tuple
 
 import torch
 
-from engines.capture.records import VALID_MAX, VALID_MEAN, VALID_MIN, VALID_NORM, VALID_STATS
+from engines.capture.entries import MAX, MIN, NORM, SUM, new_row, stats_columns
+from engines.capture.records import VALID_MAX, VALID_MIN, VALID_NORM, VALID_STATS
 
 _HALF = (torch.float16, torch.bfloat16)
 _FLOAT_FAST_MINMAX = (torch.float32, torch.float64)
@@ -32,8 +33,6 @@ _INF = float("inf")
 # Below this many elements one aminmax kernel beats amax + amin for float32/float64 (measured on CPU).
 _AMINMAX_BELOW = 16384
 
-# Column positions in an entry's statistics row.
-MAX, MIN, SUM, NORM = 0, 1, 2, 3
 
 
 class UnsupportedTensor(Exception):
@@ -79,7 +78,7 @@ class StatsBatch:
     def add(self, entry: int, t: torch.Tensor) -> None:
         """Summarise tensor ``t`` (already detached and summarisable) as ``entry``."""
         numel = t.numel()
-        row: List[Any] = [math.nan, math.nan, math.nan, math.nan, numel, 0, 0, 0, 0]
+        row = new_row(numel)
         self.host[entry] = row
         if numel == 0:
             return
@@ -156,8 +155,6 @@ class StatsBatch:
 
     def finish(self, n_entries: int):
         """Host arrays for entries 0..n-1: (stats[n,4] = max,min,mean,norm; valid[n]; counts[n,3])."""
-        import numpy as np
-
         for values, targets in self.pending.values():
             stacked = torch.stack(values)
             if stacked.dtype is torch.bool:
@@ -166,23 +163,6 @@ class StatsBatch:
             for (entry, col), v in zip(targets, host):
                 self.host[entry][col] = v
         self.pending = {}
-        stats = np.full((n_entries, 4), np.nan, dtype=np.float64)
-        valid = np.zeros(n_entries, dtype=np.uint8)
-        counts = np.full((n_entries, 3), -1, dtype=np.int64)
-        for entry, row in self.host.items():
-            if entry >= n_entries:
-                continue
-            mx, mn, s, nrm, numel, vbits = row[0], row[1], row[2], row[3], row[4], row[5]
-            valid[entry] = vbits
-            counts[entry] = (row[6], row[7], row[8])
-            if not vbits:
-                continue
-            stats[entry, 0] = float(mx)
-            stats[entry, 1] = float(mn)
-            if vbits & VALID_MEAN:
-                stats[entry, 2] = float(s) / numel
-                stats[entry, 3] = float(nrm)
-        return stats, valid, counts
-
+        return stats_columns(self.host, n_entries)
 
 __all__ = ["StatsBatch", "UnsupportedTensor", "summarisable", "VALID_NORM"]

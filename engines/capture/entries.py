@@ -1,0 +1,96 @@
+"""Tensor entries of one step, framework-neutral: what both adapters' ``TensorEntries`` share.
+
+Each captured tensor version is summarised once as an *entry* (its id indexes the step's entry columns): the
+adapter computes the statistics (``StatsBatch``: host rows at once on the CPU, device values moved once a step),
+on request its CRC32/xhash, and for the tensor task a private host copy for the store. Here: the per-step state,
+the statistics rows turned into columns (``stats_columns``), and the columns of a finished step.
+"""
+
+import math
+from typing import Any, Dict, List, Tuple
+
+import numpy as np
+
+from engines.capture.options import CaptureOptions
+from engines.capture.records import VALID_CRC32, VALID_MEAN, VALID_XHASH, EntryColumns
+from engines.capture.summary import CaptureSummary
+
+# Positions in a statistics row: max, min, sum, norm, numel, valid bits, nan, +inf and -inf counts.
+MAX, MIN, SUM, NORM, NUMEL, VALID, NAN, POSINF, NEGINF = range(9)
+
+
+def new_row(numel: int) -> List[Any]:
+    """A statistics row with nothing known yet."""
+    return [math.nan, math.nan, math.nan, math.nan, numel, 0, 0, 0, 0]
+
+
+def stats_columns(rows: Dict[int, List[Any]], n_entries: int):
+    """Host arrays for entries 0..n-1 from their statistics rows: (stats[n,4] = max,min,mean,norm; valid[n];
+    counts[n,3]). A NaN anywhere makes max and min NaN (some device kernels skip NaN; numpy and torch do not)."""
+    stats = np.full((n_entries, 4), np.nan, dtype=np.float64)
+    valid = np.zeros(n_entries, dtype=np.uint8)
+    counts = np.full((n_entries, 3), -1, dtype=np.int64)
+    for entry, row in rows.items():
+        if entry >= n_entries:
+            continue
+        vbits = row[VALID]
+        valid[entry] = vbits
+        counts[entry] = (row[NAN], row[POSINF], row[NEGINF])
+        if not vbits:
+            continue
+        if row[NAN] and row[NAN] > 0:
+            row[MAX] = row[MIN] = math.nan
+        stats[entry, 0] = float(row[MAX])
+        stats[entry, 1] = float(row[MIN])
+        if vbits & VALID_MEAN:
+            stats[entry, 2] = float(row[SUM]) / row[NUMEL]
+            stats[entry, 3] = float(row[NORM])
+    return stats, valid, counts
+
+
+class StepEntries:
+    """The per-step state of the adapter's ``TensorEntries`` (``self.stats`` is its ``StatsBatch``)."""
+
+    def __init__(self, options: CaptureOptions, summary: CaptureSummary, stats: Any) -> None:
+        self.options = options
+        self.summary = summary
+        self.want_crc = options.wants_crc32
+        self.want_xhash = options.wants_xhash
+        self.stats = stats
+        self.saving_stopped = False
+        self.clear()
+
+    def clear(self) -> None:
+        self.n = 0
+        self.cache: Dict[int, Tuple] = {}
+        self.stats.clear()
+        self.host_data: Dict[int, Tuple[np.ndarray, str]] = {}
+        self.hashes: Dict[int, Any] = {}  # entry -> (crc, xhash), or the adapter's pending form of it
+        self.numels: Dict[int, int] = {}
+        self.meta: List[Tuple[str, str, str]] = []  # entry -> (dtype, shape JSON, device)
+
+    def columns(self) -> EntryColumns:
+        """The step's entry columns with statistics and element counts (the adapter adds the hashes)."""
+        n = self.n
+        cols = EntryColumns(n)
+        cols.stats, cols.valid, cols.counts = self.stats.finish(n)
+        for e, numel in self.numels.items():
+            cols.numel[e] = numel
+        return cols
+
+    def take_host_data(self) -> Dict[int, Tuple[np.ndarray, str]]:
+        data = self.host_data
+        self.host_data = {}
+        return data
+
+    def close(self) -> None:
+        return None
+
+
+def put_hashes(cols: EntryColumns, e: int, crc: Any, xhash: Any) -> None:
+    if crc is not None:
+        cols.crc32[e] = crc
+        cols.valid[e] |= VALID_CRC32
+    if xhash is not None:
+        cols.xhash[e] = xhash
+        cols.valid[e] |= VALID_XHASH
