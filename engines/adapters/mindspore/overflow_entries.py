@@ -7,12 +7,13 @@ moves with the others of a batch in one transfer. Only a tensor whose sum is not
 min and max, and for NaN its infinities): that cost is paid in overflowing steps alone (DECISIONS 17).
 
 The entry keeps a reference to its tensor while a call that uses it is open (the session releases it), and a
-host copy of the argument an in-place call overwrites, so a flagged call's inputs can be saved as they were.
+host copy of the argument an in-place call overwrites, so a flagged call's inputs can be saved as they were. The
+bookkeeping and the reading of the facts are framework-neutral (``engines.overflow.entries``).
 """
 
 import math
 import weakref
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Optional, Tuple
 
 import mindspore as ms
 import numpy as np
@@ -22,8 +23,7 @@ from engines.adapters.mindspore.entries import dtype_name
 from engines.adapters.mindspore.tensor_bytes import host_copy
 from engines.adapters.mindspore.tensor_stats import host_row, raw
 from engines.capture.records import EntryColumns
-from engines.capture.summary import CaptureSummary
-from engines.overflow import origin as og
+from engines.overflow.entries import OverflowEntriesBase
 from engines.store.dtypes import to_float
 
 _sum, _cast, _stack = raw(mint.sum), raw(ops.cast), raw(ops.stack)
@@ -46,36 +46,9 @@ def _values(arr: np.ndarray) -> np.ndarray:
     return arr
 
 
-class OverflowEntries:
-    """Drop-in for the capture's ``TensorEntries`` with the finiteness facts overflow_check needs."""
-
-    def __init__(self, summary: CaptureSummary, batched: bool = False) -> None:
-        self.summary = summary
-        self.batched = batched
-        self.saving_stopped = False
-        # Non-finite tensors outlive steps (an optimizer state gone inf at step 3 is still bad at step 4).
-        self.remembered: Dict[int, Tuple[weakref.ref, int, int]] = {}  # id -> (ref, kinds, taint)
-        self.clear()
-
-    def clear(self) -> None:
-        self.n = 0
-        self.cache: Dict[int, Tuple[weakref.ref, int]] = {}
-        self.meta: List[Tuple[str, str, str]] = []
-        self.sums: List[float] = []
-        self.pending: Dict[Any, Tuple[List[Tensor], List[int]]] = {}
-        self.held: Dict[int, Tensor] = {}
-        self.nbytes: Dict[int, int] = {}
-        self.grad: Dict[int, bool] = {}
-        self.computed: set = set()  # entries of tensors an autograd-tracked computation made (not leaves)
-        self.clones: Dict[int, np.ndarray] = {}
-        self.kinds: Dict[int, int] = {}
-        self.extremes: Dict[int, int] = {}
-        self.taint: Dict[int, int] = {}
-        self.host_data: Dict[int, Tuple[np.ndarray, str]] = {}
-        self.lost: Dict[int, str] = {}
-        self.held_bytes = 0
-        self.reads = 0
-        self.deferred = False
+class OverflowEntries(OverflowEntriesBase):
+    """The MindSpore side of ``OverflowEntriesBase``: numpy on the CPU's zero-copy views, MindSpore ops on a
+    device. Entries carry version 0 (MindSpore's counter does not move on in-place writes: ``forget``)."""
 
     # -- capture ---------------------------------------------------------------------------------------------
     def entry(self, t: Tensor, save: bool = False, fresh: bool = False) -> int:
@@ -91,6 +64,7 @@ class OverflowEntries:
         self.n += 1
         shape = tuple(t.shape)
         self.meta.append((dtype_name(t), str(list(shape)), str(getattr(t, "device", "CPU") or "CPU").lower()))
+        self.versions[e] = 0
         self.grad[e] = bool(getattr(t, "_requires_grad", False)) and t.dtype in _FLOATS
         node = getattr(t, "_grad_node", None)
         if node is not None and not node.is_leaf():
@@ -103,10 +77,7 @@ class OverflowEntries:
             self.cache[key] = (weakref.ref(t), e)
         except TypeError:
             pass
-        remembered = self.remembered.get(key)
-        if remembered is not None and remembered[0]() is t:
-            self.kinds[e] = remembered[1]
-            self.taint[e] = remembered[2]
+        self._recall(key, t, 0, e)
         return e
 
     def forget(self, t: Tensor) -> None:
@@ -125,30 +96,11 @@ class OverflowEntries:
         with np.errstate(over="ignore", invalid="ignore"):
             self.sums[e] = float(_values(t.asnumpy()).sum())
 
-    def _hold(self, e: int, t: Tensor) -> None:
-        self.held[e] = t
-        n = self.nbytes.get(e)
-        if n is None:
-            n = self.nbytes[e] = int(t.size) * int(t.itemsize)
-        self.held_bytes += n
+    def _nbytes(self, t: Tensor) -> int:
+        return int(t.size) * int(t.itemsize)
 
-    def release(self, e: int) -> None:
-        if self.held.pop(e, None) is not None:
-            self.held_bytes -= self.nbytes.get(e, 0)
-        if self.clones.pop(e, None) is not None:
-            self.held_bytes -= self.nbytes.get(e, 0)
-
-    def keep_pre_call(self, e: int, t: Tensor, cap_bytes: int) -> bool:
-        """A host copy of ``t`` before an in-place call overwrites it (under the memory cap)."""
-        if e in self.clones:
-            return True
-        n = self.nbytes.get(e, int(t.size) * int(t.itemsize))
-        if self.held_bytes + n > cap_bytes:
-            self.lost[e] = "overwritten in place; not copied (memory cap)"
-            return False
-        self.clones[e] = np.array(t.asnumpy(), copy=True)
-        self.held_bytes += n
-        return True
+    def _clone(self, t: Tensor) -> np.ndarray:
+        return np.array(t.asnumpy(), copy=True)  # on the host: the check reads copies with numpy
 
     # -- facts -----------------------------------------------------------------------------------------------
     def resolve(self) -> None:
@@ -158,15 +110,6 @@ class OverflowEntries:
                 self.sums[e] = v
         self.pending = {}
 
-    def nonfinite_hint(self, e: int) -> bool:
-        return not math.isfinite(self.sums[e])
-
-    def approx_kinds(self, e: int) -> int:
-        k = self.kinds.get(e)
-        if k is not None:
-            return k
-        return og.kinds_of_value(self.sums[e])
-
     def _array(self, e: int) -> Optional[np.ndarray]:
         c = self.clones.get(e)
         if c is not None:
@@ -174,67 +117,25 @@ class OverflowEntries:
         t = self.held.get(e)
         return None if t is None else t.asnumpy()
 
-    def kinds_of(self, e: int) -> int:
-        """Exact kinds (reads the tensor: a sync on an accelerator)."""
-        k = self.kinds.get(e)
-        if k is not None:
-            return k
-        if not self.nonfinite_hint(e):
-            self.kinds[e] = 0
-            return 0
+    def _readable(self, e: int) -> Optional[Tuple[np.ndarray, str]]:
         arr = self._array(e)
-        if arr is None:  # released before anyone asked: the safe reading
-            self.kinds[e] = og.NAN
-            return og.NAN
-        self.reads += 1
-        x = _values(arr)
-        with np.errstate(invalid="ignore"):
-            lo, hi = float(np.min(x)), float(np.max(x))
-        k = og.kinds_from_minmax(lo, hi)
-        if k & og.NAN:
-            if np.isposinf(x).any():
-                k |= og.POSINF
-            if np.isneginf(x).any():
-                k |= og.NEGINF
-        elif not k:
-            self._set_extremes(e, arr.dtype.name, lo, hi)
-        self.kinds[e] = k
-        return k
+        return None if arr is None else (_values(arr), arr.dtype.name)
 
-    def extremes_of(self, e: int) -> int:
-        got = self.extremes.get(e)
-        if got is not None:
-            return got
+    def _float_readable(self, e: int) -> Optional[Tuple[np.ndarray, str]]:
         arr = self._array(e)
         if arr is None or arr.size == 0 or arr.dtype.kind != "f" and arr.dtype.name != "bfloat16":
-            self.extremes[e] = 0
-            return 0
-        self.reads += 1
-        x = _values(arr)
-        self._set_extremes(e, arr.dtype.name, float(x.min()), float(x.max()))
-        return self.extremes[e]
+            return None
+        return _values(arr), arr.dtype.name
 
-    def _set_extremes(self, e: int, name: str, lo: float, hi: float) -> None:
-        limits = _FINFO.get(name)
-        if limits is None:
-            self.extremes[e] = 0
-            return
-        self.extremes[e] = (og.EXTREME_MAX if hi >= limits[1] else 0) | (og.EXTREME_MIN if lo <= limits[0] else 0)
+    def _minmax(self, x: Tuple[np.ndarray, str]) -> Tuple[float, float]:
+        with np.errstate(invalid="ignore"):
+            return float(np.min(x[0])), float(np.max(x[0]))
 
-    def taint_of(self, e: int) -> Optional[int]:
-        return self.taint.get(e)
+    def _infinities(self, x: Tuple[np.ndarray, str]) -> Tuple[bool, bool]:
+        return bool(np.isposinf(x[0]).any()), bool(np.isneginf(x[0]).any())
 
-    def set_taint(self, e: int, taint: int) -> None:
-        if e in self.taint:
-            return
-        self.taint[e] = taint
-        if taint != og.FINITE:
-            t = self.held.get(e)
-            if t is not None:
-                try:
-                    self.remembered[id(t)] = (weakref.ref(t), self.approx_kinds(e), taint)
-                except TypeError:
-                    pass
+    def _limits(self, x: Tuple[np.ndarray, str]) -> Optional[Tuple[float, float]]:
+        return _FINFO.get(x[1])
 
     # -- keeping a flagged call's tensors --------------------------------------------------------------------
     def save(self, e: int) -> bool:
@@ -269,12 +170,3 @@ class OverflowEntries:
                 if row[4]:
                     cols.stats[e, 2], cols.stats[e, 3] = float(row[2]) / row[4], row[3]
         return cols
-
-    def take_host_data(self) -> Dict[int, Tuple[np.ndarray, str]]:
-        data = self.host_data
-        self.host_data = {}
-        return data
-
-    def close(self) -> None:
-        self.clear()
-        self.remembered = {}

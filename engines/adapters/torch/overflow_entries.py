@@ -9,20 +9,20 @@ that cost is paid in overflowing steps alone (DECISIONS 17).
 
 The entry keeps a strong reference to its tensor while a call that uses it is still open (the session releases
 it), and the *pre-call* copy of the argument an in-place call overwrites, so a flagged call's inputs can be
-saved as they were when it ran. Host copies are made only for the calls that are kept.
+saved as they were when it ran. Host copies are made only for the calls that are kept. The bookkeeping and the
+reading of the facts are framework-neutral (``engines.overflow.entries``).
 """
 
 import math
 import weakref
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, Optional, Tuple
 
 import numpy as np
 import torch
 
 from engines.adapters.torch.tensor_bytes import host_copy, synchronize
 from engines.capture.records import VALID_MAX, VALID_MEAN, VALID_MIN, VALID_NORM, EntryColumns
-from engines.capture.summary import CaptureSummary
-from engines.overflow import origin as og
+from engines.overflow.entries import OverflowEntriesBase
 
 _DTYPE_NAMES: Dict[Any, str] = {}
 _FINFO: Dict[Any, Tuple[float, float]] = {}
@@ -36,41 +36,14 @@ def _finfo(dtype: torch.dtype) -> Tuple[float, float]:
     return got
 
 
-class OverflowEntries:
-    """Drop-in for the capture's ``TensorEntries`` (``entry``, ``meta``, ``finish``, ``take_host_data``, ``clear``,
-    ``close``, ``saving_stopped``), with the finiteness facts and references overflow_check needs."""
-
-    def __init__(self, summary: CaptureSummary, batched: bool = False) -> None:
-        self.summary = summary
-        self.batched = batched
-        self.saving_stopped = False
-        # Non-finite tensors outlive steps (an optimizer state gone inf at step 3 is still bad at step 4).
-        self.remembered: Dict[int, Tuple[weakref.ref, int, int, int]] = {}  # id -> (ref, version, kinds, taint)
-        self.clear()
-
-    def clear(self) -> None:
-        self.n = 0
-        self.cache: Dict[int, Tuple[weakref.ref, int, int]] = {}
-        self.meta: List[Tuple[str, str, str]] = []
-        self.sums: List[float] = []  # finite test per entry: the sum, or nan while on the device
-        self.pending: Dict[Tuple[Any, Any], Tuple[List[torch.Tensor], List[int]]] = {}
-        self.held: Dict[int, torch.Tensor] = {}
-        self.versions: Dict[int, int] = {}
-        self.nbytes: Dict[int, int] = {}
-        self.grad: Dict[int, bool] = {}
-        self.computed: set = set()  # entries of tensors some autograd-tracked computation made (not leaves)
-        self.clones: Dict[int, torch.Tensor] = {}
-        self.kinds: Dict[int, int] = {}
-        self.extremes: Dict[int, int] = {}
-        self.taint: Dict[int, int] = {}
-        self.host_data: Dict[int, Tuple[np.ndarray, str]] = {}
-        self.lost: Dict[int, str] = {}  # entry -> why its data could not be kept
-        self.held_bytes = 0
-        self.device_copies = False
-        self.reads = 0  # tensors read on the host beyond the batched sums (each one a sync on an accelerator)
-        self.deferred = False  # some sum waited on the device for a batch transfer
+class OverflowEntries(OverflowEntriesBase):
+    """The torch side of ``OverflowEntriesBase``: sums and reads with torch ops on the tensor's device."""
 
     # -- capture ---------------------------------------------------------------------------------------------
+    def clear(self) -> None:
+        super().clear()
+        self.device_copies = False
+
     def entry(self, t: torch.Tensor, save: bool = False, fresh: bool = False) -> int:
         key = id(t)
         try:
@@ -107,10 +80,7 @@ class OverflowEntries:
                 self.cache[key] = (weakref.ref(t), version, e)
             except TypeError:
                 pass
-        remembered = self.remembered.get(key)
-        if remembered is not None and remembered[1] == version and remembered[0]() is t:
-            self.kinds[e] = remembered[2]
-            self.taint[e] = remembered[3]
+        self._recall(key, t, version, e)
         return e
 
     def _test(self, e: int, x: torch.Tensor) -> None:
@@ -133,32 +103,11 @@ class OverflowEntries:
         else:
             self.sums[e] = s.item()
 
-    def _hold(self, e: int, t: torch.Tensor) -> None:
-        self.held[e] = t
-        n = self.nbytes.get(e)
-        if n is None:
-            n = self.nbytes[e] = t.numel() * t.element_size()
-        self.held_bytes += n
+    def _nbytes(self, t: torch.Tensor) -> int:
+        return t.numel() * t.element_size()
 
-    def release(self, e: int) -> None:
-        t = self.held.pop(e, None)
-        if t is not None:
-            self.held_bytes -= self.nbytes.get(e, 0)
-        c = self.clones.pop(e, None)
-        if c is not None:
-            self.held_bytes -= self.nbytes.get(e, 0)
-
-    def keep_pre_call(self, e: int, t: torch.Tensor, cap_bytes: int) -> bool:
-        """Copy ``t`` before an in-place call overwrites it (under the memory cap)."""
-        if e in self.clones:
-            return True
-        n = self.nbytes.get(e, t.numel() * t.element_size())
-        if self.held_bytes + n > cap_bytes:
-            self.lost[e] = "overwritten in place; not copied (memory cap)"
-            return False
-        self.clones[e] = t.detach().clone()
-        self.held_bytes += n
-        return True
+    def _clone(self, t: torch.Tensor) -> torch.Tensor:
+        return t.detach().clone()
 
     # -- facts -----------------------------------------------------------------------------------------------
     def resolve(self) -> None:
@@ -171,88 +120,34 @@ class OverflowEntries:
                 self.sums[e] = v
         self.pending = {}
 
-    def nonfinite_hint(self, e: int) -> bool:
-        """True when the entry may hold NaN or inf (its sum is not finite)."""
-        s = self.sums[e]
-        return not math.isfinite(s)
-
-    def approx_kinds(self, e: int) -> int:
-        """Kinds read off the sum, with no further work: NaN when it is NaN (NaN, or +inf next to -inf), +inf or
-        -inf when it is infinite (that sign, or a sum of finite values past the dtype's range). Exact enough to
-        clear most calls (a -inf mask is -inf); a call it flags is judged again with ``kinds_of``."""
-        k = self.kinds.get(e)
-        if k is not None:
-            return k
-        return og.kinds_of_value(self.sums[e])
-
-    def kinds_of(self, e: int) -> int:
-        """Exact kinds (reads the tensor: a sync on an accelerator)."""
-        k = self.kinds.get(e)
-        if k is not None:
-            return k
-        if not self.nonfinite_hint(e):
-            self.kinds[e] = 0
-            return 0
-        t = self._data(e)
-        if t is None:  # released before anyone asked: count it as NaN (the safe reading)
-            self.kinds[e] = og.NAN
-            return og.NAN
-        x = t.detach()
-        if x.is_complex():
-            x = torch.view_as_real(x)
-        self.reads += 1
-        lo, hi = (v.item() for v in torch.aminmax(x))
-        k = og.kinds_from_minmax(lo, hi)
-        if k & og.NAN:
-            if bool(torch.isposinf(x).any()):
-                k |= og.POSINF
-            if bool(torch.isneginf(x).any()):
-                k |= og.NEGINF
-        elif not k:
-            self._set_extremes(e, x.dtype, lo, hi)
-        self.kinds[e] = k
-        return k
-
-    def extremes_of(self, e: int) -> int:
-        got = self.extremes.get(e)
-        if got is not None:
-            return got
-        t = self._data(e)
-        if t is None or not t.is_floating_point() or t.numel() == 0:
-            self.extremes[e] = 0
-            return 0
-        self.reads += 1
-        lo, hi = (v.item() for v in torch.aminmax(t.detach()))
-        self._set_extremes(e, t.dtype, lo, hi)
-        return self.extremes[e]
-
-    def _set_extremes(self, e: int, dtype: torch.dtype, lo: float, hi: float) -> None:
-        if not dtype.is_floating_point:
-            self.extremes[e] = 0
-            return
-        fmin, fmax = _finfo(dtype)
-        self.extremes[e] = (og.EXTREME_MAX if hi >= fmax else 0) | (og.EXTREME_MIN if lo <= fmin else 0)
-
-    def taint_of(self, e: int) -> Optional[int]:
-        return self.taint.get(e)
-
-    def set_taint(self, e: int, taint: int) -> None:
-        if e in self.taint:
-            return
-        self.taint[e] = taint
-        if taint != og.FINITE:
-            t = self.held.get(e)
-            if t is not None and self.versions.get(e, -1) >= 0:
-                try:
-                    self.remembered[id(t)] = (weakref.ref(t), self.versions[e], self.approx_kinds(e), taint)
-                except TypeError:
-                    pass
-
     def _data(self, e: int) -> Optional[torch.Tensor]:
         c = self.clones.get(e)
         if c is not None:
             return c
         return self.held.get(e)
+
+    def _readable(self, e: int) -> Optional[torch.Tensor]:
+        t = self._data(e)
+        if t is None:
+            return None
+        x = t.detach()
+        return torch.view_as_real(x) if x.is_complex() else x
+
+    def _float_readable(self, e: int) -> Optional[torch.Tensor]:
+        t = self._data(e)
+        if t is None or not t.is_floating_point() or t.numel() == 0:
+            return None
+        return t.detach()
+
+    def _minmax(self, x: torch.Tensor) -> Tuple[float, float]:
+        lo, hi = (v.item() for v in torch.aminmax(x))
+        return lo, hi
+
+    def _infinities(self, x: torch.Tensor) -> Tuple[bool, bool]:
+        return bool(torch.isposinf(x).any()), bool(torch.isneginf(x).any())
+
+    def _limits(self, x: torch.Tensor) -> Optional[Tuple[float, float]]:
+        return _finfo(x.dtype) if x.dtype.is_floating_point else None
 
     # -- keeping a flagged call's tensors --------------------------------------------------------------------
     def save(self, e: int) -> bool:
@@ -292,15 +187,6 @@ class OverflowEntries:
         for e, (arr, name) in self.host_data.items():
             _host_stats(cols, e, arr, name)
         return cols
-
-    def take_host_data(self) -> Dict[int, Tuple[np.ndarray, str]]:
-        data = self.host_data
-        self.host_data = {}
-        return data
-
-    def close(self) -> None:
-        self.clear()
-        self.remembered = {}
 
 
 def _host_stats(cols: EntryColumns, e: int, arr: np.ndarray, dtype_name: str) -> None:
