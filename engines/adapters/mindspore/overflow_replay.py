@@ -1,6 +1,7 @@
 """Replay a recorded MindSpore call from its saved tensors and JSON arguments (analyze-overflow).
 
-The interface of ``engines.adapters.torch.overflow_replay``: a record name gives the callable
+The interface of ``engines.adapters.torch.overflow_replay``; rebuilding the call, running it twice and reading its
+outputs are framework-neutral (``engines.overflow.replay``). A record name gives the callable
 (``Mint.exp`` -> ``mindspore.mint.exp``, ``Functional.gelu`` -> ``mindspore.ops.gelu``, ``MintFunctional.softmax``
 -> ``mindspore.mint.nn.functional.softmax``, ``Tensor.add`` -> ``mindspore.Tensor.add``, ``Demo.x`` -> the demo's
 operators); the record's ``args`` skeleton gives the arguments. The call runs twice outside any gradient graph:
@@ -8,7 +9,6 @@ with the tensors as saved, and with every floating tensor and floating dtype arg
 Primitive calls are not replayed (a primitive's attributes, such as LayerNorm's epsilon, are not recorded).
 """
 
-import json
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import mindspore as ms
@@ -17,6 +17,17 @@ from mindspore import Tensor
 
 from engines.adapters.mindspore import api_table
 from engines.overflow import origin as og
+from engines.overflow.replay import (  # noqa: F401 (OutputFacts, ReplayResult: this module's interface)
+    UNKNOWN,
+    OutputFacts,
+    ReplayError,
+    ReplayResult,
+    build_call,
+    check_dtype,
+    output_facts,
+    run_twice,
+    split_api_name,
+)
 from engines.store.dtypes import as_float32, is_bfloat16
 
 try:
@@ -35,36 +46,9 @@ _FINFO_MAX = {"Float16": 65504.0, "BFloat16": 3.3895313892515355e38, "Float32": 
               "Float64": float(np.finfo(np.float64).max)}
 
 
-class ReplayError(Exception):
-    """The call cannot be rebuilt or run; the message says why in one line."""
-
-
-class OutputFacts:
-    __slots__ = ("kinds", "max_abs", "dtype")
-
-    def __init__(self, kinds: int, max_abs: float, dtype: str) -> None:
-        self.kinds = kinds
-        self.max_abs = max_abs
-        self.dtype = dtype
-
-
-class ReplayResult:
-    __slots__ = ("as_saved", "high", "dtype")
-
-    def __init__(self, as_saved: OutputFacts, high: OutputFacts, dtype: str) -> None:
-        self.as_saved = as_saved
-        self.high = high
-        self.dtype = dtype
-
-
 def resolve_callable(name: str) -> Callable:
     """The callable of a record name (``Mint.exp.0.forward`` or just ``Mint.exp``)."""
-    parts = name.split(".")
-    if len(parts) >= 4 and parts[-1] in ("forward", "backward") and parts[-2].isdigit():
-        parts = parts[:-2]
-    if len(parts) < 2:
-        raise ReplayError("%s: not an API record name" % name)
-    prefix, api = parts[0], ".".join(parts[1:])
+    prefix, api = split_api_name(name)
     if prefix == api_table.PREFIX_PRIMITIVE:
         raise ReplayError("%s: primitives are not replayed (their attributes are not recorded)" % name)
     if prefix in ("Distributed", api_table.PREFIX_MINT_DISTRIBUTED):
@@ -102,47 +86,8 @@ def _dtype_of(text: str) -> Any:
     return dtype
 
 
-def _decode(obj: Any, tensors: Dict[str, Tensor]) -> Any:
-    if isinstance(obj, list):
-        return [_decode(v, tensors) for v in obj]
-    if not isinstance(obj, dict):
-        return obj
-    if "tensor" in obj and len(obj) == 1:
-        slot = obj["tensor"]
-        if slot not in tensors:
-            raise ReplayError("tensor %s was not saved" % slot)
-        return tensors[slot]
-    kind = obj.get("type")
-    value = obj.get("value")
-    if kind == "float":
-        return float(value)
-    if kind == "mindspore.dtype":
-        return _dtype_of(value)
-    if kind == "slice":
-        return slice(*[_decode(v, tensors) for v in value])
-    if kind == "ellipsis":
-        return Ellipsis
-    if kind == "complex":
-        return complex(value[0], value[1])
-    if isinstance(kind, str) and kind.startswith("numpy."):
-        return value
-    if kind is not None:
-        raise ReplayError("an argument of type %s cannot be rebuilt" % kind)
-    return {k: _decode(v, tensors) for k, v in obj.items()}
-
-
-def build_call(args_json: str, tensors: Dict[str, Tensor]) -> Tuple[list, dict]:
-    skeleton = json.loads(args_json) if args_json else {}
-    if not isinstance(skeleton, dict) or "args" not in skeleton:
-        raise ReplayError("the record keeps no arguments")
-    args = _decode(skeleton.get("args") or [], tensors)
-    kwargs = _decode(skeleton.get("kwargs") or {}, tensors)
-    if not isinstance(kwargs, dict):
-        raise ReplayError("keyword arguments cannot be rebuilt")
-    kwargs.pop("output", None)
-    if kwargs.get("inplace") is True:
-        kwargs["inplace"] = False
-    return list(args), kwargs
+def _mindspore_value(kind: str, value: Any) -> Any:
+    return _dtype_of(value) if kind == "mindspore.dtype" else UNKNOWN
 
 
 def _raise(obj: Any, dtype: Any) -> Any:
@@ -150,72 +95,40 @@ def _raise(obj: Any, dtype: Any) -> Any:
         return obj.astype(dtype) if obj.dtype in _FLOATING else obj
     if isinstance(obj, ms.dtype.Type) and obj in _FLOATING:
         return dtype
-    if isinstance(obj, list):
-        return [_raise(v, dtype) for v in obj]
-    if isinstance(obj, tuple):
-        return tuple(_raise(v, dtype) for v in obj)
-    if isinstance(obj, dict):
-        return {k: _raise(v, dtype) for k, v in obj.items()}
     return obj
 
 
-def _facts(out: Any) -> OutputFacts:
+def _tensor_facts(t: Tensor) -> Optional[Tuple[int, float, str]]:
+    if t.dtype not in _FLOATING or int(t.size) == 0:
+        return None
+    x = t.asnumpy()
+    if x.dtype.name == "bfloat16":
+        x = x.astype(np.float32)
     kinds = 0
-    max_abs = 0.0
-    dtype = ""
-    stack = [out]
-    while stack:
-        obj = stack.pop()
-        if isinstance(obj, Tensor):
-            if obj.dtype not in _FLOATING or int(obj.size) == 0:
-                continue
-            x = obj.asnumpy()
-            if x.dtype.name == "bfloat16":
-                x = x.astype(np.float32)
-            dtype = dtype or str(obj.dtype)
-            if np.isnan(x).any():
-                kinds |= og.NAN
-            if np.isposinf(x).any():
-                kinds |= og.POSINF
-            if np.isneginf(x).any():
-                kinds |= og.NEGINF
-            finite = x[np.isfinite(x)]
-            if finite.size:
-                max_abs = max(max_abs, float(np.abs(finite.astype(np.float64)).max()))
-        elif isinstance(obj, (list, tuple)):
-            stack.extend(obj)
-        elif isinstance(obj, dict):
-            stack.extend(obj.values())
-        elif isinstance(obj, float):
-            kinds |= og.kinds_of_value(obj)
-    return OutputFacts(kinds, max_abs, dtype)
+    if np.isnan(x).any():
+        kinds |= og.NAN
+    if np.isposinf(x).any():
+        kinds |= og.POSINF
+    if np.isneginf(x).any():
+        kinds |= og.NEGINF
+    finite = x[np.isfinite(x)]
+    max_abs = float(np.abs(finite.astype(np.float64)).max()) if finite.size else 0.0
+    return kinds, max_abs, str(t.dtype)
+
+
+def _facts(out: Any) -> OutputFacts:
+    return output_facts(out, Tensor, _tensor_facts)
 
 
 def replay(name: str, args_json: str, saved: Dict[str, Tuple[np.ndarray, str, List[int]]], dtype: str = "float64",
            device: str = "cpu") -> ReplayResult:
     """Run the call as saved and in ``dtype`` (MindSpore's current device; ``device`` is PyTorch's notion)."""
     func = resolve_callable(name)
-    if dtype not in _REPLAY_DTYPES:
-        raise ReplayError("dtype %r: replay runs in float32 or float64" % dtype)
+    check_dtype(dtype)
     tensors = {slot: tensor_from_saved(arr, dt, shape) for slot, (arr, dt, shape) in saved.items()}
-    args, kwargs = build_call(args_json, tensors)
+    args, kwargs = build_call(args_json, tensors, _mindspore_value, "output")
     high = _REPLAY_DTYPES[dtype]
-    with no_grad():
-        try:
-            as_saved = _facts(func(*args, **kwargs))
-        except Exception as exc:
-            raise ReplayError("%s failed as saved: %s: %s" % (name, type(exc).__name__, _one_line(exc))) from None
-        try:
-            raised = _facts(func(*_raise(args, high), **_raise(kwargs, high)))
-        except Exception as exc:
-            raise ReplayError("%s failed in %s: %s: %s" % (name, dtype, type(exc).__name__, _one_line(exc))) \
-                from None
-    return ReplayResult(as_saved, raised, dtype)
-
-
-def _one_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return text[0][:200] if text else ""
+    return run_twice(name, func, args, kwargs, dtype, lambda v: v, lambda v: _raise(v, high), _facts, no_grad)
 
 
 def finfo_max(dtype_name: str) -> Optional[float]:
