@@ -10,54 +10,37 @@ them in the backward hook) keeps them out of MindSpore's running backward pass.
 
 Memory: the copies of the checked calls' inputs are held until the step ends; a call whose inputs would take the
 held bytes past ``hold_bytes`` (default 1 GiB, ``PROBE_TUI_FB_BACKWARD_HOLD_MB``) is not checked, and says so.
+Which calls are checked, the cap and the rows are framework-neutral (``engines.free_benchmark.backward``).
 """
 
-import os
-from collections import Counter
 from typing import Any, Dict, List, Tuple
 
 import mindspore as ms
 from mindspore import Tensor
 
 from engines.adapters.mindspore import free_benchmark_compare as cmp
-from engines.adapters.mindspore.free_benchmark_perturb import FLOATING, Cancelled, perturb
+from engines.adapters.mindspore.free_benchmark_perturb import FLOATING, perturb
 from engines.adapters.mindspore.tensor_stats import raw
+from engines.free_benchmark import structure
 from engines.free_benchmark import thresholds as th
+from engines.free_benchmark.backward import (
+    DEFAULT_HOLD_BYTES,
+    SKIP_NO_GRADS,
+    SKIP_NO_OUTPUT,
+    BackwardChecksBase,
+)
 from engines.free_benchmark.options import FreeBenchmarkOptions
 from engines.free_benchmark.results import CheckRow
-
-DEFAULT_HOLD_BYTES = int(float(os.environ.get("PROBE_TUI_FB_BACKWARD_HOLD_MB", "1024")) * (1 << 20))
-
-SKIP_NO_GRAD = "skipped (backward): no input requires grad"
-SKIP_CAP = "skipped (backward): memory cap for inputs held until backward"
-SKIP_NO_OUTPUT = "skipped (backward): no output carries a gradient"
-SKIP_NO_GRADS = "skipped (backward): no output gradient arrived"
 
 _copy = raw(Tensor.copy)  # a new buffer with the same values (mint.clone has no CPU kernel)
 
 
+def _is_tensor(obj: Any) -> bool:
+    return isinstance(obj, Tensor)
+
+
 def _paths(obj: Any, prefix: Tuple, out: List[Tuple[Tuple, Tensor]]) -> None:
-    if isinstance(obj, Tensor):
-        out.append((prefix, obj))
-    elif isinstance(obj, (list, tuple)):
-        for i, v in enumerate(obj):
-            _paths(v, prefix + (i,), out)
-    elif isinstance(obj, dict):
-        for k, v in obj.items():
-            _paths(v, prefix + (k,), out)
-
-
-def _put(obj: Any, path: Tuple, value: Any) -> Any:
-    if not path:
-        return value
-    head, rest = path[0], path[1:]
-    if isinstance(obj, dict):
-        new = dict(obj)
-        new[head] = _put(obj[head], rest, value)
-        return new
-    items = list(obj)
-    items[head] = _put(items[head], rest, value)
-    return items if isinstance(obj, list) else tuple(items)
+    structure.paths(obj, _is_tensor, prefix, out)
 
 
 def _in_graph(t: Tensor) -> bool:
@@ -82,30 +65,21 @@ class _Held:
         self.n_outputs = n_outputs
 
 
-class BackwardChecks:
+class BackwardChecks(BackwardChecksBase):
+    is_tensor = staticmethod(_is_tensor)
+
     def __init__(self, session: Any, options: FreeBenchmarkOptions, hold_bytes: int = DEFAULT_HOLD_BYTES) -> None:
-        self.session = session
-        self.fb = options
-        self.hold_bytes = hold_bytes
-        self.held_bytes = 0
+        super().__init__(session, options, hold_bytes)
         self.held: List[_Held] = []
-        self.pending: List = []
-        self.skipped: Counter = Counter()
-        self.checked = 0
 
     def call(self, name: str, func: Any, args: tuple, kwargs: Dict[str, Any]) -> Any:
         from engines.adapters.mindspore.free_benchmark_call import no_grad
 
-        found: List[Tuple[Tuple, Tensor]] = []
-        _paths((tuple(args), dict(kwargs)), (), found)
-        diff = [(p, t) for p, t in found if t.dtype in FLOATING and _in_graph(t)]
-        if not diff:
-            self.skipped[SKIP_NO_GRAD] += 1
+        admitted = self.differentiable(args, kwargs, lambda t: t.dtype in FLOATING and _in_graph(t),
+                                       lambda t: int(t.size) * int(t.itemsize))
+        if admitted is None:
             return func(*args, **kwargs)
-        nbytes = sum(int(t.size) * int(t.itemsize) for _, t in diff)
-        if self.held_bytes + nbytes > self.hold_bytes:
-            self.skipped[SKIP_CAP] += 1
-            return func(*args, **kwargs)
+        diff, nbytes = admitted
         try:
             with no_grad():
                 copies = [_copy(t) for _, t in diff]  # as they are now: a later in-place write cannot change them
@@ -142,7 +116,7 @@ class BackwardChecks:
         def fn(*xs):
             call = (held.args, held.kwargs)
             for path, x in zip(held.paths, xs):
-                call = _put(call, path, x)
+                call = structure.put(call, path, x)
             found: List[Tuple[Tuple, Tensor]] = []
             _paths(held.func(*call[0], **call[1]), (), found)
             outs = tuple(t for _, t in found if t.dtype in FLOATING)
@@ -160,10 +134,8 @@ class BackwardChecks:
         grads = [held.grads[i] for i in range(held.n_outputs)]
         fb = self.fb
         original = self._run(held, held.inputs, grads)
-        try:
-            p = perturb(fb.pert_mode, tuple(held.inputs), {}, 0)
-        except Cancelled as exc:
-            self.skipped["skipped (backward): %s" % exc] += 1
+        p = self.perturbed(perturb, tuple(held.inputs))
+        if p is None:
             return
         new_grads = grads
         if fb.pert_mode == "improve_precision":
@@ -173,9 +145,7 @@ class BackwardChecks:
         for i, (a, b) in enumerate(zip(original, perturbed)):
             if not isinstance(a, Tensor) or not isinstance(b, Tensor):
                 continue
-            row = CheckRow(self.session.step, held.name, "backward", fb.pert_mode, fb.handler_type, i, str(a.dtype),
-                           str(list(a.shape)), threshold=th.ratio_threshold(str(a.dtype), fb.pert_mode))
-            self.pending.append((row, cmp.tensor_ratio(a, b, th.BACKWARD_ABS_TOL)))
+            self.compared(held.name, i, a, cmp.tensor_ratio(a, b, th.BACKWARD_ABS_TOL), str(a.dtype))
 
     def finish_step(self) -> List[CheckRow]:
         self.pending = []
@@ -186,12 +156,4 @@ class BackwardChecks:
                 self._check(h)
             except Exception as exc:  # never break training
                 self.session.summary.failed("free_benchmark backward check of %s" % h.name, exc)
-        values = cmp.resolve([r for _, r in self.pending])
-        rows = []
-        for (row, _), v in zip(self.pending, values):
-            row.ratio = v
-            row.consistent = th.consistent(v, row.threshold)
-            rows.append(row)
-        self.pending = []
-        return rows
-
+        return self.judged(cmp.resolve)

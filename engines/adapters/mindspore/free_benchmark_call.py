@@ -9,7 +9,6 @@ calls whose output is a view of an input, calls without a floating input. No pre
 MindSpore side has none either): ``if_preheat`` is reported and ignored.
 """
 
-from collections import Counter
 from typing import Any, Dict, List, Optional
 
 from mindspore import Tensor, ops
@@ -23,7 +22,10 @@ from engines.adapters.mindspore.free_benchmark_perturb import (
     perturb,
 )
 from engines.adapters.mindspore.tensor_stats import raw
+from engines.free_benchmark import structure
 from engines.free_benchmark import thresholds as th
+from engines.free_benchmark.calls import RANDOM_APIS, SKIP_VIEW, CallChecks, Pending
+from engines.free_benchmark.calls import is_random as _is_random
 from engines.free_benchmark.options import FreeBenchmarkOptions
 from engines.free_benchmark.results import CheckRow
 
@@ -34,31 +36,17 @@ except ImportError:  # older MindSpore
 
 _cast = raw(ops.cast)
 
-RANDOM_APIS = frozenset("""
-rand rand_like randn randn_like randint randint_like randperm bernoulli multinomial normal poisson uniform
-standard_normal random_categorical gamma shuffle gumbel_softmax
-""".split())
-DROPOUT_APIS = frozenset(("dropout", "dropout1d", "dropout2d", "dropout3d", "alpha_dropout",
-                          "feature_alpha_dropout"))
-
-SKIP_COLLECTIVE = "skipped: collective"
-SKIP_INPLACE = "skipped: in-place call (re-running it would write its input again)"
-SKIP_RANDOM = "skipped: random call"
-SKIP_INPUT = "skipped: no floating tensor in the first tensor argument (unsupported input type)"
-SKIP_VIEW = "skipped: the output is a view of an input (nothing computed)"
+MINDSPORE_RANDOM_APIS = RANDOM_APIS | frozenset(("uniform", "standard_normal", "random_categorical", "gamma",
+                                                 "shuffle"))
 SKIP_NOTHING = "skipped: improve_precision found nothing to raise (no float16/bfloat16 tensor)"
 
 
+def _is_tensor(obj: Any) -> bool:
+    return isinstance(obj, Tensor)
+
+
 def _tensors(obj: Any, out: List[Tensor]) -> List[Tensor]:
-    if isinstance(obj, Tensor):
-        out.append(obj)
-    elif isinstance(obj, (list, tuple)):
-        for v in obj:
-            _tensors(v, out)
-    elif isinstance(obj, dict):
-        for v in obj.values():
-            _tensors(v, out)
-    return out
+    return structure.tensors_of(obj, _is_tensor, out)
 
 
 def _storage(t: Tensor) -> int:
@@ -69,37 +57,20 @@ def _storage(t: Tensor) -> int:
 
 
 def is_view_of_input(out: Any, args: tuple, kwargs: Dict[str, Any]) -> bool:
-    outs = _tensors(out, [])
-    if not outs:
-        return False
-    ins = {_storage(t) for t in _tensors((args, kwargs), [])}
-    ins.discard(-1)
-    ins.discard(0)
-    return all(_storage(t) in ins for t in outs)
+    return structure.is_view_of_input(out, args, kwargs, _is_tensor, _storage)
 
 
 def is_random(api: str, args: tuple, kwargs: Dict[str, Any]) -> bool:
-    if api in RANDOM_APIS:
-        return True
-    if api in DROPOUT_APIS:
-        p = kwargs.get("p", args[1] if len(args) > 1 else 0.5)
-        training = kwargs.get("training", args[2] if len(args) > 2 else True)
-        return bool(training) and not (isinstance(p, (int, float)) and p == 0)
-    return False
+    return _is_random(api, args, kwargs, MINDSPORE_RANDOM_APIS)
 
 
-class FreeBenchmarkCall:
-    """Replaces the capture's ``ApiCapture`` in a free_benchmark session (the same ``call`` signature)."""
+class FreeBenchmarkCall(CallChecks):
+    """Replaces the capture's ``ApiCapture`` in a free_benchmark session (``engines.free_benchmark.calls``)."""
+
+    random_apis = MINDSPORE_RANDOM_APIS
 
     def __init__(self, session: Any, options: FreeBenchmarkOptions, backward: Any = None) -> None:
-        self.session = session
-        self.fb = options
-        self.backward = backward
-        self.pending: List = []
-        self.done: List[CheckRow] = []
-        self.skipped: Counter = Counter()
-        self.replaced: Counter = Counter()
-        self.checked = 0
+        super().__init__(session, options, backward)
         self._names = ApiCapture(session)  # primitive names, as the capture gives them
 
     def primitive_info(self, prim: Any) -> Any:
@@ -130,16 +101,17 @@ class FreeBenchmarkCall:
         finally:
             s.busy_depth -= 1
 
-    def _ineligible(self, info: Any, args: tuple, kwargs: Dict[str, Any]) -> Optional[str]:
-        if info.distributed:
-            return SKIP_COLLECTIVE
-        if info.inplace or "out" in kwargs or kwargs.get("inplace") is True:
-            return SKIP_INPLACE
-        if is_random(info.api, args, kwargs):
-            return SKIP_RANDOM
-        if first_eligible_index(args) is None:
-            return SKIP_INPUT
-        return None
+    def _is_inplace(self, info: Any, kwargs: Dict[str, Any]) -> bool:
+        return info.inplace or "out" in kwargs or kwargs.get("inplace") is True
+
+    def _first_eligible(self, args: tuple) -> Optional[int]:
+        return first_eligible_index(args)
+
+    def _resolve(self, ratios: List[Any]) -> List[float]:
+        return cmp.resolve(ratios)
+
+    def _cast_like(self, new: Any, old: Any) -> Any:
+        return _cast_like(new, old)
 
     # -- forward stage ---------------------------------------------------------------------------------------
     def _forward(self, name: str, func: Any, args: tuple, kwargs: Dict[str, Any], out: Any) -> Any:
@@ -175,56 +147,22 @@ class FreeBenchmarkCall:
                 row = CheckRow(step, name, "forward", fb.pert_mode, fb.handler_type, i, str(a.dtype),
                                str(list(a.shape)), threshold=th.ratio_threshold(str(a.dtype), fb.pert_mode),
                                replaced=fb.fix)
-                self.pending.append((row, cmp.tensor_ratio(a, b, th.forward_abs_tol(str(b.dtype)))))
+                self.pending.append(Pending(row, cmp.tensor_ratio(a, b, th.forward_abs_tol(str(b.dtype)))))
                 continue
             ratio = cmp.scalar_ratio(a, b)
             if ratio is None:
                 continue
             row = CheckRow(step, name, "forward", fb.pert_mode, fb.handler_type, i, type(a).__name__, "[]",
                            threshold=th.ratio_threshold("float32", fb.pert_mode), replaced=fb.fix)
-            self.pending.append((row, ratio))
+            self.pending.append(Pending(row, ratio))
 
-    def _replacement(self, api: str, out: Any, new: Any) -> Any:
-        try:
-            replaced = _cast_like(new, out)
-        except (TypeError, ValueError) as exc:
-            self.session.summary.note("free_benchmark fix: %s kept its original output (%s)" % (api, exc))
-            return None
-        self.replaced[api] += 1
-        return replaced
 
-    # -- step end --------------------------------------------------------------------------------------------
-    def finish_step(self, step: int) -> List[CheckRow]:
-        """Every row of the step with its ratio on the host and its verdict (one transfer on a device)."""
-        if self.backward is not None:
-            self.done.extend(self.backward.finish_step())
-        pending, self.pending = self.pending, []
-        values = cmp.resolve([r for _, r in pending])
-        rows = list(self.done)
-        self.done = []
-        for (row, _), v in zip(pending, values):
-            row.ratio = v
-            row.consistent = th.consistent(v, row.threshold)
-            rows.append(row)
-        for r in rows:
-            r.step = step
-        return rows
+def _cast_tensor(new: Any, old: Tensor) -> Tensor:
+    if not isinstance(new, Tensor) or tuple(new.shape) != tuple(old.shape):
+        raise ValueError("the perturbed output does not match the original's shape")
+    return new if new.dtype == old.dtype else _cast(new, old.dtype)
 
 
 def _cast_like(new: Any, old: Any) -> Any:
     """``new`` in ``old``'s structure and dtypes (a cast keeps it differentiable)."""
-    if isinstance(old, Tensor):
-        if not isinstance(new, Tensor) or tuple(new.shape) != tuple(old.shape):
-            raise ValueError("the perturbed output does not match the original's shape")
-        return new if new.dtype == old.dtype else _cast(new, old.dtype)
-    if isinstance(old, (list, tuple)):
-        if not isinstance(new, (list, tuple)) or len(new) != len(old):
-            raise ValueError("the perturbed output has another structure")
-        items = [_cast_like(n, o) for n, o in zip(new, old)]
-        return items if isinstance(old, list) else tuple(items)
-    if isinstance(old, dict):
-        if not isinstance(new, dict) or set(new) != set(old):
-            raise ValueError("the perturbed output has other keys")
-        return {k: _cast_like(new[k], old[k]) for k in old}
-    return old
-
+    return structure.cast_like(new, old, _is_tensor, _cast_tensor)

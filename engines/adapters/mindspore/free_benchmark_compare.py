@@ -16,6 +16,8 @@ import numpy as np
 from mindspore import Tensor, mint, ops
 
 from engines.adapters.mindspore.tensor_stats import raw
+from engines.free_benchmark import structure
+from engines.free_benchmark.metric import scalar_ratio  # noqa: F401 (this module's interface)
 from engines.free_benchmark.thresholds import chunk_count
 
 Ratio = Union[float, Tensor]
@@ -30,27 +32,11 @@ _isnan, _masked_fill, _maximum, _reshape = (raw(mint.isnan), raw(ops.masked_fill
 
 def output_items(out: Any) -> List[Tuple[int, Any]]:
     """(output_index, value) of every element that is compared."""
-    items: List[Tuple[int, Any]] = []
-    if isinstance(out, (list, tuple)):
-        for v in out:
-            _flatten(v, items)
-        return items
-    if isinstance(out, dict):
-        for v in out.values():
-            _flatten(v, items)
-        return items
-    return [(0, out)]
+    return structure.output_items(out, _is_tensor)
 
 
-def _flatten(v: Any, items: List[Tuple[int, Any]]) -> None:
-    if isinstance(v, (list, tuple)):
-        for x in v:
-            _flatten(x, items)
-    elif isinstance(v, dict):
-        for x in v.values():
-            _flatten(x, items)
-    else:
-        items.append((len(items), v))
+def _is_tensor(obj: Any) -> bool:
+    return isinstance(obj, Tensor)
 
 
 def _on_cpu(t: Tensor) -> bool:
@@ -100,25 +86,6 @@ def tensor_ratio(original: Tensor, perturbed: Tensor, tol: float, on_device: Opt
     size = math.ceil(numel / n)
     parts = [_device_chunk_ratio(a[i:i + size], b[i:i + size], tol) for i in range(0, numel, size)]
     return _max(_stack(parts))
-
-
-def scalar_ratio(original: Any, perturbed: Any) -> Optional[float]:
-    """Python numbers: ints must be equal, floats give |o|/|p| (a zero gets +1e-8); other types: None."""
-    if isinstance(original, bool) or isinstance(perturbed, bool):
-        return 1.0 if original == perturbed else _INF
-    if isinstance(original, int) and isinstance(perturbed, int):
-        return 1.0 if original == perturbed else _INF
-    if isinstance(original, (int, float)) and isinstance(perturbed, (int, float)):
-        o, p = float(original), float(perturbed)
-        if math.isnan(o) and math.isnan(p):
-            return 1.0
-        o = o if o != 0 else o + 1e-8
-        p = p if p != 0 else p + 1e-8
-        if (o < 0) != (p < 0):
-            return _INF
-        r = abs(o) / abs(p)
-        return max(r, 1.0 / r)
-    return None
 
 
 def resolve(values: List[Ratio]) -> List[float]:

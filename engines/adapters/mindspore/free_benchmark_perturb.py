@@ -21,6 +21,9 @@ import numpy as np
 from mindspore import Tensor, ops
 
 from engines.adapters.mindspore.tensor_stats import raw
+from engines.free_benchmark import perturb as neutral
+from engines.free_benchmark import structure
+from engines.free_benchmark.perturb import Cancelled
 from engines.free_benchmark.thresholds import epsilon
 
 LOW_PRECISION = (ms.float16, ms.bfloat16)
@@ -31,24 +34,18 @@ _TINY = {"bfloat16": 1.1754943508222875e-38, "float16": 6.103515625e-05,
          "float32": float(np.finfo(np.float32).tiny), "float64": float(np.finfo(np.float64).tiny)}
 
 
-class Cancelled(Exception):
-    """The perturbation does not apply to this call; the message says why (one line)."""
-
-
 def is_floating(t: Any) -> bool:
     return isinstance(t, Tensor) and t.dtype in FLOATING
+
+
+def _is_tensor(obj: Any) -> bool:
+    return isinstance(obj, Tensor)
 
 
 def first_eligible_index(args: tuple) -> Optional[int]:
     """msprobe's ``valid_input_index``: the first positional argument that is a floating tensor or any
     list/tuple/dict. None: the call cannot be checked."""
-    for i, a in enumerate(args):
-        if isinstance(a, Tensor):
-            if a.dtype in FLOATING:
-                return i
-        elif isinstance(a, (list, tuple, dict)):
-            return i
-    return None
+    return neutral.first_eligible_index(args, _is_tensor, is_floating)
 
 
 def _host(x: Tensor) -> Tuple[np.ndarray, str]:
@@ -108,37 +105,8 @@ TENSOR_PERTURBATIONS: Dict[str, Callable[[Tensor], Tensor]] = {
 }
 
 
-def _replace_first(obj: Any, fn: Callable[[Tensor], Tensor]) -> Tuple[Any, bool]:
-    if isinstance(obj, Tensor):
-        return (fn(obj), True) if obj.dtype in FLOATING else (obj, False)
-    if isinstance(obj, (list, tuple)):
-        items = list(obj)
-        for i, v in enumerate(items):
-            new, done = _replace_first(v, fn)
-            if done:
-                items[i] = new
-                return (items if isinstance(obj, list) else tuple(items)), True
-        return obj, False
-    if isinstance(obj, dict):
-        for k, v in obj.items():
-            new, done = _replace_first(v, fn)
-            if done:
-                out = dict(obj)
-                out[k] = new
-                return out, True
-    return obj, False
-
-
 def map_tensors(obj: Any, fn: Callable[[Tensor], Tensor]) -> Any:
-    if isinstance(obj, Tensor):
-        return fn(obj)
-    if isinstance(obj, list):
-        return [map_tensors(v, fn) for v in obj]
-    if isinstance(obj, tuple):
-        return tuple(map_tensors(v, fn) for v in obj)
-    if isinstance(obj, dict):
-        return {k: map_tensors(v, fn) for k, v in obj.items()}
-    return obj
+    return structure.map_tensors(obj, _is_tensor, fn)
 
 
 class Perturbed:
@@ -154,18 +122,12 @@ class Perturbed:
 
 def perturb(mode: str, args: tuple, kwargs: Dict[str, Any], index: int) -> Perturbed:
     """Perturbed arguments for ``mode``; ``index`` is the eligible argument (``first_eligible_index``)."""
+    simple = neutral.rearranged(mode, args, kwargs, index, TENSOR_PERTURBATIONS, is_floating)
+    if simple is not None:
+        return Perturbed(simple[0], simple[1], True)
     kwargs = dict(kwargs)
     if "inplace" in kwargs:
         kwargs["inplace"] = False
-    if mode == "no_change":
-        return Perturbed(tuple(args), kwargs, True)
-    if mode in TENSOR_PERTURBATIONS:
-        items = list(args)
-        new, done = _replace_first(items[index], TENSOR_PERTURBATIONS[mode])
-        if not done:
-            raise Cancelled("%s: no floating tensor in argument %d" % (mode, index))
-        items[index] = new
-        return Perturbed(tuple(items), kwargs, True)
     if mode == "improve_precision":
         changed = [False]
 

@@ -11,50 +11,37 @@ Memory: the references keep the checked calls' inputs alive from their forward t
 by autograd anyway); a call whose inputs would take the referenced bytes past ``hold_bytes`` (default 1 GiB,
 ``PROBE_TUI_FB_BACKWARD_HOLD_MB``) is not checked, and says so. The re-runs build one call's graph at a time.
 An input changed in place between forward and backward cannot be re-run: that call is skipped and counted.
+Which calls are checked, the cap and the rows are framework-neutral (``engines.free_benchmark.backward``).
 """
 
-import os
-from collections import Counter
 from typing import Any, Dict, List, Optional, Tuple
 
 import torch
 
 from engines.adapters.torch import free_benchmark_compare as cmp
-from engines.adapters.torch.free_benchmark_perturb import LOW_PRECISION, Cancelled, perturb
+from engines.adapters.torch.free_benchmark_perturb import LOW_PRECISION, perturb
+from engines.free_benchmark import structure
 from engines.free_benchmark import thresholds as th
+from engines.free_benchmark.backward import (
+    DEFAULT_HOLD_BYTES,
+    SKIP_CHANGED,
+    SKIP_NO_OUTPUT,
+    BackwardChecksBase,
+)
 from engines.free_benchmark.options import FreeBenchmarkOptions
 from engines.free_benchmark.results import CheckRow
 
-DEFAULT_HOLD_BYTES = int(float(os.environ.get("PROBE_TUI_FB_BACKWARD_HOLD_MB", "1024")) * (1 << 20))
 
-SKIP_NO_GRAD = "skipped (backward): no input requires grad"
-SKIP_CAP = "skipped (backward): memory cap for inputs held until backward"
-SKIP_CHANGED = "skipped (backward): an input changed in place before backward"
-SKIP_NO_OUTPUT = "skipped (backward): no output carries a gradient"
+def _is_tensor(obj: Any) -> bool:
+    return isinstance(obj, torch.Tensor)
 
 
 def _paths(obj: Any, prefix: Tuple, out: List[Tuple[Tuple, torch.Tensor]]) -> None:
-    if isinstance(obj, torch.Tensor):
-        out.append((prefix, obj))
-    elif isinstance(obj, (list, tuple)):
-        for i, v in enumerate(obj):
-            _paths(v, prefix + (i,), out)
-    elif isinstance(obj, dict):
-        for k, v in obj.items():
-            _paths(v, prefix + (k,), out)
+    structure.paths(obj, _is_tensor, prefix, out)
 
 
-def _put(obj: Any, path: Tuple, value: Any) -> Any:
-    if not path:
-        return value
-    head, rest = path[0], path[1:]
-    if isinstance(obj, dict):
-        new = dict(obj)
-        new[head] = _put(obj[head], rest, value)
-        return new
-    items = list(obj)
-    items[head] = _put(items[head], rest, value)
-    return items if isinstance(obj, list) else tuple(items)
+def _has_float32(obj: Any) -> bool:
+    return any(t.dtype is torch.float32 for t in structure.tensors_of(obj, _is_tensor, []))
 
 
 class _Held:
@@ -73,31 +60,22 @@ class _Held:
         self.handle = None
 
 
-class BackwardChecks:
+class BackwardChecks(BackwardChecksBase):
+    is_tensor = staticmethod(_is_tensor)
+
     def __init__(self, session: Any, options: FreeBenchmarkOptions, hold_bytes: int = DEFAULT_HOLD_BYTES) -> None:
-        self.session = session
-        self.fb = options
-        self.hold_bytes = hold_bytes
-        self.held_bytes = 0
+        super().__init__(session, options, hold_bytes)
         self.open: Dict[int, _Held] = {}
         self.rows: List[CheckRow] = []
-        self.pending: List[Tuple[CheckRow, Any]] = []
-        self.skipped: Counter = Counter()
-        self.checked = 0
 
     def call(self, name: str, func: Any, args: tuple, kwargs: Dict[str, Any]) -> Any:
         from engines.adapters.torch.free_benchmark_call import autocast_state
 
-        found: List[Tuple[Tuple, torch.Tensor]] = []
-        _paths((tuple(args), dict(kwargs)), (), found)
-        diff = [(p, t) for p, t in found if t.requires_grad and t.is_floating_point()]
-        if not diff or not torch.is_grad_enabled():
-            self.skipped[SKIP_NO_GRAD] += 1
+        admitted = self.differentiable(args, kwargs, lambda t: t.requires_grad and t.is_floating_point(),
+                                       lambda t: t.numel() * t.element_size(), torch.is_grad_enabled())
+        if admitted is None:
             return func(*args, **kwargs)
-        nbytes = sum(t.numel() * t.element_size() for _, t in diff)
-        if self.held_bytes + nbytes > self.hold_bytes:
-            self.skipped[SKIP_CAP] += 1
-            return func(*args, **kwargs)
+        diff, nbytes = admitted
         state = autocast_state(args, kwargs)
         out = func(*args, **kwargs)
         outs = [t for t in _tensor_list(out) if t.requires_grad and t.grad_fn is not None]
@@ -105,7 +83,7 @@ class BackwardChecks:
             self.skipped[SKIP_NO_OUTPUT] += 1
             return out
         lowered = None
-        if state is not None and outs[0].dtype is state[1] and any(t.dtype is torch.float32 for _, t in found):
+        if state is not None and outs[0].dtype is state[1] and _has_float32((args, kwargs)):
             lowered = state[1]  # autocast ran this call in its dtype
         held = _Held(name, func, tuple(args), dict(kwargs), [p for p, _ in diff], [t._version for _, t in diff],
                      nbytes, state, lowered)
@@ -159,7 +137,7 @@ class BackwardChecks:
         leaves = [x.detach().requires_grad_(True) for x in inputs]
         call = (args, kwargs)
         for path, leaf in zip(held.paths, leaves):
-            call = _put(call, path, leaf)
+            call = structure.put(call, path, leaf)
         with torch.enable_grad():
             out = held.func(*call[0], **call[1])
         outs = [t for t in _tensor_list(out) if t.requires_grad]
@@ -182,10 +160,8 @@ class BackwardChecks:
             original = self._run(held, inputs, grads, held.args, held.kwargs)
         whole = fb.pert_mode in ("improve_precision", "to_cpu")
         lowered = held.lowered if fb.pert_mode == "improve_precision" else None
-        try:
-            p = perturb(fb.pert_mode, tuple(inputs), {}, 0, autocast_dtype=lowered)
-        except Cancelled as exc:
-            self.skipped["skipped (backward): %s" % exc] += 1
+        p = self.perturbed(perturb, tuple(inputs), autocast_dtype=lowered)
+        if p is None:
             return
         new_inputs = list(p.args)
         new_grads = grads
@@ -206,27 +182,20 @@ class BackwardChecks:
             if a is None or b is None:
                 continue
             # under autocast the gradient was computed in the autocast dtype, whatever dtype it is stored in
-            threshold = th.ratio_threshold(str(held.lowered or a.dtype), fb.pert_mode)
-            row = CheckRow(self.session.step, held.name, "backward", fb.pert_mode, fb.handler_type, i, str(a.dtype),
-                           str(list(a.shape)), threshold=threshold)
+            threshold_dtype = str(held.lowered or a.dtype)
             if fb.pert_mode == "to_cpu":
+                row = self.row(held.name, i, a, threshold_dtype)
                 row.consistent, row.detail = cmp.single_compare(a, b)
                 self.rows.append(row)
             else:
-                self.pending.append((row, cmp.tensor_ratio(a, b, th.BACKWARD_ABS_TOL)))
+                self.compared(held.name, i, a, cmp.tensor_ratio(a, b, th.BACKWARD_ABS_TOL), threshold_dtype)
 
     def finish_step(self) -> List[CheckRow]:
         for key in list(self.open):
             self._release(key)
-        pending, self.pending = self.pending, []
-        values = cmp.resolve([r for _, r in pending])
         rows = self.rows
         self.rows = []
-        for (row, _), v in zip(pending, values):
-            row.ratio = v
-            row.consistent = th.consistent(v, row.threshold)
-            rows.append(row)
-        return rows
+        return rows + self.judged(cmp.resolve)
 
 
 def _tensor_list(out: Any) -> List[torch.Tensor]:

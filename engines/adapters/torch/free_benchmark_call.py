@@ -1,4 +1,5 @@
-"""free_benchmark's per-call processor: the capture's L1 function mode hands it every API call.
+"""free_benchmark's per-call processor on PyTorch (``engines.free_benchmark.calls``): the capture's L1 function
+mode hands it every API call.
 
 For a selected call (``list`` substrings or ``scope`` names) it runs the real call, then, forward stage: builds
 the perturbed arguments, re-runs the same callable (without autocast for improve_precision and to_cpu, without
@@ -8,6 +9,8 @@ re-run safely are passed through and counted by reason: collectives, in-place ca
 output is a view of an input (nothing is computed), calls without a floating input.
 
 Ratios stay on the device until the step ends (``finish_step``): no host sync per call, except during preheat.
+What is torch's here: autocast (the re-run leaves it for improve_precision and to_cpu, and its dtype is what
+improve_precision raises from), grad mode, storages, preheat, and writing a to_cpu result into the original output.
 """
 
 from collections import Counter
@@ -22,23 +25,15 @@ from engines.adapters.torch.free_benchmark_perturb import (
     first_eligible_index,
     perturb,
 )
+from engines.free_benchmark import structure
 from engines.free_benchmark import thresholds as th
+from engines.free_benchmark.calls import RANDOM_APIS, SKIP_VIEW, CallChecks, Pending
+from engines.free_benchmark.calls import is_random as _is_random
 from engines.free_benchmark.options import FreeBenchmarkOptions
 from engines.free_benchmark.preheat import Preheat, pure_name
 from engines.free_benchmark.results import CheckRow
 
-# Calls whose result is random by design: re-running them proves nothing.
-RANDOM_APIS = frozenset("""
-rand rand_like randn randn_like randint randint_like randperm bernoulli multinomial normal poisson rrelu
-gumbel_softmax native_dropout fused_dropout
-""".split())
-DROPOUT_APIS = frozenset(("dropout", "dropout1d", "dropout2d", "dropout3d", "alpha_dropout", "feature_alpha_dropout"))
-
-SKIP_COLLECTIVE = "skipped: collective"
-SKIP_INPLACE = "skipped: in-place call (re-running it would write its input again)"
-SKIP_RANDOM = "skipped: random call"
-SKIP_INPUT = "skipped: no floating tensor in the first tensor argument (unsupported input type)"
-SKIP_VIEW = "skipped: the output is a view of an input (nothing computed)"
+TORCH_RANDOM_APIS = RANDOM_APIS | frozenset(("rrelu", "native_dropout", "fused_dropout"))
 SKIP_NOTHING = "skipped: improve_precision found nothing to raise (no float16/bfloat16 tensor, no autocast)"
 
 
@@ -77,16 +72,12 @@ class _NoAutocast:
             self.ctx.__exit__(*exc)
 
 
+def _is_tensor(obj: Any) -> bool:
+    return isinstance(obj, torch.Tensor)
+
+
 def _tensors(obj: Any, out: List[torch.Tensor]) -> List[torch.Tensor]:
-    if isinstance(obj, torch.Tensor):
-        out.append(obj)
-    elif isinstance(obj, (list, tuple)):
-        for v in obj:
-            _tensors(v, out)
-    elif isinstance(obj, dict):
-        for v in obj.values():
-            _tensors(v, out)
-    return out
+    return structure.tensors_of(obj, _is_tensor, out)
 
 
 def _storage(t: torch.Tensor) -> int:
@@ -97,13 +88,7 @@ def _storage(t: torch.Tensor) -> int:
 
 
 def is_view_of_input(out: Any, args: tuple, kwargs: Dict[str, Any]) -> bool:
-    outs = _tensors(out, [])
-    if not outs:
-        return False
-    ins = {_storage(t) for t in _tensors((args, kwargs), [])}
-    ins.discard(-1)
-    ins.discard(0)
-    return all(_storage(t) in ins for t in outs)
+    return structure.is_view_of_input(out, args, kwargs, _is_tensor, _storage)
 
 
 def is_inplace(api: str, kwargs: Dict[str, Any]) -> bool:
@@ -111,36 +96,17 @@ def is_inplace(api: str, kwargs: Dict[str, Any]) -> bool:
 
 
 def is_random(api: str, args: tuple, kwargs: Dict[str, Any]) -> bool:
-    if api in RANDOM_APIS:
-        return True
-    if api in DROPOUT_APIS:
-        p = kwargs.get("p", args[1] if len(args) > 1 else 0.5)
-        training = kwargs.get("training", args[2] if len(args) > 2 else True)
-        return bool(training) and not (isinstance(p, (int, float)) and p == 0)
-    return False
+    return _is_random(api, args, kwargs, TORCH_RANDOM_APIS)
 
 
-class _Pending:
-    __slots__ = ("row", "ratio", "strict")
+class FreeBenchmarkCall(CallChecks):
+    """Replaces the capture's ``ApiCapture`` in a free_benchmark session (``engines.free_benchmark.calls``)."""
 
-    def __init__(self, row: CheckRow, ratio: Any, strict: bool = False) -> None:
-        self.row = row
-        self.ratio = ratio
-        self.strict = strict  # the threshold is an inconsistent preheat sample's ratio: reaching it fails
-
-
-class FreeBenchmarkCall:
-    """Replaces the capture's ``ApiCapture`` in a free_benchmark session (same ``call`` signature)."""
+    random_apis = TORCH_RANDOM_APIS
+    replace_errors = (TypeError, ValueError, RuntimeError)
 
     def __init__(self, session: Any, options: FreeBenchmarkOptions, backward: Any = None) -> None:
-        self.session = session
-        self.fb = options
-        self.backward = backward
-        self.pending: List[_Pending] = []
-        self.done: List[CheckRow] = []
-        self.skipped: Counter = Counter()
-        self.replaced: Counter = Counter()
-        self.checked = 0
+        super().__init__(session, options, backward)
         self.preheat = Preheat(options.preheat_step, options.max_sample) if options.preheat else None
         self.call_numbers: Counter = Counter()
 
@@ -167,17 +133,17 @@ class FreeBenchmarkCall:
             return out
         return out if replacement is None else replacement
 
-    def _ineligible(self, info: Any, args: tuple, kwargs: Dict[str, Any]) -> Optional[str]:
-        if info.distributed:
-            return SKIP_COLLECTIVE
-        api = info.api
-        if is_inplace(api, kwargs):
-            return SKIP_INPLACE
-        if is_random(api, args, kwargs):
-            return SKIP_RANDOM
-        if first_eligible_index(args) is None:
-            return SKIP_INPUT
-        return None
+    def _is_inplace(self, info: Any, kwargs: Dict[str, Any]) -> bool:
+        return is_inplace(info.api, kwargs)
+
+    def _first_eligible(self, args: tuple) -> Optional[int]:
+        return first_eligible_index(args)
+
+    def _resolve(self, ratios: List[Any]) -> List[float]:
+        return cmp.resolve(ratios)
+
+    def _cast_like(self, new: Any, old: Any) -> Any:
+        return _cast_like(new, old)
 
     # -- forward stage ---------------------------------------------------------------------------------------
     def _forward(self, info: Any, name: str, func: Any, args: tuple, kwargs: Dict[str, Any], out: Any,
@@ -242,14 +208,14 @@ class FreeBenchmarkCall:
                     self.done.append(row)
                     continue
                 tol = th.forward_abs_tol(str(b.dtype))
-                self.pending.append(_Pending(row, cmp.tensor_ratio(a, b, tol), strict))
+                self.pending.append(Pending(row, cmp.tensor_ratio(a, b, tol), strict))
                 continue
             ratio = cmp.scalar_ratio(a, b)
             if ratio is None:
                 continue
             row = CheckRow(step, name, "forward", fb.pert_mode, fb.handler_type, i, type(a).__name__, "[]",
                            threshold=threshold, replaced=fb.fix)
-            self.pending.append(_Pending(row, ratio, strict))
+            self.pending.append(Pending(row, ratio, strict))
 
     def _preheat_sample(self, api: str, func: Any, args: tuple, kwargs: Dict[str, Any], out: Any, new: Any,
                         out_dtype: str) -> None:
@@ -267,34 +233,10 @@ class FreeBenchmarkCall:
             self.preheat.add(api, out_dtype, ratio, ok)
             break
 
-    def _replacement(self, api: str, out: Any, new: Any) -> Any:
-        try:
-            replaced = _cast_like(new, out)
-        except (TypeError, ValueError, RuntimeError) as exc:
-            self.session.summary.note("free_benchmark fix: %s kept its original output (%s)" % (api, exc))
-            return None
-        self.replaced[api] += 1
-        return replaced
-
-    # -- step end --------------------------------------------------------------------------------------------
-    def finish_step(self, step: int) -> List[CheckRow]:
-        """Every row of the step with its ratio on the host and its verdict (one transfer per device)."""
-        if self.backward is not None:
-            self.done.extend(self.backward.finish_step())
-        pending, self.pending = self.pending, []
-        values = cmp.resolve([p.ratio for p in pending])
-        rows = list(self.done)
-        self.done = []
-        for p, v in zip(pending, values):
-            p.row.ratio = v
-            p.row.consistent = th.consistent(v, p.row.threshold) and not (p.strict and v >= p.row.threshold)
-            rows.append(p.row)
-        for r in rows:
-            r.step = step
+    def _end_step(self, step: int) -> None:
         if self.preheat is not None and self.preheat.in_preheat(step):
             self.preheat.end_step(lambda dtype: th.ratio_threshold(dtype, self.fb.pert_mode))
         self.call_numbers = Counter()
-        return rows
 
 
 def _has_low(args: tuple, kwargs: Dict[str, Any]) -> bool:
@@ -305,35 +247,17 @@ def _has_float32(args: tuple, kwargs: Dict[str, Any]) -> bool:
     return any(t.dtype is torch.float32 for t in _tensors((args, kwargs), []))
 
 
+def _cast_tensor(new: Any, old: torch.Tensor) -> torch.Tensor:
+    if not isinstance(new, torch.Tensor) or new.shape != old.shape:
+        raise ValueError("the perturbed output does not match the original's shape")
+    value = new.to(device=old.device, dtype=old.dtype)
+    if old.requires_grad and value.grad_fn is None:
+        old.data = value.detach()
+        return old
+    return value
+
+
 def _cast_like(new: Any, old: Any) -> Any:
     """``new`` in ``old``'s structure, dtypes and devices. A tensor computed outside the graph (to_cpu) is written
     into the original output (``.data``), so the original backward still runs."""
-    if isinstance(old, torch.Tensor):
-        if not isinstance(new, torch.Tensor) or new.shape != old.shape:
-            raise ValueError("the perturbed output does not match the original's shape")
-        value = new.to(device=old.device, dtype=old.dtype)
-        if old.requires_grad and value.grad_fn is None:
-            old.data = value.detach()
-            return old
-        return value
-    if isinstance(old, (list, tuple)):
-        if not isinstance(new, (list, tuple)) or len(new) != len(old):
-            raise ValueError("the perturbed output has another structure")
-        items = [_cast_like(n, o) for n, o in zip(new, old)]
-        if isinstance(old, list):
-            return items
-        return tuple(items) if type(old) is tuple else _same_tuple(old, items)
-    if isinstance(old, dict):
-        if not isinstance(new, dict) or set(new) != set(old):
-            raise ValueError("the perturbed output has other keys")
-        return {k: _cast_like(new[k], old[k]) for k in old}
-    return old
-
-
-def _same_tuple(old: Any, items: List[Any]) -> Any:
-    """A namedtuple or a torch.return_types structseq of ``old``'s type holding ``items``."""
-    try:
-        return type(old)(*items)
-    except TypeError:
-        return type(old)(items)
-
+    return structure.cast_like(new, old, _is_tensor, _cast_tensor)

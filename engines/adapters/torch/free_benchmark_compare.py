@@ -12,11 +12,12 @@ Ratios stay 0-d device tensors until ``resolve`` moves a step's worth to the hos
 to_cpu is judged differently (msprobe's SingleCompare): ``single_compare``.
 """
 
-import math
-from typing import Any, Dict, List, Optional, Tuple, Union
+from typing import Any, Dict, List, Tuple, Union
 
 import torch
 
+from engines.free_benchmark import structure
+from engines.free_benchmark.metric import scalar_ratio  # noqa: F401 (this module's interface)
 from engines.free_benchmark.thresholds import chunk_count, to_cpu_limits
 
 Ratio = Union[float, torch.Tensor]
@@ -24,30 +25,12 @@ _INF = float("inf")
 
 
 def output_items(out: Any) -> List[Tuple[int, Any]]:
-    """(output_index, value) of every element that is compared."""
-    items: List[Tuple[int, Any]] = []
-    if isinstance(out, tuple) and hasattr(out, "values") and isinstance(out.values, torch.Tensor):
-        return [(0, out.values)]
-    if isinstance(out, (list, tuple)):
-        for v in out:
-            _flatten(v, items)
-        return items
-    if isinstance(out, dict):
-        for v in out.values():
-            _flatten(v, items)
-        return items
-    return [(0, out)]
+    """(output_index, value) of every element that is compared (``.values`` of a (values, indices) result)."""
+    return structure.output_items(out, _is_tensor, values_field=True, sizes=(torch.Size,))
 
 
-def _flatten(v: Any, items: List[Tuple[int, Any]]) -> None:
-    if isinstance(v, (list, tuple)) and not isinstance(v, torch.Size):
-        for x in v:
-            _flatten(x, items)
-    elif isinstance(v, dict):
-        for x in v.values():
-            _flatten(x, items)
-    else:
-        items.append((len(items), v))
+def _is_tensor(obj: Any) -> bool:
+    return isinstance(obj, torch.Tensor)
 
 
 def work_dtype(perturbed: torch.Tensor) -> torch.dtype:
@@ -86,25 +69,6 @@ def tensor_ratio(original: torch.Tensor, perturbed: torch.Tensor, tol: float) ->
     if n == 1:
         return chunk_ratio(a, b, tol)
     return torch.stack([chunk_ratio(x, y, tol) for x, y in zip(a.chunk(n), b.chunk(n))]).amax()
-
-
-def scalar_ratio(original: Any, perturbed: Any) -> Optional[float]:
-    """Python numbers: ints must be equal, floats give |o|/|p| (a zero gets +1e-8); other types: None."""
-    if isinstance(original, bool) or isinstance(perturbed, bool):
-        return 1.0 if original == perturbed else _INF
-    if isinstance(original, int) and isinstance(perturbed, int):
-        return 1.0 if original == perturbed else _INF
-    if isinstance(original, (int, float)) and isinstance(perturbed, (int, float)):
-        o, p = float(original), float(perturbed)
-        if math.isnan(o) and math.isnan(p):
-            return 1.0
-        o = o if o != 0 else o + 1e-8
-        p = p if p != 0 else p + 1e-8
-        if (o < 0) != (p < 0):
-            return _INF
-        r = abs(o) / abs(p)
-        return max(r, 1.0 / r)
-    return None
 
 
 def resolve(values: List[Ratio]) -> List[float]:

@@ -10,13 +10,17 @@
 - ``to_cpu``: every tensor moved to the CPU, float16/bfloat16 raised to float32.
 
 add_noise, bit_noise and change_value perturb only the first eligible tensor (the first floating tensor of the
-first positional argument that is a tensor or a container); each refuses, with a reason, what it cannot perturb.
+first positional argument that is a tensor or a container; ``engines.free_benchmark.perturb``); each refuses, with
+a reason, what it cannot perturb.
 """
 
-from typing import Any, Callable, Dict, Optional, Tuple
+from typing import Any, Callable, Dict, Optional
 
 import torch
 
+from engines.free_benchmark import perturb as neutral
+from engines.free_benchmark import structure
+from engines.free_benchmark.perturb import Cancelled
 from engines.free_benchmark.thresholds import epsilon
 
 LOW_PRECISION = (torch.float16, torch.bfloat16)
@@ -24,20 +28,18 @@ _INT_VIEWS = {torch.bfloat16: torch.int16, torch.float16: torch.int16, torch.flo
               torch.float64: torch.int64}
 
 
-class Cancelled(Exception):
-    """The perturbation does not apply to this call; the message says why (one line)."""
+def _is_tensor(obj: Any) -> bool:
+    return isinstance(obj, torch.Tensor)
+
+
+def _eligible(t: Any) -> bool:
+    return isinstance(t, torch.Tensor) and t.is_floating_point() and not t.is_meta
 
 
 def first_eligible_index(args: tuple) -> Optional[int]:
     """msprobe's ``valid_input_index``: the first positional argument that is a floating (non-meta) tensor or any
     list/tuple/dict. None: the call cannot be checked."""
-    for i, a in enumerate(args):
-        if isinstance(a, torch.Tensor):
-            if a.is_floating_point() and not a.is_meta:
-                return i
-        elif isinstance(a, (list, tuple, dict)):
-            return i
-    return None
+    return neutral.first_eligible_index(args, _is_tensor, _eligible)
 
 
 def _noise_precheck(x: torch.Tensor, mode: str) -> float:
@@ -90,53 +92,15 @@ TENSOR_PERTURBATIONS: Dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
 }
 
 
-def _replace_first(obj: Any, fn: Callable[[torch.Tensor], torch.Tensor]) -> Tuple[Any, bool]:
-    if isinstance(obj, torch.Tensor):
-        if obj.is_floating_point() and not obj.is_meta:
-            return fn(obj.detach()), True
-        return obj, False
-    if isinstance(obj, (list, tuple)):
-        items = list(obj)
-        for i, v in enumerate(items):
-            new, done = _replace_first(v, fn)
-            if done:
-                items[i] = new
-                if isinstance(obj, list):
-                    return items, True
-                return (tuple(items) if type(obj) is tuple else _rebuild(obj, items)), True
-        return obj, False
-    if isinstance(obj, dict):
-        for k, v in obj.items():
-            new, done = _replace_first(v, fn)
-            if done:
-                out = dict(obj)
-                out[k] = new
-                return out, True
-        return obj, False
-    return obj, False
+def _detached(fn: Callable[[torch.Tensor], torch.Tensor]) -> Callable[[torch.Tensor], torch.Tensor]:
+    return lambda t: fn(t.detach())  # the perturbed tensor is computed outside the graph
 
 
-def _rebuild(obj: Any, items: list) -> Any:
-    try:
-        return type(obj)(*items)  # namedtuple
-    except TypeError:
-        try:
-            return type(obj)(items)  # torch.return_types structseq
-        except TypeError:
-            return tuple(items)
+_DETACHED = {mode: _detached(fn) for mode, fn in TENSOR_PERTURBATIONS.items()}
 
 
 def _map_tensors(obj: Any, fn: Callable[[torch.Tensor], torch.Tensor]) -> Any:
-    if isinstance(obj, torch.Tensor):
-        return fn(obj)
-    if isinstance(obj, list):
-        return [_map_tensors(v, fn) for v in obj]
-    if isinstance(obj, tuple):
-        items = [_map_tensors(v, fn) for v in obj]
-        return tuple(items) if type(obj) is tuple else _rebuild(obj, items)
-    if isinstance(obj, dict):
-        return {k: _map_tensors(v, fn) for k, v in obj.items()}
-    return obj
+    return structure.map_tensors(obj, _is_tensor, fn)
 
 
 class Perturbed:
@@ -159,19 +123,12 @@ def perturb(mode: str, args: tuple, kwargs: Dict[str, Any], index: int, autocast
     inputs are first rounded to the autocast dtype, so the check measures the op's own error, not its inputs'
     rounding, and the call counts as changed (it re-runs with autocast off). ``keep_graph`` (fix mode) keeps the
     perturbed tensors in the autograd graph and skips that rounding: the fix is the full float32 call."""
+    simple = neutral.rearranged(mode, args, kwargs, index, _DETACHED, _eligible)
+    if simple is not None:
+        return Perturbed(simple[0], simple[1], True)
     kwargs = dict(kwargs)
     if "inplace" in kwargs:
         kwargs["inplace"] = False
-    if mode == "no_change":
-        return Perturbed(tuple(args), kwargs, True)
-    if mode in TENSOR_PERTURBATIONS:
-        fn = TENSOR_PERTURBATIONS[mode]
-        items = list(args)
-        new, done = _replace_first(items[index], fn)
-        if not done:
-            raise Cancelled("%s: no floating tensor in argument %d" % (mode, index))
-        items[index] = new
-        return Perturbed(tuple(items), kwargs, True)
     if mode == "improve_precision":
         changed = [False]
 

@@ -1,0 +1,55 @@
+"""free_benchmark's perturbations (reference §8.3), the framework-neutral part: which argument is perturbed, and
+the modes that only rearrange arguments.
+
+add_noise, bit_noise and change_value perturb only the first eligible tensor: the first floating tensor of the
+first positional argument that is a tensor or a container (msprobe's ``valid_input_index``); the adapter computes
+the perturbed tensor itself. ``no_change`` re-runs the inputs as they are. improve_precision and to_cpu touch every
+tensor and are the adapter's.
+"""
+
+from typing import Any, Callable, Dict, Optional, Tuple
+
+from engines.free_benchmark import structure
+
+TENSOR_MODES = ("add_noise", "bit_noise", "change_value")
+
+
+class Cancelled(Exception):
+    """The perturbation does not apply to this call; the message says why (one line)."""
+
+
+def first_eligible_index(args: tuple, is_tensor: Callable[[Any], bool], eligible: Callable[[Any], bool]
+                         ) -> Optional[int]:
+    """The first positional argument that is an ``eligible`` tensor or any list/tuple/dict; None: the call
+    cannot be checked."""
+    for i, a in enumerate(args):
+        if is_tensor(a):
+            if eligible(a):
+                return i
+        elif isinstance(a, (list, tuple, dict)):
+            return i
+    return None
+
+
+def rearranged(mode: str, args: tuple, kwargs: Dict[str, Any], index: int,
+               perturbations: Dict[str, Callable[[Any], Any]], eligible: Callable[[Any], bool]
+               ) -> Optional[Tuple[tuple, Dict[str, Any]]]:
+    """``(args, kwargs)`` for ``no_change`` and the tensor perturbations (``inplace`` off); None for another mode.
+    ``index`` is the eligible argument (``first_eligible_index``)."""
+    if mode == "no_change":
+        return tuple(args), _no_inplace(kwargs)
+    if mode in perturbations:
+        items = list(args)
+        new, done = structure.replace_first(items[index], eligible, perturbations[mode])
+        if not done:
+            raise Cancelled("%s: no floating tensor in argument %d" % (mode, index))
+        items[index] = new
+        return tuple(items), _no_inplace(kwargs)
+    return None
+
+
+def _no_inplace(kwargs: Dict[str, Any]) -> Dict[str, Any]:
+    kwargs = dict(kwargs)
+    if "inplace" in kwargs:
+        kwargs["inplace"] = False
+    return kwargs
