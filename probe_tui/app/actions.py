@@ -16,7 +16,7 @@ from typing import Dict, List, Optional, Tuple
 from textual.binding import Binding
 
 # Scopes: "app" actions work everywhere; the others belong to one screen.
-SCOPES = ("app", "home", "builder", "run", "summary", "help")
+SCOPES = ("app", "home", "builder", "run", "summary", "compare", "dump", "monitor", "grad", "help")
 
 SCOPE_TITLES = {
     "app": "Everywhere",
@@ -24,6 +24,10 @@ SCOPE_TITLES = {
     "builder": "Config builder",
     "run": "Run",
     "summary": "Run summary",
+    "compare": "Compare browser",
+    "dump": "Dump browser",
+    "monitor": "Live monitor",
+    "grad": "Grad compare",
     "help": "Help",
 }
 
@@ -128,6 +132,50 @@ ACTIONS: Tuple[AppAction, ...] = (
     AppAction("summary.edit", "edit_config", "e", "Edit config", "Run", "summary",
               "Open the config this run was made with in the config builder."),
     AppAction("summary.back", "back", "escape,q", "Back", "General", "summary", "Back to the previous screen."),
+    # Compare browser
+    AppAction("compare.results", "show_tab('results')", "1", "Results", "Views", "compare",
+              "Show the table of compare results (every row, coloured by verdict)."),
+    AppAction("compare.divergence", "show_tab('divergence')", "2", "Divergence", "Views", "compare",
+              "Show the first-divergence list: operators ranked by the error they add."),
+    AppAction("compare.tree", "show_tab('tree')", "3", "Tree", "Views", "compare",
+              "Show the model hierarchy, each module coloured by its worst verdict."),
+    AppAction("compare.next_error", "next_error", "n", "Next error", "Find", "compare",
+              "Move to the next row with an error (wraps around)."),
+    AppAction("compare.prev_error", "previous_error", "N", "Prev error", "Find", "compare",
+              "Move to the previous row with an error.", show=False),
+    AppAction("compare.search", "search", "slash,ctrl+f", "Search", "Find", "compare",
+              "Keep the rows whose record or module name matches (text, a glob, or re:regex); empty clears.",
+              key_display="/"),
+    AppAction("compare.filter", "cycle_filter", "f", "Filter", "Find", "compare",
+              "Cycle the verdict filter: all, problems, errors, warnings, unmatched."),
+    AppAction("compare.sort", "cycle_sort", "s", "Sort", "Find", "compare",
+              "Cycle the sort: dump order, worst verdict, rel_err (cosine, max_abs_err in tensor mode), name."),
+    AppAction("compare.reverse", "reverse_sort", "r", "Reverse", "Find", "compare",
+              "Reverse the sort order.", show=False),
+    AppAction("compare.goto", "goto_rows", "g", "Go to rows", "Views", "compare",
+              "From a suspect or a tree node: show its rows in the results table."),
+    AppAction("compare.detail", "toggle_detail", "d", "Detail", "Views", "compare",
+              "Show or hide the detail pane (hidden, the table uses the whole width)."),
+    AppAction("compare.files", "files", "i", "Files", "General", "compare",
+              "Show the result folder's files and run.json.", show=False),
+    AppAction("compare.back", "back", "escape,q", "Back", "General", "compare",
+              "Close the search, or go back to the previous screen."),
+    # Dump browser
+    AppAction("dump.search", "search", "slash,ctrl+f", "Search", "Find", "dump",
+              "Keep the records whose name or module matches (text, a glob, or re:regex); empty clears.",
+              key_display="/"),
+    AppAction("dump.nonfinite", "toggle_nonfinite", "f", "Inf/NaN only", "Find", "dump",
+              "Keep only the records with a NaN or an inf in a tensor (reads every step and rank once)."),
+    AppAction("dump.next", "next_match", "n", "Next match", "Find", "dump",
+              "Move to the next record that matches the filter (or holds inf/nan when nothing is filtered)."),
+    AppAction("dump.slice", "slice", "v", "Slice", "Tensor", "dump",
+              "Show a slice of the selected tensor: an index like 0, :8 (empty: its first values)."),
+    AppAction("dump.log", "toggle_log", "l", "Log scale", "Tensor", "dump",
+              "Switch the histogram between values and log10 of their magnitudes."),
+    AppAction("dump.files", "files", "i", "Files", "General", "dump",
+              "Show the dump folder's files (and run.json).", show=False),
+    AppAction("dump.back", "back", "escape,q", "Back", "General", "dump",
+              "Close the search or slice field, or go back to the previous screen."),
     # Help
     AppAction("help.close", "close", "escape,q,f1", "Close", "General", "help", "Close the help screen."),
 )
@@ -162,7 +210,9 @@ def action_by_id(action_id: str) -> AppAction:
 
 def key_label(key: str) -> str:
     """A key name as a person types it: ``ctrl+s`` -> ``^s``, ``question_mark`` -> ``?``."""
-    names = {"question_mark": "?", "escape": "esc", "enter": "enter", "tab": "tab"}
+    names = {"question_mark": "?", "escape": "esc", "enter": "enter", "tab": "tab", "slash": "/", "plus": "+",
+             "minus": "-", "equals_sign": "=", "left_square_bracket": "[", "right_square_bracket": "]",
+             "exclamation_mark": "!", "full_stop": ".", "comma": ","}
     if key in names:
         return names[key]
     if key.startswith("ctrl+"):
