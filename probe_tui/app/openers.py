@@ -91,11 +91,19 @@ def _dump_screen(path: Path) -> Screen:
     return DumpScreen(path)
 
 
+def _monitor_screen(path: Path) -> Screen:
+    from probe_tui.app.screens.monitor import MonitorScreen
+
+    return MonitorScreen(path)
+
+
 def _views() -> List[tuple]:
     from probe_tui.app.data.compare_result import is_compare_result
     from probe_tui.app.data.dump_index import is_dump
+    from probe_tui.app.data.monitor_feed import is_monitor_run
 
     return [
         ("compare-result", is_compare_result, _compare_screen),
+        ("monitor", is_monitor_run, _monitor_screen),
         ("dump", is_dump, _dump_screen),
     ]
