@@ -199,6 +199,18 @@ ACTIONS: Tuple[AppAction, ...] = (
               "Show the run folder's files and run.json.", show=False),
     AppAction("monitor.back", "back", "escape,q", "Back", "General", "monitor",
               "Close the series filter, or go back to the previous screen (the run goes on)."),
+    # Grad compare
+    AppAction("grad.sort", "cycle_sort", "s", "Sort", "View", "grad",
+              "Sort the parameters by model order or by lowest similarity."),
+    AppAction("grad.step_back", "step(-1)", "left_square_bracket", "Step -", "View", "grad",
+              "Show the layer ratios of the previous step.", key_display="["),
+    AppAction("grad.step_on", "step(1)", "right_square_bracket", "Step +", "View", "grad",
+              "Show the layer ratios of the next step.", key_display="]"),
+    AppAction("grad.rank", "next_rank", "r", "Rank", "View", "grad",
+              "Show the next rank (multi-rank results).", show=False),
+    AppAction("grad.files", "files", "i", "Files", "General", "grad",
+              "Show the result folder's files (the CSVs and charts).", show=False),
+    AppAction("grad.back", "back", "escape,q", "Back", "General", "grad", "Back to the previous screen."),
     # Help
     AppAction("help.close", "close", "escape,q,f1", "Close", "General", "help", "Close the help screen."),
 )

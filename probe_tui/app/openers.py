@@ -97,13 +97,21 @@ def _monitor_screen(path: Path) -> Screen:
     return MonitorScreen(path)
 
 
+def _grad_screen(path: Path) -> Screen:
+    from probe_tui.app.screens.grad import GradScreen
+
+    return GradScreen(path)
+
+
 def _views() -> List[tuple]:
     from probe_tui.app.data.compare_result import is_compare_result
     from probe_tui.app.data.dump_index import is_dump
+    from probe_tui.app.data.grad_result import is_grad_result
     from probe_tui.app.data.monitor_feed import is_monitor_run
 
     return [
         ("compare-result", is_compare_result, _compare_screen),
+        ("grad-compare", is_grad_result, _grad_screen),
         ("monitor", is_monitor_run, _monitor_screen),
         ("dump", is_dump, _dump_screen),
     ]

@@ -34,7 +34,7 @@ def envelope(steps: np.ndarray, values: np.ndarray, columns: int) -> Tuple[np.nd
 def short_key(key: str, limit: int = 36) -> str:
     """``grad_reduced/blocks.1.mlp.fc1.weight/norm`` -> the name and metric (the tag is in the picker)."""
     parts = key.split("/")
-    text = "/".join(parts[1:]) if len(parts) == 3 else key
+    text = "/".join(parts[1:]) if len(parts) == 3 and parts[0] else key
     return text if len(text) <= limit else "…" + text[-(limit - 1):]
 
 
@@ -46,7 +46,8 @@ class MetricChart(PlotextPlot):
         self.message = "waiting for the first step…"
 
     def show(self, series: Dict[str, Tuple[np.ndarray, np.ndarray]], *, window: Optional[Tuple[int, int]] = None,
-             log: bool = False, mark_step: Optional[int] = None, order: Sequence[str] = ()) -> None:
+             log: bool = False, mark_step: Optional[int] = None, order: Sequence[str] = (),
+             hline: Optional[float] = None, ylim: Optional[Tuple[float, float]] = None) -> None:
         plt = self.plt
         plt.clear_data()
         plt.clear_figure()
@@ -74,10 +75,18 @@ class MetricChart(PlotextPlot):
             hi_all = xs[-1] if hi_all is None else max(hi_all, xs[-1])
         if window is not None:
             plt.xlim(window[0], max(window[1], window[0] + 1))
+        if lo_all is not None and hi_all - lo_all <= 12:  # few steps: whole-step ticks, not 0.25, 0.5, ...
+            first = int(window[0]) if window is not None else int(lo_all)
+            last = int(window[1]) if window is not None else int(hi_all)
+            plt.xticks(list(range(first, last + 1)))
         if log:
             plt.yscale("log")
         if mark_step is not None:
             plt.vline(mark_step, "red")
+        if hline is not None:
+            plt.hline(hline, "red")
+        if ylim is not None:
+            plt.ylim(*ylim)
         plt.xlabel("step")
         if not drawn:
             plt.title(self.message)
