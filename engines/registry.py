@@ -19,6 +19,7 @@ COLLECTION_ENGINES = {
 ANALYSIS_ENGINES = {
     "compare": "engines.compare.engine:run_compare",
     "grad_compare": "engines.grad_compare.engine:run_grad_compare",
+    "analyze_overflow": "engines.overflow.analyze:run_analyze_overflow",
 }
 
 

@@ -123,6 +123,7 @@ def _run_collection(job, events: EventSink, fail_on_findings: bool) -> RunOutcom
     framework = resolve_framework(job)
     engine = registry.collection_engine(job.task)
     run = create_run(job.dump_path, task=job.task, config=dump_config(job), framework=framework)
+    events = _StepCounter(events)
     total_steps = _declared_steps(job)
     started = time.monotonic()
     events.emit("run_started", run_dir=str(run.path), task=job.task, total_steps=total_steps)
@@ -147,9 +148,24 @@ def _run_collection(job, events: EventSink, fail_on_findings: bool) -> RunOutcom
         exit_code = EXIT_OK
     status = _status_for(exit_code)
     summary.setdefault("elapsed_s", round(time.monotonic() - started, 3))
+    if events.steps:
+        run.update(steps=len(events.steps))
     run.finish(status=status, exit_code=exit_code, summary=summary)
     events.emit("run_finished", status=status, exit_code=exit_code, run_dir=str(run.path), summary=summary)
     return RunOutcome(exit_code, status, str(run.path), summary)
+
+
+class _StepCounter:
+    """Passes events through and counts the training steps the run reported (for run.json's ``steps``)."""
+
+    def __init__(self, inner: EventSink) -> None:
+        self.inner = inner
+        self.steps: set = set()
+
+    def emit(self, kind: str, **fields: Any) -> None:
+        if kind == "step" and isinstance(fields.get("step"), int):
+            self.steps.add(fields["step"])
+        self.inner.emit(kind, **fields)
 
 
 def _declared_steps(job) -> Optional[int]:

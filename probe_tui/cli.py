@@ -70,6 +70,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--fuzzy", action="store_true", help="align names that differ (call indices, class names)")
     _add_job_flags(p)
 
+    p = sub.add_parser("analyze-overflow", help="replay the ops an overflow_check run flagged, in high precision")
+    p.add_argument("path", help="overflow_check run folder (or its dump_path: the latest run)")
+    p.add_argument("--dtype", choices=["float32", "float64"], default="float64", help="replay precision")
+    p.add_argument("-o", "--output", metavar="DIR", help="where to write the result")
+    _add_job_flags(p)
+
     p = sub.add_parser("parse", help="list, filter and inspect the records of a dump (ours or msprobe's)")
     p.add_argument("path", help="run folder, rank folder, dump.json or step folder")
     p.add_argument("--name", metavar="PATTERN", help="rows whose name contains PATTERN (glob with *?[, regex with re:)")

@@ -73,3 +73,13 @@ def cmd_compare(args) -> int:
     if job is None:
         return 2
     return run_job_reporting(job, args, label="compare")
+
+
+def cmd_analyze_overflow(args) -> int:
+    section: Dict[str, Any] = {"path": args.path, "dtype": args.dtype}
+    if args.output:
+        section["output_path"] = args.output
+    job = load_or_report({"task": "analyze_overflow", "analyze_overflow": section}, label="analyze-overflow")
+    if job is None:
+        return 2
+    return run_job_reporting(job, args, label="analyze-overflow")

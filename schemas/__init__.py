@@ -10,6 +10,8 @@ Public API (others code against these names):
 """
 
 from .analysis import (
+    AnalyzeOverflowJob,
+    AnalyzeOverflowSection,
     CompareJob,
     CompareSection,
     CompareThresholds,
@@ -38,7 +40,7 @@ __all__ = [
     "JobConfig", "TASKS", "COLLECTION_TASKS", "ANALYSIS_TASKS",
     "JobBase", "RunJob", "CollectionJob", "DumpJob", "ALL_LEVELS", "LEVEL_NOTES",
     "StatisticsJob", "TensorJob", "OverflowCheckJob", "FreeBenchmarkJob", "GradProbeJob", "MonitorJob",
-    "CompareJob", "GradCompareJob",
+    "CompareJob", "GradCompareJob", "AnalyzeOverflowJob", "AnalyzeOverflowSection",
     "StatisticsSection", "TensorSection", "ApiFilter", "OverflowCheckSection", "FreeBenchmarkSection",
     "GradProbeSection", "MonitorSection", "MonitorTarget", "AlertConfig", "AlertRule", "AlertArgs",
     "CompareSection", "CompareThresholds", "MetricLimits", "GradCompareSection",

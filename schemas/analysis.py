@@ -1,4 +1,5 @@
-"""Analysis jobs: compare two runs, compare two grad_probe runs. They read stores and need no framework.
+"""Analysis jobs: compare two runs, compare two grad_probe runs, classify an overflow_check run's overflows.
+They read stores; only analyze_overflow needs a framework (to replay the flagged calls).
 
 Results go to a new run folder under `dump_path` (`<dump_path>/<run-id>/`, with run.json and `latest`), like a
 collection run, so the app lists and opens them the same way; `output_path` names a folder instead.
@@ -14,7 +15,7 @@ from .errors import RuleCollector
 from .types import RankList, config_error, field
 
 __all__ = ["MetricLimits", "CompareThresholds", "CompareSection", "CompareJob", "GradCompareSection",
-           "GradCompareJob"]
+           "GradCompareJob", "AnalyzeOverflowSection", "AnalyzeOverflowJob"]
 
 RESULT_FORMATS = ("hdf5", "csv", "xlsx")
 
@@ -184,3 +185,24 @@ class GradCompareJob(JobBase):
 
     task: Literal["grad_compare"] = field("grad_compare", "Compare two grad_probe runs.")
     grad_compare: GradCompareSection = field(..., "What to compare and how.")
+
+
+class AnalyzeOverflowSection(ConfigModel):
+    path: str = field(
+        ..., "An overflow_check run: its folder, its `latest` pointer, the dump_path it wrote to, or one rank "
+             "folder.", min_length=1)
+    dtype: Literal["float32", "float64"] = field(
+        "float64", "Precision of the replay: each flagged call is run again from its saved inputs in this dtype.")
+    device: str = field("cpu", "Where the replay runs (cpu, cuda, cuda:1, npu:0...).", min_length=1,
+                        advanced=True)
+    output_path: Optional[str] = field(None, "Folder for the results. Unset: a new run folder under dump_path.",
+                                       min_length=1)
+
+
+class AnalyzeOverflowJob(JobBase):
+    """Replay each call that overflow_check flagged, in high precision, and say whether the overflow is a real
+    range problem (high precision overflows too) or an artefact of the low-precision dtype."""
+
+    task: Literal["analyze_overflow"] = field("analyze_overflow", "Classify the overflows of an overflow_check "
+                                                                  "run.")
+    analyze_overflow: AnalyzeOverflowSection = field(..., "Which run to analyse and how.")

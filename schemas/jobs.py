@@ -4,7 +4,7 @@ from typing import Annotated, Dict, Tuple, Union
 
 from pydantic import Field, TypeAdapter
 
-from .analysis import CompareJob, GradCompareJob
+from .analysis import AnalyzeOverflowJob, CompareJob, GradCompareJob
 from .common import JobBase
 from .dump_jobs import OverflowCheckJob, StatisticsJob, TensorJob
 from .free_benchmark import FreeBenchmarkJob
@@ -15,15 +15,15 @@ __all__ = ["JobConfig", "JOB_ADAPTER", "TASKS", "COLLECTION_TASKS", "ANALYSIS_TA
 
 JobConfig = Annotated[
     Union[StatisticsJob, TensorJob, OverflowCheckJob, FreeBenchmarkJob, GradProbeJob, MonitorJob, CompareJob,
-          GradCompareJob],
+          GradCompareJob, AnalyzeOverflowJob],
     Field(discriminator="task"),
 ]
 
 _MODELS = (StatisticsJob, TensorJob, OverflowCheckJob, FreeBenchmarkJob, GradProbeJob, MonitorJob, CompareJob,
-           GradCompareJob)
+           GradCompareJob, AnalyzeOverflowJob)
 TASKS: Dict[str, type] = {model.task_name(): model for model in _MODELS}
 COLLECTION_TASKS: Tuple[str, ...] = ("statistics", "tensor", "overflow_check", "free_benchmark", "grad_probe",
                                      "monitor")
-ANALYSIS_TASKS: Tuple[str, ...] = ("compare", "grad_compare")
+ANALYSIS_TASKS: Tuple[str, ...] = ("compare", "grad_compare", "analyze_overflow")
 
 JOB_ADAPTER: "TypeAdapter[JobBase]" = TypeAdapter(JobConfig)

@@ -144,6 +144,10 @@ def starter_config(task: str) -> Dict[str, Any]:
     if task not in TASKS:
         hint = did_you_mean(task, TASKS) or "one of " + ", ".join(TASKS)
         raise ConfigError([ConfigIssue("task", f"unknown task {task!r}", hint)])
+    if task == "analyze_overflow":
+        return {"task": task, "comment": "Needs an earlier overflow_check run: probe-tui --run "
+                "sample_configs/overflow_check.json.", "dump_path": "./probe_dump",
+                task: {"path": "./probe_dump/overflow/latest"}}
     if task in ANALYSIS_TASKS:
         kind = "demo" if task == "compare" else "grad"
         return {

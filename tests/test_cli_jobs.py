@@ -33,6 +33,9 @@ def two_runs(tmp_path_factory):
         proc = cli("--run", config, cwd=root)
         assert proc.returncode == 0, proc.stderr
         assert "finished" in proc.stderr
+    for name in ("healthy", "faulty"):
+        run = json.loads((root / "runs" / name / "latest" / "run.json").read_text())
+        assert run["status"] == "finished" and run["steps"] == 2 and run["ranks"] == [0]
     return root
 
 
@@ -74,3 +77,21 @@ def test_parse_lists_filters_and_reads_tensors(two_runs):
 def test_parse_unknown_row_is_bad_input(two_runs):
     proc = cli("parse", "runs/healthy/latest", "--row", "Nope.0.forward.output.0", cwd=two_runs)
     assert proc.returncode == 2 and "Nope.0.forward.output.0" in proc.stderr
+
+
+def test_overflow_check_then_analyze_overflow(tmp_path):
+    config = tmp_path / "overflow.json"
+    config.write_text(json.dumps({
+        "task": "overflow_check", "dump_path": "./of", "level": "L1",
+        "target": {"demo": {"preset": "tiny", "steps": 3, "dtype": "fp16",
+                            "faults": {"fp16_overflow": {"layer": 1, "from_step": 1}}}},
+        "overflow_check": {"overflow_nums": 1}}))
+    proc = cli("--run", config, "--json", "--fail-on-findings", cwd=tmp_path)
+    assert proc.returncode == 3, proc.stderr
+    summary = json.loads(proc.stdout)["summary"]
+    assert "Torch.exp.0.forward produced +inf from finite inputs" in summary["verdict"]
+    assert "failed" not in proc.stderr  # no hook of ours broke on the way
+    proc = cli("analyze-overflow", "of/latest", "--json", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    summary = json.loads(proc.stdout)["summary"]
+    assert summary["precision"] == 1 and "Torch.exp.0.forward" in summary["verdict"]

@@ -58,14 +58,16 @@ def test_collection_samples_run_the_small_demo(path):
 def test_compare_samples_point_at_the_runs_the_other_samples_write():
     dumps = {p.name: _load_quiet(p)[0].dump_path for p in SAMPLES}
     compare = _load_quiet(ROOT / "sample_configs" / "compare.json")[0].compare
-    assert compare.target_path == dumps["statistics_bf16.json"] + "/latest"
+    assert compare.target_path == dumps["statistics_lowp.json"] + "/latest"
     assert compare.golden_path == dumps["statistics.json"] + "/latest"
     grad = _load_quiet(ROOT / "sample_configs" / "grad_compare.json")[0].grad_compare
     assert grad.target_path == dumps["grad_probe_bf16.json"] + "/latest"
     assert grad.golden_path == dumps["grad_probe.json"] + "/latest"
     fp32 = _load_quiet(ROOT / "sample_configs" / "statistics.json")[0]
     bf16 = _load_quiet(ROOT / "sample_configs" / "statistics_bf16.json")[0]
-    assert (fp32.target.demo.dtype, bf16.target.demo.dtype) == ("fp32", "bf16")
+    lowp = _load_quiet(ROOT / "sample_configs" / "statistics_lowp.json")[0]
+    assert (fp32.target.demo.dtype, bf16.target.demo.dtype, lowp.target.demo.dtype) == ("fp32", "bf16", "fp32")
+    assert fp32.target.demo.faults.lowp_softmax is None and lowp.target.demo.faults.lowp_softmax.layer == 1
 
 
 @pytest.mark.parametrize("path", SAMPLES, ids=SAMPLE_IDS)

@@ -177,6 +177,7 @@ class ApiCapture:
                 fresh = info.distributed
                 for slot, t in outputs:
                     s.add_row(record, slot, t, save, fresh=fresh)
+            s.record_done(record)
         if want_bwd and outputs:
             pending = PendingBackward(s, naming.backward_of(name), naming.KIND_API, parent, stack,
                                       flags & ~naming.FLAG_RECOMPUTED)

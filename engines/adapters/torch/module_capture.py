@@ -237,6 +237,7 @@ class ModuleCapture:
             if dm.forward and dm.output:
                 for slot, t in outputs:
                     s.add_row(frame.record, slot, t, frame.save)
+            s.record_done(frame.record)
         if frame.want_bwd and outputs:
             for slot, t in kw_rows:
                 e = input_edge(slot, t)

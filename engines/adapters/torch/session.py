@@ -170,13 +170,15 @@ class TorchCaptureSession:
             self.sink.close(status)
         return self.summary
 
-    def _finish_for_good(self) -> None:
+    def _finish_for_good(self, why: Optional[str] = None) -> None:
         self.finished = True
         self.running = False
         self._uninstall()
         self.modules.remove_param_hooks()
-        self.summary.note("the last selected step (%d) is done; capture is off for the rest of the run"
-                          % self.filter.last_step, level=logging.INFO)
+        if why is None and self.filter.last_step is not None:
+            why = "the last selected step (%d) is done" % self.filter.last_step
+        if why is not None:
+            self.summary.note("%s; capture is off for the rest of the run" % why, level=logging.INFO)
 
     def _install(self) -> None:
         opts = self.options
@@ -286,6 +288,12 @@ class TorchCaptureSession:
             dtype, shape, device = meta[entry]
             self.buffer.add_row(record, slot, dtype, shape, 1 if t.requires_grad else 0, entry, device, save)
         pending.rows = []
+        self.record_done(record)
+
+    def record_done(self, record: int) -> None:
+        """Extension point: every row of forward or backward ``record`` is in the buffer (parameter-gradient
+        records excepted: their rows arrive until the step ends). A no-op here; overflow_check overrides it."""
+        return None
 
     # -- save() ----------------------------------------------------------------------------------------------
     def save(self, name: str, value: Any, save_backward: bool = True) -> None:

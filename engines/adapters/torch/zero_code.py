@@ -21,8 +21,10 @@ from engines.capture.summary import CaptureSummary
 class ZeroCodeCapture:
     def __init__(self, options: CaptureOptions, sink_factory: Optional[Callable[[int], Any]],
                  summary: Optional[CaptureSummary] = None,
-                 on_step_end: Optional[Callable[[int, int], None]] = None) -> None:
-        self.session = TorchCaptureSession(options, sink_factory, summary=summary)
+                 on_step_end: Optional[Callable[[int, int], None]] = None,
+                 session: Optional[TorchCaptureSession] = None) -> None:
+        # ``session``: a session built by the caller (overflow_check and free_benchmark bring their own).
+        self.session = session or TorchCaptureSession(options, sink_factory, summary=summary)
         self.on_step_end = on_step_end
         self._primary: Optional[weakref.ref] = None
         self._handle = None

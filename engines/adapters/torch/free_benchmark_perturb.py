@@ -1,0 +1,200 @@
+"""The six perturbations of free_benchmark (reference §8.3), bit for bit.
+
+- ``add_noise``: ``where(|x| > sqrt(eps), x + eps, x)`` in x's dtype, eps = bf16 1e-4, fp16 1e-6, fp32 1e-8,
+  fp64 1e-16;
+- ``bit_noise``: the lowest mantissa bit flipped (``int(x) ^ 1`` on the same-width integer view) where
+  ``|x| > finfo.smallest_normal``;
+- ``change_value``: a copy with ``x[0]``/``x[-1]`` swapped (1-D) or the sub-tensors ``x[0][0]``/``x[-1][-1]``;
+- ``no_change``: the inputs as they are;
+- ``improve_precision``: every float16/bfloat16 tensor of the arguments raised to float32;
+- ``to_cpu``: every tensor moved to the CPU, float16/bfloat16 raised to float32.
+
+add_noise, bit_noise and change_value perturb only the first eligible tensor (the first floating tensor of the
+first positional argument that is a tensor or a container); each refuses, with a reason, what it cannot perturb.
+"""
+
+from typing import Any, Callable, Dict, Optional, Tuple
+
+import torch
+
+from engines.free_benchmark.thresholds import epsilon
+
+LOW_PRECISION = (torch.float16, torch.bfloat16)
+_INT_VIEWS = {torch.bfloat16: torch.int16, torch.float16: torch.int16, torch.float32: torch.int32,
+              torch.float64: torch.int64}
+
+
+class Cancelled(Exception):
+    """The perturbation does not apply to this call; the message says why (one line)."""
+
+
+def first_eligible_index(args: tuple) -> Optional[int]:
+    """msprobe's ``valid_input_index``: the first positional argument that is a floating (non-meta) tensor or any
+    list/tuple/dict. None: the call cannot be checked."""
+    for i, a in enumerate(args):
+        if isinstance(a, torch.Tensor):
+            if a.is_floating_point() and not a.is_meta:
+                return i
+        elif isinstance(a, (list, tuple, dict)):
+            return i
+    return None
+
+
+def _noise_precheck(x: torch.Tensor, mode: str) -> float:
+    eps = epsilon(str(x.dtype))
+    if eps is None:
+        raise Cancelled("%s: dtype %s unsupported" % (mode, x.dtype))
+    if x.numel() == 0:
+        raise Cancelled("%s: empty tensor" % mode)
+    try:
+        top = x.abs().max().item()
+    except RuntimeError:
+        top = x.float().abs().max().item()
+    if not top >= eps:
+        raise Cancelled("%s: maximum value is less than the minimum threshold" % mode)
+    return eps
+
+
+def add_noise(x: torch.Tensor) -> torch.Tensor:
+    eps = _noise_precheck(x, "add_noise")
+    return torch.where(x.abs() > eps ** 0.5, x + eps, x)
+
+
+def bit_noise(x: torch.Tensor) -> torch.Tensor:
+    _noise_precheck(x, "bit_noise")
+    view = _INT_VIEWS.get(x.dtype)
+    if view is None:
+        raise Cancelled("bit_noise: dtype %s unsupported" % x.dtype)
+    flipped = (x.contiguous().view(view) ^ 1).view(x.dtype)
+    return torch.where(x.abs() > torch.finfo(x.dtype).tiny, flipped, x)
+
+
+def change_value(x: torch.Tensor) -> torch.Tensor:
+    if x.dim() == 0:
+        raise Cancelled("change_value: 0-d tensor unsupported")
+    y = x.clone()
+    if x.dim() == 1:
+        if x.size(0) < 2:
+            raise Cancelled("change_value: fewer than 2 elements")
+        y[0], y[-1] = x[-1].clone(), x[0].clone()
+        return y
+    if x.size(1) == 0 or (x.size(1) < 2 and x.size(0) < 2):
+        raise Cancelled("change_value: first two dimensions too small")
+    first, last = x[0][0].clone(), x[-1][-1].clone()
+    y[0][0], y[-1][-1] = last, first
+    return y
+
+
+TENSOR_PERTURBATIONS: Dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
+    "add_noise": add_noise, "bit_noise": bit_noise, "change_value": change_value,
+}
+
+
+def _replace_first(obj: Any, fn: Callable[[torch.Tensor], torch.Tensor]) -> Tuple[Any, bool]:
+    if isinstance(obj, torch.Tensor):
+        if obj.is_floating_point() and not obj.is_meta:
+            return fn(obj.detach()), True
+        return obj, False
+    if isinstance(obj, (list, tuple)):
+        items = list(obj)
+        for i, v in enumerate(items):
+            new, done = _replace_first(v, fn)
+            if done:
+                items[i] = new
+                if isinstance(obj, list):
+                    return items, True
+                return (tuple(items) if type(obj) is tuple else _rebuild(obj, items)), True
+        return obj, False
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            new, done = _replace_first(v, fn)
+            if done:
+                out = dict(obj)
+                out[k] = new
+                return out, True
+        return obj, False
+    return obj, False
+
+
+def _rebuild(obj: Any, items: list) -> Any:
+    try:
+        return type(obj)(*items)  # namedtuple
+    except TypeError:
+        try:
+            return type(obj)(items)  # torch.return_types structseq
+        except TypeError:
+            return tuple(items)
+
+
+def _map_tensors(obj: Any, fn: Callable[[torch.Tensor], torch.Tensor]) -> Any:
+    if isinstance(obj, torch.Tensor):
+        return fn(obj)
+    if isinstance(obj, list):
+        return [_map_tensors(v, fn) for v in obj]
+    if isinstance(obj, tuple):
+        items = [_map_tensors(v, fn) for v in obj]
+        return tuple(items) if type(obj) is tuple else _rebuild(obj, items)
+    if isinstance(obj, dict):
+        return {k: _map_tensors(v, fn) for k, v in obj.items()}
+    return obj
+
+
+class Perturbed:
+    """The perturbed call's arguments, the dtype the comparison happens in, and whether anything changed."""
+
+    __slots__ = ("args", "kwargs", "changed", "device")
+
+    def __init__(self, args: tuple, kwargs: Dict[str, Any], changed: bool, device: Optional[torch.device] = None):
+        self.args = args
+        self.kwargs = kwargs
+        self.changed = changed
+        self.device = device
+
+
+def perturb(mode: str, args: tuple, kwargs: Dict[str, Any], index: int, autocast_dtype: Optional[torch.dtype] = None,
+            keep_graph: bool = False) -> Perturbed:
+    """Perturbed arguments for ``mode``. ``index`` is the eligible argument (``first_eligible_index``).
+
+    improve_precision when autocast lowered the call (the caller passes ``autocast_dtype`` then): its float32
+    inputs are first rounded to the autocast dtype, so the check measures the op's own error, not its inputs'
+    rounding, and the call counts as changed (it re-runs with autocast off). ``keep_graph`` (fix mode) keeps the
+    perturbed tensors in the autograd graph and skips that rounding: the fix is the full float32 call."""
+    kwargs = dict(kwargs)
+    if "inplace" in kwargs:
+        kwargs["inplace"] = False
+    if mode == "no_change":
+        return Perturbed(tuple(args), kwargs, True)
+    if mode in TENSOR_PERTURBATIONS:
+        fn = TENSOR_PERTURBATIONS[mode]
+        items = list(args)
+        new, done = _replace_first(items[index], fn)
+        if not done:
+            raise Cancelled("%s: no floating tensor in argument %d" % (mode, index))
+        items[index] = new
+        return Perturbed(tuple(items), kwargs, True)
+    if mode == "improve_precision":
+        changed = [False]
+
+        def up(t: torch.Tensor) -> torch.Tensor:
+            if t.dtype in LOW_PRECISION:
+                changed[0] = True
+                return t.to(torch.float32) if keep_graph else t.detach().to(torch.float32)
+            if autocast_dtype is not None and t.dtype is torch.float32 and not keep_graph:
+                changed[0] = True
+                return t.detach().to(autocast_dtype).to(torch.float32)
+            return t if keep_graph else t.detach()
+
+        new_args = _map_tensors(tuple(args), up)
+        new_kwargs = _map_tensors(kwargs, up)
+        return Perturbed(new_args, new_kwargs, changed[0] or autocast_dtype is not None)
+    if mode == "to_cpu":
+        cpu = torch.device("cpu")
+
+        def move(t: torch.Tensor) -> torch.Tensor:
+            x = t.detach().to(cpu)
+            return x.to(torch.float32) if x.dtype in LOW_PRECISION else x
+
+        new_args = _map_tensors(tuple(args), move)
+        new_kwargs = {k: (cpu if k == "device" else v) for k, v in _map_tensors(kwargs, move).items()}
+        return Perturbed(new_args, new_kwargs, True, cpu)
+    raise Cancelled("pert_mode %r is unknown" % mode)
