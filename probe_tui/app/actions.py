@@ -16,7 +16,8 @@ from typing import Dict, List, Optional, Tuple
 from textual.binding import Binding
 
 # Scopes: "app" actions work everywhere; the others belong to one screen.
-SCOPES = ("app", "home", "builder", "run", "summary", "compare", "dump", "monitor", "grad", "help")
+SCOPES = ("app", "home", "builder", "run", "summary", "compare", "dump", "monitor", "grad", "overflow", "freebench",
+          "help")
 
 SCOPE_TITLES = {
     "app": "Everywhere",
@@ -28,6 +29,8 @@ SCOPE_TITLES = {
     "dump": "Dump browser",
     "monitor": "Live monitor",
     "grad": "Grad compare",
+    "overflow": "Overflow check",
+    "freebench": "free_benchmark",
     "help": "Help",
 }
 
@@ -211,6 +214,19 @@ ACTIONS: Tuple[AppAction, ...] = (
     AppAction("grad.files", "files", "i", "Files", "General", "grad",
               "Show the result folder's files (the CSVs and charts).", show=False),
     AppAction("grad.back", "back", "escape,q", "Back", "General", "grad", "Back to the previous screen."),
+    # overflow_check and analyze-overflow
+    AppAction("overflow.dump", "open_dump", "d", "Open dump", "View", "overflow",
+              "Open the kept calls' tensors in the dump browser."),
+    AppAction("overflow.files", "files", "i", "Files", "General", "overflow",
+              "Show the run folder's files and run.json.", show=False),
+    AppAction("overflow.back", "back", "escape,q", "Back", "General", "overflow", "Back to the previous screen."),
+    # free_benchmark
+    AppAction("freebench.all", "toggle_all", "a", "All checks", "View", "freebench",
+              "Show every checked output, or only the inconsistent ones (the default)."),
+    AppAction("freebench.files", "files", "i", "Files", "General", "freebench",
+              "Show the run folder's files (the CSV among them).", show=False),
+    AppAction("freebench.back", "back", "escape,q", "Back", "General", "freebench",
+              "Back to the previous screen."),
     # Help
     AppAction("help.close", "close", "escape,q,f1", "Close", "General", "help", "Close the help screen."),
 )

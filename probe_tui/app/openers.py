@@ -103,7 +103,20 @@ def _grad_screen(path: Path) -> Screen:
     return GradScreen(path)
 
 
+def _overflow_screen(path: Path) -> Screen:
+    from probe_tui.app.screens.overflow import OverflowScreen
+
+    return OverflowScreen(path)
+
+
+def _free_benchmark_screen(path: Path) -> Screen:
+    from probe_tui.app.screens.free_benchmark import FreeBenchmarkScreen
+
+    return FreeBenchmarkScreen(path)
+
+
 def _views() -> List[tuple]:
+    from probe_tui.app.data.check_results import is_free_benchmark_result, is_overflow_result
     from probe_tui.app.data.compare_result import is_compare_result
     from probe_tui.app.data.dump_index import is_dump
     from probe_tui.app.data.grad_result import is_grad_result
@@ -112,6 +125,8 @@ def _views() -> List[tuple]:
     return [
         ("compare-result", is_compare_result, _compare_screen),
         ("grad-compare", is_grad_result, _grad_screen),
+        ("overflow", is_overflow_result, _overflow_screen),
+        ("free-benchmark", is_free_benchmark_result, _free_benchmark_screen),
         ("monitor", is_monitor_run, _monitor_screen),
         ("dump", is_dump, _dump_screen),
     ]
