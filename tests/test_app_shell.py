@@ -12,14 +12,21 @@ from probe_tui.app.app import ProbeApp, resolve_start
 from probe_tui.app.commands import palette_actions
 from probe_tui.app.keys_doc import END, START, keys_markdown
 from probe_tui.app.screens.builder import BuilderScreen
+from probe_tui.app.screens.compare import CompareScreen
+from probe_tui.app.screens.dump import DumpScreen
+from probe_tui.app.screens.free_benchmark import FreeBenchmarkScreen
+from probe_tui.app.screens.grad import GradScreen
 from probe_tui.app.screens.help import HelpScreen, help_tables
 from probe_tui.app.screens.home import HomeScreen
+from probe_tui.app.screens.monitor import MonitorScreen
+from probe_tui.app.screens.overflow import OverflowScreen
 from probe_tui.app.screens.run import RunScreen
 from probe_tui.app.screens.summary import RunSummaryScreen
 
 ROOT = Path(__file__).resolve().parents[1]
 SCREENS = {"app": ProbeApp, "home": HomeScreen, "builder": BuilderScreen, "run": RunScreen,
-           "summary": RunSummaryScreen, "help": HelpScreen}
+           "summary": RunSummaryScreen, "compare": CompareScreen, "dump": DumpScreen, "monitor": MonitorScreen,
+           "grad": GradScreen, "overflow": OverflowScreen, "freebench": FreeBenchmarkScreen, "help": HelpScreen}
 
 
 def pilot_test(coro_fn):
@@ -41,9 +48,9 @@ def test_binding_ids_are_unique_and_name_their_scope():
 
 def test_every_action_has_a_method_on_its_screen():
     for action in ACTIONS:
-        namespace, _, name = action.action.rpartition(".")
+        namespace, _, name = action.action.split("(")[0].rpartition(".")
         owner = ProbeApp if namespace == "app" or action.scope == "app" else SCREENS[action.scope]
-        assert hasattr(owner, f"action_{name.split('(')[0]}"), action.id
+        assert hasattr(owner, f"action_{name}"), action.id
 
 
 def test_no_key_means_two_things_on_one_screen():

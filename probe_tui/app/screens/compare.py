@@ -66,11 +66,15 @@ class CompareScreen(AppScreen):
         self.path = Path(path)
         self.data: Optional[CompareResult] = None
         self.view: Optional[ResultView] = None
+        self.spec: Dict[str, Any] = {"verdict_filter": "all", "search": "", "sort": "order", "descending": False}
+        """The view last asked for (the one on screen may still be computing)."""
         self.divergence: Optional[Dict[str, Any]] = None
         self.tree_ready = False
         self._detail_key: Any = None
         self._view_applied: Optional[asyncio.Event] = None
         self._detail_timer: Optional[Timer] = None
+        self.detail_renderable: Any = None
+        """What the detail pane shows (a rich renderable)."""
 
     # ---- layout -------------------------------------------------------------------------------------------
     def compose(self) -> ComposeResult:
@@ -183,11 +187,8 @@ class CompareScreen(AppScreen):
         """Recompute the view (filter, search, sort) in a worker; the cursor stays on its row when it can."""
         if self.data is None or self.view is None:
             return
-        spec = {"verdict_filter": self.view.verdict_filter, "search": self.view.search, "sort": self.view.sort,
-                "descending": self.view.descending}
-        spec.update(changes)
-        keep = self.current_row()
-        self._make_view(spec, keep)
+        self.spec.update(changes)  # keys pressed quickly build on each other, not on the view on screen
+        self._make_view(dict(self.spec), self.current_row())
 
     async def apply_view(self, **changes: Any) -> None:
         """``request_view`` and wait until the new view is on screen (benchmarks, tests)."""
@@ -208,6 +209,8 @@ class CompareScreen(AppScreen):
     @on(ViewReady)
     def _view_ready(self, message: "CompareScreen.ViewReady") -> None:
         if message.view is None:
+            if self.view is not None:  # keep asking for what is on screen
+                self.spec["search"] = self.view.search
             self.notify(message.error, severity="error", title="Search")
             if self._view_applied is not None:
                 self._view_applied.set()
@@ -264,6 +267,7 @@ class CompareScreen(AppScreen):
     @on(DetailReady)
     def _detail_ready(self, message: "CompareScreen.DetailReady") -> None:
         if message.key == self._detail_key:
+            self.detail_renderable = message.renderable
             self.query_one("#detail-body", Static).update(message.renderable)
 
     # ---- divergence and tree ------------------------------------------------------------------------------
@@ -358,7 +362,7 @@ class CompareScreen(AppScreen):
         if self._active_tab() != "results":
             self.action_show_tab("results")
         search = self.query_one("#cmp-search", Input)
-        search.value = self.view.search if self.view else ""
+        search.value = self.spec["search"]
         search.display = True
         search.focus()
 
@@ -373,21 +377,19 @@ class CompareScreen(AppScreen):
         self.results_table.focus()
 
     def action_cycle_filter(self) -> None:
-        if self.view is None:
-            return
-        position = FILTER_CYCLE.index(self.view.verdict_filter) if self.view.verdict_filter in FILTER_CYCLE else 0
+        current = self.spec["verdict_filter"]
+        position = FILTER_CYCLE.index(current) if current in FILTER_CYCLE else 0
         self.request_view(verdict_filter=FILTER_CYCLE[(position + 1) % len(FILTER_CYCLE)])
 
     def action_cycle_sort(self) -> None:
-        if self.view is None or self.data is None:
+        if self.data is None:
             return
         sorts = list(self.data.sorts())
-        position = sorts.index(self.view.sort) if self.view.sort in sorts else 0
+        position = sorts.index(self.spec["sort"]) if self.spec["sort"] in sorts else 0
         self.request_view(sort=sorts[(position + 1) % len(sorts)], descending=False)
 
     def action_reverse_sort(self) -> None:
-        if self.view is not None:
-            self.request_view(descending=not self.view.descending)
+        self.request_view(descending=not self.spec["descending"])
 
     def action_goto_rows(self) -> None:
         """The results row of the suspect or tree node under the cursor."""
@@ -409,7 +411,8 @@ class CompareScreen(AppScreen):
         self.action_show_tab("results")
         position = self.view.position_of(row) if self.view is not None else None
         if position is None:  # filtered out: show everything in dump order, then go there
-            self._make_view({"verdict_filter": "all", "search": "", "sort": "order", "descending": False}, row)
+            self.spec = {"verdict_filter": "all", "search": "", "sort": "order", "descending": False}
+            self._make_view(dict(self.spec), row)
         else:
             self.results_table.move_cursor(position)
 

@@ -65,6 +65,8 @@ class DumpScreen(AppScreen):
         self._timer: Optional[Timer] = None
         self._preview_key: Optional[Tuple] = None
         self._preview: Optional[Preview] = None
+        self.detail_renderable: Any = None
+        """What the detail pane shows (a rich renderable)."""
 
     def compose(self) -> ComposeResult:
         yield Static(Text.assemble(("Dump", "bold"), " · " + relative_text(self.path, self.app.root)), id="dump-title")
@@ -286,6 +288,7 @@ class DumpScreen(AppScreen):
 
     # ---- detail -------------------------------------------------------------------------------------------
     def _detail(self, renderable: Any) -> None:
+        self.detail_renderable = renderable
         self.query_one("#dump-detail-body", Static).update(renderable)
 
     @on(Tree.NodeHighlighted, "#dump-tree")

@@ -189,7 +189,13 @@ class MonitorScreen(AppScreen):
             self._draw()
         self._show_status()
 
-    def action_zoom(self, factor: float) -> None:
+    def action_zoom_in(self) -> None:
+        self.zoom(0.5)
+
+    def action_zoom_out(self) -> None:
+        self.zoom(2.0)
+
+    def zoom(self, factor: float) -> None:
         full = max(2, (self.last_step or 0) + 1)
         width = self.window_width or full
         width = int(max(2, round(width * factor)))
