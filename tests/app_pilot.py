@@ -41,10 +41,14 @@ async def wait_until(pilot, predicate: Callable[[], Any], timeout: float = 30.0,
 
 
 async def open_view(pilot, path: Path, screen_type: type, timeout: float = 30.0):
-    """Open ``path`` through the app's openers and wait for the screen of ``screen_type``."""
+    """Open ``path`` through the app's openers (once the home screen is up) and wait for ``screen_type``."""
+    from probe_tui.app.screens.home import HomeScreen
+
+    await wait_until(pilot, lambda: isinstance(pilot.app.screen, HomeScreen), timeout, "the home screen")
     pilot.app.open_path(path)
-    await wait_until(pilot, lambda: isinstance(pilot.app.screen, screen_type), timeout,
-                     "{} open on {}".format(screen_type.__name__, path))
+    await wait_until(pilot, lambda: isinstance(pilot.app.screen, screen_type) and pilot.app.screen.is_mounted,
+                     timeout, "{} open on {}".format(screen_type.__name__, path))
+    await pilot.pause()
     return pilot.app.screen
 
 

@@ -67,6 +67,7 @@ class DumpScreen(AppScreen):
         self._preview: Optional[Preview] = None
         self.detail_renderable: Any = None
         """What the detail pane shows (a rich renderable)."""
+        self._asking = "search"
 
     def compose(self) -> ComposeResult:
         yield Static(Text.assemble(("Dump", "bold"), " · " + relative_text(self.path, self.app.root)), id="dump-title")
@@ -79,12 +80,12 @@ class DumpScreen(AppScreen):
         yield Footer()
 
     @property
-    def tree(self) -> DumpTree:
+    def dump_tree(self) -> DumpTree:
         return self.query_one("#dump-tree", DumpTree)
 
     def on_mount(self) -> None:
         self.query_one("#dump-input", Input).display = False
-        self.tree.focus()
+        self.dump_tree.focus()
         self._open()
 
     def on_unmount(self) -> None:
@@ -108,10 +109,10 @@ class DumpScreen(AppScreen):
             self.notify(message.error, severity="error", title="Dump")
             return
         self.index = message.index
-        self.tree.load(self.index)
+        self.dump_tree.load(self.index)
         self._detail(dump_detail(self.index))
         self._show_status()
-        first = self.tree.first_rank_line()
+        first = self.dump_tree.first_rank_line()
         if first is not None:
             first.expand()
 
@@ -122,11 +123,11 @@ class DumpScreen(AppScreen):
             return
         if ref.kind == "rank" and not ref.loaded:
             if self.index.loaded(ref.rank, ref.step):
-                self.tree.fill_piece(event.node, self.index.piece(ref.rank, ref.step))
+                self.dump_tree.fill_piece(event.node, self.index.piece(ref.rank, ref.step))
             else:
                 self._read_piece(ref.rank, ref.step)
         elif ref.kind == "record":
-            self.tree.fill_record(event.node, self.index.piece(ref.rank, ref.step))
+            self.dump_tree.fill_record(event.node, self.index.piece(ref.rank, ref.step))
 
     @work(thread=True, group="dump-piece", exit_on_error=False)
     def _read_piece(self, rank: int, step: int) -> None:
@@ -142,11 +143,11 @@ class DumpScreen(AppScreen):
         if message.piece is None:
             self.notify(message.error, severity="error", title="Dump")
             return
-        for step_node in self.tree.root.children:
+        for step_node in self.dump_tree.root.children:
             for rank_node in step_node.children:
                 ref = rank_node.data
                 if ref.rank == message.rank and ref.step == message.step:
-                    self.tree.fill_piece(rank_node, message.piece)
+                    self.dump_tree.fill_piece(rank_node, message.piece)
                     if self._selected is ref:
                         self._detail(piece_detail(message.piece))
 
@@ -208,13 +209,13 @@ class DumpScreen(AppScreen):
             return
         self.matches = message.matches
         with self.app.batch_update():
-            self.tree.load(self.index, message.keep)
-            for step_node in self.tree.root.children:
+            self.dump_tree.load(self.index, message.keep)
+            for step_node in self.dump_tree.root.children:
                 for rank_node in step_node.children:
                     ref = rank_node.data
                     if message.keep is not None or self.index.loaded(ref.rank, ref.step):
-                        self.tree.fill_piece(rank_node, self.index.piece(ref.rank, ref.step))
-                        if message.keep is not None or rank_node is self.tree.first_rank_line():
+                        self.dump_tree.fill_piece(rank_node, self.index.piece(ref.rank, ref.step))
+                        if message.keep is not None or rank_node is self.dump_tree.first_rank_line():
                             rank_node.expand()
             self._show_status()
         if message.keep is not None and not message.keep:
@@ -234,7 +235,7 @@ class DumpScreen(AppScreen):
         return self._direct(piece, ref.record, match, self.nonfinite_only)
 
     def action_next_match(self) -> None:
-        tree = self.tree
+        tree = self.dump_tree
         start = tree.cursor_line
         for line in range(start + 1, tree.last_line + 1):
             node = tree.get_node_at_line(line)
@@ -264,7 +265,7 @@ class DumpScreen(AppScreen):
         field = self.query_one("#dump-input", Input)
         field.placeholder = placeholder
         field.value = value
-        field.name = purpose
+        self._asking = purpose
         field.display = True
         field.focus()
 
@@ -272,8 +273,8 @@ class DumpScreen(AppScreen):
     def _submitted(self, event: Input.Submitted) -> None:
         field = event.input
         field.display = False
-        self.tree.focus()
-        if field.name == "search":
+        self.dump_tree.focus()
+        if self._asking == "search":
             self.search = event.value.strip()
             self._refilter()
         else:
@@ -302,7 +303,7 @@ class DumpScreen(AppScreen):
     def _selected_line(self, event: Tree.NodeSelected) -> None:
         ref = event.node.data
         if isinstance(ref, DumpRef) and ref.kind == "more":
-            self.tree.show_more(event.node)
+            self.dump_tree.show_more(event.node)
 
     def _show_selected(self) -> None:
         ref, index = self._selected, self.index
@@ -367,6 +368,6 @@ class DumpScreen(AppScreen):
         field = self.query_one("#dump-input", Input)
         if field.display:
             field.display = False
-            self.tree.focus()
+            self.dump_tree.focus()
             return
         self.dismiss()

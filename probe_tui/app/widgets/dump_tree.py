@@ -147,7 +147,7 @@ class DumpTree(Tree):
         self._add_records(node, piece, children, 0)
 
     def _open_kept(self, node: TreeNode, piece: Piece, kept: Set[str], budget: List[int]) -> None:
-        """Expand the kept records under ``node`` (depth first, at most ``budget`` lines)."""
+        """Open the kept records under ``node`` with their rows (depth first, at most ``budget`` records)."""
         for child in list(node.children):
             ref = child.data
             if budget[0] <= 0:
@@ -155,9 +155,8 @@ class DumpTree(Tree):
             if isinstance(ref, DumpRef) and ref.kind == "record" and ref.record in kept:
                 budget[0] -= 1
                 self.fill_record(child, piece)
-                if piece.records[ref.record].children and any(c in kept for c in piece.records[ref.record].children):
-                    child.expand()
-                    self._open_kept(child, piece, kept, budget)
+                child.expand()
+                self._open_kept(child, piece, kept, budget)
 
     def show_more(self, node: TreeNode) -> None:
         ref: DumpRef = node.data
