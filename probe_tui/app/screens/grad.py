@@ -4,7 +4,7 @@ layer-wise gradient-norm ratio of one step (the layer where the growth starts ma
 
 import math
 from pathlib import Path
-from typing import List, Optional
+from typing import Any, List, Optional
 
 import numpy as np
 from rich.table import Table
@@ -75,6 +75,8 @@ class GradScreen(AppScreen):
         self.by_similarity = False
         self.layer_step = 0
         self.order: List[int] = []
+        self.verdict_renderable: Any = None
+        self.layers_renderable: Any = None
 
     def compose(self) -> ComposeResult:
         yield Static(Text.assemble(("Grad compare", "bold"), " · " + relative_text(self.path, self.app.root)),
@@ -130,6 +132,7 @@ class GradScreen(AppScreen):
                                     " at step {} by ".format(first.step), (first.param, "bold"), ": ",
                                     first.describe(result.threshold, result.drop),
                                     " · {} violation(s){}".format(len(rank.violations), multi))
+        self.verdict_renderable = verdict
         self.query_one("#grad-verdict", Static).update(verdict)
         if rank.layer_steps:
             verdict_step = first.step if first is not None else None
@@ -191,7 +194,8 @@ class GradScreen(AppScreen):
         if rank is None or not rank.layer_steps:
             body.update(Text("No layer ratios in this result.", style="italic dim"))
             return
-        body.update(layer_table(rank, self.layer_step, self.result.tolerance))
+        self.layers_renderable = layer_table(rank, self.layer_step, self.result.tolerance)
+        body.update(self.layers_renderable)
 
     def action_cycle_sort(self) -> None:
         if self.rank is not None:

@@ -237,6 +237,8 @@ class MonitorScreen(AppScreen):
         try:
             listing.clear_options()
             listing.add_options([Selection(k, k, k in self.selected) for k in shown])
+            if shown:
+                listing.highlighted = 0
         finally:
             self._filling_picker = False
         self._matched = len(matches)

@@ -69,6 +69,8 @@ class OverflowScreen(AppScreen):
         self.path = Path(path)
         self.result: Optional[OverflowResult] = None
         self.shown_calls: List[Dict[str, Any]] = []
+        self.verdict_renderable: Any = None
+        self.detail_renderable: Any = None
 
     def compose(self) -> ComposeResult:
         yield Static(Text.assemble(("Overflow check", "bold"), " · " + relative_text(self.path, self.app.root)),
@@ -107,7 +109,8 @@ class OverflowScreen(AppScreen):
         if not verdict:
             verdict = "{} flagged call(s) in {} checked step(s)".format(flagged, len(result.steps))
         style = "bold red" if (flagged or result.replays) else "bold green"
-        self.query_one("#ovf-verdict", Static).update(Text(verdict, style=style))
+        self.verdict_renderable = Text(verdict, style=style)
+        self.query_one("#ovf-verdict", Static).update(self.verdict_renderable)
         if result.analysis:
             self._show_replays()
         else:
@@ -157,17 +160,16 @@ class OverflowScreen(AppScreen):
                    hide_when_empty=False)
         self.query_one("#calls-title", Label).update("Flagged calls of step {} (rank {}): {}".format(
             step["step"], step["rank"], len(rows) or "none"))
-        body = self.query_one("#ovf-detail-body", Static)
         if self.shown_calls:
-            body.update(call_detail(self.shown_calls[0]))
+            self._detail(call_detail(self.shown_calls[0]))
         else:
-            body.update(Text("Step {}: no call produced or passed on inf/NaN ({} masked call(s) are not "
+            self._detail(Text("Step {}: no call produced or passed on inf/NaN ({} masked call(s) are not "
                              "overflows).".format(step["step"], step["masks"]), style="green"))
 
     @on(DataTable.RowHighlighted, "#ovf-calls")
     def _call_highlighted(self, event: DataTable.RowHighlighted) -> None:
         if 0 <= event.cursor_row < len(self.shown_calls):
-            self.query_one("#ovf-detail-body", Static).update(call_detail(self.shown_calls[event.cursor_row]))
+            self._detail(call_detail(self.shown_calls[event.cursor_row]))
 
     def _show_replays(self) -> None:
         replays = self.result.replays
@@ -187,11 +189,15 @@ class OverflowScreen(AppScreen):
 
     def _replay_detail(self, n: int) -> None:
         r = self.result.replays[n]
-        self.query_one("#ovf-detail-body", Static).update(Group(
+        self._detail(Group(
             Text(str(r["name"]), style="bold"), Text("rank {} · step {} · origin {}".format(r["rank"], r["step"],
                                                                                            r.get("origin", "")),
                                                     style="dim"),
             Text(str(r["category"]), style=CATEGORY_STYLES.get(r["category"], "")), Text(str(r.get("verdict", "")))))
+
+    def _detail(self, renderable: Any) -> None:
+        self.detail_renderable = renderable
+        self.query_one("#ovf-detail-body", Static).update(renderable)
 
     def action_open_dump(self) -> None:
         from probe_tui.app.data.dump_index import is_dump
