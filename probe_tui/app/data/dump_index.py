@@ -31,15 +31,27 @@ def is_dump(path: Path) -> bool:
         from engines.store import open_rank_dirs, store_kinds
 
         if "dump" in store_kinds(path):
-            return True
-        if (path / "run.json").is_file():
-            return any("dump" in store_kinds(p) for p in open_rank_dirs(path).values())
+            return _readable(path)
+        with_dump = [p for p in open_rank_dirs(path).values() if "dump" in store_kinds(p)]
+        if with_dump:
+            return _readable(with_dump[0])
     except Exception:
         pass
     try:
         from engines.msprobe_io.layout import find_dump_files
 
         return bool(find_dump_files(path))
+    except Exception:
+        return False
+
+
+def _readable(rank_dir: Path) -> bool:
+    """The dump store opens (a broken or foreign file falls back to the run summary)."""
+    from engines.store import StoreReader
+
+    try:
+        StoreReader(rank_dir, "dump").close()
+        return True
     except Exception:
         return False
 

@@ -30,8 +30,7 @@ def is_monitor_run(path: Path) -> bool:
             return path.suffix == ".h5" and path.stem.startswith("metrics")
         if "metrics" in store_kinds(path):
             return True
-        if (path / "run.json").is_file():
-            return any("metrics" in store_kinds(p) for p in open_rank_dirs(path).values())
+        return any("metrics" in store_kinds(p) for p in open_rank_dirs(path).values())
     except Exception:
         return False
     return False

@@ -57,7 +57,7 @@ class ResultRows(RowSource):
         cols = [Column("#", label("#", "#"), number_width(len(self.data.columns["verdict"])), "right")]
         if self.data.multi_piece:
             cols.append(Column("where", "where", 7))
-        cols += [Column("name", label("name", "name"), self.name_width, overflow="middle"),
+        cols += [Column("name", label("name", "name"), self.name_width, overflow="start"),
                  Column("verdict", label("verdict", "verdict"), 10)]
         for m in self.metrics:
             width = 9 if m not in ("target_crc32", "golden_crc32") else 11

@@ -98,28 +98,33 @@ def tensor_detail(piece: Piece, i: int, preview: Optional[Preview] = None, error
     parts: List[RenderableType] = [Text(str(rows.name[i]), style="bold"),
                                    Text("{} · rank {} · step {}".format(IO_NAMES[int(rows.io[i])], piece.rank,
                                                                        piece.step), style="dim")]
-    table = Table(box=None, padding=(0, 1), show_header=False)
-    table.add_column("field", style="bold", no_wrap=True)
-    table.add_column("value")
-    table.add_row("dtype", str(rows.dtype[i]))
+    kind = [str(rows.dtype[i]).replace("torch.", "")]
     if rows.is_tensor[i]:
-        table.add_row("shape", str(rows.shape[i]))
+        kind.append(str(rows.shape[i]))
         if rows.numel[i] >= 0:
-            table.add_row("elements", "{:,}".format(int(rows.numel[i])))
-    if rows.text[i] is not None:
-        table.add_row("value", str(rows.text[i]))
-    for stat in ("max", "min", "mean", "norm"):
-        table.add_row(stat, _stat(piece, i, stat))
-    if rows.nonfinite[i] >= 0:
-        table.add_row("inf/nan", Text("{:,}".format(int(rows.nonfinite[i])),
-                                      style="bold red" if rows.nonfinite[i] else ""))
-    if rows.crc32[i]:
-        table.add_row("crc32", str(rows.crc32[i]))
+            kind.append("{:,} elements".format(int(rows.numel[i])))
     if rows.requires_grad[i] >= 0:
-        table.add_row("requires_grad", "yes" if rows.requires_grad[i] else "no")
+        kind.append("requires_grad " + ("yes" if rows.requires_grad[i] else "no"))
+    parts.append(Text(" · ".join(kind)))
+    if rows.text[i] is not None:
+        parts.append(Text.assemble(("value ", "bold"), str(rows.text[i])))
+    stats = Text()
+    for stat in ("max", "min", "mean", "norm"):
+        stats.append(stat + " ", style="bold")
+        stats.append(_stat(piece, i, stat) + "  ")
+    parts.append(stats)
+    extra = []
+    if rows.nonfinite[i] >= 0:
+        extra.append(("inf/nan {:,}".format(int(rows.nonfinite[i])), "bold red" if rows.nonfinite[i] else ""))
+    if rows.crc32[i]:
+        extra.append(("crc32 " + str(rows.crc32[i]), ""))
     if rows.data_name[i]:
-        table.add_row("file", str(rows.data_name[i]))
-    parts.append(table)
+        extra.append(("file " + str(rows.data_name[i]), "dim"))
+    if extra:
+        line = Text()
+        for n, (text, style) in enumerate(extra):
+            line.append((" · " if n else "") + text, style=style)
+        parts.append(line)
     if rows.data[i] < 0:
         if rows.is_tensor[i]:
             parts.append(Text("statistics only: no values stored for this tensor", style="italic dim"))

@@ -34,7 +34,7 @@ class Column:
     justify: str = "left"
     """``left`` or ``right`` (numbers)."""
     overflow: str = "end"
-    """Where a long cell is cut: ``end``, or ``middle`` (names: both their head and their tail matter)."""
+    """Where a long cell is cut: ``end``, ``middle``, or ``start`` (record names: their tail says the most)."""
 
 
 class RowSource:
@@ -89,6 +89,8 @@ def fit_text(text: str, width: int, justify: str = "left", overflow: str = "end"
     if overflow == "middle" and width > 8 and length == len(text):
         head = (width - 1) // 2
         return text[:head] + "…" + text[length - (width - 1 - head):]
+    if overflow == "start" and length == len(text):
+        return "…" + text[length - (width - 1):]
     return set_cell_size(text, width - 1) + "…"
 
 
