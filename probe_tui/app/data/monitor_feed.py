@@ -46,7 +46,8 @@ class SeriesData:
 @dataclass
 class MonitorSnapshot:
     """What one tick found. ``series`` is the full series list when it changed (else None); ``data`` holds the
-    whole history of each selected series; ``new_alerts`` the alerts not reported before."""
+    whole history of each selected series; ``new_alerts`` the alerts not reported before. ``status`` is the
+    store's (running, finished, ...), ``waiting`` while there is no store yet (``error`` says why), or ``error``."""
 
     status: str = "running"
     collected_steps: int = 0
@@ -116,11 +117,16 @@ class MonitorFeed(threading.Thread):
 
     # ---- the thread ---------------------------------------------------------------------------------------
     def run(self) -> None:
-        try:
-            reader = open_metrics(self.path, self.rank)
-        except (MetricsError, OSError) as exc:
-            self.deliver(MonitorSnapshot(status="error", error=str(exc), path=str(self.path)))
-            return
+        reader = None
+        while reader is None:  # a run that has just started may not have written its store yet
+            try:
+                reader = open_metrics(self.path, self.rank)
+            except (MetricsError, OSError) as exc:
+                self.deliver(MonitorSnapshot(status="waiting", error=str(exc), path=str(self.path)))
+                self._wake.wait()
+                self._wake.clear()
+                if self._stopped.is_set():
+                    return
         try:
             while not self._stopped.is_set():
                 self._wake.wait()

@@ -117,6 +117,11 @@ class MonitorScreen(AppScreen):
     def _snapshot(self, message: "MonitorScreen.Snapshot") -> None:
         snap = message.snapshot
         self.snapshots += 1
+        if snap.status == "waiting":
+            self.status = "waiting"
+            self.query_one("#chart", MetricChart).message = "waiting for the run's metrics store…"
+            self._show_status()
+            return
         if snap.error:
             self.status = "error"
             self._show_status()
@@ -143,6 +148,8 @@ class MonitorScreen(AppScreen):
         """(text, style) of the badge: live, quiet, finished, failed, paused."""
         if self.status == "opening":
             return "opening…", "yellow"
+        if self.status == "waiting":
+            return "waiting for metrics…", "yellow"
         if self.status == "error":
             return "cannot read", "bold red"
         if self.status == "running":

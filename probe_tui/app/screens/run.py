@@ -303,6 +303,11 @@ class RunScreen(AppScreen):
             self.notify("This run wrote no run folder.", severity="warning")
             return
         path = self.run_dir if self.run_dir.is_absolute() else self.cwd / self.run_dir
+        if self.run_task == "monitor":  # its live view, even before the first step is written
+            from probe_tui.app.screens.monitor import MonitorScreen
+
+            self.app.push_screen(MonitorScreen(path))
+            return
         self.app.open_path(path)
 
     def action_edit_config(self) -> None:
