@@ -103,7 +103,7 @@ def test_new_user_finds_the_injected_fault_and_watches_the_monitor(tmp_path):
         screen = term.wait_for("target-only ops")
         first = next(line for line in screen.splitlines() if re.match(r"\s*1 r0 s\d", line))
         assert "Tensor.to." in first and "target-only ops" in first, screen
-        term.wait_for("lowp_softmax")  # the suspect's stack: the low-precision softmax
+        term.wait_for("target-only op(s) Tensor.to.0.forward")  # the region: the softmax cast to bfloat16
         term.send("1")
         term.wait_for("filter: all")
         assert not re.search(r"\d+ r0 s\d\s+\S+\s+error\s", term.screen())  # the first rows pass
