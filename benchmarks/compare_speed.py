@@ -1,10 +1,12 @@
 """Compare speed: statistics rows/s and tensor GB/s, on dumps this script generates.
 
     python benchmarks/compare_speed.py [--rows 1000000] [--tensor-mb 512] [--workers N] [--msprobe] [--keep DIR]
+                                       [--no-tensor] [--repeat K]
 
 Statistics mode: two dumps of ``--rows`` tensor rows (our HDF5 format; ``--msprobe`` also dump.json), exact-name
-matching, result written as HDF5 only, then HDF5 + CSV (DECISIONS 20: "1M rows < 10 s"), and the time the app
-needs to open the result (all of ``results``' columns). Tensor mode: two dumps of ``--tensor-mb`` MiB of float32
+matching, result written as HDF5 only, then HDF5 + CSV (the default output set; DECISIONS 20: "1M rows < 10 s"),
+each ``--repeat`` times (the median and the range are printed, with the CPU seconds of this process and of the
+CSV writer process), and the time the app needs to open the result (all of ``results``' columns). Tensor mode: two dumps of ``--tensor-mb`` MiB of float32
 tensors each (HDF5 pools; ``--msprobe`` also ``.npy`` files), compared with ``--workers`` processes after one
 warm-up read; GB/s counts the bytes of both sides (DECISIONS 20: uncompressed, warm cache, all cores).
 """
@@ -114,6 +116,27 @@ def timed_compare(target, golden, out, **section):
     return time.perf_counter() - t0, outcome
 
 
+def _children_cpu():
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
+def statistics_runs(work, formats, repeat):
+    """Wall seconds of ``repeat`` compares, with this process's and the child processes' CPU seconds."""
+    walls, cpus, kids, out = [], [], [], None
+    for k in range(repeat):
+        folder = work / "out_{}_{}".format("_".join(formats), k)
+        c0, k0 = time.process_time(), _children_cpu()
+        dt, out = timed_compare(work / "st" / "rank0", work / "sg" / "rank0", folder, mode="statistics",
+                                formats=formats)
+        cpus.append(time.process_time() - c0)
+        kids.append(_children_cpu() - k0)
+        walls.append(dt)
+        if k < repeat - 1:
+            shutil.rmtree(folder, ignore_errors=True)
+    return walls, cpus, kids, out
+
+
 def warm(folder):
     for p in Path(folder).rglob("*"):
         if p.is_file():
@@ -130,6 +153,8 @@ def main():
     ap.add_argument("--workers", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--msprobe", action="store_true", help="also time msprobe-format inputs")
     ap.add_argument("--keep", help="work folder to keep (default: a temporary one, removed)")
+    ap.add_argument("--no-tensor", action="store_true", help="statistics mode only")
+    ap.add_argument("--repeat", type=int, default=3, help="statistics compares per output set (median printed)")
     args = ap.parse_args()
     work = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="compare_speed_"))
     work.mkdir(parents=True, exist_ok=True)
@@ -141,11 +166,14 @@ def main():
         write_stats_dump(work / "sg" / "rank0", args.rows, 0.0, 2)
         print("generated 2 x {:,} statistics rows in {:.1f} s".format(args.rows, time.perf_counter() - t0))
         for formats in (["hdf5"], ["hdf5", "csv"]):
-            dt, out = timed_compare(work / "st" / "rank0", work / "sg" / "rank0", work / ("out_" + "_".join(formats)),
-                                    mode="statistics", formats=formats)
+            walls, cpus, kids, out = statistics_runs(work, formats, args.repeat)
             rows = out.summary["rows"]
-            print("statistics, ours, {:<9} {:>9,} rows in {:6.2f} s = {:>10,.0f} rows/s   verdicts {}".format(
-                "+".join(formats), rows, dt, rows / dt, out.summary["verdicts"]))
+            med = float(np.median(walls))
+            print("statistics, ours, {:<9} {:>9,} rows in {:6.2f} s (range {:.2f}-{:.2f}) = {:>10,.0f} rows/s; CPU s: "
+                  "this process {:.2f}, CSV writer {:.2f}".format("+".join(formats), rows, med, min(walls),
+                                                                 max(walls), rows / med, float(np.median(cpus)),
+                                                                 float(np.median(kids))))
+        print("  load average {:.2f} {:.2f} {:.2f}".format(*os.getloadavg()))
         t0 = time.perf_counter()
         res = read_results(out.output_dir)
         print("app: open and read all {} result columns of {:,} rows in {:.2f} s".format(
@@ -156,6 +184,8 @@ def main():
             dt, out = timed_compare(work / "mt", work / "mg", work / "out_m", mode="statistics", formats=["hdf5"])
             print("statistics, msprobe dump.json, hdf5 {:>9,} rows in {:6.2f} s = {:>10,.0f} rows/s".format(
                 out.summary["rows"], dt, out.summary["rows"] / dt))
+        if args.no_tensor:
+            return
         # -- tensors ---------------------------------------------------------------------------------------
         n_tensors = max(1, (args.tensor_mb << 20) // (args.tensor_numel * 4))
         t0 = time.perf_counter()

@@ -114,12 +114,17 @@ def _run_analysis(job, events: EventSink, fail_on_findings: bool) -> RunOutcome:
 
 
 def _run_collection(job, events: EventSink, fail_on_findings: bool) -> RunOutcome:
+    from engines.launch import LaunchError, apply_rank_env
     from engines.runs import create_run
     from engines.targets import run_target
     from schemas import dump_config
 
     if job.target is None:
         raise JobError("target: --run needs a target (\"demo\", {\"script\": ...} or {\"callable\": ...})")
+    try:
+        job = apply_rank_env(job)  # PROBE_TUI_RANKS when the config's rank is empty
+    except LaunchError as exc:
+        raise JobError(str(exc)) from None
     framework = resolve_framework(job)
     engine = registry.collection_engine(job.task)
     run = create_run(job.dump_path, task=job.task, config=dump_config(job), framework=framework)
@@ -148,9 +153,10 @@ def _run_collection(job, events: EventSink, fail_on_findings: bool) -> RunOutcom
         exit_code = EXIT_OK
     status = _status_for(exit_code)
     summary.setdefault("elapsed_s", round(time.monotonic() - started, 3))
-    if events.steps:
-        run.update(steps=len(events.steps))
-    run.finish(status=status, exit_code=exit_code, summary=summary)
+    if run.owner:  # the other ranks of a launch joined this run; its run.json has one writer
+        if events.steps:
+            run.update(steps=len(events.steps))
+        run.finish(status=status, exit_code=exit_code, summary=summary)
     events.emit("run_finished", status=status, exit_code=exit_code, run_dir=str(run.path), summary=summary)
     return RunOutcome(exit_code, status, str(run.path), summary)
 

@@ -1,8 +1,9 @@
 """Run folders (DECISIONS 2): ``<dump_path>/<run-id>/`` with ``run.json``, ``rank<R>/`` and a ``latest`` pointer.
 
-A run is never written into an existing folder, except by the ranks of one torchrun/msrun job, which share the
-run-id the launcher puts in ``PROBE_TUI_RUN_ID``: the first rank to arrive creates ``run.json`` (and owns it:
-it alone updates it and moves ``latest``); the others join while that run is still ``running``.
+A run is never written into an existing folder, except by the ranks of one launch (torchrun, Slurm, or any
+launcher that sets ``PROBE_TUI_RUN_ID``), which share one run-id (``engines.launch.shared_run_id``): the first
+rank to arrive creates ``run.json`` (and owns it: it alone updates and finishes it and moves ``latest``); the
+others join while that run is still ``running``.
 
 ``run.json`` is always replaced atomically (temporary file + ``os.replace``), so a reader never sees half of
 it, and a run whose process died while ``running`` is reported as ``crashed``.
@@ -24,6 +25,7 @@ SCHEMA_VERSION = 1
 RUN_JSON = "run.json"
 LATEST = "latest"
 RUN_ID_ENV = "PROBE_TUI_RUN_ID"
+_ANALYSIS_TASKS = ("compare", "grad_compare")  # schemas.ANALYSIS_TASKS (runs.py imports nothing from schemas)
 _RUN_ID_OK = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 _RANK_DIR = re.compile(r"^rank(\d+)$")
 
@@ -122,11 +124,13 @@ def resolve_latest(dump_path: PathLike) -> Optional[Path]:
 
 @dataclass
 class Run:
-    """One run folder. ``owner`` is True in the process that created ``run.json``."""
+    """One run folder. ``owner`` is True in the process that created ``run.json``; ``joined`` in the other ranks of
+    the same launch, for which ``update`` and ``finish`` do nothing (``run.json`` has one writer)."""
 
     path: Path
     run_id: str
     owner: bool = False
+    joined: bool = False
 
     @property
     def dump_path(self) -> Path:
@@ -155,14 +159,19 @@ class Run:
         return _ranks(self.path)
 
     def update(self, **fields: Any) -> Dict[str, Any]:
-        """Read-modify-write ``run.json`` atomically. Only the owner should call it (one writer per run)."""
+        """Read-modify-write ``run.json`` atomically. Only the owner should call it (one writer per run); in a rank
+        that joined another's run it only reads."""
         data = self.read()
+        if self.joined:
+            return data
         data.update(fields)
         write_json_atomic(self.json_path, data)
         return data
 
     def finish(self, status: str, exit_code: int, summary: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
         data = self.read()
+        if self.joined:
+            return data
         fields: Dict[str, Any] = {
             "status": status,
             "exit_code": int(exit_code),
@@ -244,11 +253,17 @@ def create_run(
 ) -> Run:
     """Create ``<dump_path>/<run-id>/`` with ``run.json`` (status ``running``) and point ``latest`` at it.
 
-    The run-id is ``run_id``, else ``$PROBE_TUI_RUN_ID``, else a fresh ``YYYYmmdd-HHMMSS-<6 hex>``.
+    The run-id is ``run_id``, else the one the ranks of this launch share (``$PROBE_TUI_RUN_ID``, torchrun's
+    store, Slurm's job step: ``engines.launch``), else a fresh ``YYYYmmdd-HHMMSS-<6 hex>``.
     """
     dump_path = Path(dump_path)
     _mkdir_dump_path(dump_path)
-    shared = run_id or os.environ.get(RUN_ID_ENV) or None
+    source = "run_id"
+    shared = run_id or None
+    if shared is None and task not in _ANALYSIS_TASKS:  # a comparison is one process's result
+        from engines.launch import shared_run_id
+
+        shared, source = shared_run_id(new_run_id)
     if shared is None:
         for _ in range(100):
             candidate = new_run_id()
@@ -258,7 +273,6 @@ def create_run(
                 continue
             return _start(dump_path, candidate, task, config, framework)
         raise RunError(f"{dump_path}: could not pick an unused run-id")
-    source = "run_id" if run_id else RUN_ID_ENV
     if not _RUN_ID_OK.match(shared) or shared == LATEST:
         raise RunError(f"{source}: {shared!r} is not a valid run-id (letters, digits, '.', '_', '-')")
     path = dump_path / shared
@@ -269,8 +283,8 @@ def create_run(
         return Run(path=path, run_id=shared, owner=True)
     existing = _read_json(path / RUN_JSON)
     if existing.get("status") != "running":
-        raise RunError(f"{path}: already holds a {existing.get('status')} run; use a new {source}")
-    return Run(path=path, run_id=shared, owner=False)  # another rank of the same job created it
+        raise RunError(f"{path}: already holds a {existing.get('status')} run; use a new run-id ({source})")
+    return Run(path=path, run_id=shared, owner=False, joined=True)  # another rank of the launch created it
 
 
 def _start(dump_path: Path, run_id: str, task: str, config: Dict[str, Any], framework: str) -> Run:

@@ -17,6 +17,7 @@ examples:
   probe-tui init statistics -o stats.json     write a starter config
   probe-tui validate stats.json               check it (every error, with its field)
   probe-tui --run stats.json                  run it headless (progress on stderr)
+  torchrun --nproc_per_node=8 -m probe_tui run stats.json   the same on every rank, one run folder
   probe-tui compare RUN_A RUN_B               compare two runs (or msprobe dumps)
 
 exit codes: 0 done, 1 the target failed, 2 bad input, 3 findings (with --fail-on-findings)
@@ -44,6 +45,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--run", metavar="CONFIG", help="run the job in CONFIG headless (no TTY needed)")
     _add_job_flags(parser)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    # The same as --run, for launchers that parse options before the script's own: torchrun takes any '--run...'
+    # as a prefix of its --run-path ('torchrun -m probe_tui run cfg.json').
+    p = sub.add_parser("run", help="run the job in CONFIG headless, as --run CONFIG (use this form under torchrun)")
+    p.add_argument("config", help="config file")
+    _add_job_flags(p)
 
     p = sub.add_parser("open", help="open the app on PATH (a folder of runs, a run, a dump or a result)")
     p.add_argument("path", help="folder or run to open")
@@ -101,6 +108,10 @@ def main(argv: Optional[List[str]] = None) -> int:
             from probe_tui.cli_run import run_config_file
 
             return run_config_file(args.run, args)
+        if args.command == "run":
+            from probe_tui.cli_run import run_config_file
+
+            return run_config_file(args.config, args)
         if args.command is None:
             return _open_app(None)
         if args.command == "open":

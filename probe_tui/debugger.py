@@ -16,6 +16,7 @@ imports no framework: torch is imported when a debugger is created.
 
 import atexit
 import functools
+import importlib
 import sys
 import threading
 from typing import Any, Dict, Optional
@@ -56,6 +57,13 @@ def _load_job(config_path: Optional[str], overrides: Dict[str, Any]):
     return load_config(data)
 
 
+def _with_rank_env(job):
+    """``PROBE_TUI_RANKS`` limits the writing ranks when the config's ``rank`` is empty (as under ``--run``)."""
+    from engines.launch import apply_rank_env
+
+    return apply_rank_env(job)
+
+
 class PrecisionDebugger:
     """Capture statistics or tensors from inside a training script (msprobe's ``PrecisionDebugger``)."""
 
@@ -74,7 +82,7 @@ class PrecisionDebugger:
             overrides["level"] = level
         if step is not None:
             overrides["step"] = step
-        self.job = _load_job(config_path, overrides)
+        self.job = _with_rank_env(_load_job(config_path, overrides))
         from engines.capture.options import CaptureOptions
 
         self.options = CaptureOptions.from_job(self.job)
@@ -86,7 +94,7 @@ class PrecisionDebugger:
         atexit.register(self.close)
 
     def _open_session(self) -> None:
-        from engines.adapters.torch.session import TorchCaptureSession
+        self.framework = _framework_of(self.job, self._model)
         from engines.capture.engine import run_meta, summary_for_cli
         from engines.capture.sink import dump_sink_factory
         from engines.capture.summary import CaptureSummary
@@ -95,15 +103,15 @@ class PrecisionDebugger:
 
         self._summary_for_cli = summary_for_cli
         self.run = create_run(self.options.dump_path, task=self.options.task, config=dump_config(self.job),
-                              framework="pytorch")
+                              framework=self.framework)
         self.summary = CaptureSummary()
-        from engines.adapters.torch.environment import seed_state
-
-        if seed_state():
+        seed_state = importlib.import_module("engines.adapters.%s.environment" % (
+            "mindspore" if self.framework == "mindspore" else "torch")).seed_state
+        if seed_state() and self.run.owner:
             self.run.update(seed_all=seed_state())
-        meta = run_meta(self.job, "pytorch", self.options)
+        meta = run_meta(self.job, self.framework, self.options)
         sinks = dump_sink_factory(self.run.rank_dir, self.options, meta, self.summary)
-        self.session = TorchCaptureSession(self.options, sinks, summary=self.summary)
+        self.session = _session_class(self.framework)(self.options, sinks, summary=self.summary)
         print("probe-tui: %s %s capture to %s" % (self.options.task, self.options.level, self.run.path),
               file=sys.stderr)
 
@@ -150,12 +158,39 @@ class PrecisionDebugger:
         summary = self.session.close("finished")
         out = self._summary_for_cli(summary, self.run)
         try:
-            self.run.finish(status="finished", exit_code=0, summary=out)
+            if self.run.owner:  # the other ranks of a launch joined this run: run.json has one writer
+                self.run.finish(status="finished", exit_code=0, summary=out)
         except Exception:
             pass
         if PrecisionDebugger._current is self:
             PrecisionDebugger._current = None
         return out
+
+
+def _framework_of(job: Any, model: Any) -> str:
+    """The job's framework; for ``auto``, the model's, else the one the script imported (torch if both)."""
+    framework = getattr(job, "framework", "auto") if job is not None else "auto"
+    if framework in ("pytorch", "mindspore"):
+        return framework
+    if model is not None and type(model).__module__.split(".")[0] == "mindspore":
+        return "mindspore"
+    if model is not None:
+        for cls in type(model).__mro__:
+            if cls.__module__.startswith("mindspore."):
+                return "mindspore"
+    if "mindspore" in sys.modules and "torch" not in sys.modules:
+        return "mindspore"
+    return "pytorch"
+
+
+def _session_class(framework: str):
+    if framework == "mindspore":
+        from engines.adapters.mindspore.session import MindSporeCaptureSession
+
+        return MindSporeCaptureSession
+    from engines.adapters.torch.session import TorchCaptureSession
+
+    return TorchCaptureSession
 
 
 def _save_args(args: tuple, kwargs: Dict[str, Any]):
@@ -176,11 +211,11 @@ def _save_args(args: tuple, kwargs: Dict[str, Any]):
 def seed_all(seed: int = 1234, mode: bool = False, rm_dropout: bool = False) -> Dict[str, Any]:
     """Seed every generator (and enable deterministic kernels with ``mode``, dropout off with ``rm_dropout``);
     the settings are recorded in the run metadata of every run started afterwards."""
-    from engines.adapters.torch.environment import seed_all as _seed_all
-
+    package = "mindspore" if _framework_of(None, None) == "mindspore" else "torch"
+    _seed_all = importlib.import_module("engines.adapters.%s.environment" % package).seed_all
     state = _seed_all(seed, mode=mode, rm_dropout=rm_dropout)
     current = PrecisionDebugger._current
-    if current is not None:
+    if current is not None and current.run.owner:
         try:
             current.run.update(seed_all=state)
         except Exception:

@@ -29,7 +29,12 @@ class TrainingMonitor:
     """A running monitor. ``stop()`` removes the hooks and closes the store (idempotent)."""
 
     def __init__(self, model, optimizer, config: Any, *, rank: Optional[int] = None):
-        from engines.adapters.torch.monitor import MonitorSession, alert_rules
+        import importlib
+
+        framework = "mindspore" if _is_mindspore(model, optimizer) else "pytorch"
+        adapter = importlib.import_module("engines.adapters.%s.monitor" % (
+            "mindspore" if framework == "mindspore" else "torch"))
+        MonitorSession, alert_rules = adapter.MonitorSession, adapter.alert_rules
         from engines.grad_probe.engine import process_rank, store_options
         from engines.monitor.config_watch import ConfigWatcher
         from engines.monitor.engine import section_meta, writer_options
@@ -44,10 +49,10 @@ class TrainingMonitor:
         section = job.monitor
         env_rank, world_size = process_rank()
         self.rank = env_rank if rank is None else int(rank)
-        self.run = create_run(job.dump_path, task="monitor", config=dump_config(job), framework="pytorch")
+        self.run = create_run(job.dump_path, task="monitor", config=dump_config(job), framework=framework)
         self.run_dir = Path(self.run.path)
         self.rank_dir = Path(self.run.rank_dir(self.rank))
-        writer = MetricsWriter(self.rank_dir, rank=self.rank, world_size=world_size, framework="pytorch",
+        writer = MetricsWriter(self.rank_dir, rank=self.rank, world_size=world_size, framework=framework,
                                rules=alert_rules(section), store_options=store_options(job),
                                run_meta=section_meta(section), **writer_options(section))
         self._writer = BackgroundWriter(writer)
@@ -102,3 +107,11 @@ class TrainingMonitor:
 def start_monitor(model, optimizer, config: Any, *, rank: Optional[int] = None) -> TrainingMonitor:
     """Start monitoring ``model`` trained by ``optimizer`` with a monitor ``config`` (file, dict or job)."""
     return TrainingMonitor(model, optimizer, config, rank=rank)
+
+
+def _is_mindspore(*objects) -> bool:
+    """A MindSpore model or optimizer (a ``mindspore.nn.Cell``), told apart without importing MindSpore."""
+    for obj in objects:
+        if obj is not None and any(c.__module__.split(".")[0] == "mindspore" for c in type(obj).__mro__):
+            return True
+    return False

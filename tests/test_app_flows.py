@@ -227,7 +227,7 @@ async def test_run_a_config_on_the_demo_see_it_finish_and_find_the_dump(tmp_path
         dump = str(run.query_one("#info-dump").render())
         assert dump.startswith("probe_dump/") and (tmp_path / dump / "run.json").is_file()
         # what the statistics engine wrote is shown, and is there
-        assert run.records == run.summary["records"] > 0 and run.bytes == run.summary["bytes"]
+        assert run.records == run.summary["records"] > 0 and run.bytes == run.summary["capture"]["bytes"]
         assert f"{run.records:,} records" in str(run.query_one("#info-written").render())
         assert any((tmp_path / dump / "rank0").iterdir())
         await pilot.press("o")  # the dump browser on what the run wrote

@@ -3,6 +3,7 @@
 committed steps readable, and the run folder a new user finds."""
 
 import json
+import logging
 import os
 import signal
 import subprocess
@@ -156,6 +157,8 @@ def test_a_failing_hook_never_stops_training(tmp_path, caplog, monkeypatch):
         return real_add(self, entry, t)
 
     monkeypatch.setattr(tensor_stats.StatsBatch, "add", flaky)
+    # import-linter (tests/test_layering.py, same process) configures logging and disables existing loggers
+    monkeypatch.setattr(logging.getLogger("engines.capture"), "disabled", False)
     with caplog.at_level("WARNING", logger="engines.capture"):
         dump, summary, result = run_demo(tmp_path, TINY, level="mix")
     assert result.losses == baseline  # training went on, numbers untouched

@@ -69,7 +69,7 @@ def test_first_divergence_finds_the_low_precision_softmax(demo_pair, mode):
     # operator Demo.naive_softmax between two casts), ops the float64 reference does not run; the ranking reports
     # them as one region
     assert top["kind"] == "target-only ops", out.top_suspects[:3]
-    assert top["note"].startswith("3 target-only op(s) Tensor.to.0.forward ... Tensor.to.1.forward")
+    assert top["note"].startswith("3 target-only op(s) Tensor.to.0.forward ... Tensor.to.1.forward -> ")
     assert "scores.to(torch.bfloat16)" in top["stack"]
     fault_ops = top["note"]
     # the naive rules point elsewhere: every op differs by a few ulp, so the first that differs is early in
@@ -136,3 +136,8 @@ def test_our_capture_against_msprobes_dump_of_the_same_model(tmp_path):
         assert forward.sum() >= 25
         assert (r["verdict"][forward] == 0).all(), r["target_name"][forward & (r["verdict"] != 0)]
         assert np.nanmax(r["rel_err"][forward]) == 0.0
+        # `model(x) * scale`: msprobe's Tensor.__mul__.0 is our Tensor.mul.0, forward and backward
+        mul = np.array([n.startswith(("Tensor.mul.0.", "Tensor.__mul__.0.")) for n in r["record"]])
+        assert r["matched"][mul].sum() == 5 and (r["verdict"][mul & r["matched"]] == 0).all()
+        assert {g.split(".")[1] for g in r["golden_name"][mul & r["matched"]]} == {"mul", "__mul__"} - \
+            {r["record"][mul][0].split(".")[1]}

@@ -79,8 +79,13 @@ def test_target_only_ops_rank_first_as_a_region(tmp_path):
     out = compare(tmp_path, t, g, fuzzy_match=True)
     top = out.top_suspects[0]
     assert top["kind"] == "target-only ops" and top["record"] == "Torch.exp.0.forward"
-    assert "3 target-only op(s) Torch.exp.0.forward ... Tensor.div.0.forward, feeding Tensor.matmul.0.forward" \
-        in top["note"]
+    assert top["note"] == "3 target-only op(s) Torch.exp.0.forward ... Tensor.div.0.forward -> Tensor.matmul.0.forward"
+    table = out.divergence
+    region = int(np.flatnonzero(table["kind"] == 4)[0])
+    assert (table["last_op"][region], table["n_ops"][region], table["link"][region]) == \
+        ("Tensor.div.0.forward", 3, "Tensor.matmul.0.forward")
+    group = out.summary["suspect_groups"][0]
+    assert group["where"] == "" and out.summary["tables"][0]["rows"][0][:2] == ["exp.0…div.0 → matmul.0", "0"]
     assert top["score"] > 100 and top["score"] > 10 * out.top_suspects[1]["score"]
     # the naive answers: the first op that differs is the linear (every op is a few ulp off), and the largest
     # error is downstream of the fault
@@ -99,6 +104,8 @@ def test_gap_when_the_golden_ran_ops_the_target_did_not(tmp_path):
     top = out.top_suspects[0]
     assert top["kind"] == "gap" and top["record"] == "Tensor.matmul.0.forward"
     assert "further off than output.0 of Functional.softmax.0.forward" in top["note"]
+    assert out.divergence["link"][0] == "Functional.softmax.0.forward"
+    assert out.summary["tables"][0]["rows"][0][4] == "golden-only ops after softmax.0?"
 
 
 def _adam_like(golden):
@@ -163,3 +170,48 @@ def test_rollup_carries_the_worst_below(tmp_path):
     assert tree["parent"][relu] == "Module.blk.Block.forward.0" and tree["depth"][relu] == 1
     assert tree["n_rows"][blk] == 4 and tree["n_error"][blk] == 2 and tree["worst_verdict"][blk] == 2
     assert tree["max_rel_err"][blk] == pytest.approx(1 / 3, rel=1e-6)
+
+
+def test_suspect_names_steps_and_locations():
+    from engines.compare.suspects import innermost_frame, location, numbers_text, short_op
+
+    assert numbers_text([3, 0, 1, 2]) == "0-3" and numbers_text([0, 2, 5, 6, 7, 9, 10]) == "0,2,5-7,9,10"
+    assert short_op("Tensor.to.0.forward") == "to.0" and short_op("Functional.layer_norm.12.backward") == \
+        "layer_norm.12"
+    assert short_op("Module.blocks.1.attn.Attention.forward.0") == "blocks.1.attn"
+    stack = ("File /home/u/train.py, line 88, in main,\n loss = model(x)\n"
+             "File /home/u/model.py, line 41, in forward,\n h = self.proj(x)\n"
+             "File /usr/lib/python3.11/site-packages/torch/nn/modules/linear.py, line 134, in forward,\n"
+             " return F.linear(input, self.weight, self.bias)")
+    assert innermost_frame(stack) == "model.py:41"  # torch's own frame says nothing about the model
+    assert innermost_frame("File /usr/lib/python3.11/site-packages/torch/x.py, line 3, in f,\n y") == "x.py:3"
+    assert innermost_frame("") == "" and innermost_frame("no frames here") == ""
+    assert location("Module.blocks.0.mlp.MLP.forward.0", stack) == "blocks.0.mlp"
+    assert location("", stack) == "model.py:41"
+
+
+def test_suspects_group_over_ranks_and_steps():
+    from engines.compare.suspects import group_suspects, suspects_table
+
+    obj = lambda items: np.array(items, dtype=object)  # noqa: E731
+    # the ranking: the same linear on two ranks and three steps, a region at step 1 only, another op
+    recs = ["Functional.linear.2.forward"] * 4 + ["Torch.exp.0.forward", "Functional.gelu.0.forward",
+                                                  "Functional.linear.2.forward"]
+    n = len(recs)
+    div = {"record": obj(recs), "kind": np.array([0, 0, 0, 0, 4, 0, 0], np.uint8),
+           "rank": np.array([0, 1, 0, 1, 0, 0, 1]), "step": np.array([0, 0, 2, 2, 1, 0, 3]),
+           "score": np.array([90.0, 80, 70, 60, 50, 40, 3]), "position": np.arange(1, n + 1),
+           "direction": np.zeros(n, np.uint8), "phase": np.zeros(n, np.uint8), "out_err": np.full(n, 0.01),
+           "in_err": np.full(n, 1e-4), "worst_verdict": np.zeros(n, np.uint8), "first_row": np.arange(n),
+           "parent": obj([""] * n), "last_op": obj([""] * 4 + ["Tensor.div.0.forward", "", ""]),
+           "link": obj([""] * 4 + ["Tensor.matmul.0.forward", "", ""]), "n_ops": np.array([1, 1, 1, 1, 3, 1, 1]),
+           "changed_args": obj([""] * n), "note": obj([""] * n)}
+    groups = group_suspects(div, {"stack": obj([""] * n)}, 10)
+    assert [g["record"] for g in groups] == ["Functional.linear.2.forward", "Torch.exp.0.forward",
+                                            "Functional.gelu.0.forward"]
+    assert groups[0]["steps"] == [0, 2, 3] and groups[0]["ranks"] == [0, 1] and groups[0]["entries"] == 5
+    assert groups[0]["score"] == 90.0
+    table = suspects_table(groups, multi_rank=True)
+    assert table["rows"][0][:3] == ["Functional.linear.2.forward", "r0,1 s0,2,3", "90"]
+    assert table["rows"][1][0] == "exp.0…div.0 → matmul.0"
+    assert len(group_suspects(div, {}, 2)) == 2

@@ -222,3 +222,40 @@ def test_parse_our_dump(tmp_path):
     assert (tmp_path / "npy" / "rank0" / "step1" / "Functional.layer_norm.0.forward.output.0.npy").exists()
     scalar = parse(d, name="eps", step=0).summary["listed"][0]
     assert scalar["max"] == pytest.approx(1e-5) and scalar["dtype"] == "<class 'float'>"
+
+
+def _op(name, shape, k):
+    """A binary op record: two inputs and the product."""
+    a = np.full(shape, 1.0 + k, np.float32)
+    b = np.full(shape, 2.0 + k, np.float32)
+    return (name, "", {"args": [{"tensor": "input.0"}, {"tensor": "input.1"}], "kwargs": {}},
+            [("input.0", a), ("input.1", b), ("output.0", a * b)])
+
+
+def test_msprobe_dunder_names_pair_with_ours(tmp_path):
+    # call order: a * b, c.mul(d), relu, 2 * e, a * b again, (msprobe only: one more a * b), a *= b
+    ours = [_op("Tensor.mul.0.forward", (2, 3), 0), _op("Tensor.mul.1.forward", (4,), 1),
+            _op("Functional.relu.0.forward", (3,), 2), _op("Tensor.mul.2.forward", (5,), 3),
+            _op("Tensor.mul.3.forward", (2, 3), 4), _op("Tensor.mul_.0.forward", (2, 3), 6)]
+    theirs = [_op("Tensor.__mul__.0.forward", (2, 3), 0), _op("Tensor.mul.0.forward", (4,), 1),
+              _op("Functional.relu.0.forward", (3,), 2), _op("Tensor.__rmul__.0.forward", (5,), 3),
+              _op("Tensor.__mul__.1.forward", (2, 3), 4), _op("Tensor.__mul__.2.forward", (7,), 5),
+              _op("Tensor.__imul__.0.forward", (2, 3), 6)]
+    o = write_ours(tmp_path / "ours" / "rank0", ours, tensors=False)
+    m = write_msprobe(tmp_path / "ms", theirs)
+    want = {"Tensor.mul.0.forward": "Tensor.__mul__.0.forward", "Tensor.mul.1.forward": "Tensor.mul.0.forward",
+            "Tensor.mul.2.forward": "Tensor.__rmul__.0.forward", "Tensor.mul.3.forward": "Tensor.__mul__.1.forward",
+            "Tensor.mul_.0.forward": "Tensor.__imul__.0.forward"}
+    out = run_compare(job(o, m, tmp_path / "a", mode="statistics", formats=["hdf5"]), None)
+    r = out.results
+    paired = {rec: g.rsplit(".", 2)[0] for rec, g in zip(r["record"], r["golden_name"]) if rec in want}
+    assert paired == want
+    assert (r["verdict"][np.isin(r["record"], list(want))] == 0).all()
+    assert out.summary["golden_only_rows"] == 3  # Tensor.__mul__.2: a call only msprobe recorded
+    # msprobe's dump as the run under test: the same pairs, the other way round
+    out = run_compare(job(m, o, tmp_path / "b", mode="statistics", formats=["hdf5"]), None)
+    r = out.results
+    paired = {g.rsplit(".", 2)[0]: rec for rec, g in zip(r["record"], r["golden_name"]) if g}
+    assert all(paired[k] == v for k, v in want.items())
+    lonely = r["verdict"][r["record"] == "Tensor.__mul__.2.forward"]
+    assert len(lonely) == 3 and (lonely == 3).all()  # unmatched

@@ -79,16 +79,22 @@ def _config_of(job: Any) -> Dict[str, Any]:
         return dict(job) if isinstance(job, dict) else {}
 
 
+_ADAPTER_PACKAGES = {"pytorch": "engines.adapters.torch", "mindspore": "engines.adapters.mindspore"}
+
+
 def _adapter(framework: str):
-    if framework == "pytorch":
-        return importlib.import_module("engines.adapters.torch.zero_code")
-    return None
+    package = _ADAPTER_PACKAGES.get(framework)
+    return importlib.import_module(package + ".zero_code") if package else None
+
+
+def _environment(framework: str):
+    return importlib.import_module(_ADAPTER_PACKAGES[framework] + ".environment")
 
 
 def run_meta(job: Any, framework: str, options: CaptureOptions) -> Dict[str, Any]:
     env: Dict[str, Any] = {}
-    if framework == "pytorch":
-        env = importlib.import_module("engines.adapters.torch.environment").describe()
+    if framework in _ADAPTER_PACKAGES:
+        env = _environment(framework).describe()
     return {"framework": framework, "run_meta": {"config": _config_of(job), "task": options.task,
                                                  "level": options.level, "environment": env,
                                                  "seed": options.seed}}
@@ -107,7 +113,7 @@ def run_collection(job: Any, run: Any, events: Any) -> CollectionResult:
         events.emit("message", level="error", text=text)
         return CollectionResult(EXIT_BAD_INPUT, {"error": text})
     if options.seed is not None:
-        importlib.import_module("engines.adapters.torch.environment").seed_all(options.seed)
+        _environment(framework).seed_all(options.seed)
 
     summary = CaptureSummary()
     started = time.monotonic()
@@ -157,9 +163,9 @@ def summary_for_cli(summary: CaptureSummary, run: Any = None) -> Dict[str, Any]:
         out["steps_left_out"] = compact_steps(summary.steps_skipped)
     out["records"] = summary.records
     out["tensor_rows"] = summary.rows
-    out["size"] = human_bytes(summary.bytes)
-    out["bytes"] = summary.bytes
-    tables: List[Dict[str, Any]] = []
+    out["size"] = human_bytes(summary.bytes)  # the exact count: capture.bytes
+    out["non_finite"] = summary.highlights.describe()
+    tables: List[Dict[str, Any]] = list(summary.highlights.tables())
     if summary.missing:
         rows = [[reason, n] for reason, n in sorted(summary.missing.items(), key=lambda kv: (-kv[1], kv[0]))]
         tables.append({"title": "records not written, and why", "columns": ["reason", "count"], "rows": rows})

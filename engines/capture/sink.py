@@ -95,6 +95,10 @@ class DumpSink:
             w.add_modules([m[0] for m in payload.modules], [m[1] for m in payload.modules],
                           [m[2] for m in payload.modules])
         batch = payload.buffer.build(payload.step, entries, 0, self.stack_ids)
+        try:
+            self.summary.highlights.add_step(payload.step, batch.records, batch.tensors)
+        except Exception as exc:  # the summary is a convenience: never lose a step over it
+            self.summary.failed("summarising step %d" % payload.step, exc)
         if batch.num_records:
             rows = np.asarray(w.add_records(**batch.records), dtype=np.int64)
             if batch.num_rows:

@@ -12,6 +12,8 @@ import traceback
 from collections import Counter
 from typing import Any, Dict, List, Optional
 
+from engines.capture.highlights import TensorHighlights
+
 log = logging.getLogger("engines.capture")
 
 FAILED = "failed"
@@ -32,6 +34,7 @@ class CaptureSummary:
         self.failure_detail: Dict[str, str] = {}
         self.notes: List[str] = []
         self._noted = set()
+        self.highlights = TensorHighlights()
 
     # -- counting --------------------------------------------------------------------------------------------
     def skipped(self, reason: str, n: int = 1) -> None:
@@ -84,6 +87,7 @@ class CaptureSummary:
             "missing": dict(sorted(self.missing.items())),
             "failures": dict(self.failure_detail),
             "notes": list(self.notes),
+            "highlights": self.highlights.as_dict(),
         }
 
     def lines(self, location: Optional[str] = None) -> List[str]:

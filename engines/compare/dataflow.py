@@ -90,6 +90,8 @@ def target_only_regions(cols: Dict[str, np.ndarray], record_codes: np.ndarray, p
     in the region, input error (largest error of the matched outputs feeding it), output error (largest error of
     the matched inputs it feeds), those consumer rows).
     """
+    if not candidate_rows.size:
+        return []
     matched = cols["matched"]
     rel = cols["rel_err"]
     rows_of: Dict[int, List[int]] = {}

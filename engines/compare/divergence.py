@@ -21,6 +21,7 @@ values (``-inf`` mask fills) compare as equal and never count.
 from __future__ import annotations
 
 import math
+from collections import deque
 from dataclasses import dataclass
 from typing import Dict, List, Optional
 
@@ -80,9 +81,15 @@ class RecordFrame:
 
 def record_frame(cols: Dict[str, np.ndarray]) -> RecordFrame:
     n = int(cols["record"].shape[0])
-    codes, records = factorize(cols["record"])
-    k = len(records)
-    first_row = group_reduce(np.minimum, codes, np.arange(n, dtype=np.int64), k, n)
+    if "record_code" in cols:  # compare_piece's record numbers (dump order)
+        codes = cols["record_code"]
+        k = int(codes.max()) + 1 if n else 0
+        first_row = group_reduce(np.minimum, codes, np.arange(n, dtype=np.int64), k, n)
+        records = cols["record"][first_row]
+    else:
+        codes, records = factorize(cols["record"])
+        k = len(records)
+        first_row = group_reduce(np.minimum, codes, np.arange(n, dtype=np.int64), k, n)
     is_float = _per_value(cols["target_dtype"], lambda d: dtype_class(str(d)) == "float", bool)
     rel = cols["rel_err"]
     usable = cols["matched"] & is_float & ~np.isnan(rel)
@@ -153,7 +160,7 @@ def rank_records(cols: Dict[str, np.ndarray], *, small_value: float = DEFAULT_FL
     phase = _phases(fr, rec_order)
     in_err = fr.in_err.copy()
     backward = np.flatnonzero(fr.direction == DIR_BACKWARD)
-    index = {r: i for i, r in enumerate(fr.records.tolist())}
+    index = {r: i for i, r in enumerate(fr.records.tolist())} if backward.size else {}
     for b in backward.tolist():
         twin = index.get(_forward_twin(fr.records[b]))
         if twin is not None and fr.direction[twin] == DIR_FORWARD:
@@ -172,8 +179,11 @@ def rank_records(cols: Dict[str, np.ndarray], *, small_value: float = DEFAULT_FL
         score = out_e / np.maximum(in_e, floor)
     inf_out = np.isinf(out_e)
     score[inf_out] = np.where(np.isinf(in_e[inf_out]), 1.0, np.inf)
+    blank = np.empty(idx.shape[0], dtype=object)
+    blank.fill("")
     entries = {"code": idx, "kind": fr.kind[idx].astype(np.uint8), "score": score, "out_err": out_e,
-               "in_err": in_e, "floor": floor, "note": np.full(idx.shape[0], "", dtype=object)}
+               "in_err": in_e, "floor": floor, "note": blank, "last_op": blank, "link": blank,
+               "n_ops": np.ones(idx.shape[0], dtype=np.int64)}
     extra = _dataflow_entries(cols, fr, small_value, api_only)
     if extra:
         entries = {k: np.concatenate([entries[k], extra[k]]) for k in entries}
@@ -203,7 +213,7 @@ def rank_records(cols: Dict[str, np.ndarray], *, small_value: float = DEFAULT_FL
         "score": entries["score"].astype(np.float64), "out_err": entries["out_err"], "in_err": entries["in_err"],
         "floor": entries["floor"], "worst_verdict": fr.worst[codes], "first_row": first.astype(np.int64),
         "order": order.astype(np.int64), "parent": cols["parent"][first], "changed_args": changed,
-        "note": entries["note"],
+        "note": entries["note"], "last_op": entries["last_op"], "n_ops": entries["n_ops"], "link": entries["link"],
     }
 
 
@@ -219,7 +229,8 @@ def _dataflow_entries(cols, fr: RecordFrame, small_value: float, api_only: bool)
     p_safe = np.where(has, prod, 0)
     floor_row = np.maximum(small_value, np.maximum(_per_value(cols["target_dtype"], dtype_floor, np.float64),
                                                    _per_value(cols["golden_dtype"], dtype_floor, np.float64)))
-    out: Dict[str, list] = {k: [] for k in ("code", "kind", "score", "out_err", "in_err", "floor", "note")}
+    out: Dict[str, list] = {k: [] for k in ("code", "kind", "score", "out_err", "in_err", "floor", "note", "last_op",
+                                            "n_ops", "link")}
     from_unmatched = usable & ~matched[p_safe]
     for members, in_e, out_e, consumers in dataflow.target_only_regions(cols, fr.codes, prod,
                                                                           np.flatnonzero(from_unmatched)):
@@ -235,8 +246,11 @@ def _dataflow_entries(cols, fr: RecordFrame, small_value: float, api_only: bool)
         out["in_err"].append(in_e)
         out["floor"].append(fl)
         consumer = fr.records[fr.codes[consumers[0]]]
-        out["note"].append("{} target-only op(s) {} ... {}, feeding {}".format(
+        out["note"].append("{} target-only op(s) {} ... {} -> {}".format(
             len(members), fr.records[first], fr.records[last], consumer))
+        out["last_op"].append(fr.records[last])
+        out["n_ops"].append(len(members))
+        out["link"].append(consumer)
     from_matched = usable & matched[p_safe] & ~np.isnan(rel[p_safe])
     rows = np.flatnonzero(from_matched)
     if rows.size:
@@ -258,13 +272,15 @@ def _dataflow_entries(cols, fr: RecordFrame, small_value: float, api_only: bool)
             out["out_err"].append(float(rel[i]))
             out["in_err"].append(float(rel[p]))
             out["floor"].append(float(floor_row[i]))
-            out["note"].append("{} of {} is further off than {} of {} that fed it: ops only in the golden "
-                               "between them?".format(cols["slot"][i], fr.records[c], cols["slot"][p],
-                                                      cols["record"][p]))
+            out["note"].append("{} {:.3g}x further off than {} of {} that fed it: golden-only ops between?".format(
+                cols["slot"][i], float(jump[np.searchsorted(rows, i)]), cols["slot"][p], cols["record"][p]))
+            out["last_op"].append("")
+            out["n_ops"].append(1)
+            out["link"].append(cols["record"][p])
     if not out["code"]:
         return {}
     types = {"code": np.int64, "kind": np.uint8, "score": np.float64, "out_err": np.float64, "in_err": np.float64,
-             "floor": np.float64, "note": object}
+             "floor": np.float64, "note": object, "last_op": object, "n_ops": np.int64, "link": object}
     res = {}
     for k, v in out.items():
         arr = np.empty(len(v), dtype=types[k]) if types[k] is object else np.asarray(v, dtype=types[k])
@@ -308,20 +324,29 @@ def module_rollup(cols: Dict[str, np.ndarray], divergence: Dict[str, np.ndarray]
     root's children have ``parent == ""``."""
     fr = frame or record_frame(cols)
     nodes: List[str] = fr.records.tolist()
-    index = {r: i for i, r in enumerate(nodes)}
-    parent_name = [str(p or "") for p in cols["parent"][fr.first_row].tolist()]
+    p_codes, p_names = factorize(cols["parent"][fr.first_row])  # few distinct parents
+    parent_name = [str(p or "") for p in p_names.tolist()]
+    modules = np.flatnonzero(fr.kind == KIND_MODULE)  # parents are module records, few of all records
+    index = dict(zip(fr.records[modules].tolist(), modules.tolist()))
+    missing = {p for p in parent_name if p and p not in index}
+    if missing:  # a parent that is not a module record, or no record at all (added below)
+        index.update((r, i) for i, r in enumerate(nodes) if r in missing and r not in index)
+    extra_parent: List[str] = []  # parents of the ancestors added below
     tree = tree or {}
-    i = 0
-    while i < len(nodes):  # add ancestors that have no rows
-        up = parent_name[i]
+    pending = deque(parent_name)
+    while pending:  # add ancestors that have no rows, breadth first
+        up = pending.popleft()
         if up and up not in index:
             index[up] = len(nodes)
             nodes.append(up)
-            parent_name.append(str(tree.get(up) or ""))
-        i += 1
+            extra_parent.append(str(tree.get(up) or ""))
+            pending.append(extra_parent[-1])
     n_nodes = len(nodes)
-    parent = np.array([index[p] if p else -1 for p in parent_name], dtype=np.int64)
     k = len(fr.records)
+    parent = np.empty(n_nodes, dtype=np.int64)
+    of_unique = np.array([index[p] if p else -1 for p in parent_name], dtype=np.int64)
+    parent[:k] = of_unique[p_codes] if k else 0
+    parent[k:] = [index[p] if p else -1 for p in extra_parent]
     v = cols["verdict"]
     counts = {name: np.zeros(n_nodes, np.int64) for name in ("n_rows", "n_pass", "n_warning", "n_error",
                                                              "n_unmatched")}
@@ -336,8 +361,8 @@ def module_rollup(cols: Dict[str, np.ndarray], divergence: Dict[str, np.ndarray]
     min_cos[:k] = group_reduce(np.fmin, fr.codes, cols["cosine"], k, np.nan)
     max_score = np.full(n_nodes, np.nan)
     if len(divergence["record"]):
-        pos = np.array([index[r] for r in divergence["record"].tolist()], dtype=np.int64)
-        max_score[pos] = divergence["score"]
+        pos = fr.codes[divergence["first_row"]]  # each entry's record (a region: its first op)
+        np.fmax.at(max_score, pos, divergence["score"])
     first_row = np.full(n_nodes, -1, np.int64)
     first_row[:k] = fr.first_row
     order = np.full(n_nodes, np.iinfo(np.int64).max, np.int64)
@@ -363,7 +388,8 @@ def module_rollup(cols: Dict[str, np.ndarray], divergence: Dict[str, np.ndarray]
     node_arr = np.empty(n_nodes, dtype=object)
     node_arr[:] = nodes
     parent_arr = np.empty(n_nodes, dtype=object)
-    parent_arr[:] = parent_name
+    parent_arr[:k] = np.array(parent_name + [""], dtype=object)[p_codes] if k else []
+    parent_arr[k:] = extra_parent
     kind = np.zeros(n_nodes, np.uint8)
     kind[:k] = fr.kind
     kind[k:] = KIND_MODULE

@@ -16,7 +16,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 
-from engines.compare import divergence
+from engines.compare import divergence, suspects
 from engines.compare.options import CompareError, CompareOptions, summary_options
 from engines.compare.piece import PieceSettings, compare_piece
 from engines.compare.verdicts import VERDICTS
@@ -159,14 +159,16 @@ def run_compare(job: Any, events=None, *, fail_on_findings: bool = True, write: 
             opts.target_path, opts.golden_path, " (" + "; ".join(notes) + ")" if notes else ""))
     cross = bool(target.framework and golden.framework and target.framework != golden.framework)
     renumber = "msprobe" in (target.origin, golden.origin)
+    keys = opts.key_options(map_mindspore=cross, renumber_backward=renumber)
+    if {target.origin, golden.origin} == {"msprobe", "probe-tui"}:  # Tensor.__mul__ there, Tensor.mul here
+        keys.msprobe_side = "target" if target.origin == "msprobe" else "golden"
     settings = PieceSettings(
-        mode=mode, keys=opts.key_options(map_mindspore=cross, renumber_backward=renumber),
+        mode=mode, keys=keys,
         fuzzy=opts.fuzzy_match, cross_framework=cross, rel_eps=opts.rel_eps, small_value=opts.small_value,
         thresholds=opts.thresholds, highlight=opts.highlight, workers=opts.workers)
     _say(events, "compare {} ({}) against {} ({}), mode {}, {} piece(s)".format(
         target.path, target.origin, golden.path, golden.origin, mode, len(pieces)))
-    results, divs, trees, golden_only = [], [], [], []
-    naive = {"first_differing": [], "largest_error": []}
+    results, golden_only, sides = [], [], []
     for n, (rank, t_step, g_step) in enumerate(pieces):
         try:
             t_rows, g_rows = target.rows(rank, t_step), golden.rows(rank, g_step)
@@ -176,31 +178,86 @@ def run_compare(job: Any, events=None, *, fail_on_findings: bool = True, write: 
             raise CompareError(str(exc)) from None
         cols, match = compare_piece(t_rows, g_rows, t_spec, g_spec, settings)
         results.append(cols)
+        sides.append((rank, t_step))
         _note_unmatched_records(cols, rank, t_step, opts.fuzzy_match, notes)
         golden_only.append({"rank": np.full(match.golden_only.shape[0], rank, dtype=np.int64),
                             "step": np.full(match.golden_only.shape[0], g_step, dtype=np.int64),
                             "golden_name": g_rows.name[match.golden_only],
                             "golden_dtype": g_rows.dtype[match.golden_only],
                             "golden_shape": g_rows.shape[match.golden_only]})
-        if opts.first_divergence:
+        _emit(events, "step", step=n, total_steps=len(pieces), elapsed_s=round(time.time() - started, 3),
+              records=len(t_rows))
+    table = _concat(results)
+    if len(results) > 1:  # record codes count on across pieces
+        sizes = [int(c["record_code"].max()) + 1 if len(c["record_code"]) else 0 for c in results]
+        table["record_code"] = np.concatenate([c["record_code"] + off for c, off in
+                                               zip(results, np.cumsum([0] + sizes[:-1]))])
+    only = _concat(golden_only)
+    writer = run = None
+    if write:
+        from engines.compare.outputs import ReportWriter, output_folder
+
+        outcome_dir, run = output_folder(opts, job, target.framework)
+        try:
+            writer = ReportWriter(outcome_dir, opts, mode, table)  # a large CSV starts in the background
+        except BaseException as exc:
+            _failed(run, exc)
+            raise
+    try:
+        outcome = _rank_and_summarise(opts, mode, target, golden, pieces, sides, results, table, only, notes,
+                                      fail_on_findings)
+        if writer is not None:
+            outcome.output_dir = outcome_dir
+            summary = outcome.summary
+            summary["run_dir"] = str(outcome_dir)
+            outcome.files = writer.finish(outcome.divergence, outcome.tree, only, summary, events)
+            summary["files"] = outcome.files
+            summary["elapsed_s"] = round(time.time() - started, 3)
+            if run is not None:
+                run.finish("finished", outcome.exit_code, _run_summary(summary))
+    except BaseException as exc:
+        if writer is not None:
+            writer.abort()
+        _failed(run, exc)
+        raise
+    summary = outcome.summary
+    counts = summary["verdicts"]
+    summary["elapsed_s"] = round(time.time() - started, 3)
+    _say(events, "{} rows: {}".format(summary["rows"], ", ".join("{} {}".format(v, k) for k, v in counts.items()
+                                                                    if v)))
+    target.close()
+    golden.close()
+    return outcome
+
+
+def _failed(run, exc: BaseException) -> None:
+    if run is not None:
+        run.finish("failed", 1, {"error": str(exc)})
+
+
+def _rank_and_summarise(opts: CompareOptions, mode: str, target: DumpSource, golden: DumpSource, pieces, sides,
+                        results: List[Dict[str, np.ndarray]], table: Dict[str, np.ndarray],
+                        only: Dict[str, np.ndarray], notes: List[str], fail_on_findings: bool) -> CompareOutcome:
+    """First divergence and module roll-up of each piece, then the summary."""
+    divs, trees = [], []
+    naive = {"first_differing": [], "largest_error": []}
+    if opts.first_divergence:
+        for cols, (rank, t_step) in zip(results, sides):
             frame = divergence.record_frame(cols)
             div = divergence.rank_records(cols, frame=frame)
             divs.append(div)
             trees.append(divergence.module_rollup(cols, div, target.tree(rank, t_step), frame=frame))
             naive["first_differing"].append(divergence.first_differing(cols, frame))
             naive["largest_error"].append(divergence.largest_error(cols, frame))
-        _emit(events, "step", step=n, total_steps=len(pieces), elapsed_s=round(time.time() - started, 3),
-              records=len(t_rows))
     offsets = np.cumsum([0] + [len(c["verdict"]) for c in results[:-1]])
     for div, off in zip(divs, offsets):
         div["first_row"] = div["first_row"] + off
     for tree, off in zip(trees, offsets):
         tree["first_row"] = np.where(tree["first_row"] >= 0, tree["first_row"] + off, -1)
-    table = _concat(results)
     div_all = _merge_divergence(divs)
     tree_all = _concat(trees)
-    only = _concat(golden_only)
     top = [_suspect(div_all, i, table) for i in range(min(opts.top, len(div_all.get("record", []))))]
+    groups = suspects.group_suspects(div_all, table, opts.top)
     counts = {name: int((table["verdict"] == code).sum()) for code, name in enumerate(VERDICTS)}
     summary = {
         "mode": mode, "target": str(opts.target_path), "golden": str(opts.golden_path),
@@ -211,48 +268,26 @@ def run_compare(job: Any, events=None, *, fail_on_findings: bool = True, write: 
         "first_differing_op": next((x for x in naive["first_differing"] if x), None),
         "largest_error_op": next((x for x in naive["largest_error"] if x), None),
         "errors": counts["error"], "warnings": counts["warning"], "unmatched": counts["unmatched"],
-        "top_suspects": top, "options": summary_options(opts),
-        "tables": [_suspects_table(top, len(pieces) > 1)] if top else [],
+        "top_suspects": top, "suspect_groups": groups, "options": summary_options(opts),
+        "tables": [suspects.suspects_table(groups, len({r for r, _, _ in pieces}) > 1)] if groups else [],
     }
-    outcome = CompareOutcome(summary=summary, top_suspects=top, exit_code=EXIT_OK, results=table,
-                             divergence=div_all, tree=tree_all)
-    findings = counts["error"] > 0
-    if fail_on_findings and findings:
-        outcome.exit_code = EXIT_FINDINGS
-    if write:
-        from engines.compare.outputs import output_folder, write_outputs
-
-        outcome.output_dir, run = output_folder(opts, job, target.framework)
-        summary["run_dir"] = str(outcome.output_dir)
-        try:
-            outcome.files = write_outputs(outcome.output_dir, opts, mode, table, div_all, tree_all, only, summary,
-                                          events)
-        except BaseException as exc:
-            if run is not None:
-                run.finish("failed", 1, {"error": str(exc)})
-            raise
-        summary["files"] = outcome.files
-        summary["elapsed_s"] = round(time.time() - started, 3)
-        if run is not None:
-            run.finish("finished", outcome.exit_code, _run_summary(summary))
-    summary["elapsed_s"] = round(time.time() - started, 3)
-    _say(events, "{} rows: {}".format(summary["rows"], ", ".join("{} {}".format(v, k) for k, v in counts.items()
-                                                                    if v)))
-    target.close()
-    golden.close()
-    return outcome
+    exit_code = EXIT_FINDINGS if (fail_on_findings and counts["error"] > 0) else EXIT_OK
+    return CompareOutcome(summary=summary, top_suspects=top, exit_code=exit_code, results=table,
+                          divergence=div_all, tree=tree_all)
 
 
 def _note_unmatched_records(cols: Dict[str, np.ndarray], rank: int, step: int, fuzzy: bool,
                             notes: List[str]) -> None:
     """Say when whole target records found no golden counterpart: with exact names, the later calls of the same
     APIs then pair with the wrong golden calls (their call indices shift)."""
-    matched_records = set(cols["record"][cols["matched"]].tolist())
-    lonely = [r for r in dict.fromkeys(cols["record"].tolist()) if r not in matched_records]
-    if not lonely:
+    codes = cols["record_code"]
+    lonely = np.flatnonzero(np.bincount(codes[cols["matched"]], minlength=int(codes.max()) + 1) == 0) \
+        if codes.size else codes
+    if not lonely.size:
         return
+    first = cols["record"][np.argmax(codes == lonely[0])]
     text = "rank {} step {}: {} target record(s) have no golden counterpart (first: {})".format(
-        rank, step, len(lonely), lonely[0])
+        rank, step, len(lonely), first)
     if not fuzzy:
         text += "; calls after them may pair with the wrong golden calls: consider fuzzy_match"
     notes.append(text)
@@ -265,25 +300,6 @@ def _run_summary(summary: Dict[str, Any]) -> Dict[str, Any]:
     out = {k: summary[k] for k in keep if k in summary}
     out["top_suspects"] = [t["record"] for t in summary.get("top_suspects", [])]
     return out
-
-
-def _suspects_table(top: List[Dict[str, Any]], multi: bool) -> Dict[str, Any]:
-    rows = []
-    for t in top:
-        notes = [t["kind"]] if t["kind"] != "api" else []
-        notes += [x for x in (t["changed_args"], t["note"]) if x]
-        where = ["r{} s{}".format(t["rank"], t["step"])] if multi else []
-        rows.append([t["position"], t["record"]] + where + [_short(t["score"]), _short(t["out_err"]),
-                                                            _short(t["in_err"]), "; ".join(notes)])
-    return {"title": "Top suspects: operators ranked by the error they add (first divergence)",
-            "columns": ["#", "record"] + (["where"] if multi else []) + ["score", "out err", "in err", "notes"],
-            "rows": rows}
-
-
-def _short(v: Optional[float]) -> str:
-    if v is None:
-        return "-"
-    return "{:.3g}".format(v) if abs(v) < 1e300 else "inf"
 
 
 def _merge_divergence(divs: List[Dict[str, np.ndarray]]) -> Dict[str, np.ndarray]:

@@ -28,15 +28,17 @@ from engines.compare.columns import (
 )
 from engines.compare.tensor_metrics import STATUS_NAMES
 from engines.compare.verdicts import FINDINGS, VERDICTS
-from engines.parse.rows import factorize
+from engines.parse.rows import factorize, object_ids
 
 KIND = "compare"
 SCHEMA_VERSION = 1
 CODE_TABLES = {"verdicts": VERDICTS, "findings": FINDINGS, "statuses": STATUS_NAMES}
 SAME_AS_TARGET = -2
-NAME_COLUMNS = {"results": ("record", "parent", "golden_name"), "divergence": ("record", "parent"),
+NAME_COLUMNS = {"results": ("record", "parent", "golden_name"),
+                "divergence": ("record", "parent", "last_op", "link"),
                 "tree": ("node", "parent"), "golden_only": ("golden_name",)}
 DERIVED = ("target_name",)
+_UNKNOWN = -3  # not yet coded
 
 
 def _layout(classic: bool):
@@ -70,26 +72,58 @@ def _specs(layout):
 
 
 class TextDictionary:
-    """Distinct texts in first-seen order; :meth:`encode` gives int32 codes (-1 for ""/None)."""
+    """Distinct texts in first-seen order; :meth:`encode` gives int32 codes (-1 for ""/None).
+
+    Tables share objects (the divergence and tree tables name the same record strings as the results), so the
+    codes of objects already seen are remembered by object id (the dictionary keeps those objects alive, so
+    their ids stay theirs) and found again with one vectorised search instead of a dict lookup per row.
+    """
 
     def __init__(self):
         self.index: Dict[str, int] = {}
+        self._keep: List[object] = []
+        self._ids = np.empty(0, dtype=np.int64)  # sorted
+        self._codes = np.empty(0, dtype=np.int32)
 
     def encode(self, values: np.ndarray, same_as: Optional[np.ndarray] = None) -> np.ndarray:
+        values = np.asarray(values, dtype=object)
+        if same_as is None:
+            return self._codes_of(values)
+        codes = np.full(values.shape[0], SAME_AS_TARGET, dtype=np.int32)
+        rest = np.flatnonzero(values != same_as)
+        if rest.size:
+            codes[rest] = self._codes_of(values[rest])
+        return codes
+
+    def _code(self, value) -> int:
+        if value is None or value == "":
+            return -1
+        return self.index.setdefault(value if isinstance(value, str) else json.dumps(value), len(self.index))
+
+    def _codes_of(self, values: np.ndarray) -> np.ndarray:
         n = values.shape[0]
-        codes = np.full(n, -1, dtype=np.int32)
-        rest = np.not_equal(values, None) & np.not_equal(values, "")
-        if same_as is not None:
-            same = values == same_as
-            codes[same] = SAME_AS_TARGET
-            rest &= ~same
-        idx = np.flatnonzero(rest)
-        if idx.size:
-            sub, uniques = factorize(values[idx])
-            setdefault = self.index.setdefault
-            mapped = np.fromiter((setdefault(u if isinstance(u, str) else json.dumps(u), len(self.index))
+        if n == 0:
+            return np.zeros(0, dtype=np.int32)
+        ids = object_ids(values)
+        codes = np.full(n, _UNKNOWN, dtype=np.int32)
+        if self._ids.size:
+            pos = np.minimum(np.searchsorted(self._ids, ids), self._ids.size - 1)
+            hit = self._ids[pos] == ids
+            codes[hit] = self._codes[pos[hit]]
+        miss = np.flatnonzero(codes == _UNKNOWN)
+        if miss.size:
+            sub, uniques = factorize(values[miss])
+            index, code = self.index, self._code
+            setdefault = index.setdefault
+            mapped = np.fromiter((setdefault(u, len(index)) if type(u) is str and u else code(u)
                                   for u in uniques.tolist()), dtype=np.int32, count=len(uniques))
-            codes[idx] = mapped[sub]
+            codes[miss] = mapped[sub]
+            objs = uniques.tolist()
+            self._keep.extend(objs)
+            ids = np.concatenate([self._ids, np.fromiter(map(id, objs), dtype=np.int64, count=len(objs))])
+            order = np.argsort(ids, kind="stable")
+            self._ids = ids[order]
+            self._codes = np.concatenate([self._codes, mapped])[order]
         return codes
 
     def texts(self) -> List[str]:

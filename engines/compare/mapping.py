@@ -38,9 +38,24 @@ class MappingError(ValueError):
     """A mapping file is missing or malformed (one line naming the file)."""
 
 
+# Mapping files that ship with probe-tui (the demo's MindSpore-to-PyTorch pairs, ...) are named relative to the
+# folder holding the installed packages, so a sample config finds them from any working directory.
+INSTALL_ROOT = Path(__file__).resolve().parents[2]
+
+
+def resolve_mapping_path(path) -> Path:
+    """``path`` as given when it exists, else the file of that relative name shipped with probe-tui."""
+    path = Path(path)
+    if not path.exists() and not path.is_absolute():
+        shipped = INSTALL_ROOT / path
+        if shipped.is_file():
+            return shipped
+    return path
+
+
 def load_mapping_file(path, what: str) -> Any:
     """A YAML or JSON mapping file."""
-    path = Path(path)
+    path = resolve_mapping_path(path)
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
@@ -71,6 +86,7 @@ class KeyOptions:
     cell_mapping: Optional[Dict[str, str]] = None
     layer_mapping: Optional[Dict[str, Dict[str, str]]] = None
     renumber_backward: bool = False
+    msprobe_side: str = ""  # "target"/"golden": that side is msprobe's and the other ours (engines.compare.dunders)
 
 
 def strip_wrappers(record: str, ddp: bool) -> str:
@@ -142,11 +158,13 @@ def parse_api_mapping(raw: Any, source: str) -> List[dict]:
     return raw
 
 
-def _map_api_slot(slot: str, entry: Optional[_ApiEntry]) -> str:
+def _map_api_slot(slot: str, entry: Optional[_ApiEntry], backward: bool = False) -> str:
     if entry is None:
         return slot
     state, _, rest = slot.partition(".")
-    index_map = entry.index_maps.get(state)
+    # A backward record's input.k is the gradient of forward output k, its output.k that of argument k.
+    index_map = entry.index_maps.get({"input": "output", "output": "input"}.get(state, state) if backward
+                                     else state)
     if index_map is None:
         return slot
     head, _, tail = rest.partition(".")
@@ -198,7 +216,7 @@ def side_keys(rows: RowTable, opts: KeyOptions, *, is_target: bool) -> np.ndarra
     for i, (record, slot) in enumerate(zip(rows.record, rows.slot)):
         new = rec_map[record]
         if entries:
-            slot = _map_api_slot(slot, entries.get(api_of[record]))
+            slot = _map_api_slot(slot, entries.get(api_of[record]), record.endswith(".backward"))
         keys[i] = new + "." + slot
     if is_target and opts.data_mapping:
         dm = opts.data_mapping

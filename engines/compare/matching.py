@@ -11,9 +11,10 @@ from typing import Dict, List
 
 import numpy as np
 
+from engines.compare.dunders import align_msprobe_dunders
 from engines.compare.fuzzy import align_records, fuzzy_record_key
 from engines.compare.mapping import KeyOptions, side_keys
-from engines.parse.rows import RowTable
+from engines.parse.rows import RowTable, factorize
 
 _FLOAT = {"float16", "float32", "bfloat16", "float64", "half", "float", "double"}
 _DTYPE_CLASS = (("complex", "complex"), ("bool", "bool"), ("float", "float"), ("half", "float"),
@@ -37,6 +38,15 @@ def dtype_class(dtype: str) -> str:
         if base.startswith(prefix) or base.startswith("b" + prefix):
             return cls
     return base
+
+
+def neutral_dtypes(dtypes: np.ndarray) -> np.ndarray:
+    """Framework-neutral dtype names: ``torch.float32`` and MindSpore's ``Float32`` are both ``float32``
+    (computed once per distinct dtype: a million rows hold a handful)."""
+    codes, uniques = factorize(np.asarray(dtypes, dtype=object))
+    names = np.empty(len(uniques), dtype=object)
+    names[:] = [str(d).lower().rsplit(".", 1)[-1] for d in uniques.tolist()]
+    return names[codes]
 
 
 def dtype_compatible(a: str, b: str, cross_framework: bool) -> bool:
@@ -93,6 +103,11 @@ def match_rows(t_rows: RowTable, g_rows: RowTable, opts: KeyOptions, *, fuzzy: b
                cross_framework: bool = False) -> Match:
     t_keys = side_keys(t_rows, opts, is_target=True)
     g_keys = side_keys(g_rows, opts, is_target=False)
+    if opts.msprobe_side and not opts.data_mapping and opts.layer_mapping is None:
+        if opts.msprobe_side == "golden":
+            g_keys = align_msprobe_dunders(t_rows, t_keys, g_rows, g_keys)
+        else:
+            t_keys = align_msprobe_dunders(g_rows, g_keys, t_rows, t_keys)
     if fuzzy and not opts.data_mapping and opts.layer_mapping is None:
         gi = fuzzy_pairs(t_rows, g_rows, t_keys, g_keys)
         renamed = np.zeros(len(t_rows), dtype=bool)

@@ -5,11 +5,11 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
-from typing import Any, Dict
+from typing import Any, Dict, Optional
 
 import numpy as np
 
-from engines.compare.csv_out import write_csv
+from engines.compare.csv_out import CsvJob, start_csv
 from engines.compare.options import CompareError, CompareOptions
 from engines.compare.xlsx_out import XlsxRefused, write_xlsx
 
@@ -53,30 +53,47 @@ def _config_of(job: Any) -> Dict[str, Any]:
         return {"task": "compare"}
 
 
-def write_outputs(out: Path, opts: CompareOptions, mode: str, table, div, tree, golden_only, summary,
-                  events) -> Dict[str, str]:
-    stamp = time.strftime("%Y%m%d%H%M%S")
-    files: Dict[str, str] = {}
-    stack = bool(np.any(table["stack"] != "")) if len(table["stack"]) else False
-    classic = opts.highlight == "classic"
-    if "hdf5" in opts.formats:
-        from engines.compare.hdf5_out import write_hdf5
+class ReportWriter:
+    """The reports of one compare. Created as soon as the result rows exist: a large CSV starts in a background
+    process then (it needs only the rows), while the caller ranks and the HDF5 store is written; :meth:`finish`
+    writes the rest and waits for it, :meth:`abort` removes what was begun."""
 
-        files["hdf5"] = str(write_hdf5(out, mode, table, div, tree, golden_only, summary))
-    if "csv" in opts.formats:
-        files["csv"] = str(write_csv(out / "compare_result_{}.csv".format(stamp), table, mode, stack=stack,
-                                     classic=classic))
-    if "xlsx" in opts.formats:
-        try:
-            files["xlsx"] = str(write_xlsx(out / "compare_result_{}.xlsx".format(stamp), table, mode, stack=stack,
-                                           classic=classic))
-        except XlsxRefused as exc:
-            summary.setdefault("notes", []).append(str(exc))
-            if events is not None:
-                events.emit("message", level="warning", text=str(exc))
-    path = out / "summary.json"
-    tmp = out / "summary.json.partial"
-    tmp.write_text(json.dumps(dict(summary, output_dir=str(out), files=files), indent=2, default=str))
-    tmp.replace(path)
-    files["summary"] = str(path)
-    return files
+    def __init__(self, out: Path, opts: CompareOptions, mode: str, table: Dict[str, np.ndarray]):
+        self.out, self.opts, self.mode, self.table = out, opts, mode, table
+        self.stamp = time.strftime("%Y%m%d%H%M%S")
+        self.stack = bool(np.any(table["stack"] != "")) if len(table["stack"]) else False
+        self.classic = opts.highlight == "classic"
+        self.csv: Optional[CsvJob] = None
+        if "csv" in opts.formats:
+            self.csv = start_csv(out / "compare_result_{}.csv".format(self.stamp), table, mode, stack=self.stack,
+                                 classic=self.classic)
+
+    def finish(self, div, tree, golden_only, summary: Dict[str, Any], events) -> Dict[str, str]:
+        files: Dict[str, str] = {}
+        out, table = self.out, self.table
+        if "hdf5" in self.opts.formats:
+            from engines.compare.hdf5_out import write_hdf5
+
+            files["hdf5"] = str(write_hdf5(out, self.mode, table, div, tree, golden_only, summary))
+        if "xlsx" in self.opts.formats:
+            try:
+                files["xlsx"] = str(write_xlsx(out / "compare_result_{}.xlsx".format(self.stamp), table, self.mode,
+                                               stack=self.stack, classic=self.classic))
+            except XlsxRefused as exc:
+                summary.setdefault("notes", []).append(str(exc))
+                if events is not None:
+                    events.emit("message", level="warning", text=str(exc))
+        if self.csv is not None:
+            csv, self.csv = self.csv, None
+            files["csv"] = str(csv.wait())
+        path = out / "summary.json"
+        tmp = out / "summary.json.partial"
+        tmp.write_text(json.dumps(dict(summary, output_dir=str(out), files=files), indent=2, default=str))
+        tmp.replace(path)
+        files["summary"] = str(path)
+        return files
+
+    def abort(self) -> None:
+        if self.csv is not None:
+            self.csv.abort()
+            self.csv = None

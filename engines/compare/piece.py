@@ -13,8 +13,9 @@ from typing import Callable, Dict, Optional
 import numpy as np
 
 from engines.compare import classic, stats_metrics, tensor_metrics, verdicts
+from engines.compare.arg_defaults import flag_changed_defaults
 from engines.compare.mapping import KeyOptions
-from engines.compare.matching import match_rows
+from engines.compare.matching import match_rows, neutral_dtypes
 from engines.compare.stats_metrics import STATS
 from engines.compare.tensor_metrics import (
     ST_DTYPE_GATE,
@@ -58,7 +59,7 @@ def _stats(rows: RowTable) -> Dict[str, np.ndarray]:
 
 
 def _api_name(record: str) -> str:
-    parts = record.split(".")
+    parts = record.split(".", 2)
     return parts[1] if len(parts) > 2 else ""
 
 
@@ -87,8 +88,11 @@ def compare_piece(t: RowTable, g: RowTable, t_spec, g_spec, st: PieceSettings):
     g_text = _golden(g.text, gi, None)
     cols["t_text"] = t.text
     cols["g_text"] = g_text
-    cols["data_name"] = _data_names(t.data_name, _golden(g.data_name, gi, "")) if st.mode == "tensor" else \
-        np.full(n, "-1", dtype=object)
+    if st.mode == "tensor":
+        cols["data_name"] = _data_names(t.data_name, _golden(g.data_name, gi, ""))
+    else:
+        cols["data_name"] = np.empty(n, dtype=object)
+        cols["data_name"].fill("-1")  # one shared object (np.full would make one per row)
 
     flags = np.zeros(n, dtype=np.uint32)
     status = np.full(n, ST_OK, dtype=np.uint8)
@@ -101,14 +105,16 @@ def compare_piece(t: RowTable, g: RowTable, t_spec, g_spec, st: PieceSettings):
     shape_diff = tensor & (t.shape != cols["golden_shape"])
     flags[shape_diff] |= F["shape differs"]
     status[shape_diff] = ST_SHAPE
-    flags[matched & (t.dtype != cols["golden_dtype"]) & ~match.gated] |= F["dtype differs"]
+    t_dtype, g_dtype = neutral_dtypes(t.dtype), neutral_dtypes(cols["golden_dtype"])  # Float32 == torch.float32
+    flags[matched & (t_dtype != g_dtype) & ~match.gated] |= F["dtype differs"]
     rg_t, rg_g = t.requires_grad, cols["golden_requires_grad"]
     cols["requires_grad_equal"] = np.where((rg_t < 0) | (rg_g < 0), -1, (rg_t == rg_g).astype(np.int8))
     flags[matched & (rg_t >= 0) & (rg_g >= 0) & (rg_t != rg_g)] |= F["requires_grad differs"]
-    ignored_records = {r for r in t.record_order() if _api_name(r) in IGNORED_APIS}
-    if ignored_records:
-        ignored = np.fromiter((r in ignored_records for r in t.record.tolist()), bool, n)
-        flags[ignored] |= F["ignored api"]
+    record_code, records = t.record_codes()
+    cols["record_code"] = record_code
+    ignored_record = np.fromiter((_api_name(r) in IGNORED_APIS for r in records.tolist()), bool, len(records))
+    if ignored_record.any():
+        flags[ignored_record[record_code]] |= F["ignored api"]
     _nonfinite_flags(cols, flags, matched)
 
     stat_cols = stats_metrics.stats_table(_stats(t), g_stats, {s: t.text for s in STATS},
@@ -117,6 +123,7 @@ def compare_piece(t: RowTable, g: RowTable, t_spec, g_spec, st: PieceSettings):
     scalar = ~t.is_tensor & matched
     status[scalar] = ST_NOT_TENSOR
     _scalar_flags(cols, flags, scalar, t.text, g_text)
+    flag_changed_defaults(cols, flags, t, matched, F["scalar argument changed"])
 
     rel_err = stats_metrics.scaled_stat_errors(_stats(t), g_stats, t.numel, st.small_value)
     rel_err[~tensor] = np.nan
@@ -178,8 +185,8 @@ def _nonfinite_flags(cols, flags, matched) -> None:
         differ = np.zeros(both.shape[0], dtype=bool)
         for s in ("max", "min"):
             a, b = cols["t_" + s], cols["g_" + s]
-            with np.errstate(invalid="ignore"):
-                differ |= ~((a == b) | (np.isnan(a) & np.isnan(b)))
+            with np.errstate(invalid="ignore"):  # only the non-finite values must agree
+                differ |= (~np.isfinite(a) | ~np.isfinite(b)) & ~((a == b) | (np.isnan(a) & np.isnan(b)))
         flags[both & differ] |= F["non-finite positions differ"]
 
 

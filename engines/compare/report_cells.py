@@ -2,8 +2,8 @@
 tokens for absent values (``N/A`` unmatched, ``unsupported``, ``shape unmatched``, ``Nan``, ``" inf"``), numbers as
 numbers.
 
-A numeric column is a :class:`NumCells` (a float array plus the few cells that are tokens), so a million-row
-report formats its numbers in numpy, not cell by cell.
+A numeric column is a :class:`NumCells` (a float array plus token codes for the cells that show a token), so a
+million-row report formats its numbers in numpy, not cell by cell.
 """
 
 from __future__ import annotations
@@ -25,55 +25,83 @@ from engines.compare.tensor_metrics import (
     round_cosine,
 )
 from engines.compare.verdicts import UNMATCHED, VERDICTS
-from engines.parse.rows import STAT_BITS
+from engines.parse.rows import STAT_BITS, factorize
 
 TENSOR_COLS = ("cosine", "euc_dist", "max_abs_err", "max_rel_err", "one_thousandth", "five_thousandths")
 
 
 class NumCells:
-    """A numeric column: ``values`` (float64 or int64) and ``tokens`` (a str array, "" where the number shows)."""
+    """A numeric column: ``values`` (float64 or int64) and token codes: ``codes[i]`` > 0 shows
+    ``table[codes[i]]`` instead of the number (``table[0]`` is ""). inf and nan without a token show as msprobe
+    writes them (``" inf"``, ``" -inf"``, ``"Nan"``)."""
 
-    def __init__(self, values: np.ndarray, tokens: np.ndarray = None, integers: bool = False):
+    def __init__(self, values: np.ndarray, codes: np.ndarray = None, table=("",), integers: bool = False):
         self.values = values
         self.integers = integers
-        if tokens is None:
-            tokens = np.full(values.shape[0], "", dtype=object)
+        n = values.shape[0]
+        self.codes = np.zeros(n, dtype=np.int32) if codes is None else codes
+        self.table = list(table)
         if not integers:
-            inf = np.isinf(values) & (tokens == "")
-            if inf.any():
-                tokens = tokens.copy()
-                tokens[inf & (values > 0)] = " inf"
-                tokens[inf & (values < 0)] = " -inf"
-            nan = np.isnan(values) & (tokens == "")
-            if nan.any():
-                tokens = tokens.copy()
-                tokens[nan] = "Nan"
-        self.tokens = tokens
+            free = self.codes == 0
+            with np.errstate(invalid="ignore"):
+                odd = free & ~np.isfinite(values)
+            if odd.any():
+                self.codes = self.codes.copy()
+                for text, mask in ((" inf", odd & (values > 0)), (" -inf", odd & (values < 0)),
+                                   ("Nan", odd & np.isnan(values))):
+                    if mask.any():
+                        self.codes[mask] = self._code(text)
+
+    def _code(self, text: str) -> int:
+        if text not in self.table:
+            self.table.append(text)
+        return self.table.index(text)
 
     def __len__(self) -> int:
         return int(self.values.shape[0])
 
+    @property
+    def tokens(self) -> np.ndarray:
+        """The token of each cell ("" where the number shows)."""
+        return np.array(self.table, dtype=object)[self.codes]
+
     def cells(self) -> list:
         """Python values: numbers, or the token where there is one (xlsx)."""
         out = self.values.tolist()
-        for i in np.flatnonzero(self.tokens != "").tolist():
-            out[i] = self.tokens[i]
+        for i in np.flatnonzero(self.codes).tolist():
+            out[i] = self.table[self.codes[i]]
         return out
 
-    def texts(self) -> List[str]:
-        """CSV field texts."""
-        vals = self.values.astype(np.int64) if self.integers else self.values
-        out = vals.astype(str).tolist()
-        for i in np.flatnonzero(self.tokens != "").tolist():
-            out[i] = self.tokens[i]
-        return out
+
+class Tokens:
+    """Token codes of a numeric column being built: later :meth:`set` calls win."""
+
+    def __init__(self, n: int):
+        self.codes = np.zeros(n, dtype=np.int32)
+        self.table = [""]
+
+    def set(self, mask: np.ndarray, text: str) -> None:
+        if not mask.any():
+            return
+        if text not in self.table:
+            self.table.append(text)
+        self.codes[mask] = self.table.index(text)
+
+    def set_texts(self, mask: np.ndarray, texts: np.ndarray) -> None:
+        """Per-row texts (an object column) where ``mask``."""
+        rows = np.flatnonzero(mask)
+        if not rows.size:
+            return
+        codes, uniques = factorize(texts[rows])
+        base = len(self.table)
+        self.table.extend(str(u) for u in uniques.tolist())
+        self.codes[rows] = codes + base
+
+    def cells(self, values: np.ndarray) -> NumCells:
+        return NumCells(values, self.codes, self.table)
 
 
 Cells = Union[list, NumCells]
-
-
-def _tokens(n: int) -> np.ndarray:
-    return np.full(n, "", dtype=object)
 
 
 def _rg(value: int) -> str:
@@ -81,29 +109,29 @@ def _rg(value: int) -> str:
 
 
 def _stat_cells(values: np.ndarray, valid: np.ndarray, bit: int, text, matched) -> NumCells:
-    tok = _tokens(values.shape[0])
-    tok[(valid & bit) == 0] = "None"
-    tok[np.isnan(values) & (tok == "")] = "Nan"
+    tok = Tokens(values.shape[0])
+    missing = (valid & bit) == 0
+    tok.set(missing, "None")
+    tok.set(np.isnan(values) & ~missing, "Nan")
     if matched is not None:
-        tok[~matched] = "N/A"
+        tok.set(~matched, "N/A")
     if text is not None:
-        has = np.not_equal(text, None)
-        tok[has] = text[has]
-    return NumCells(values, tok)
+        tok.set_texts(np.not_equal(text, None), text)
+    return tok.cells(values)
 
 
 def _diff_cells(values: np.ndarray, notes: np.ndarray) -> NumCells:
-    tok = _tokens(values.shape[0])
-    tok[notes == NOTE_NA] = "N/A"
-    tok[notes == NOTE_DIFF] = "Diff"
-    return NumCells(values, tok)
+    tok = Tokens(values.shape[0])
+    tok.set(notes == NOTE_NA, "N/A")
+    tok.set(notes == NOTE_DIFF, "Diff")
+    return tok.cells(values)
 
 
 def _tensor_cells(cols, name: str) -> NumCells:
     values = cols[name].copy()
     status = cols["status"]
     n = values.shape[0]
-    tok = _tokens(n)
+    tok = Tokens(n)
     nan = np.isnan(values)
     if name == "cosine":
         unsupported = cols["cosine_unsupported"]
@@ -111,17 +139,17 @@ def _tensor_cells(cols, name: str) -> NumCells:
         unsupported = cols["ratios_unsupported"]
     else:
         unsupported = np.zeros(n, dtype=bool)
-    tok[nan & unsupported] = "unsupported"
-    tok[nan & ~unsupported & (status != 0)] = "N/A"
-    tok[np.isin(status, (ST_EMPTY, ST_NO_DATA, ST_READ_ERROR, ST_UNREADABLE))] = "unsupported"
-    tok[status == ST_NONFINITE] = "N/A"
-    tok[status == ST_SHAPE] = "shape unmatched"
-    tok[~cols["matched"]] = "N/A"
+    tok.set(nan & unsupported, "unsupported")
+    tok.set(nan & ~unsupported & (status != 0), "N/A")
+    tok.set(np.isin(status, (ST_EMPTY, ST_NO_DATA, ST_READ_ERROR, ST_UNREADABLE)), "unsupported")
+    tok.set(status == ST_NONFINITE, "N/A")
+    tok.set(status == ST_SHAPE, "shape unmatched")
+    tok.set(~cols["matched"], "N/A")
     if name != "euc_dist":
         rounder = round_cosine if name == "cosine" else round12
-        show = np.flatnonzero(~nan & (tok == ""))
+        show = np.flatnonzero(~nan & (tok.codes == 0))
         values[show] = [rounder(v) for v in values[show].tolist()]
-    return NumCells(values, tok)
+    return tok.cells(values)
 
 
 def _first_of_record(records: np.ndarray, stack: np.ndarray) -> list:
@@ -138,7 +166,7 @@ def _safe_text(cells: list) -> list:
     return ["'" + c if isinstance(c, str) and c[:1] in ("=", "+", "@") and len(c) > 1 else c for c in cells]
 
 
-def _builders(cols: Dict[str, np.ndarray], classic: bool) -> Dict[str, Callable[[], Cells]]:
+def cell_builders(cols: Dict[str, np.ndarray], classic: bool) -> Dict[str, Callable[[], Cells]]:
     matched = cols["matched"]
     m_list = matched.tolist()
 
@@ -182,9 +210,9 @@ def _builders(cols: Dict[str, np.ndarray], classic: bool) -> Dict[str, Callable[
                            for v, r in zip(cols["verdict"].tolist(), reasons)])
 
     def rel_err():
-        tok = _tokens(cols["rel_err"].shape[0])
-        tok[np.isnan(cols["rel_err"])] = "N/A"
-        return NumCells(cols["rel_err"], tok)
+        tok = Tokens(cols["rel_err"].shape[0])
+        tok.set(np.isnan(cols["rel_err"]), "N/A")
+        return tok.cells(cols["rel_err"])
 
     b["Err_message"] = err_message
     b["Accuracy Reached or Not"] = lambda: cols["classic_accuracy"].tolist()
@@ -198,7 +226,7 @@ def _builders(cols: Dict[str, np.ndarray], classic: bool) -> Dict[str, Callable[
 
 def report_columns(cols: Dict[str, np.ndarray], mode: str, *, stack: bool, classic: bool) -> Dict[str, Cells]:
     """Header -> cells (a list, or :class:`NumCells` for numbers), for the headers of ``mode`` only."""
-    builders = _builders(cols, classic)
+    builders = cell_builders(cols, classic)
     out = {}
     for head in report_headers(mode, stack=stack, classic=classic):
         key = head + "@tensor" if (head == "MaxRelativeErr" and mode == "tensor") else head

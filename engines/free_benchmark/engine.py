@@ -61,15 +61,16 @@ def run_collection(job: Any, run: Any, events: Any) -> CollectionResult:
     fb = FreeBenchmarkOptions.from_job(job)
     target = _target_dict(getattr(job, "target", None))
     framework = _framework(job, target)
-    if framework != "pytorch":
+    package = {"pytorch": "engines.adapters.torch", "mindspore": "engines.adapters.mindspore"}.get(framework)
+    if package is None:
         text = "free_benchmark is not available for %s in this build" % framework
         events.emit("message", level="error", text=text)
         return CollectionResult(EXIT_BAD_INPUT, {"error": text})
-    environment = importlib.import_module("engines.adapters.torch.environment")
+    environment = importlib.import_module(package + ".environment")
     if options.seed is not None:
         environment.seed_all(options.seed)
-    session_mod = importlib.import_module("engines.adapters.torch.free_benchmark_session")
-    zero_code = importlib.import_module("engines.adapters.torch.zero_code")
+    session_mod = importlib.import_module(package + ".free_benchmark_session")
+    zero_code = importlib.import_module(package + ".zero_code")
 
     summary = CaptureSummary()
     started = time.monotonic()

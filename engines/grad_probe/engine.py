@@ -1,7 +1,8 @@
 """The grad_probe collection engine: run the job's target with the gradient hook installed for the whole process.
 
 Zero code change: the optimizer is found through torch's global optimizer-step hooks and the parameter names
-through global module hooks (``engines.adapters.torch.grad_probe``). Each rank writes its own grads store in
+through global module hooks (``engines.adapters.torch.grad_probe``); with MindSpore, through a hook on optimizer
+calls, which receive the gradients (``engines.adapters.mindspore.grad_probe``). Each rank writes its own grads store in
 ``<run>/rank<R>/`` and, when ``export_csv`` is set, msprobe's ``grad_summary_{step}.csv`` files beside it.
 """
 
@@ -62,10 +63,13 @@ def run_collection(job, run, events) -> CollectionResult:
 
     section = job.grad_probe
     framework = resolve_framework(job)
-    if framework != "pytorch":
-        events.emit("message", level="error", text=f"grad_probe runs on PyTorch only in this build (framework {framework!r})")
-        return CollectionResult(2, {"error": f"framework: grad_probe supports pytorch, not {framework}"})
-    from engines.adapters.torch.grad_probe import start_grad_probe
+    if framework not in ("pytorch", "mindspore"):
+        events.emit("message", level="error", text=f"grad_probe: unknown framework {framework!r}")
+        return CollectionResult(2, {"error": f"framework: grad_probe supports pytorch and mindspore, not {framework}"})
+    import importlib
+
+    start_grad_probe = importlib.import_module(
+        "engines.adapters.%s.grad_probe" % ("torch" if framework == "pytorch" else "mindspore")).start_grad_probe
 
     target = target_dict(job.target)
     rank, world_size = process_rank()

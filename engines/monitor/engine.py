@@ -58,10 +58,14 @@ def run_collection(job, run, events) -> CollectionResult:
     from engines.runner import resolve_framework
 
     framework = resolve_framework(job)
-    if framework != "pytorch":
-        events.emit("message", level="error", text=f"monitor runs on PyTorch only in this build (framework {framework!r})")
-        return CollectionResult(2, {"error": f"framework: monitor supports pytorch, not {framework}"})
-    from engines.adapters.torch.monitor import MonitorSession, alert_rules
+    if framework not in ("pytorch", "mindspore"):
+        events.emit("message", level="error", text=f"monitor: unknown framework {framework!r}")
+        return CollectionResult(2, {"error": f"framework: monitor supports pytorch and mindspore, not {framework}"})
+    import importlib
+
+    adapter = importlib.import_module("engines.adapters.%s.monitor" % ("torch" if framework == "pytorch"
+                                                                       else "mindspore"))
+    MonitorSession, alert_rules = adapter.MonitorSession, adapter.alert_rules
 
     target = target_dict(job.target)
     rank, world_size = process_rank()

@@ -237,14 +237,10 @@ def run_analyze_overflow(job: Any, events: Any = None) -> AnalysisResult:
     replay_dtype = _get(section, "dtype", "float64")
     device = _get(section, "device", "cpu")
     ranks = locate_ranks(str(path))
-    try:
-        replay_mod = importlib.import_module("engines.adapters.torch.overflow_replay")
-    except ImportError as exc:
-        raise _job_error("analyze_overflow: replaying calls needs PyTorch (%s)" % exc) from None
     _say(events, "replaying the flagged calls of %s in %s on %s" % (path, replay_dtype, device))
     judgements: List[Judgement] = []
     for rank, rank_dir in sorted(ranks.items()):
-        judgements.extend(analyse_rank(rank, rank_dir, replay_dtype, device, replay_mod))
+        judgements.extend(analyse_rank(rank, rank_dir, replay_dtype, device, _replay_module(rank_dir)))
     out_dir, run = _output_folder(job, _get(section, "output_path", None))
     _write(out_dir, judgements)
     summary = summarise(judgements, replay_dtype, out_dir)
@@ -252,6 +248,22 @@ def run_analyze_overflow(job: Any, events: Any = None) -> AnalysisResult:
     if run is not None:
         run.finish(status="finished", exit_code=exit_code, summary=summary)
     return AnalysisResult(exit_code, summary, str(out_dir))
+
+
+def _replay_module(rank_dir: Path) -> Any:
+    """The replay of the framework that wrote the dump (PyTorch unless the dump says MindSpore)."""
+    framework = "pytorch"
+    if "dump" in _kinds(rank_dir):
+        reader = DumpReader(rank_dir)
+        try:
+            framework = str(reader.meta.get("framework") or "pytorch")
+        finally:
+            reader.close()
+    name, package = ("MindSpore", "mindspore") if framework == "mindspore" else ("PyTorch", "torch")
+    try:
+        return importlib.import_module("engines.adapters.%s.overflow_replay" % package)
+    except ImportError as exc:
+        raise _job_error("analyze_overflow: replaying calls of this dump needs %s (%s)" % (name, exc)) from None
 
 
 def summarise(judgements: List[Judgement], replay_dtype: str, out_dir: Path) -> Dict[str, Any]:

@@ -8,6 +8,7 @@ rank folder. Rows come from the ``tensors`` table joined to ``records``; non-ten
 from __future__ import annotations
 
 import json
+import operator
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -265,8 +266,9 @@ def _build_rows(reader, recs: Dict[str, np.ndarray], ts: Dict[str, np.ndarray], 
     io = head_io[slot_codes] if len(slot_uniq) else np.zeros(0, np.uint8)
     io = np.where(kind == KIND_PARAM_GRAD, IO_PARAM_GRAD, io).astype(np.uint8)
     n = slots.shape[0]
+    dot_slot = np.array(["." + s for s in slot_uniq.tolist()] or [""], dtype=object)
     names = np.empty(n, dtype=object)
-    names[:] = [r + "." + s for r, s in zip(rec_name.tolist(), slots.tolist())]
+    names[:] = list(map(operator.add, rec_name.tolist(), dot_slot[slot_codes].tolist())) if n else []
     valid = ts["valid"].astype(np.uint8)
     crc = np.full(n, "", dtype=object)
     has_crc = (valid & V_CRC32) != 0
@@ -297,9 +299,17 @@ def _build_rows(reader, recs: Dict[str, np.ndarray], ts: Dict[str, np.ndarray], 
     else:
         keys = list(sort_tensor)
     order = np.lexsort((keys[2], keys[1], keys[0]))
-    table = table.take(order)
+    if not np.array_equal(order, np.arange(order.shape[0])):  # usually already in order
+        table = table.take(order)
     table.order[:] = np.arange(len(table))
+    table.args = _args_with_defaults(recs)
     return table
+
+
+def _args_with_defaults(recs: Dict[str, np.ndarray]) -> Dict[str, str]:
+    """Records whose ``args`` carry the defaults of the keyword arguments they changed (docs/CAPTURE.md): compare
+    checks a keyword argument the golden record lacks against that default."""
+    return {name: a for name, a in zip(recs["name"].tolist(), recs["args"].tolist()) if a and '"defaults"' in a}
 
 
 def _scalar_rows(recs: Dict[str, np.ndarray], stacks: np.ndarray, rank: int, step: int) -> RowTable:

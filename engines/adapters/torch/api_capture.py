@@ -7,12 +7,13 @@ API is recorded once, at its outermost call. Inputs are summarised *before* the 
 them), outputs after; the backward side is observed on the autograd graph (``backward_capture``).
 """
 
-from typing import Any, Dict, List, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 import torch
 from torch.overrides import TorchFunctionMode
 
 from engines.adapters.torch import api_table, flatten
+from engines.adapters.torch.api_defaults import defaults_of, split_kwargs
 from engines.adapters.torch.backward_capture import PendingBackward, attach, input_edge, sequence_mark
 from engines.capture import naming
 
@@ -35,14 +36,16 @@ is_compiling = _is_compiling_fn()
 class ApiInfo:
     """What the session decided once for one callable: its name and whether it is captured at all."""
 
-    __slots__ = ("prefix", "api", "base", "captured", "distributed")
+    __slots__ = ("prefix", "api", "base", "captured", "distributed", "defaults")
 
-    def __init__(self, prefix: str, api: str, captured: bool) -> None:
+    def __init__(self, prefix: str, api: str, captured: bool, defaults: Optional[Dict[str, Any]] = None) -> None:
         self.prefix = prefix
         self.api = api
         self.base = prefix + "." + api
         self.captured = captured
         self.distributed = prefix == naming.PREFIX_DISTRIBUTED
+        # keyword defaults of the callable's signature (Python functions only): such kwargs are not recorded
+        self.defaults = defaults
 
 
 class CaptureFunctionMode(TorchFunctionMode):
@@ -137,7 +140,13 @@ class ApiCapture:
         save = s.saves(name)
         if reason is None:
             rows: List[Tuple[str, torch.Tensor]] = []
-            skeleton = flatten.walk_call(args, kwargs, lambda slot, t: rows.append((slot, t)))
+            kept_defaults = None
+            rec_kwargs = kwargs
+            if kwargs and info.defaults is not None:
+                rec_kwargs, kept_defaults = split_kwargs(kwargs, info.defaults)
+            skeleton = flatten.walk_call(args, rec_kwargs, lambda slot, t: rows.append((slot, t)))
+            if kept_defaults is not None:
+                skeleton["defaults"] = {k: flatten.walk(v, "", None) for k, v in kept_defaults.items()}
             record = s.buffer.add_record(name, naming.KIND_API, naming.DIRECTION_FORWARD, parent, stack,
                                          skeleton, flags)
             want_in = dm.forward and dm.input
@@ -191,7 +200,8 @@ def resolve_info(func: Any, selector: Any) -> Any:
     if name is None:
         return False
     prefix, api = name
-    return ApiInfo(prefix, api, selector.admits(prefix + "." + api))
+    captured = selector.admits(prefix + "." + api)
+    return ApiInfo(prefix, api, captured, defaults_of(func) if captured else None)
 
 
 def graph_task_active() -> bool:

@@ -1,0 +1,142 @@
+"""The demo training loop in MindSpore (PyNative): user-style code that the capture engines instrument.
+
+One step is ``value_and_grad`` (forward + cross-entropy + backward) -> ``optimizer(grads)``, the usual
+MindSpore 2.x loop. The optimizer is ``mindspore.experimental.optim.AdamW``: PyTorch's AdamW update, run as a
+jit-compiled graph (like ``nn.AdamWeightDecay`` in msprobe's MindSpore baseline, it records no ops), so the
+two demos start from the same ``initial_weights`` on the same ``engines.demo.data`` batches and stay close step
+after step. Engines count steps by optimizer calls, exactly as in a user's script.
+
+``dtype`` fp16 casts the inputs of every linear and attention matmul to float16 and leaves the rest in float32,
+as PyTorch's CPU autocast does; bf16 needs an accelerator (MindSpore 2.10 has no bfloat16 matmul on the CPU).
+"""
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, List, Optional
+
+import mindspore as ms
+from mindspore import Tensor, ops
+
+from engines.adapters.mindspore.demo_model import DemoGPT
+from engines.adapters.mindspore.demo_model import build_model as _build_model
+from engines.demo.data import batches
+from engines.demo.faults import describe
+from engines.demo.knobs import DemoKnobError, DemoKnobs, resolve_knobs
+from engines.demo.weights import parameter_count
+
+StepCallback = Callable[[int, float], None]
+BuildCallback = Callable[[Any, Any], None]
+
+
+@dataclass
+class DemoResult:
+    knobs: DemoKnobs
+    losses: List[float] = field(default_factory=list)
+    step_times_s: List[float] = field(default_factory=list)
+    n_params: int = 0
+
+    @property
+    def steps(self) -> int:
+        return len(self.losses)
+
+    @property
+    def final_loss(self) -> Optional[float]:
+        return self.losses[-1] if self.losses else None
+
+    def summary(self) -> Dict[str, Any]:
+        """JSON-ready facts for run.json and the CLI (NaN/inf losses become strings)."""
+        def plain(x: float):
+            return x if x == x and abs(x) != float("inf") else str(x)
+
+        return {
+            "steps": self.steps,
+            "losses": [plain(x) for x in self.losses],
+            "final_loss": None if self.final_loss is None else plain(self.final_loss),
+            "n_params": self.n_params,
+            "preset": self.knobs.preset,
+            "dtype": self.knobs.dtype,
+            "faults": describe(self.knobs.faults),
+            "framework": "mindspore",
+        }
+
+
+def ensure_pynative() -> None:
+    """The demo and the capture hooks need PyNative mode (MindSpore's default since 2.x)."""
+    if ms.get_context("mode") != ms.PYNATIVE_MODE:
+        ms.set_context(mode=ms.PYNATIVE_MODE)
+
+
+def device_target() -> str:
+    try:
+        return str(ms.get_context("device_target"))
+    except Exception:
+        return "CPU"
+
+
+def check_knobs(knobs: DemoKnobs) -> None:
+    if knobs.dtype == "bf16" and device_target() == "CPU":
+        raise DemoKnobError("demo.dtype: bf16 needs an Ascend or GPU device with MindSpore (no bfloat16 matmul "
+                            "kernel on the CPU in MindSpore 2.10); use fp16 or fp32")
+
+
+def build_model(knobs: Any) -> DemoGPT:
+    """The demo GPT with its seed-generated initial weights; ``knobs`` is a dict or ``DemoKnobs``."""
+    ensure_pynative()
+    return _build_model(resolve_knobs(knobs))
+
+
+def make_optimizer(model: Any, knobs: Any):
+    """PyTorch's AdamW (betas 0.9/0.999, eps 1e-8, weight decay 0.01) over every parameter, as a jit graph."""
+    from mindspore.experimental.optim import AdamW
+
+    return AdamW(model.trainable_params(), lr=resolve_knobs(knobs).lr)
+
+
+def loss_function(model: DemoGPT, vocab: int, autocast: bool):
+    """``forward(tokens, targets) -> loss``: the model and the cross-entropy (in float32, as under autocast)."""
+
+    def forward(tokens: Tensor, targets: Tensor) -> Tensor:
+        logits = model(tokens)
+        if autocast:
+            logits = logits.float()
+        return ops.cross_entropy(logits.view(-1, vocab), targets.view(-1))
+
+    return forward
+
+
+def train(
+    knobs: Any,
+    *,
+    on_step: Optional[StepCallback] = None,
+    on_build: Optional[BuildCallback] = None,
+) -> DemoResult:
+    """Train the demo for ``knobs.steps`` steps.
+
+    ``on_build(model, optimizer)`` runs once before the first step; ``on_step(step_index, loss)`` after each
+    optimizer call.
+    """
+    knobs = resolve_knobs(knobs)
+    check_knobs(knobs)
+    ensure_pynative()
+    ms.set_seed(knobs.seed)
+    model = _build_model(knobs)
+    model.set_train(True)
+    optimizer = make_optimizer(model, knobs)
+    if on_build is not None:
+        on_build(model, optimizer)
+    data = [(Tensor(x), Tensor(y)) for x, y in batches(knobs)]
+    forward = loss_function(model, knobs.vocab, knobs.dtype != "fp32")
+    grad_fn = ms.value_and_grad(forward, None, optimizer.parameters)
+    result = DemoResult(knobs=knobs, n_params=parameter_count(knobs))
+
+    for step, (tokens, targets) in enumerate(data):
+        started = time.perf_counter()
+        model.schedule.step = step
+        loss, grads = grad_fn(tokens, targets)
+        optimizer(grads)
+        value = float(loss.asnumpy())
+        result.step_times_s.append(time.perf_counter() - started)
+        result.losses.append(value)
+        if on_step is not None:
+            on_step(step, value)
+    return result

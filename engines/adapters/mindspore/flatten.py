@@ -1,0 +1,86 @@
+"""Walk MindSpore call arguments and results: tensors go to a visitor under their slot, everything else becomes
+JSON (scalars, dtypes, slices, shapes...), with tensor positions marked ``{"tensor": "<slot>"}``.
+
+The same skeleton as the PyTorch adapter writes (``engines.adapters.torch.flatten``), so replay, compare's scalar
+checks and the pre-check read both alike (DECISIONS 11).
+"""
+
+import math
+from typing import Any, Callable, Dict, List, Optional
+
+from mindspore import Tensor
+from mindspore.common import dtype as mstype
+
+Visitor = Callable[[str, Tensor], None]
+MAX_DEPTH = 32
+
+
+def walk(obj: Any, slot: str, visit: Optional[Visitor], depth: int = 0) -> Any:
+    """JSON-ready skeleton of ``obj``; ``visit(slot, tensor)`` for every tensor inside (when given)."""
+    if isinstance(obj, Tensor):
+        if visit is not None:
+            visit(slot, obj)
+        return {"tensor": slot}
+    if obj is None or isinstance(obj, (bool, int, str)):
+        return obj
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else {"type": "float", "value": str(obj)}
+    if depth >= MAX_DEPTH:
+        return {"type": type(obj).__name__, "truncated": True}
+    if isinstance(obj, (list, tuple)):
+        return [walk(v, "%s.%d" % (slot, i), visit, depth + 1) for i, v in enumerate(obj)]
+    if isinstance(obj, dict):
+        return {str(k): walk(v, "%s.%s" % (slot, k), visit, depth + 1) for k, v in obj.items()}
+    if isinstance(obj, mstype.Type):
+        return {"type": "mindspore.dtype", "value": str(obj)}
+    if isinstance(obj, slice):
+        return {"type": "slice", "value": [walk(obj.start, slot, None, depth + 1), walk(obj.stop, slot, None, depth + 1),
+                                           walk(obj.step, slot, None, depth + 1)]}
+    if obj is Ellipsis:
+        return {"type": "ellipsis", "value": "..."}
+    if isinstance(obj, complex):
+        return {"type": "complex", "value": [obj.real, obj.imag]}
+    item = getattr(obj, "item", None)
+    if item is not None and type(obj).__module__ == "numpy":
+        try:
+            return {"type": "numpy." + type(obj).__name__, "value": item()}
+        except Exception:
+            pass
+    cls = type(obj)
+    return {"type": "%s.%s" % (cls.__module__, cls.__qualname__)}
+
+
+def walk_call(args: tuple, kwargs: Dict[str, Any], visit: Optional[Visitor]) -> Dict[str, Any]:
+    """Skeleton of a call's inputs: positional slots ``input.<i>``, keyword slots ``input.<name>``."""
+    out_args: List[Any] = [walk(a, "input.%d" % i, visit) for i, a in enumerate(args)]
+    out_kwargs = {str(k): walk(v, "input.%s" % k, visit) for k, v in kwargs.items()} if kwargs else {}
+    return {"args": out_args, "kwargs": out_kwargs}
+
+
+def walk_output(out: Any, visit: Optional[Visitor]) -> Any:
+    """Skeleton of a result: a single tensor is ``output.0``; tuples and lists number their items."""
+    if isinstance(out, (tuple, list)):
+        return [walk(v, "output.%d" % i, visit) for i, v in enumerate(out)]
+    return walk(out, "output.0", visit)
+
+
+def tensors_in(obj: Any, slot: str, out: List, depth: int = 0) -> None:
+    """(slot, tensor) pairs of ``obj`` without building a skeleton."""
+    if isinstance(obj, Tensor):
+        out.append((slot, obj))
+    elif depth < MAX_DEPTH and isinstance(obj, (list, tuple)):
+        for i, v in enumerate(obj):
+            tensors_in(v, "%s.%d" % (slot, i), out, depth + 1)
+    elif depth < MAX_DEPTH and isinstance(obj, dict):
+        for k, v in obj.items():
+            tensors_in(v, "%s.%s" % (slot, k), out, depth + 1)
+
+
+def output_tensors(out: Any) -> List:
+    pairs: List = []
+    if isinstance(out, (tuple, list)):
+        for i, v in enumerate(out):
+            tensors_in(v, "output.%d" % i, pairs)
+    else:
+        tensors_in(out, "output.0", pairs)
+    return pairs

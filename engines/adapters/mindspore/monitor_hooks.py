@@ -1,0 +1,136 @@
+"""The MindSpore monitor's cell-side hooks: finding a script's model, and activation hooks on selected cells.
+
+Activations need the model: given (the in-script API), or found as the first cell called at the top level before
+the first optimizer call (a temporary ``nn.Cell.__call__`` wrapper, removed then). Forward hooks go on the
+selected cells only (the others keep MindSpore's fast path); gradients come from tensor hooks that return the
+gradient unchanged, so every number of the training stays as it is.
+"""
+
+from typing import Any, Callable, Dict, List
+
+import mindspore as ms
+from mindspore import Tensor, nn
+
+from engines.adapters.mindspore.cell_capture import _is_optimizer
+
+
+def _tensors(value: Any, limit: int = 64) -> List[Tensor]:
+    out: List[Tensor] = []
+
+    def walk(v):
+        if len(out) >= limit:
+            return
+        if isinstance(v, Tensor):
+            out.append(v)
+        elif isinstance(v, (list, tuple)):
+            for item in v:
+                walk(item)
+        elif isinstance(v, dict):
+            for item in v.values():
+                walk(item)
+
+    walk(value)
+    return out
+
+
+def _floating(t: Tensor) -> bool:
+    return t.dtype in (ms.float16, ms.bfloat16, ms.float32, ms.float64, ms.complex64, ms.complex128)
+
+
+class RootFinder:
+    """Finds the model of a script: the cells called at the top level, until ``remove()``."""
+
+    def __init__(self, on_root: Callable[[Any], None]) -> None:
+        self.roots: List[Any] = []
+        self._ids = set()
+        self._on_root = on_root
+        self._depth = 0
+        self._previous = None
+
+    def install(self) -> None:
+        if self._previous is not None:
+            return
+        previous = nn.Cell.__call__
+        finder = self
+
+        def __call__(cell, *args, **kwargs):
+            if finder._depth == 0 and id(cell) not in finder._ids and not _is_optimizer(cell):
+                finder.add_root(cell)
+            finder._depth += 1
+            try:
+                return previous(cell, *args, **kwargs)
+            finally:
+                finder._depth -= 1
+
+        __call__.__wrapped__ = previous  # type: ignore[attr-defined]
+        self._previous = previous
+        nn.Cell.__call__ = __call__
+
+    def remove(self) -> None:
+        if self._previous is not None:
+            nn.Cell.__call__ = self._previous
+            self._previous = None
+
+    def add_root(self, cell: Any) -> None:
+        if id(cell) in self._ids:
+            return
+        self._ids.add(id(cell))
+        self.roots.append(cell)
+        self._on_root(cell)
+
+
+class ActivationHooks:
+    """Forward hooks on the selected cells; ``sink(tag, name, tensor)`` receives every tensor to measure."""
+
+    def __init__(self, sink, *, forward: bool = True, backward: bool = True, is_active=lambda: True) -> None:
+        self._sink = sink
+        self.forward = forward
+        self.backward = backward
+        self._is_active = is_active
+        self._handles: List[Any] = []
+        self._calls: Dict[int, int] = {}
+        self.modules: Dict[str, Any] = {}
+
+    def attach(self, name: str, cell: Any) -> None:
+        self._handles.append(cell.register_forward_hook(self._make_hook(name)))
+        self.modules[name] = cell
+
+    def new_step(self) -> None:
+        self._calls.clear()
+
+    def remove(self) -> None:
+        for handle in self._handles:
+            handle.remove()
+        self._handles = []
+        self.modules = {}
+
+    def _make_hook(self, name: str):
+        def hook(cell, inputs, output):
+            if not self._is_active() or not cell.training:
+                return None
+            call = self._calls.get(id(cell), 0)
+            self._calls[id(cell)] = call + 1
+            suffix = ":%d" % call if call else ""
+            self._measure("%s.input" % name, suffix, _tensors(inputs))
+            self._measure("%s.output" % name, suffix, _tensors(output))
+            return None
+
+        return hook
+
+    def _measure(self, base: str, suffix: str, tensors: List[Tensor]) -> None:
+        for i, tensor in enumerate(tensors):
+            slot = (base if len(tensors) == 1 else "%s_%d" % (base, i)) + suffix
+            if not _floating(tensor):
+                continue
+            if self.forward:
+                self._sink("actv", slot, tensor)
+            if self.backward and getattr(tensor, "_grad_node", None) is not None:
+                tensor.register_hook(self._grad_hook(slot))
+
+    def _grad_hook(self, slot: str):
+        def on_grad(grad):
+            if grad is not None:
+                self._sink("actv_grad", slot, grad)
+            return grad
+
+        return on_grad
