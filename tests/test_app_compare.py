@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from textual.widgets import DataTable, Input
 
-from engines.compare.verdicts import ERROR, PASS
+from engines.compare.verdicts import ERROR, PASS, WARNING
 from probe_tui.app.app import ProbeApp
 from probe_tui.app.data.compare_result import CompareResult
 from probe_tui.app.screens.compare import CompareScreen
@@ -80,13 +80,16 @@ async def test_errors_filters_sort_and_search(demo_compare):
         await wait_until(pilot, lambda: loaded(app))
         data, table = screen.data, screen.results_table
         assert table.row_count == data.n_rows > 1000
+        # n: the next row of the worst verdict present (errors; warnings when the run has none)
+        worst = screen.view.problem_level
+        assert worst in (ERROR, WARNING) and len(screen.view.error_positions)
         await pilot.press("n")
-        await wait_until(pilot, lambda: data.columns["verdict"][screen.current_row()] == ERROR)
-        first_error = screen.current_row()
-        assert first_error == int(np.flatnonzero(data.columns["verdict"] == ERROR)[0])
+        await wait_until(pilot, lambda: data.columns["verdict"][screen.current_row()] == worst)
+        first_problem = screen.current_row()
+        assert first_problem == int(np.flatnonzero(data.columns["verdict"] == worst)[0])
         await pilot.press("n")
-        await wait_until(pilot, lambda: screen.current_row() != first_error)
-        assert data.columns["verdict"][screen.current_row()] == ERROR
+        await wait_until(pilot, lambda: screen.current_row() != first_problem)
+        assert data.columns["verdict"][screen.current_row()] == worst
         await pilot.press("f")  # problems: errors, warnings, unmatched
         await wait_until(pilot, lambda: screen.view.verdict_filter == "problems")
         assert not np.any(data.columns["verdict"][screen.view.rows] == PASS)
@@ -158,6 +161,9 @@ def test_views_sort_filter_and_search_on_the_columns(tree_result):
         assert data.columns["verdict"][worst.rows[0]] == ERROR
         errors = data.view("errors")
         assert len(errors) == len(errors.error_positions) == int((data.columns["verdict"] == ERROR).sum())
+        assert everything.problem_level == ERROR
+        unmatched = data.view("unmatched")  # no error or warning among them: n goes to the unmatched rows
+        assert unmatched.problem_level == 3 and len(unmatched.error_positions) == len(unmatched)
         assert errors.next_error(len(errors) - 1) == 0  # wraps
         block1 = data.view(search="blocks.1")  # matches the enclosing module too
         assert {data.text["record"][i] for i in block1.rows} >= {"Functional.softmax.1.forward"}

@@ -91,10 +91,12 @@ class TextColumn:
 
 @dataclass
 class ResultView:
-    """Row numbers of the result in display order, and where the errors are among them."""
+    """Row numbers of the result in display order, and where its worst rows are among them: the errors, or the
+    warnings when there is no error, or the unmatched rows when there is neither (``problem_level``)."""
 
     rows: np.ndarray
     error_positions: np.ndarray
+    problem_level: int = ERROR
     verdict_filter: str = "all"
     sort: str = "order"
     descending: bool = False
@@ -112,7 +114,8 @@ class ResultView:
         return int(hits[0]) if hits.size else None
 
     def next_error(self, position: int, backwards: bool = False) -> Optional[int]:
-        """The view position of the next (previous) error row after (before) ``position``; wraps around."""
+        """The view position of the next (previous) row of ``problem_level`` after (before) ``position``; wraps
+        around."""
         errs = self.error_positions
         if not errs.size:
             return None
@@ -289,8 +292,13 @@ class CompareResult:
             mask &= hit[self.text["record"].codes] | hit[self.text["parent"].codes]
         rows = np.flatnonzero(mask)
         rows = rows[self._order(rows, sort, descending)]
-        errors = np.flatnonzero(verdict[rows] == ERROR)
-        return ResultView(rows, errors, verdict_filter, sort, descending, search)
+        shown = verdict[rows]
+        level, positions = ERROR, np.zeros(0, dtype=np.int64)
+        for level in (ERROR, WARNING, UNMATCHED):
+            positions = np.flatnonzero(shown == level)
+            if positions.size:
+                break
+        return ResultView(rows, positions, level, verdict_filter, sort, descending, search)
 
     def _name_hits(self, pattern: str) -> np.ndarray:
         """Per name code (last entry: code -1), whether the name matches ``pattern``."""

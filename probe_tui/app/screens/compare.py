@@ -17,6 +17,7 @@ from textual.message import Message
 from textual.timer import Timer
 from textual.widgets import Footer, Input, Label, Static, TabbedContent, TabPane, Tree
 
+from engines.compare.verdicts import VERDICTS
 from probe_tui.app.actions import bindings_for
 from probe_tui.app.data.compare_result import FILTER_CYCLE, SORT_LABELS, CompareResult, ResultView
 from probe_tui.app.data.formats import count_text
@@ -180,7 +181,12 @@ class CompareScreen(AppScreen):
         if view.search:
             parts.append("search: " + view.search)
         parts.append("{} of {} rows".format(count_text(len(view)), count_text(data.n_rows)))
-        parts.append("{:,} errors here · n next".format(len(view.error_positions)))
+        if len(view.error_positions):
+            word = VERDICTS[view.problem_level]
+            parts.append("{:,} {}{} · n next".format(len(view.error_positions), word,
+                                                    "s" if word != "unmatched" else ""))
+        else:
+            parts.append("no problem here")
         self.query_one("#results-status", Label).update(Text("  ·  ".join(parts), style="dim"))
 
     def request_view(self, **changes: Any) -> None:
@@ -348,7 +354,7 @@ class CompareScreen(AppScreen):
         table = self.results_table
         position = self.view.next_error(table.cursor_row, backwards)
         if position is None:
-            self.notify("No error among the rows shown.", timeout=3)
+            self.notify("No error, warning or unmatched row among the rows shown.", timeout=3)
             return
         table.move_cursor(position)
 
