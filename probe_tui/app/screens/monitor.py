@@ -132,12 +132,13 @@ class MonitorScreen(AppScreen):
         self.last_step, self.collected = snap.last_step, snap.collected_steps
         self.alerts.extend(snap.new_alerts)
         with self.app.batch_update():
-            if snap.series is not None:
+            if snap.series is not None:  # series only ever get added: the picker grows in place
+                new = [s.key for s in snap.series[len(self.series_keys):]]
                 self.series_keys = [s.key for s in snap.series]
-                self._fill_picker()
+                self._add_to_picker(new)
             if snap.selection_version and not self.selected and snap.data:
                 self.selected = list(snap.data)
-                self._fill_picker()
+                self._mark_selected()
             self.data = snap.data
             if not self.paused:
                 self._draw()
@@ -236,8 +237,7 @@ class MonitorScreen(AppScreen):
 
     # ---- series picker ------------------------------------------------------------------------------------
     def _fill_picker(self) -> None:
-        pattern = self.query_one("#series-filter", Input).value.strip().lower()
-        matches = [k for k in self.series_keys if pattern in k.lower()] if pattern else list(self.series_keys)
+        matches = self._matches(self.series_keys)
         shown = matches[:MAX_OPTIONS]
         listing = self.query_one("#series-list", SelectionList)
         self._filling_picker = True
@@ -249,6 +249,37 @@ class MonitorScreen(AppScreen):
         finally:
             self._filling_picker = False
         self._matched = len(matches)
+        self._picker_note()
+
+    def _matches(self, keys: List[str]) -> List[str]:
+        pattern = self.query_one("#series-filter", Input).value.strip().lower()
+        return [k for k in keys if pattern in k.lower()] if pattern else list(keys)
+
+    def _add_to_picker(self, keys: List[str]) -> None:
+        listing = self.query_one("#series-list", SelectionList)
+        matches = self._matches(keys)
+        room = max(0, MAX_OPTIONS - listing.option_count)
+        self._filling_picker = True
+        try:
+            listing.add_options([Selection(k, k, k in self.selected) for k in matches[:room]])
+            if listing.highlighted is None and listing.option_count:
+                listing.highlighted = 0
+        finally:
+            self._filling_picker = False
+        self._matched += len(matches)
+        self._picker_note()
+
+    def _mark_selected(self) -> None:
+        listing = self.query_one("#series-list", SelectionList)
+        self._filling_picker = True
+        try:
+            for key in self.selected:
+                try:
+                    listing.select(key)
+                except Exception:  # not listed under the current filter
+                    pass
+        finally:
+            self._filling_picker = False
         self._picker_note()
 
     @on(Input.Changed, "#series-filter")
