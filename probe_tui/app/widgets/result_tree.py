@@ -89,10 +89,14 @@ class ResultTree(Tree):
     def load(self, index: TreeIndex) -> None:
         self.index = index
         self.clear()
+        kinds = index.columns.get("kind")
+        flat = kinds is not None and len(kinds) > 0 and not bool((kinds == KIND_MODULE).any())
         for p, (rank, step) in enumerate(index.pieces):
             children = index.children(p)
             label = Text.assemble(("rank {} · step {}".format(rank, step), "bold"),
                                   ("  {:,} top-level nodes".format(len(children)), "dim"))
+            if flat:
+                label.append("  (no module records: capture at level mix or L0 for the hierarchy)", style="italic dim")
             node = self.root.add(label, data=NodeRef(p), allow_expand=len(children) > 0)
             if p == 0:
                 self._fill(node)
