@@ -23,7 +23,13 @@ from probe_tui.app.data.compare_result import FILTER_CYCLE, SORT_LABELS, Compare
 from probe_tui.app.data.formats import count_text
 from probe_tui.app.screens.base import AppScreen
 from probe_tui.app.screens.compare_detail import node_detail, row_detail, suspect_detail
-from probe_tui.app.screens.compare_rows import DIVERGENCE_COLUMNS, DivergenceRows, ResultRows, number_width
+from probe_tui.app.screens.compare_rows import (
+    DIVERGENCE_COLUMNS,
+    DivergenceRows,
+    ResultRows,
+    mode_metrics,
+    number_width,
+)
 from probe_tui.app.screens.path_prompt import relative_text
 from probe_tui.app.widgets.result_tree import NodeRef, ResultTree
 from probe_tui.app.widgets.virtual_table import VirtualTable
@@ -155,7 +161,10 @@ class CompareScreen(AppScreen):
     def _name_width(self) -> int:
         width = self.results_table.scrollable_content_region.width or self.app.size.width
         data = self.data
-        fixed = number_width(data.n_rows if data else 0) + 11 + 3 * 10 + (8 if data and data.multi_piece else 0)
+        metrics = len(mode_metrics(data)) if data else 3
+        # every column but the last has a separator: #, name, verdict, metrics (where: 7 + 1)
+        fixed = number_width(data.n_rows if data else 0) + 2 + 10 + metrics * 10 + (8 if data and data.multi_piece
+                                                                                      else 0)
         return max(30, min(72, width - fixed))
 
     def _set_view(self, view: ResultView, keep_row: Optional[int]) -> None:

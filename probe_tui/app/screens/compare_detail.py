@@ -30,6 +30,10 @@ def _name(value: Any, fallback: str = "") -> str:
     return str(value) if value not in (None, "") else fallback
 
 
+def _dtype(value: Any) -> str:
+    return _name(value, "—").replace("torch.", "")
+
+
 def _flag(value: Any) -> str:
     return {-1: "—", 0: "no", 1: "yes"}.get(int(value), str(value)) if value is not None else "—"
 
@@ -57,21 +61,25 @@ def row_detail(row: Dict[str, Any], mode: str) -> RenderableType:
     reasons = _name(row.get("reasons"))
     if reasons:
         parts.append(Text(reasons, style=VERDICT_STYLES.get(int(row.get("verdict", 0))) or ""))
-    sides = _grid()
+    stats = _grid()
     for label in ("", "target", "golden", "diff", "rel"):
-        sides.add_column(label, justify="right" if label else "left", no_wrap=True)
+        stats.add_column(label, justify="right" if label else "left", no_wrap=True, min_width=4 if label else 4)
     for s in STATS:
         note = int(row.get(s + "_note", 0) or 0)
-        rel = NOTES[note] if note else number_text(row.get(s + "_rel"))
-        sides.add_row(s, number_text(row.get("t_" + s)), number_text(row.get("g_" + s)),
-                      number_text(row.get(s + "_diff")), rel)
-    sides.add_row("dtype", _name(row.get("target_dtype"), "—"), _name(row.get("golden_dtype"), "—"), "", "")
-    sides.add_row("shape", _name(row.get("target_shape"), "—"), _name(row.get("golden_shape"), "—"), "", "")
-    sides.add_row("grad", _flag(row.get("target_requires_grad")), _flag(row.get("golden_requires_grad")), "", "")
+        rel = NOTES[note] if note else number_text(row.get(s + "_rel"), 3)
+        stats.add_row(s, number_text(row.get("t_" + s)), number_text(row.get("g_" + s)),
+                      number_text(row.get(s + "_diff"), 3), rel)
+    parts.append(stats)
+    sides = _grid()
+    for label in ("", "target", "golden"):
+        sides.add_column(label, no_wrap=True, min_width=5 if not label else None)
+    sides.add_row("dtype", _dtype(row.get("target_dtype")), _dtype(row.get("golden_dtype")))
+    sides.add_row("shape", _name(row.get("target_shape"), "—"), _name(row.get("golden_shape"), "—"))
+    sides.add_row("grad", _flag(row.get("target_requires_grad")), _flag(row.get("golden_requires_grad")))
     if row.get("t_text") or row.get("g_text"):
-        sides.add_row("value", _name(row.get("t_text"), "—"), _name(row.get("g_text"), "—"), "", "")
+        sides.add_row("value", _name(row.get("t_text"), "—"), _name(row.get("g_text"), "—"))
     if row.get("target_crc32") or row.get("golden_crc32"):
-        sides.add_row("crc32", _name(row.get("target_crc32"), "—"), _name(row.get("golden_crc32"), "—"), "", "")
+        sides.add_row("crc32", _name(row.get("target_crc32"), "—"), _name(row.get("golden_crc32"), "—"))
     parts.append(sides)
     metrics = _grid()
     metrics.add_column("metric", no_wrap=True)

@@ -19,7 +19,7 @@ ROW_STYLES = {2: "red", 1: "yellow", 3: "bright_black", 4: "dim"}
 METRIC_LABELS = {"rel_err": "rel_err", "cosine": "cosine", "max_abs_err": "max_abs", "max_rel_err": "max_rel_e",
                  "max_rel": "max_rel", "norm_rel": "norm_rel", "target_crc32": "target crc",
                  "golden_crc32": "golden crc"}
-MODE_METRICS = {"tensor": ("rel_err", "cosine", "max_abs_err"), "statistics": ("rel_err", "max_rel", "norm_rel"),
+MODE_METRICS = {"tensor": ("rel_err", "cosine", "max_abs_err"), "statistics": ("rel_err", "max_rel"),
                 "md5": ("target_crc32", "golden_crc32")}
 
 
@@ -32,14 +32,18 @@ def verdict_text(code: int) -> Text:
     return Text(VERDICTS[int(code)], style=VERDICT_STYLES.get(int(code), ""))
 
 
+def mode_metrics(data: CompareResult) -> List[str]:
+    """The metric columns the results table shows for the result's mode (those the result has)."""
+    return [m for m in MODE_METRICS.get(data.mode, MODE_METRICS["statistics"]) if m in data.columns or m in data.text]
+
+
 class ResultRows(RowSource):
     """The rows of a :class:`ResultView`: where, name, verdict, the mode's metrics, dtype, shape, reasons."""
 
     def __init__(self, data: CompareResult, view: ResultView, name_width: int = 40) -> None:
         self.data = data
         self.view = view
-        self.metrics = [m for m in MODE_METRICS.get(data.mode, MODE_METRICS["statistics"])
-                        if m in data.columns or m in data.text]
+        self.metrics = mode_metrics(data)
         self.name_width = name_width
 
     def __len__(self) -> int:
@@ -58,7 +62,7 @@ class ResultRows(RowSource):
         if self.data.multi_piece:
             cols.append(Column("where", "where", 7))
         cols += [Column("name", label("name", "name"), self.name_width, overflow="start"),
-                 Column("verdict", label("verdict", "verdict"), 10)]
+                 Column("verdict", label("verdict", "verdict"), 9)]
         for m in self.metrics:
             width = 9 if m not in ("target_crc32", "golden_crc32") else 11
             cols.append(Column(m, label(m, METRIC_LABELS.get(m, m)), width, "right"))
