@@ -136,7 +136,10 @@ class PrecisionDebugger:
 
         self.framework = _framework_of(self.job, self._model)
         task_class = _task_class(self.task)
-        environment = adapter(self.framework, "environment")  # the framework is importable: fail before writing
+        try:  # the framework is importable: fail before anything is written
+            environment = adapter(self.framework, "environment")
+        except ImportError as exc:
+            raise ValueError("framework: %s cannot be imported here (%s)" % (self.framework, exc)) from None
         self.run = create_run(self.job.dump_path, task=self.task, config=dump_config(self.job),
                               framework=self.framework)
         try:
