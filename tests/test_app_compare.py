@@ -65,6 +65,7 @@ async def test_the_injected_fault_heads_the_first_divergence_list_opened_from_ho
         await wait_until(pilot, lambda: screen._active_tab() == "results")
         row = screen.current_row()
         assert screen.data.text["record"][row] == screen.divergence["record"][0]
+        assert screen.data.text["slot"][row].startswith("output")  # the record's worst row: its output
 
 
 def _detail_text(screen) -> str:
@@ -176,6 +177,8 @@ def test_views_sort_filter_and_search_on_the_columns(tree_result):
         row = data.row(int(worst.rows[0]))
         assert row["verdict"] == ERROR and row["target_name"] == data.name(int(worst.rows[0]))
         assert row["golden_name"] == row["target_name"] and row["t_max"] > row["g_max"]
+        first = int(np.flatnonzero(data.text["record"].codes == data.text["record"].codes[worst.rows[0]])[0])
+        assert data.worst_row_of_record(first) == int(worst.rows[0])  # the softmax's output, not its input
     finally:
         data.close()
 

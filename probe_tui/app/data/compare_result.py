@@ -272,6 +272,19 @@ class CompareResult:
         out["row"] = int(row)
         return {k: (v.item() if isinstance(v, np.generic) else v) for k, v in out.items()}
 
+    def worst_row_of_record(self, first: int, limit: int = 256) -> int:
+        """Of the rows of the record that starts at row ``first`` (they are contiguous), the worst: highest
+        verdict severity, then largest rel_err, then an output. A suspect is best shown by its worst output, not
+        its first input."""
+        codes = self.text["record"].codes
+        end = min(self.n_rows, first + limit)
+        span = np.flatnonzero(codes[first:end] != codes[first])
+        stop = first + (int(span[0]) if span.size else end - first)
+        severity = SEVERITY[self.columns["verdict"][first:stop]].astype(np.float64)
+        rel = np.nan_to_num(self.columns["rel_err"][first:stop].astype(np.float64), nan=-1.0, posinf=np.inf)
+        output = (self.columns["io"][first:stop] == 1).astype(np.float64)  # ties: an output before an input
+        return first + int(np.lexsort((-output, -rel, -severity))[0])
+
     # ---- views --------------------------------------------------------------------------------------------
     def sorts(self) -> Sequence[str]:
         return MODE_SORTS.get(self.mode, MODE_SORTS["statistics"])

@@ -268,7 +268,7 @@ class CompareScreen(AppScreen):
         elif kind == "suspect":
             table = self.divergence
             first = int(table["first_row"][key[1]])
-            row = data.row(first) if 0 <= first < data.n_rows else None
+            row = data.row(data.worst_row_of_record(first)) if 0 <= first < data.n_rows else None
             renderable = suspect_detail(table, key[1], row, data.mode)
         else:
             index = data.tree()
@@ -414,6 +414,8 @@ class CompareScreen(AppScreen):
         row = -1
         if tab == "divergence" and self.divergence is not None and self.divergence_table.row_count:
             row = int(self.divergence["first_row"][self.divergence_table.cursor_row])
+            if 0 <= row < self.data.n_rows:
+                row = self.data.worst_row_of_record(row)
         elif tab == "tree":
             node = self.query_one("#tree", ResultTree).cursor_node
             if node is not None and isinstance(node.data, NodeRef) and node.data.node >= 0:

@@ -115,7 +115,7 @@ def suspect_detail(table: Dict[str, Any], i: int, row: Optional[Dict[str, Any]],
     if table["parent"][i]:
         parts.append(Text("in " + str(table["parent"][i]), style="dim"))
     if row is not None:
-        parts += [Text(""), Text("first row of the record", style="bold underline"), row_detail(row, mode)]
+        parts += [Text(""), Text("worst row of the record", style="bold underline"), row_detail(row, mode)]
     return Group(*parts)
 
 
