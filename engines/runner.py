@@ -7,6 +7,7 @@ the run folder's final status; engines emit ``step`` and ``message`` events.
 
 import signal
 import time
+import traceback
 from dataclasses import dataclass, field
 from typing import Any, Dict, Optional
 
@@ -116,7 +117,6 @@ def _run_analysis(job, events: EventSink, fail_on_findings: bool) -> RunOutcome:
 def _run_collection(job, events: EventSink, fail_on_findings: bool) -> RunOutcome:
     from engines.launch import LaunchError, apply_rank_env
     from engines.runs import create_run
-    from engines.targets import run_target
     from schemas import dump_config
 
     if job.target is None:
@@ -127,6 +127,8 @@ def _run_collection(job, events: EventSink, fail_on_findings: bool) -> RunOutcom
         raise JobError(str(exc)) from None
     framework = resolve_framework(job)
     engine = registry.collection_engine(job.task)
+    if engine is None:
+        raise JobError(f"task {job.task!r}: this build of probe-tui has no engine for it")
     run = create_run(job.dump_path, task=job.task, config=dump_config(job), framework=framework)
     events = _StepCounter(events)
     total_steps = _declared_steps(job)
@@ -135,20 +137,15 @@ def _run_collection(job, events: EventSink, fail_on_findings: bool) -> RunOutcom
     summary: Dict[str, Any] = {}
     with _TerminateAsInterrupt():
         try:
-            if engine is None:
-                events.emit(
-                    "message",
-                    level="warning",
-                    text=f"no {job.task} engine in this build: running the target without instrumentation",
-                )
-                result = run_target(_target_dict(job.target), framework=framework, on_step=_step_emitter(events, total_steps, started))
-                exit_code = EXIT_OK if result.ok else EXIT_TARGET_FAILED
-                if not result.ok:
-                    summary["error"] = result.error
-            else:
-                exit_code, summary = _normalise_result(engine(job, run, events))
+            exit_code, summary = _normalise_result(engine(job, run, events))
         except KeyboardInterrupt:
             exit_code = EXIT_INTERRUPTED
+        except BaseException:
+            # A fault of the tool itself (engines catch the target's own failures): leave the run marked failed,
+            # not "running" forever, and let the traceback reach the user.
+            if run.owner:
+                run.finish(status="failed", exit_code=EXIT_TARGET_FAILED, summary={"error": traceback.format_exc()})
+            raise
     if exit_code == EXIT_FINDINGS and not fail_on_findings:
         exit_code = EXIT_OK
     status = _status_for(exit_code)
@@ -178,17 +175,4 @@ def _declared_steps(job) -> Optional[int]:
     target = getattr(job, "target", None)
     demo = getattr(target, "demo", None)
     return getattr(demo, "steps", None) if demo is not None else None
-
-
-def _step_emitter(events: EventSink, total_steps: Optional[int], started: float):
-    def on_step(step: int, loss: Optional[float] = None) -> None:
-        events.emit(
-            "step",
-            step=step,
-            total_steps=total_steps,
-            loss=loss,
-            elapsed_s=round(time.monotonic() - started, 3),
-        )
-
-    return on_step
 

@@ -10,16 +10,24 @@
         optimizer.step()
         debugger.step()
 
-It writes the same run folder as ``probe-tui --run`` (``<dump_path>/<run-id>/rank<R>/``). Importing this module
-imports no framework: torch is imported when a debugger is created.
+The same loop runs every task msprobe drives this way: ``statistics``, ``tensor``, ``overflow_check`` and
+``free_benchmark`` (``debugger_tasks``). ``grad_probe`` is msprobe's ``PrecisionDebugger(config).monitor(model)``
+(``debugger_grad``; on MindSpore ``monitor(optimizer)``): steps are the optimizer's, and start/stop/step do nothing.
+
+It writes the same run folder as ``probe-tui --run`` (``<dump_path>/<run-id>/rank<R>/``, one folder for every rank
+of a launch) and the same stores; ``close()`` (or interpreter exit) finishes ``run.json`` and returns the summary.
+A bad task or config raises before anything is written. Importing this module imports no framework: the
+framework's adapter is imported when a debugger is created.
 """
 
 import atexit
 import functools
-import importlib
 import sys
 import threading
-from typing import Any, Dict, Optional
+from typing import Any, Dict, List, Optional, Tuple
+
+IN_SCRIPT_TASKS = ("statistics", "tensor", "overflow_check", "free_benchmark", "grad_probe")
+_EXIT_CODES = {"finished": 0, "failed": 1, "stopped": 130}  # run.json's exit_code, as --run records it
 
 
 class _Either:
@@ -39,22 +47,42 @@ class _Either:
 
 
 def _load_job(config_path: Optional[str], overrides: Dict[str, Any]):
+    """The validated job: the config file (or statistics defaults) with the constructor's arguments on top.
+    Raises ``ConfigError`` (a bad field) or ``ValueError`` (a task this API does not run); the config's warnings
+    (msprobe keys we do not use) are given once each, for a task it runs."""
     from schemas import load_config
 
-    if config_path is not None:
-        job = load_config(config_path)
-        if not overrides:
-            return job
-        from schemas import dump_config
+    notes: List[Tuple[str, str]] = []
 
-        data = dump_config(job)
+    def collect(path: str, message: str) -> None:
+        if (path, message) not in notes:
+            notes.append((path, message))
+
+    if config_path is not None:
+        job = load_config(config_path, on_warning=collect)
+        if overrides:
+            from schemas import dump_config
+
+            data = dump_config(job)
+            data.update(overrides)
+            job = load_config(data, on_warning=collect)
     else:
-        data = {"task": overrides.get("task") or "statistics"}
-    data.update(overrides)
-    task = data.get("task")
-    if task not in ("statistics", "tensor"):
-        raise ValueError("task: PrecisionDebugger captures statistics or tensor, not %r" % (task,))
-    return load_config(data)
+        data = {"task": "statistics"}
+        data.update(overrides)
+        job = load_config(data, on_warning=collect)
+    task = getattr(job, "task", None)
+    if task not in IN_SCRIPT_TASKS:
+        hint = " (the monitor's in-script entry is probe_tui.start_monitor(model, optimizer, config))" \
+            if task == "monitor" else ""
+        raise ValueError("task: PrecisionDebugger runs %s, not %r%s" % (", ".join(IN_SCRIPT_TASKS), task, hint))
+    if notes:
+        import warnings
+
+        from schemas import ConfigWarning
+
+        for path, message in notes:
+            warnings.warn("%s: %s" % (path, message) if path else message, ConfigWarning, stacklevel=3)
+    return _with_rank_env(job)
 
 
 def _with_rank_env(job):
@@ -64,8 +92,18 @@ def _with_rank_env(job):
     return apply_rank_env(job)
 
 
+def _task_class(task: str):
+    if task == "grad_probe":
+        from probe_tui.debugger_grad import GradProbeTask
+
+        return GradProbeTask
+    from probe_tui.debugger_tasks import SESSION_TASKS
+
+    return SESSION_TASKS[task]
+
+
 class PrecisionDebugger:
-    """Capture statistics or tensors from inside a training script (msprobe's ``PrecisionDebugger``)."""
+    """Run a collection task from inside a training script (msprobe's ``PrecisionDebugger``)."""
 
     _current: Optional["PrecisionDebugger"] = None
     _lock = threading.Lock()
@@ -82,38 +120,40 @@ class PrecisionDebugger:
             overrides["level"] = level
         if step is not None:
             overrides["step"] = step
-        self.job = _with_rank_env(_load_job(config_path, overrides))
-        from engines.capture.options import CaptureOptions
-
-        self.options = CaptureOptions.from_job(self.job)
+        self.job = _load_job(config_path, overrides)
+        self.task = self.job.task
         self._model = model
         self._closed = False
-        self._open_session()
+        self._open()
         with PrecisionDebugger._lock:
             PrecisionDebugger._current = self
-        atexit.register(self.close)
+        atexit.register(self._close_at_exit)
 
-    def _open_session(self) -> None:
-        self.framework = _framework_of(self.job, self._model)
-        from engines.capture.engine import run_meta, summary_for_cli
-        from engines.capture.sink import dump_sink_factory
-        from engines.capture.summary import CaptureSummary
+    def _open(self) -> None:
         from engines.runs import create_run
+        from probe_tui.debugger_tasks import adapter, say
         from schemas import dump_config
 
-        self._summary_for_cli = summary_for_cli
-        self.run = create_run(self.options.dump_path, task=self.options.task, config=dump_config(self.job),
+        self.framework = _framework_of(self.job, self._model)
+        task_class = _task_class(self.task)
+        try:  # the framework is importable: fail before anything is written
+            environment = adapter(self.framework, "environment")
+        except ImportError as exc:
+            raise ValueError("framework: %s cannot be imported here (%s)" % (self.framework, exc)) from None
+        self.run = create_run(self.job.dump_path, task=self.task, config=dump_config(self.job),
                               framework=self.framework)
-        self.summary = CaptureSummary()
-        seed_state = importlib.import_module("engines.adapters.%s.environment" % (
-            "mindspore" if self.framework == "mindspore" else "torch")).seed_state
-        if seed_state() and self.run.owner:
-            self.run.update(seed_all=seed_state())
-        meta = run_meta(self.job, self.framework, self.options)
-        sinks = dump_sink_factory(self.run.rank_dir, self.options, meta, self.summary)
-        self.session = _session_class(self.framework)(self.options, sinks, summary=self.summary)
-        print("probe-tui: %s %s capture to %s" % (self.options.task, self.options.level, self.run.path),
-              file=sys.stderr)
+        try:
+            if environment.seed_state() and self.run.owner:
+                self.run.update(seed_all=environment.seed_state())
+            self.runner = task_class(self.job, self.run, self.framework)
+        except BaseException as exc:
+            if self.run.owner:
+                self.run.finish(status="failed", exit_code=2, summary={"error": "%s: %s" % (type(exc).__name__,
+                                                                                             exc)})
+            raise
+        level = getattr(self.job, "level", None)
+        say("%s%s run in %s" % (self.task, " (%s)" % level if level and self.task != "grad_probe" else "",
+                                self.run.path))
 
     @property
     def run_dir(self):
@@ -123,48 +163,67 @@ class PrecisionDebugger:
     @_Either
     def start(self, model: Any = None) -> None:
         """Capture from here (the model enables module-level records at L0/mix; the root itself is not recorded)."""
-        self.session.start(model if model is not None else self._model)
+        self.runner.start(model if model is not None else self._model)
 
     @_Either
     def stop(self) -> None:
         """Stop forward capture; backward hooks of this step stay active until ``step()``."""
-        self.session.stop()
+        self.runner.stop()
 
     @_Either
     def forward_backward_dump_end(self) -> None:
-        self.session.stop()
+        self.runner.stop()
 
     @_Either
     def step(self) -> None:
         """End the step: write it (committed, readable even if the process dies later) and count on."""
-        self.session.step_end()
+        self.runner.step()
 
     @_Either
     def save(self, *args: Any, save_backward: bool = True, **kwargs: Any) -> None:
         """``save(name, tensor)`` (or msprobe's ``save(variable, name)``): record a value under ``{name}.{N}.debug``
         and, when it requires grad, its gradient under ``{name}_grad.{N}.debug``."""
         name, value = _save_args(args, kwargs)
-        self.session.save(name, value, save_backward=save_backward)
+        self.runner.save(name, value, save_backward=save_backward)
 
-    def close(self) -> Dict[str, Any]:
-        """Write what is left and mark the run finished (also runs at interpreter exit)."""
+    @_Either
+    def monitor(self, model: Any) -> None:
+        """grad_probe: record every parameter's gradient at each optimizer step from now on (msprobe's
+        ``monitor(model)``; on MindSpore, ``monitor(optimizer)``)."""
+        self.runner.monitor(model)
+
+    def close(self, status: str = "finished") -> Dict[str, Any]:
+        """Write what is left, mark the run finished and return its summary (runs at interpreter exit too)."""
         if self._closed:
             return {}
         self._closed = True
         try:
-            atexit.unregister(self.close)
+            atexit.unregister(self._close_at_exit)
         except Exception:
             pass
-        summary = self.session.close("finished")
-        out = self._summary_for_cli(summary, self.run)
+        from probe_tui.debugger_tasks import say
+
+        out = self.runner.close(status)
         try:
             if self.run.owner:  # the other ranks of a launch joined this run: run.json has one writer
-                self.run.finish(status="finished", exit_code=0, summary=out)
+                if self.runner.steps:
+                    self.run.update(steps=self.runner.steps)
+                self.run.finish(status=status, exit_code=_EXIT_CODES.get(status, 1), summary=out)
         except Exception:
             pass
         if PrecisionDebugger._current is self:
             PrecisionDebugger._current = None
+        say("%s %s: %s (%s)" % (self.task, status, self.runner.headline(out), self.run.path))
         return out
+
+    def _close_at_exit(self) -> None:
+        """At interpreter exit: ``failed`` when the script ended on an uncaught exception (``stopped`` for ^C)."""
+        last = getattr(sys, "last_value", None)
+        if last is None:
+            status = "finished"
+        else:
+            status = "stopped" if isinstance(last, KeyboardInterrupt) else "failed"
+        self.close(status)
 
 
 def _framework_of(job: Any, model: Any) -> str:
@@ -181,16 +240,6 @@ def _framework_of(job: Any, model: Any) -> str:
     if "mindspore" in sys.modules and "torch" not in sys.modules:
         return "mindspore"
     return "pytorch"
-
-
-def _session_class(framework: str):
-    if framework == "mindspore":
-        from engines.adapters.mindspore.session import MindSporeCaptureSession
-
-        return MindSporeCaptureSession
-    from engines.adapters.torch.session import TorchCaptureSession
-
-    return TorchCaptureSession
 
 
 def _save_args(args: tuple, kwargs: Dict[str, Any]):
@@ -211,9 +260,9 @@ def _save_args(args: tuple, kwargs: Dict[str, Any]):
 def seed_all(seed: int = 1234, mode: bool = False, rm_dropout: bool = False) -> Dict[str, Any]:
     """Seed every generator (and enable deterministic kernels with ``mode``, dropout off with ``rm_dropout``);
     the settings are recorded in the run metadata of every run started afterwards."""
-    package = "mindspore" if _framework_of(None, None) == "mindspore" else "torch"
-    _seed_all = importlib.import_module("engines.adapters.%s.environment" % package).seed_all
-    state = _seed_all(seed, mode=mode, rm_dropout=rm_dropout)
+    from probe_tui.debugger_tasks import adapter
+
+    state = adapter(_framework_of(None, None), "environment").seed_all(seed, mode=mode, rm_dropout=rm_dropout)
     current = PrecisionDebugger._current
     if current is not None and current.run.owner:
         try:

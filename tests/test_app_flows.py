@@ -15,8 +15,10 @@ from probe_tui.app.app import ProbeApp
 from probe_tui.app.form.model_form import all_rows
 from probe_tui.app.form.spec import CONST, describe_model
 from probe_tui.app.screens.builder import VALIDATE_DELAY_S, BuilderScreen
+from probe_tui.app.screens.dump import DumpScreen
 from probe_tui.app.screens.path_prompt import PathPrompt
 from probe_tui.app.screens.start import StartScreen
+from tests.app_pilot import wait_until
 
 DATA = Path(__file__).resolve().parent / "data"
 
@@ -29,13 +31,19 @@ def pilot_test(coro_fn):
     return wrapper
 
 
-async def wait_until(pilot, condition, timeout=30.0):
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not condition():
-        if loop.time() > deadline:
-            raise AssertionError("condition not met in time")
-        await pilot.pause(0.05)
+async def home(pilot):
+    from probe_tui.app.screens.home import HomeScreen
+
+    await wait_until(pilot, lambda: isinstance(pilot.app.screen, HomeScreen) and pilot.app.screen.is_mounted)
+
+
+async def builder_up(pilot) -> BuilderScreen:
+    """The builder once it is on screen with its form validated."""
+    app = pilot.app
+    await wait_until(pilot, lambda: isinstance(app.screen, BuilderScreen) and app.screen.is_mounted
+                     and bool(app.screen.query("#form")), what="the config builder")
+    await pilot.pause()
+    return app.screen
 
 
 def row(screen, path):
@@ -48,6 +56,7 @@ async def type_into(pilot, screen, path, text):
     await pilot.pause()
     await pilot.press("end", "ctrl+u", *list(text))
     await pilot.pause(VALIDATE_DELAY_S + 0.15)
+    await wait_until(pilot, lambda: screen._timer is None, what="validation after typing")
 
 
 def validate_messages(data):
@@ -62,14 +71,12 @@ def validate_messages(data):
 async def test_build_a_statistics_config_from_the_starter_and_save_it(tmp_path):
     app = ProbeApp(tmp_path, root_label="~/exp")
     async with app.run_test(size=(100, 40)) as pilot:
-        await pilot.pause()
+        await home(pilot)
         await pilot.press("n")
-        await pilot.pause()
-        assert isinstance(app.screen, StartScreen)
+        await wait_until(pilot, lambda: isinstance(app.screen, StartScreen) and app.screen.is_mounted)
         await pilot.press("enter")  # the first task: statistics
-        await pilot.pause(0.3)
-        builder = app.screen
-        assert isinstance(builder, BuilderScreen) and builder.task == "statistics"
+        builder = await builder_up(pilot)
+        assert builder.task == "statistics"
         assert builder.validation.ok
 
         await type_into(pilot, builder, "target.demo.steps", "2")
@@ -90,16 +97,14 @@ async def test_build_a_statistics_config_from_the_starter_and_save_it(tmp_path):
         await pilot.press("enter")  # open the choices
         await pilot.pause()
         await pilot.press("down", "enter")  # L1 -> mix
+        await wait_until(pilot, lambda: level.value == "mix")
         await pilot.pause(VALIDATE_DELAY_S + 0.15)
-        assert level.value == "mix"
 
         await pilot.press("ctrl+s")
-        await pilot.pause()
-        assert isinstance(app.screen, PathPrompt)
+        await wait_until(pilot, lambda: isinstance(app.screen, PathPrompt) and app.screen.is_mounted)
         assert app.screen.query_one(Input).value == "statistics.json"
         await pilot.press("ctrl+u", *"my_stats.json", "enter")
-        await pilot.pause()
-        assert app.screen is builder and builder.path == tmp_path / "my_stats.json"
+        await wait_until(pilot, lambda: app.screen is builder and builder.path == tmp_path / "my_stats.json")
 
     saved = json.loads((tmp_path / "my_stats.json").read_text())
     job = schemas.load_config(tmp_path / "my_stats.json")
@@ -112,14 +117,14 @@ async def test_build_a_statistics_config_from_the_starter_and_save_it(tmp_path):
 async def test_every_task_gets_a_form_from_its_schema(tmp_path):
     app = ProbeApp(tmp_path, root_label="~/exp")
     async with app.run_test(size=(100, 40)) as pilot:
-        await pilot.pause()
+        await home(pilot)
         app.open_builder(schemas.starter_config("statistics"), path=None)
-        await pilot.pause()
-        builder = app.screen
+        builder = await builder_up(pilot)
         for task, model in schemas.TASKS.items():
             builder.query_one("#task", Select).value = task
             await wait_until(pilot, lambda m=model: builder.form.model is m)
             await pilot.pause(0.2)
+            await wait_until(pilot, lambda: builder._timer is None)
             assert builder.validation.ok, (task, [i.line() for i in builder.validation.issues])
             paths = {r.path for r in all_rows(builder.form)}
             assert task in paths  # the task's own section
@@ -133,14 +138,12 @@ async def test_load_an_msprobe_config(tmp_path):
     shutil.copy(source, tmp_path / "config.json")
     app = ProbeApp(tmp_path, root_label="~/exp")
     async with app.run_test(size=(100, 40)) as pilot:
-        await pilot.pause()
+        await home(pilot)
         await pilot.press("l")
-        await pilot.pause()
-        assert isinstance(app.screen, PathPrompt)
+        await wait_until(pilot, lambda: isinstance(app.screen, PathPrompt) and app.screen.is_mounted)
         await pilot.press(*"config.json", "enter")
-        await pilot.pause(0.3)
-        builder = app.screen
-        assert isinstance(builder, BuilderScreen) and builder.task == "statistics"
+        builder = await builder_up(pilot)
+        assert builder.task == "statistics"
         assert row(builder, "dump_path").query_one(Input).value == "./dump_path"
         assert row(builder, "level").query_one(Select).value == "L1"
         assert row(builder, "statistics.data_mode").query_one(Input).value == "all"
@@ -148,10 +151,10 @@ async def test_load_an_msprobe_config(tmp_path):
         assert "extra_info" in notes and "acc_check" in notes  # msprobe keys we do not use, said once
         assert builder.path is None  # saving asks for a new name: the msprobe file is not overwritten
         await pilot.press("ctrl+s")
-        await pilot.pause()
+        await wait_until(pilot, lambda: isinstance(app.screen, PathPrompt) and app.screen.is_mounted)
         assert app.screen.query_one(Input).value == "config_probe.json"
         await pilot.press("enter")
-        await pilot.pause()
+        await wait_until(pilot, lambda: (tmp_path / "config_probe.json").is_file())
     assert json.loads((tmp_path / "config.json").read_text()) == json.loads(source.read_text())
     job = schemas.load_config(tmp_path / "config_probe.json")
     assert job.dump_path == "./dump_path"
@@ -161,18 +164,17 @@ async def test_load_an_msprobe_config(tmp_path):
 async def test_a_sample_config_is_a_template(tmp_path):
     app = ProbeApp(tmp_path, root_label="~/exp")
     async with app.run_test(size=(100, 40)) as pilot:
-        await pilot.pause()
+        await home(pilot)
         await pilot.press("n")
-        await pilot.pause()
+        await wait_until(pilot, lambda: isinstance(app.screen, StartScreen) and app.screen.is_mounted)
         start = app.screen
         ids = [start.query_one("#start-options").get_option_at_index(i).id
                for i in range(start.query_one("#start-options").option_count)]
         index = next(i for i, oid in enumerate(ids) if oid and oid.endswith("sample_configs/tensor.json"))
         start.query_one("#start-options").highlighted = index
         await pilot.press("enter")
-        await pilot.pause(0.3)
-        builder = app.screen
-        assert isinstance(builder, BuilderScreen) and builder.task == "tensor"
+        builder = await builder_up(pilot)
+        assert builder.task == "tensor"
         assert builder.path is None and builder.validation.ok
 
 
@@ -180,32 +182,29 @@ async def test_a_sample_config_is_a_template(tmp_path):
 async def test_a_config_without_a_target_is_not_run(tmp_path):
     app = ProbeApp(tmp_path, root_label="~/exp")
     async with app.run_test(size=(100, 40)) as pilot:
-        await pilot.pause()
+        await home(pilot)
         app.open_builder({"task": "statistics"}, path=None)
-        await pilot.pause(0.3)
-        builder = app.screen
+        builder = await builder_up(pilot)
         assert builder.validation.ok
         await pilot.press("ctrl+r")
-        await pilot.pause()
+        await wait_until(pilot, lambda: any("a run needs a target" in str(n.message) for n in app._notifications))
         assert app.screen is builder
-        assert any("a run needs a target" in str(n.message) for n in app._notifications)
 
 
 # ---- running the real `probe-tui --run` on the demo -------------------------------------------------------------
 
 async def _build_and_run(pilot, app, tmp_path, steps):
+    await home(pilot)
     await pilot.press("n")
-    await pilot.pause()
+    await wait_until(pilot, lambda: isinstance(app.screen, StartScreen) and app.screen.is_mounted)
     await pilot.press("enter")  # statistics starter: the tiny demo
-    await pilot.pause(0.3)
-    builder = app.screen
+    builder = await builder_up(pilot)
     await type_into(pilot, builder, "target.demo.steps", str(steps))
     assert builder.validation.ok
     await pilot.press("ctrl+r")  # asks where to save first
-    await pilot.pause()
-    assert isinstance(app.screen, PathPrompt)
+    await wait_until(pilot, lambda: isinstance(app.screen, PathPrompt) and app.screen.is_mounted)
     await pilot.press("enter")
-    await pilot.pause(0.3)
+    await wait_until(pilot, lambda: app.screen is not builder and not isinstance(app.screen, PathPrompt))
     return builder
 
 
@@ -217,7 +216,6 @@ async def test_run_a_config_on_the_demo_see_it_finish_and_find_the_dump(tmp_path
 
     app = ProbeApp(tmp_path, root_label="~/exp")
     async with app.run_test(size=(100, 40)) as pilot:
-        await pilot.pause()
         await _build_and_run(pilot, app, tmp_path, 3)
         run = app.screen
         assert isinstance(run, RunScreen)
@@ -232,18 +230,18 @@ async def test_run_a_config_on_the_demo_see_it_finish_and_find_the_dump(tmp_path
         assert run.records == run.summary["records"] > 0 and run.bytes == run.summary["capture"]["bytes"]
         assert f"{run.records:,} records" in str(run.query_one("#info-written").render())
         assert any((tmp_path / dump / "rank0").iterdir())
-        await pilot.press("o")
-        await pilot.pause()
-        summary = app.screen
-        assert isinstance(summary, RunSummaryScreen)
+        await pilot.press("o")  # the dump browser on what the run wrote
+        browser = await wait_until(pilot, lambda: isinstance(app.screen, DumpScreen) and app.screen)
+        await wait_until(pilot, lambda: browser.index is not None)
+        assert browser.index.steps() == [0, 1, 2] and browser.index.origin == "probe-tui"
+        await pilot.press("i")  # its files and run.json
+        summary = await wait_until(pilot, lambda: isinstance(app.screen, RunSummaryScreen) and app.screen)
         await wait_until(pilot, lambda: summary.summary is not None)
         assert summary.summary.run["status"] == "finished" and summary.summary.run["task"] == "statistics"
-        await pilot.press("escape")  # back to the run screen
-        await pilot.press("escape")  # back to the builder
-        await pilot.press("escape")  # back home
-        await pilot.pause()
+        for back_to in (DumpScreen, RunScreen, BuilderScreen, HomeScreen):  # one escape at a time
+            await pilot.press("escape")
+            await wait_until(pilot, lambda t=back_to: isinstance(app.screen, t))
         home = app.screen
-        assert isinstance(home, HomeScreen)
         await wait_until(pilot, lambda: home.runs and home.configs)
         assert [r["folder"] for r in home.runs] == [dump]
         assert home.runs[0]["status"] == "finished" and home.runs[0]["task"] == "statistics"
@@ -256,7 +254,6 @@ async def test_stop_a_demo_run_cleanly(tmp_path):
 
     app = ProbeApp(tmp_path, root_label="~/exp")
     async with app.run_test(size=(100, 40)) as pilot:
-        await pilot.pause()
         await _build_and_run(pilot, app, tmp_path, 5000)
         run = app.screen
         assert isinstance(run, RunScreen)
@@ -290,8 +287,11 @@ async def test_home_lists_runs_and_msprobe_dumps_newest_first_and_opens_them(tmp
         rows = [(r["folder"], r["task"], r["status"], r["steps"], r["ranks"]) for r in home.runs]
         assert rows == [("probe_dump/20260105-101500-a1b2c3", "tensor", "finished", "4", "1"),
                         ("msprobe_dump", "statistics", "msprobe dump", "1", "1")]
-        await pilot.press("down", "enter")
-        await wait_until(pilot, lambda: isinstance(app.screen, RunSummaryScreen))
-        summary = app.screen
+        await pilot.press("down", "enter")  # the msprobe dump opens in the dump browser
+        browser = await wait_until(pilot, lambda: isinstance(app.screen, DumpScreen) and app.screen)
+        await wait_until(pilot, lambda: browser.index is not None)
+        assert browser.index.origin == "msprobe"
+        await pilot.press("i")
+        summary = await wait_until(pilot, lambda: isinstance(app.screen, RunSummaryScreen) and app.screen)
         await wait_until(pilot, lambda: summary.summary is not None)
         assert "step0/proc15250/dump.json" in [name for name, _ in summary.summary.files]

@@ -19,6 +19,7 @@ from probe_tui.app.form import spec as S
 from probe_tui.app.form import values as V
 from probe_tui.app.form.fields import FieldRow
 from probe_tui.app.form.model_form import ModelForm, all_rows, place_issues
+from tests.app_pilot import wait_until
 
 
 def pilot_test(coro_fn):
@@ -233,7 +234,7 @@ async def test_a_form_collects_only_what_is_set_so_defaults_apply():
         _row(app, "async_dump").query_one(Switch).value = True
         _row(app, "level").query_one(Select).value = "mix"
         _row(app, "toy.color").query_one(Select).value = "blue"
-        await pilot.pause()
+        await wait_until(pilot, lambda: form.collect().get("toy") == {"color": "blue"})
         data = form.collect()
         assert data["dump_path"] == "./elsewhere"
         assert data["step"] == [0, "2-3"]
@@ -268,8 +269,8 @@ async def test_advanced_fields_are_folded_away():
         assert not _row(app, "dump_path").has_class("advanced")
         await pilot.press("tab")
         form.fold.collapsed = False
-        await pilot.pause(0.2)
-        assert seed.is_mounted and seed.parent.parent is form.fold
+        await wait_until(pilot, lambda: seed.is_mounted)
+        assert seed.parent.parent is form.fold
         assert seed.control.value == "3" and form.collect()["seed"] == 3
 
 
@@ -281,14 +282,11 @@ async def test_an_optional_section_is_switched_on_and_off():
         fault = _row(app, "target.fault")
         assert "fault" not in form.collect()["target"]
         fault.query_one(Switch).value = True
-        await pilot.pause()
-        assert form.collect()["target"]["fault"] == {}
+        await wait_until(pilot, lambda: form.collect()["target"].get("fault") == {})
         _row(app, "target.fault.layer").query_one(Input).value = "2"
-        await pilot.pause()
-        assert form.collect()["target"]["fault"] == {"layer": 2}
+        await wait_until(pilot, lambda: form.collect()["target"].get("fault") == {"layer": 2})
         fault.query_one(Switch).value = False
-        await pilot.pause()
-        assert "fault" not in form.collect()["target"]
+        await wait_until(pilot, lambda: "fault" not in form.collect()["target"])
 
 
 @pilot_test
@@ -297,12 +295,12 @@ async def test_switching_a_union_variant_shows_that_variants_fields():
     async with app.run_test(size=(100, 60)) as pilot:
         target = _row(app, "target")
         target.query_one(Select).value = "script"
-        await pilot.pause()
+        await wait_until(pilot, lambda: "target.script" in [r.path for r in all_rows(app.query_one("#form"))])
         paths = [r.path for r in all_rows(app.query_one("#form"))]
-        assert "target.script" in paths and "target.steps" not in paths
+        assert "target.steps" not in paths
         _row(app, "target.script").query_one(Input).value = "train.py"
-        await pilot.pause()
-        assert app.query_one("#form", ModelForm).collect()["target"] == {"kind": "script", "script": "train.py"}
+        await wait_until(pilot, lambda: app.query_one("#form", ModelForm).collect()["target"] ==
+                         {"kind": "script", "script": "train.py"})
 
 
 @pilot_test
@@ -312,14 +310,13 @@ async def test_list_of_sections_adds_and_removes_items():
         form = app.query_one("#form", ModelForm)
         rules = _row(app, "toy.rules")
         rules.query_one(".list-add", Button).press()
-        await pilot.pause()
-        assert len(form.collect()["toy"]["rules"]) == 3
+        await wait_until(pilot, lambda: len(form.collect()["toy"]["rules"]) == 3)
+        await wait_until(pilot, lambda: any(r.path == "toy.rules[2].name" and r.query(Input) for r in all_rows(form)))
         _row(app, "toy.rules[2].name").query_one(Input).value = "c"
-        await pilot.pause()
+        await wait_until(pilot, lambda: form.collect()["toy"]["rules"][2] == {"name": "c"})
         first_remove = rules.query(".list-remove").first(Button)
         first_remove.press()
-        await pilot.pause()
-        assert form.collect()["toy"]["rules"] == [{"name": "b"}, {"name": "c"}]
+        await wait_until(pilot, lambda: form.collect()["toy"]["rules"] == [{"name": "b"}, {"name": "c"}])
 
 
 @pilot_test
@@ -330,16 +327,17 @@ async def test_issues_are_placed_at_their_field_and_cleared():
         unplaced = place_issues(rows, [("scale", "must be ≤ 10"), ("toy.rules[0].threshold", "must be > 0"),
                                        ("step[1]", "bad range"), ("", "whole config"),
                                        ("seed", "not an int")])
-        await pilot.pause()
         assert unplaced == [("", "whole config")]
+        await wait_until(pilot, lambda: _row(app, "scale").has_class("-has-error"))
         assert _row(app, "scale").error == "must be ≤ 10" and _row(app, "scale").has_class("-has-error")
         assert _row(app, "toy.rules[0].threshold").error == "must be > 0"
         assert _row(app, "step").error == "[1]: bad range"
+        await wait_until(pilot, lambda: _row(app, "seed").is_mounted)  # the fold is built when unfolded
         seed_fold = _row(app, "seed").parent.parent
         assert not seed_fold.collapsed  # an error in an advanced field unfolds it
         place_issues(rows, [])
-        await pilot.pause()
-        assert not any(r.error for r in rows) and not _row(app, "scale").has_class("-has-error")
+        await wait_until(pilot, lambda: not _row(app, "scale").has_class("-has-error"))
+        assert not any(r.error for r in rows)
 
 
 @pilot_test
@@ -350,11 +348,9 @@ async def test_text_that_is_not_valid_json_is_an_error_at_its_field():
         await env.owner_form.unfold_advanced()
         await pilot.pause()
         env.query_one(Input).value = '{"X": '
-        await pilot.pause()
-        assert env.local_error and "not valid JSON" in env.local_error
+        await wait_until(pilot, lambda: env.local_error and "not valid JSON" in env.local_error)
         env.query_one(Input).value = '{"X": "1"}'
-        await pilot.pause()
-        assert env.local_error is None
+        await wait_until(pilot, lambda: env.local_error is None)
         assert app.query_one("#form", ModelForm).collect()["toy"]["env"] == {"X": "1"}
 
 
@@ -362,22 +358,14 @@ async def test_text_that_is_not_valid_json_is_an_error_at_its_field():
 
 async def _open_builder(app, pilot, data, path=None):
     from probe_tui.app.screens.builder import BuilderScreen
+    from probe_tui.app.screens.home import HomeScreen
 
-    await pilot.pause()
+    await wait_until(pilot, lambda: isinstance(app.screen, HomeScreen))
     app.open_builder(data, path=path)
+    await wait_until(pilot, lambda: isinstance(app.screen, BuilderScreen) and app.screen.is_mounted
+                     and bool(app.screen.query("#form")))
     await pilot.pause()
-    assert isinstance(app.screen, BuilderScreen)
     return app.screen
-
-
-async def wait_until(pilot, condition, timeout=10.0):
-    """Let the app run until ``condition()`` holds (AssertionError after ``timeout`` seconds)."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not condition():
-        if loop.time() > deadline:
-            raise AssertionError("condition not met in time")
-        await pilot.pause(0.05)
 
 
 async def _settle(pilot):
@@ -424,11 +412,10 @@ async def test_builder_saves_normalised_json_and_loads_it_back(tmp_path):
         await _settle(pilot)
         assert builder.dirty
         await pilot.press("ctrl+s")
-        await pilot.pause()
-        assert isinstance(app.screen, PathPrompt)
+        await wait_until(pilot, lambda: isinstance(app.screen, PathPrompt) and app.screen.is_mounted)
         assert app.screen.query_one(Input).value == "toy.json"
         await pilot.press("enter")
-        await pilot.pause()
+        await wait_until(pilot, lambda: (tmp_path / "toy.json").is_file() and not builder.dirty)
         saved = json.loads((tmp_path / "toy.json").read_text())
         assert saved == ToyJob(dump_path="./dumps").model_dump(mode="json")
         assert builder.path == tmp_path / "toy.json" and not builder.dirty
@@ -436,7 +423,7 @@ async def test_builder_saves_normalised_json_and_loads_it_back(tmp_path):
         saved["level"] = "mix"
         (tmp_path / "toy.json").write_text(json.dumps(saved))
         await pilot.press("ctrl+o")
-        await pilot.pause()
+        await wait_until(pilot, lambda: isinstance(app.screen, PathPrompt) and app.screen.is_mounted)
         await pilot.press(*"toy.json", "enter")
         await wait_until(pilot, lambda: _row(builder, "level").query_one(Select).value == "mix")
         assert not builder.dirty
@@ -450,8 +437,7 @@ async def test_changing_the_task_keeps_shared_fields(tmp_path):
         await pilot.press("ctrl+t")
         assert builder.focused is builder.query_one("#task")
         builder.query_one("#task", Select).value = "other"
-        await pilot.pause(0.3)
-        assert builder.form.model is OtherJob
+        await wait_until(pilot, lambda: builder.form.model is OtherJob)
         assert builder.collect() == {"task": "other", "dump_path": "/kept"}
 
 
@@ -466,16 +452,13 @@ async def test_leaving_with_unsaved_changes_asks_first(tmp_path):
         _row(builder, "dump_path").query_one(Input).value = "./x"
         await _settle(pilot)
         await pilot.press("escape")
-        await pilot.pause()
-        assert isinstance(app.screen, ConfirmScreen)
+        await wait_until(pilot, lambda: isinstance(app.screen, ConfirmScreen))
         await pilot.press("escape")  # keep editing
-        await pilot.pause()
-        assert isinstance(app.screen, BuilderScreen)
+        await wait_until(pilot, lambda: isinstance(app.screen, BuilderScreen))
         await pilot.press("escape")
-        await pilot.pause()
+        await wait_until(pilot, lambda: isinstance(app.screen, ConfirmScreen) and app.screen.is_mounted)
         app.screen.query_one("#answer-discard", Button).press()
-        await pilot.pause()
-        assert not isinstance(app.screen, BuilderScreen)
+        await wait_until(pilot, lambda: not isinstance(app.screen, (BuilderScreen, ConfirmScreen)))
 
 
 @pilot_test

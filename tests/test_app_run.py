@@ -17,6 +17,7 @@ import pytest
 
 from probe_tui.app.child import ChildRun, LineTail, child_env, run_command
 from probe_tui.app.screens.run import parse_event
+from tests.app_pilot import wait_until
 
 # A stand-in for `probe-tui --run CONFIG --events -` that writes the same events (used only in tests; the real
 # CLI is driven in test_app_flows.py): argv = steps, seconds per step, mode (ok | crash | ignore-sigint).
@@ -154,13 +155,15 @@ def pilot_test(coro_fn):
     return wrapper
 
 
-async def wait_until(pilot, condition, timeout=30.0):
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not condition():
-        if loop.time() > deadline:
-            raise AssertionError("condition not met in time")
-        await pilot.pause(0.05)
+async def start(pilot, app, config):
+    """Start a run from the home screen; the run screen once it is up."""
+    from probe_tui.app.screens.home import HomeScreen
+    from probe_tui.app.screens.run import RunScreen
+
+    await wait_until(pilot, lambda: isinstance(app.screen, HomeScreen) and app.screen.is_mounted)
+    app.start_run(config)
+    return await wait_until(pilot, lambda: isinstance(app.screen, RunScreen) and app.screen.is_mounted
+                            and app.screen, what="the run screen")
 
 
 def _app(tmp_path, fake_run, *args):
@@ -177,16 +180,11 @@ def _text(screen, selector):
 
 @pilot_test
 async def test_run_screen_shows_progress_and_opens_the_result(fake_run, tmp_path):
-    from probe_tui.app.screens.run import RunScreen
     from probe_tui.app.screens.summary import RunSummaryScreen
 
     app, config = _app(tmp_path, fake_run, "3", "0.05", "ok")
     async with app.run_test(size=(100, 30)) as pilot:
-        await pilot.pause()
-        app.start_run(config)
-        await pilot.pause()
-        screen = app.screen
-        assert isinstance(screen, RunScreen)
+        screen = await start(pilot, app, config)
         await wait_until(pilot, lambda: screen.status == "finished" and screen.finished_at is not None)
         assert _text(screen, "#info-step") == "3 / 3"
         assert _text(screen, "#info-dump") == "probe_dump/20260101-000000-abcdef"
@@ -197,9 +195,7 @@ async def test_run_screen_shows_progress_and_opens_the_result(fake_run, tmp_path
         assert screen.messages == [("info", "all done")]
         assert screen.query_one("#run-progress").percentage == 1.0
         await pilot.press("o")
-        await pilot.pause()
-        assert isinstance(app.screen, RunSummaryScreen)
-        summary = app.screen
+        summary = await wait_until(pilot, lambda: isinstance(app.screen, RunSummaryScreen) and app.screen)
         await wait_until(pilot, lambda: summary.summary is not None)
         files = summary.query_one("#files")
         assert {files.get_row_at(i)[0] for i in range(files.row_count)} == {"run.json", "rank0/dump.h5"}
@@ -208,20 +204,14 @@ async def test_run_screen_shows_progress_and_opens_the_result(fake_run, tmp_path
 
 @pilot_test
 async def test_stop_key_ends_the_run_cleanly(fake_run, tmp_path):
-    from probe_tui.app.screens.run import RunScreen
 
     app, config = _app(tmp_path, fake_run, "1000", "0.05", "ok")
     async with app.run_test(size=(100, 30)) as pilot:
-        await pilot.pause()
-        app.start_run(config)
-        await pilot.pause()
-        screen = app.screen
-        assert isinstance(screen, RunScreen)
+        screen = await start(pilot, app, config)
         await wait_until(pilot, lambda: screen.step >= 1)
         assert screen.check_action("open_result", ()) is None  # not before it ends
         await pilot.press("s")
-        await pilot.pause()
-        assert screen.status in ("stopping", "stopped")
+        await wait_until(pilot, lambda: screen.status in ("stopping", "stopped"))
         await wait_until(pilot, lambda: screen.finished_at is not None)
         assert screen.status == "stopped" and screen.exit_code == 130
         assert screen.summary["steps"] >= 1
@@ -234,18 +224,13 @@ async def test_a_crashing_run_leaves_the_app_running(fake_run, tmp_path):
 
     app, config = _app(tmp_path, fake_run, "5", "0.02", "crash")
     async with app.run_test(size=(100, 30)) as pilot:
-        await pilot.pause()
-        app.start_run(config)
-        await pilot.pause()
-        screen = app.screen
-        assert isinstance(screen, RunScreen)
+        screen = await start(pilot, app, config)
         await wait_until(pilot, lambda: screen.finished_at is not None)
         assert screen.status == "failed" and screen.exit_code == 1
         log = "\n".join(str(line.text) for line in screen.query_one("#run-log").lines)
         assert "RuntimeError: boom in step 1" in log
         await pilot.press("escape")
-        await pilot.pause()
-        assert not isinstance(app.screen, RunScreen)
+        await wait_until(pilot, lambda: not isinstance(app.screen, RunScreen))
         assert app.is_running
 
 
@@ -256,17 +241,12 @@ async def test_leaving_a_running_run_asks_and_can_leave_it_going(fake_run, tmp_p
 
     app, config = _app(tmp_path, fake_run, "1000", "0.05", "ok")
     async with app.run_test(size=(100, 30)) as pilot:
-        await pilot.pause()
-        app.start_run(config)
-        await pilot.pause()
-        screen = app.screen
+        screen = await start(pilot, app, config)
         await wait_until(pilot, lambda: screen.step >= 1)
         await pilot.press("escape")
-        await pilot.pause()
-        assert isinstance(app.screen, ConfirmScreen)
+        await wait_until(pilot, lambda: isinstance(app.screen, ConfirmScreen) and app.screen.is_mounted)
         app.screen.query_one("#answer-leave").press()
-        await pilot.pause()
-        assert not isinstance(app.screen, RunScreen)
+        await wait_until(pilot, lambda: not isinstance(app.screen, (RunScreen, ConfirmScreen)))
         child = screen.child
         assert child.running
         child.stop(grace_s=5)
@@ -279,16 +259,12 @@ async def test_quitting_while_a_run_goes_asks_and_can_stop_it(fake_run, tmp_path
 
     app, config = _app(tmp_path, fake_run, "1000", "0.05", "ok")
     async with app.run_test(size=(100, 30)) as pilot:
-        await pilot.pause()
-        app.start_run(config)
-        await pilot.pause()
-        screen = app.screen
+        screen = await start(pilot, app, config)
         await wait_until(pilot, lambda: screen.step >= 1)
         await pilot.press("ctrl+q")
-        await pilot.pause()
-        assert isinstance(app.screen, ConfirmScreen)
+        await wait_until(pilot, lambda: isinstance(app.screen, ConfirmScreen) and app.screen.is_mounted)
         app.screen.query_one("#answer-stop").press()
-        await pilot.pause()
+        await wait_until(pilot, lambda: screen.child.stop_requested_at is not None)
     assert screen.child.process.wait(timeout=30) == 130
 
 
@@ -296,10 +272,7 @@ async def test_quitting_while_a_run_goes_asks_and_can_stop_it(fake_run, tmp_path
 async def test_a_run_that_reported_its_end_does_not_hold_up_quitting(fake_run, tmp_path):
     app, config = _app(tmp_path, fake_run, "2", "0.01", "ok")
     async with app.run_test(size=(100, 30)) as pilot:
-        await pilot.pause()
-        app.start_run(config)
-        await pilot.pause()
-        screen = app.screen
+        screen = await start(pilot, app, config)
         await wait_until(pilot, lambda: screen.ended)
         assert screen.child.reported_end
         assert app.running_children() == []
@@ -314,16 +287,11 @@ async def test_a_run_that_cannot_start_is_reported(tmp_path):
     config.write_text('{"task": "statistics"}')
     app = ProbeApp(tmp_path, root_label="~/exp", run_command=[str(tmp_path / "no-such-python")])
     async with app.run_test(size=(100, 30)) as pilot:
-        await pilot.pause()
-        app.start_run(config)
-        await pilot.pause()
-        screen = app.screen
-        assert isinstance(screen, RunScreen)
+        screen = await start(pilot, app, config)
         assert screen.status == "failed" and screen.child is None
         assert any("Could not start the run" in str(n.message) for n in app._notifications)
         await pilot.press("escape")
-        await pilot.pause()
-        assert not isinstance(app.screen, RunScreen)
+        await wait_until(pilot, lambda: not isinstance(app.screen, RunScreen))
 
 
 @pilot_test
@@ -340,17 +308,14 @@ async def test_home_runs_the_selected_config_and_edits_a_runs_config(fake_run, t
         await wait_until(pilot, lambda: home.scanned)
         assert home.query_one("#configs").has_focus  # no runs yet: the configs table has the focus
         await pilot.press("x")
-        await pilot.pause()
-        run = app.screen
-        assert isinstance(run, RunScreen) and run.config_path == config
+        run = await wait_until(pilot, lambda: isinstance(app.screen, RunScreen) and app.screen)
+        assert run.config_path == config
         await wait_until(pilot, lambda: run.finished_at is not None)
         await pilot.press("escape")
         await wait_until(pilot, lambda: isinstance(app.screen, HomeScreen) and len(home.runs) == 1)
         await pilot.press("shift+tab")  # to the runs table
         home.query_one("#runs").focus()
         await pilot.press("e")
-        await pilot.pause(0.3)
-        builder = app.screen
-        assert isinstance(builder, BuilderScreen)
+        builder = await wait_until(pilot, lambda: isinstance(app.screen, BuilderScreen) and app.screen)
         assert builder.path is None and builder.origin == "run 20260101-000000-abcdef"
         assert builder.task == "statistics"

@@ -12,14 +12,22 @@ from probe_tui.app.app import ProbeApp, resolve_start
 from probe_tui.app.commands import palette_actions
 from probe_tui.app.keys_doc import END, START, keys_markdown
 from probe_tui.app.screens.builder import BuilderScreen
+from probe_tui.app.screens.compare import CompareScreen
+from probe_tui.app.screens.dump import DumpScreen
+from probe_tui.app.screens.free_benchmark import FreeBenchmarkScreen
+from probe_tui.app.screens.grad import GradScreen
 from probe_tui.app.screens.help import HelpScreen, help_tables
 from probe_tui.app.screens.home import HomeScreen
+from probe_tui.app.screens.monitor import MonitorScreen
+from probe_tui.app.screens.overflow import OverflowScreen
 from probe_tui.app.screens.run import RunScreen
 from probe_tui.app.screens.summary import RunSummaryScreen
+from tests.app_pilot import wait_until
 
 ROOT = Path(__file__).resolve().parents[1]
 SCREENS = {"app": ProbeApp, "home": HomeScreen, "builder": BuilderScreen, "run": RunScreen,
-           "summary": RunSummaryScreen, "help": HelpScreen}
+           "summary": RunSummaryScreen, "compare": CompareScreen, "dump": DumpScreen, "monitor": MonitorScreen,
+           "grad": GradScreen, "overflow": OverflowScreen, "freebench": FreeBenchmarkScreen, "help": HelpScreen}
 
 
 def pilot_test(coro_fn):
@@ -41,9 +49,9 @@ def test_binding_ids_are_unique_and_name_their_scope():
 
 def test_every_action_has_a_method_on_its_screen():
     for action in ACTIONS:
-        namespace, _, name = action.action.rpartition(".")
+        namespace, _, name = action.action.split("(")[0].rpartition(".")
         owner = ProbeApp if namespace == "app" or action.scope == "app" else SCREENS[action.scope]
-        assert hasattr(owner, f"action_{name.split('(')[0]}"), action.id
+        assert hasattr(owner, f"action_{name}"), action.id
 
 
 def test_no_key_means_two_things_on_one_screen():
@@ -103,39 +111,38 @@ def test_start_paths_resolve_to_a_folder_and_what_to_open(tmp_path):
 async def test_help_screen_is_generated_for_the_current_screen(tmp_path):
     app = ProbeApp(tmp_path, root_label="~/exp")
     async with app.run_test(size=(100, 30)) as pilot:
-        await pilot.pause()
-        assert isinstance(app.screen, HomeScreen)
+        await wait_until(pilot, lambda: isinstance(app.screen, HomeScreen))
         await pilot.press("f1")
-        assert isinstance(app.screen, HelpScreen)
+        await wait_until(pilot, lambda: isinstance(app.screen, HelpScreen))
         text = "\n".join(str(s.render()) for s in app.screen.query(Static))
         assert "Home (runs and configs)" in text or app.screen.scope == "home"
         assert app.screen.scope == "home"
         await pilot.press("escape")
-        assert isinstance(app.screen, HomeScreen)
+        await wait_until(pilot, lambda: isinstance(app.screen, HomeScreen))
 
 
 @pilot_test
 async def test_palette_offers_the_screens_actions_and_runs_them(tmp_path):
     app = ProbeApp(tmp_path, root_label="~/exp")
     async with app.run_test(size=(100, 30)) as pilot:
-        await pilot.pause()
+        await wait_until(pilot, lambda: isinstance(app.screen, HomeScreen))
         offered = {a.id for a in palette_actions(app.screen)}
         assert {"home.new", "home.refresh", "app.help"} <= offered
         assert "builder.save" not in offered
         await pilot.press("ctrl+p")
-        assert isinstance(app.screen, CommandPalette)
+        await wait_until(pilot, lambda: isinstance(app.screen, CommandPalette))
         await pilot.press(*"help")
         await pilot.pause(0.5)
         await pilot.press("enter")
-        await pilot.pause(0.3)
-        assert isinstance(app.screen, HelpScreen) and app.screen.scope == "home"
+        await wait_until(pilot, lambda: isinstance(app.screen, HelpScreen))
+        assert app.screen.scope == "home"
 
 
 @pilot_test
 async def test_the_footer_shows_the_keys_of_the_screen(tmp_path):
     app = ProbeApp(tmp_path, root_label="~/exp")
     async with app.run_test(size=(120, 30)) as pilot:
-        await pilot.pause()
+        await wait_until(pilot, lambda: isinstance(app.screen, HomeScreen) and app.screen.is_mounted)
         footer = app.screen.query_one(Footer)
         keys = {b.binding.id for b in app.screen.active_bindings.values() if b.binding.show}
         assert {"home.new", "home.open", "home.refresh"} <= keys
@@ -146,11 +153,9 @@ async def test_the_footer_shows_the_keys_of_the_screen(tmp_path):
 async def test_narrow_terminals_get_the_narrow_class(tmp_path):
     app = ProbeApp(tmp_path, root_label="~/exp")
     async with app.run_test(size=(80, 24)) as pilot:
-        await pilot.pause()
-        assert app.has_class("narrow")
+        await wait_until(pilot, lambda: app.has_class("narrow"))
         await pilot.resize_terminal(120, 40)
-        await pilot.pause()
-        assert not app.has_class("narrow")
+        await wait_until(pilot, lambda: not app.has_class("narrow"))
 
 
 def test_action_lookup_by_id():
@@ -176,9 +181,9 @@ async def test_a_user_keymap_rebinds_keys_in_the_app(tmp_path, monkeypatch):
     monkeypatch.setenv("PROBE_TUI_KEYMAP", str(path))
     app = ProbeApp(tmp_path, root_label="~/exp")
     async with app.run_test(size=(100, 30)) as pilot:
-        await pilot.pause()
+        await wait_until(pilot, lambda: isinstance(app.screen, HomeScreen))
         await pilot.press("f12")
-        assert isinstance(app.screen, HelpScreen)
+        await wait_until(pilot, lambda: isinstance(app.screen, HelpScreen))
         tables = help_tables("home", app.user_keymap)
         assert "f12" in [row for row in tables[-1].columns[0]._cells]
 
@@ -193,11 +198,10 @@ async def test_probe_tui_open_on_a_run_shows_it_over_home(tmp_path):
     root, start = resolve_start(str(run))
     app = ProbeApp(root, start=start, root_label="~/exp")
     async with app.run_test(size=(100, 30)) as pilot:
-        await pilot.pause(0.3)
-        assert isinstance(app.screen, RunSummaryScreen) and app.screen.path == run
+        await wait_until(pilot, lambda: isinstance(app.screen, RunSummaryScreen))
+        assert app.screen.path == run
         await pilot.press("escape")
-        await pilot.pause()
-        assert isinstance(app.screen, HomeScreen)
+        await wait_until(pilot, lambda: isinstance(app.screen, HomeScreen))
 
 
 @pilot_test
@@ -210,11 +214,10 @@ async def test_a_failing_background_task_is_a_notification(tmp_path, monkeypatch
     monkeypatch.setattr(summary, "summarise_folder", broken)
     app = ProbeApp(tmp_path, root_label="~/exp")
     async with app.run_test(size=(100, 30)) as pilot:
-        await pilot.pause()
+        await wait_until(pilot, lambda: isinstance(app.screen, HomeScreen))
         app.open_path(tmp_path)
-        await pilot.pause(0.5)
+        await wait_until(pilot, lambda: any("disk on fire" in str(n.message) for n in app._notifications))
         assert app.is_running
-        assert any("disk on fire" in str(n.message) for n in app._notifications)
 
 
 def test_open_on_a_missing_path_is_bad_input(tmp_path, capsys):

@@ -147,3 +147,18 @@ def test_app_refuses_without_a_terminal():
                           timeout=120, stdin=subprocess.DEVNULL)
     assert proc.returncode == 2
     assert "needs a terminal" in proc.stderr
+
+
+def test_a_fault_of_the_tool_marks_the_run_failed_and_is_not_hidden(tmp_path, monkeypatch):
+    from engines import registry
+    from engines.runner import run_job
+
+    def broken_engine(job, run, events):
+        raise RuntimeError("bug in an engine")
+
+    monkeypatch.setattr(registry, "collection_engine", lambda task: broken_engine)
+    job = schemas.load_config({"task": "statistics", "dump_path": str(tmp_path / "d"), "target": "demo"})
+    with pytest.raises(RuntimeError, match="bug in an engine"):
+        run_job(job)
+    run = json.loads(next((tmp_path / "d").glob("*/run.json")).read_text())
+    assert run["status"] == "failed" and "bug in an engine" in run["summary"]["error"]

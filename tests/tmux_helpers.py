@@ -29,6 +29,12 @@ class TmuxSession:
         shell_cmd = f"env {exports} {' '.join(shlex.quote(c) for c in command)}; echo '[exited '$?']'; sleep 600"
         self._tmux("new-session", "-d", "-s", self.name, "-x", str(width), "-y", str(height), "-c", str(cwd),
                    shell_cmd)
+        # Keep this size whatever other sessions of the same tmux server do (tests run in parallel).
+        try:
+            self._tmux("set-option", "-t", self.name, "window-size", "manual")
+            self._tmux("resize-window", "-t", self.name, "-x", str(width), "-y", str(height))
+        except RuntimeError:  # tmux < 2.9: no manual window size; the -x/-y above usually hold
+            pass
 
     def _tmux(self, *args: str) -> str:
         result = subprocess.run(["tmux", *args], capture_output=True, text=True, timeout=30,

@@ -92,10 +92,19 @@ def run_collection(job, run, events) -> CollectionResult:
     finally:
         if probe is not None:
             probe.stop(status)
+    summary = summarise(probe, rank, rank_dir, section.grad_level)
+    if result is None or not result.ok:
+        summary["error"] = getattr(result, "error", "the target failed")
+        return CollectionResult(1, summary)
+    return CollectionResult(0, summary)
+
+
+def summarise(probe, rank: int, rank_dir, grad_level: str) -> Dict[str, Any]:
+    """The run summary of one rank's probe (None: the rank was not selected); ``--run`` and the in-script API."""
     writer = probe.writer if probe else None
     summary: Dict[str, Any] = {
         "rank": rank,
-        "grad_level": section.grad_level,
+        "grad_level": grad_level,
         "steps_recorded": writer.steps if writer else 0,
         "parameter_rows": writer.rows if writer else 0,
         "store": str(rank_dir / "grads.h5") if writer and writer.store.mode == "swmr" else str(rank_dir),
@@ -104,9 +113,6 @@ def run_collection(job, run, events) -> CollectionResult:
         summary["csv"] = str(writer.csv_dir)
     if probe is not None and probe.hook.failures:
         summary["failed_steps"] = probe.hook.failures
-    if not selected:
+    if probe is None:
         summary["note"] = f"rank {rank} is not in the job's rank list: nothing recorded"
-    if result is None or not result.ok:
-        summary["error"] = getattr(result, "error", "the target failed")
-        return CollectionResult(1, summary)
-    return CollectionResult(0, summary)
+    return summary

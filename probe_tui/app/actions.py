@@ -16,7 +16,8 @@ from typing import Dict, List, Optional, Tuple
 from textual.binding import Binding
 
 # Scopes: "app" actions work everywhere; the others belong to one screen.
-SCOPES = ("app", "home", "builder", "run", "summary", "help")
+SCOPES = ("app", "home", "builder", "run", "summary", "compare", "dump", "monitor", "grad", "overflow", "freebench",
+          "help")
 
 SCOPE_TITLES = {
     "app": "Everywhere",
@@ -24,6 +25,12 @@ SCOPE_TITLES = {
     "builder": "Config builder",
     "run": "Run",
     "summary": "Run summary",
+    "compare": "Compare browser",
+    "dump": "Dump browser",
+    "monitor": "Live monitor",
+    "grad": "Grad compare",
+    "overflow": "Overflow check",
+    "freebench": "free_benchmark",
     "help": "Help",
 }
 
@@ -119,7 +126,7 @@ ACTIONS: Tuple[AppAction, ...] = (
               "Stop the run cleanly (SIGINT, then SIGTERM after a grace period); finished steps are kept.",
               key_display="s"),
     AppAction("run.open_result", "open_result", "o", "Open result", "Run", "run",
-              "Open the run folder this run wrote (once it has finished)."),
+              "Open what the run wrote once it has finished; a monitor run opens its live charts at once."),
     AppAction("run.edit", "edit_config", "e", "Edit config", "Run", "run",
               "Go back to the config builder with this config."),
     AppAction("run.back", "back", "escape", "Back", "General", "run",
@@ -128,6 +135,98 @@ ACTIONS: Tuple[AppAction, ...] = (
     AppAction("summary.edit", "edit_config", "e", "Edit config", "Run", "summary",
               "Open the config this run was made with in the config builder."),
     AppAction("summary.back", "back", "escape,q", "Back", "General", "summary", "Back to the previous screen."),
+    # Compare browser
+    AppAction("compare.results", "show_tab('results')", "1", "Results", "Views", "compare",
+              "Show the table of compare results (every row, coloured by verdict)."),
+    AppAction("compare.divergence", "show_tab('divergence')", "2", "Divergence", "Views", "compare",
+              "Show the first-divergence list: operators ranked by the error they add."),
+    AppAction("compare.tree", "show_tab('tree')", "3", "Tree", "Views", "compare",
+              "Show the model hierarchy, each module coloured by its worst verdict."),
+    AppAction("compare.next_error", "next_error", "n", "Next error", "Find", "compare",
+              "Move to the next row with an error (a warning when there is no error; wraps around)."),
+    AppAction("compare.prev_error", "previous_error", "N", "Prev error", "Find", "compare",
+              "Move to the previous row with an error (or warning).", show=False),
+    AppAction("compare.search", "search", "slash,ctrl+f", "Search", "Find", "compare",
+              "Keep the rows whose record or module name matches (text, a glob, or re:regex); empty clears.",
+              key_display="/"),
+    AppAction("compare.filter", "cycle_filter", "f", "Filter", "Find", "compare",
+              "Cycle the verdict filter: all, problems, errors, warnings, unmatched."),
+    AppAction("compare.sort", "cycle_sort", "s", "Sort", "Find", "compare",
+              "Cycle the sort: dump order, worst verdict, rel_err (cosine, max_abs_err in tensor mode), name."),
+    AppAction("compare.reverse", "reverse_sort", "r", "Reverse", "Find", "compare",
+              "Reverse the sort order.", show=False),
+    AppAction("compare.goto", "goto_rows", "g", "Go to rows", "Views", "compare",
+              "From a suspect or a tree node: show its rows in the results table."),
+    AppAction("compare.detail", "toggle_detail", "d", "Detail", "Views", "compare",
+              "Show or hide the detail pane (hidden, the table uses the whole width)."),
+    AppAction("compare.files", "files", "i", "Files", "General", "compare",
+              "Show the result folder's files and run.json.", show=False),
+    AppAction("compare.back", "back", "escape,q", "Back", "General", "compare",
+              "Close the search, or go back to the previous screen."),
+    # Dump browser
+    AppAction("dump.search", "search", "slash,ctrl+f", "Search", "Find", "dump",
+              "Keep the records whose name or module matches (text, a glob, or re:regex); empty clears.",
+              key_display="/"),
+    AppAction("dump.nonfinite", "toggle_nonfinite", "f", "Inf/NaN only", "Find", "dump",
+              "Keep only the records with a NaN or an inf in a tensor (reads every step and rank once)."),
+    AppAction("dump.next", "next_match", "n", "Next match", "Find", "dump",
+              "Move to the next record that matches the filter (or holds inf/nan when nothing is filtered)."),
+    AppAction("dump.slice", "slice", "v", "Slice", "Tensor", "dump",
+              "Show a slice of the selected tensor: an index like 0, :8 (empty: its first values)."),
+    AppAction("dump.log", "toggle_log", "l", "Log scale", "Tensor", "dump",
+              "Switch the histogram between values and log10 of their magnitudes."),
+    AppAction("dump.files", "files", "i", "Files", "General", "dump",
+              "Show the dump folder's files (and run.json).", show=False),
+    AppAction("dump.back", "back", "escape,q", "Back", "General", "dump",
+              "Close the search or slice field, or go back to the previous screen."),
+    # Live monitor
+    AppAction("monitor.pause", "toggle_pause", "space", "Pause", "Live", "monitor",
+              "Freeze the chart and the alert list (the header keeps counting); again to resume."),
+    AppAction("monitor.series", "pick_series", "s", "Series", "Chart", "monitor",
+              "Choose the series to chart: type to filter, space to tick (up to 8 lines)."),
+    AppAction("monitor.zoom_in", "zoom_in", "plus,equals_sign", "Zoom in", "Chart", "monitor",
+              "Halve the step window (it keeps following the newest step unless you moved it)."),
+    AppAction("monitor.zoom_out", "zoom_out", "minus", "Zoom out", "Chart", "monitor",
+              "Double the step window."),
+    AppAction("monitor.earlier", "pan(-1)", "left_square_bracket", "Earlier", "Chart", "monitor",
+              "Move the step window back by half its width.", show=False),
+    AppAction("monitor.later", "pan(1)", "right_square_bracket", "Later", "Chart", "monitor",
+              "Move the step window forward; at the end it follows the newest step again.", show=False),
+    AppAction("monitor.all_steps", "all_steps", "0", "All steps", "Chart", "monitor",
+              "Show every step and follow the newest."),
+    AppAction("monitor.log", "toggle_log", "l", "Log y", "Chart", "monitor",
+              "Switch the chart's y axis between linear and log scale."),
+    AppAction("monitor.alerts", "focus_alerts", "a", "Alerts", "Live", "monitor",
+              "Move to the alert list; enter on an alert charts its series around its step."),
+    AppAction("monitor.files", "files", "i", "Files", "General", "monitor",
+              "Show the run folder's files and run.json.", show=False),
+    AppAction("monitor.back", "back", "escape,q", "Back", "General", "monitor",
+              "Close the series filter, or go back to the previous screen (the run goes on)."),
+    # Grad compare
+    AppAction("grad.sort", "cycle_sort", "s", "Sort", "View", "grad",
+              "Sort the parameters by model order or by lowest similarity."),
+    AppAction("grad.step_back", "step(-1)", "left_square_bracket", "Step -", "View", "grad",
+              "Show the layer ratios of the previous step.", key_display="["),
+    AppAction("grad.step_on", "step(1)", "right_square_bracket", "Step +", "View", "grad",
+              "Show the layer ratios of the next step.", key_display="]"),
+    AppAction("grad.rank", "next_rank", "r", "Rank", "View", "grad",
+              "Show the next rank (multi-rank results).", show=False),
+    AppAction("grad.files", "files", "i", "Files", "General", "grad",
+              "Show the result folder's files (the CSVs and charts).", show=False),
+    AppAction("grad.back", "back", "escape,q", "Back", "General", "grad", "Back to the previous screen."),
+    # overflow_check and analyze-overflow
+    AppAction("overflow.dump", "open_dump", "d", "Open dump", "View", "overflow",
+              "Open the kept calls' tensors in the dump browser."),
+    AppAction("overflow.files", "files", "i", "Files", "General", "overflow",
+              "Show the run folder's files and run.json.", show=False),
+    AppAction("overflow.back", "back", "escape,q", "Back", "General", "overflow", "Back to the previous screen."),
+    # free_benchmark
+    AppAction("freebench.all", "toggle_all", "a", "All checks", "View", "freebench",
+              "Show every checked output, or only the inconsistent ones (the default)."),
+    AppAction("freebench.files", "files", "i", "Files", "General", "freebench",
+              "Show the run folder's files (the CSV among them).", show=False),
+    AppAction("freebench.back", "back", "escape,q", "Back", "General", "freebench",
+              "Back to the previous screen."),
     # Help
     AppAction("help.close", "close", "escape,q,f1", "Close", "General", "help", "Close the help screen."),
 )
@@ -162,7 +261,9 @@ def action_by_id(action_id: str) -> AppAction:
 
 def key_label(key: str) -> str:
     """A key name as a person types it: ``ctrl+s`` -> ``^s``, ``question_mark`` -> ``?``."""
-    names = {"question_mark": "?", "escape": "esc", "enter": "enter", "tab": "tab"}
+    names = {"question_mark": "?", "escape": "esc", "enter": "enter", "tab": "tab", "slash": "/", "plus": "+",
+             "minus": "-", "equals_sign": "=", "left_square_bracket": "[", "right_square_bracket": "]",
+             "exclamation_mark": "!", "full_stop": ".", "comma": ","}
     if key in names:
         return names[key]
     if key.startswith("ctrl+"):

@@ -10,7 +10,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 from textual import events
 from textual.app import App
 
-from probe_tui.app.actions import bindings_for, keymap_path, load_keymap
+from probe_tui.app.actions import SCOPE_TITLES, bindings_for, keymap_path, load_keymap
 from probe_tui.app.child import ChildRun
 from probe_tui.app.commands import ActionCommands
 from probe_tui.app.config_backend import SchemaBackend, sample_configs
@@ -91,8 +91,7 @@ class ProbeApp(App):
             screen.dismiss()
             return
         scope = getattr(screen, "SCOPE", "app")
-        title = {"home": "Home", "builder": "Config builder", "run": "Run", "summary": "Run summary"}.get(scope,
-                                                                                                       "probe-tui")
+        title = "Home" if scope == "home" else SCOPE_TITLES.get(scope, "probe-tui") if scope != "app" else "probe-tui"
         self.push_screen(HelpScreen(scope, title))
 
     def action_go_home(self) -> None:

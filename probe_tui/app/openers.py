@@ -71,6 +71,62 @@ def _register_defaults() -> None:
     _defaults_done = True
     from probe_tui.app.screens.summary import RunSummaryScreen
 
-    # Generic fallbacks go last so that any view registered later (first=True) takes precedence.
+    # The views of part 2, most specific first; then the generic fallbacks. Views registered later with
+    # first=True still take precedence over all of these.
+    for kind, detect, factory in _views():
+        register_opener(kind, detect, factory, first=False)
     register_opener("run", is_run_folder, RunSummaryScreen, first=False)
     register_opener("folder", is_plain_folder, RunSummaryScreen, first=False)
+
+
+def _compare_screen(path: Path) -> Screen:
+    from probe_tui.app.screens.compare import CompareScreen
+
+    return CompareScreen(path)
+
+
+def _dump_screen(path: Path) -> Screen:
+    from probe_tui.app.screens.dump import DumpScreen
+
+    return DumpScreen(path)
+
+
+def _monitor_screen(path: Path) -> Screen:
+    from probe_tui.app.screens.monitor import MonitorScreen
+
+    return MonitorScreen(path)
+
+
+def _grad_screen(path: Path) -> Screen:
+    from probe_tui.app.screens.grad import GradScreen
+
+    return GradScreen(path)
+
+
+def _overflow_screen(path: Path) -> Screen:
+    from probe_tui.app.screens.overflow import OverflowScreen
+
+    return OverflowScreen(path)
+
+
+def _free_benchmark_screen(path: Path) -> Screen:
+    from probe_tui.app.screens.free_benchmark import FreeBenchmarkScreen
+
+    return FreeBenchmarkScreen(path)
+
+
+def _views() -> List[tuple]:
+    from probe_tui.app.data.check_results import is_free_benchmark_result, is_overflow_result
+    from probe_tui.app.data.compare_result import is_compare_result
+    from probe_tui.app.data.dump_index import is_dump
+    from probe_tui.app.data.grad_result import is_grad_result
+    from probe_tui.app.data.monitor_feed import is_monitor_run
+
+    return [
+        ("compare-result", is_compare_result, _compare_screen),
+        ("grad-compare", is_grad_result, _grad_screen),
+        ("overflow", is_overflow_result, _overflow_screen),
+        ("free-benchmark", is_free_benchmark_result, _free_benchmark_screen),
+        ("monitor", is_monitor_run, _monitor_screen),
+        ("dump", is_dump, _dump_screen),
+    ]

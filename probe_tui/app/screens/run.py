@@ -239,7 +239,8 @@ class RunScreen(AppScreen):
         label.update(Text(f" {status} ", style=STATUS_STYLES.get(status, "bold")))
         hint = {
             "starting": "Starting the run…  s stops it",
-            "running": "s stops the run cleanly (finished steps are kept)",
+            "running": ("o opens the live monitor · s stops the run cleanly" if self.run_task == "monitor"
+                        else "s stops the run cleanly (finished steps are kept)"),
             "stopping": "Stopping: SIGINT sent, SIGTERM follows after a grace period (s again: now)",
             "finished": "Finished · o opens the result · e edits the config · esc goes back",
             "stopped": "Stopped · o opens what was written · e edits the config · esc goes back",
@@ -284,7 +285,8 @@ class RunScreen(AppScreen):
         if action == "stop":
             return True if self.finished_at is None else None
         if action == "open_result":
-            return True if (self.ended and self.run_dir is not None) else None
+            live = self.run_task == "monitor" and self.status == "running"  # the live monitor opens at once
+            return True if ((self.ended or live) and self.run_dir is not None) else None
         return True
 
     def action_stop(self) -> None:
@@ -301,6 +303,11 @@ class RunScreen(AppScreen):
             self.notify("This run wrote no run folder.", severity="warning")
             return
         path = self.run_dir if self.run_dir.is_absolute() else self.cwd / self.run_dir
+        if self.run_task == "monitor":  # its live view, even before the first step is written
+            from probe_tui.app.screens.monitor import MonitorScreen
+
+            self.app.push_screen(MonitorScreen(path))
+            return
         self.app.open_path(path)
 
     def action_edit_config(self) -> None:

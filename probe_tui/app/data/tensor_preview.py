@@ -1,0 +1,106 @@
+"""Tensor values for the dump browser: a slice of a stored tensor and a histogram, read in chunks.
+
+Uses the dump source's tensor readers (``info(loc)``, ``read(loc, start, stop)``: the same ones compare and parse
+stream with); slices use ``engines.parse.inspect.parse_index`` (``"0, :4"``, no eval).
+"""
+
+import math
+from dataclasses import dataclass
+from typing import Optional, Tuple
+
+import numpy as np
+
+from engines.parse.inspect import json_shape, parse_index
+from engines.parse.rows import RowTable
+
+CHUNK = 1 << 22
+MAX_SLICE_ELEMENTS = 1 << 26  # a slice needs the whole tensor in memory: 64M elements at most
+PREVIEW_VALUES = 48
+
+
+class PreviewError(ValueError):
+    """A slice that cannot be taken (one line)."""
+
+
+@dataclass
+class Histogram:
+    counts: np.ndarray
+    edges: np.ndarray
+    nan: int
+    posinf: int
+    neginf: int
+    zeros: int
+    log: bool
+
+
+@dataclass
+class Preview:
+    shape: Tuple[int, ...]
+    index: str
+    values: np.ndarray
+    histogram: Optional[Histogram]
+
+
+def _locate(rows: RowTable, i: int) -> int:
+    loc = int(rows.data[i])
+    if loc < 0:
+        raise PreviewError("{}: statistics only, no tensor data in this dump".format(rows.name[i]))
+    return loc
+
+
+def read_slice(reader, rows: RowTable, i: int, index: str = "") -> Tuple[Tuple[int, ...], np.ndarray]:
+    """``(shape, values)``: the first values when ``index`` is empty, else ``tensor[index]``."""
+    loc = _locate(rows, i)
+    _, numel, _ = reader.info(loc)
+    shape = json_shape(rows.shape[i]) or (numel,)
+    if int(np.prod(shape)) != numel:
+        shape = (numel,)
+    if not index.strip():
+        return shape, reader.read(loc, 0, min(numel, PREVIEW_VALUES))
+    if numel > MAX_SLICE_ELEMENTS:
+        raise PreviewError("{:,} elements: too large to slice here (probe-tui parse --export-npy)".format(numel))
+    try:
+        key = parse_index(index)
+    except Exception as exc:
+        raise PreviewError(str(exc)) from None
+    whole = reader.read(loc, 0, numel).reshape(shape)
+    try:
+        return shape, np.asarray(whole[key])
+    except IndexError as exc:
+        raise PreviewError("index {!r} on shape {}: {}".format(index, list(shape), exc)) from None
+
+
+def histogram(reader, rows: RowTable, i: int, bins: int = 24, log: bool = False) -> Histogram:
+    """Counts of the finite values in ``bins`` equal bins (two passes in chunks); ``log`` bins
+    ``log10(|x|)`` of the non-zero values (magnitudes: where underflow and overflow show)."""
+    loc = _locate(rows, i)
+    _, numel, _ = reader.info(loc)
+
+    def chunks():
+        for lo in range(0, numel, CHUNK):
+            yield reader.read(loc, lo, min(numel, lo + CHUNK)).astype(np.float64)
+
+    lo_v, hi_v, nan, pinf, ninf, zeros = math.inf, -math.inf, 0, 0, 0, 0
+    for x in chunks():
+        nan += int(np.isnan(x).sum())
+        pinf += int(np.isposinf(x).sum())
+        ninf += int(np.isneginf(x).sum())
+        zeros += int((x == 0).sum())
+        fin = _values(x, log)
+        if fin.size:
+            lo_v, hi_v = min(lo_v, float(fin.min())), max(hi_v, float(fin.max()))
+    if not math.isfinite(lo_v):
+        lo_v, hi_v = 0.0, 1.0
+    edges = np.linspace(lo_v, hi_v if hi_v > lo_v else lo_v + 1.0, bins + 1)
+    counts = np.zeros(bins, dtype=np.int64)
+    for x in chunks():
+        counts += np.histogram(_values(x, log), bins=edges)[0]
+    return Histogram(counts, edges, nan, pinf, ninf, zeros, log)
+
+
+def _values(x: np.ndarray, log: bool) -> np.ndarray:
+    fin = x[np.isfinite(x)]
+    if log:
+        fin = fin[fin != 0]
+        return np.log10(np.abs(fin))
+    return fin

@@ -1,0 +1,452 @@
+"""The compare browser: the results table (sortable, filterable, virtual), the first-divergence list and the model
+hierarchy tree of one compare result, with a detail pane for the row, suspect or node under the cursor.
+
+Reading happens in thread workers that post typed messages (:class:`CompareScreen.Loaded`, ``ViewReady``,
+``DetailReady``, ``TreeReady``); the UI thread only swaps the table's view index and repaints what is visible.
+"""
+
+import asyncio
+from pathlib import Path
+from typing import Any, Dict, Optional
+
+from rich.text import Text
+from textual import on, work
+from textual.app import ComposeResult
+from textual.containers import Horizontal, VerticalScroll
+from textual.message import Message
+from textual.timer import Timer
+from textual.widgets import Footer, Input, Label, Static, TabbedContent, TabPane, Tree
+
+from engines.compare.verdicts import VERDICTS
+from probe_tui.app.actions import bindings_for
+from probe_tui.app.data.compare_result import FILTER_CYCLE, SORT_LABELS, CompareResult, ResultView
+from probe_tui.app.data.formats import count_text
+from probe_tui.app.screens.base import AppScreen
+from probe_tui.app.screens.compare_detail import node_detail, row_detail, suspect_detail
+from probe_tui.app.screens.compare_rows import (
+    DIVERGENCE_COLUMNS,
+    DivergenceRows,
+    ResultRows,
+    mode_metrics,
+    number_width,
+)
+from probe_tui.app.screens.path_prompt import relative_text
+from probe_tui.app.widgets.result_tree import NodeRef, ResultTree
+from probe_tui.app.widgets.virtual_table import VirtualTable
+
+DETAIL_DELAY_S = 0.08
+TABS = {"results": "tab-results", "divergence": "tab-divergence", "tree": "tab-tree"}
+
+
+class CompareScreen(AppScreen):
+    SCOPE = "compare"
+    CSS_PATH = "compare.tcss"
+    BINDINGS = bindings_for("compare")
+
+    class Loaded(Message):
+        def __init__(self, data: Optional[CompareResult], view: Optional[ResultView], error: str = "") -> None:
+            super().__init__()
+            self.data, self.view, self.error = data, view, error
+
+    class ViewReady(Message):
+        def __init__(self, view: Optional[ResultView], keep_row: Optional[int], error: str = "") -> None:
+            super().__init__()
+            self.view, self.keep_row, self.error = view, keep_row, error
+
+    class DetailReady(Message):
+        def __init__(self, key: Any, renderable: Any) -> None:
+            super().__init__()
+            self.key, self.renderable = key, renderable
+
+    class DivergenceReady(Message):
+        def __init__(self, table: Dict[str, Any]) -> None:
+            super().__init__()
+            self.table = table
+
+    class TreeReady(Message):
+        def __init__(self, index: Any) -> None:
+            super().__init__()
+            self.index = index
+
+    def __init__(self, path: Path) -> None:
+        super().__init__()
+        self.path = Path(path)
+        self.data: Optional[CompareResult] = None
+        self.view: Optional[ResultView] = None
+        self.spec: Dict[str, Any] = {"verdict_filter": "all", "search": "", "sort": "order", "descending": False}
+        """The view last asked for (the one on screen may still be computing)."""
+        self.divergence: Optional[Dict[str, Any]] = None
+        self.tree_ready = False
+        self._detail_key: Any = None
+        self._view_applied: Optional[asyncio.Event] = None
+        self._detail_timer: Optional[Timer] = None
+        self.detail_renderable: Any = None
+        """What the detail pane shows (a rich renderable)."""
+
+    # ---- layout -------------------------------------------------------------------------------------------
+    def compose(self) -> ComposeResult:
+        with Horizontal(id="cmp-title-bar"):
+            yield Static(Text.assemble(("Compare", "bold"), " · " + relative_text(self.path, self.app.root)),
+                         id="cmp-title")
+            yield Static("", id="cmp-counts")
+        with Horizontal(id="cmp-body"):
+            with TabbedContent(id="cmp-tabs"):
+                with TabPane("1 Results", id=TABS["results"]):
+                    yield VirtualTable(id="results")
+                    yield Label("", id="results-status")
+                with TabPane("2 First divergence", id=TABS["divergence"]):
+                    yield VirtualTable(id="divergence")
+                with TabPane("3 Model tree", id=TABS["tree"]):
+                    yield ResultTree(id="tree")
+            with VerticalScroll(id="cmp-detail"):
+                yield Static("", id="detail-body")
+        yield Input(placeholder="search names: text, a glob (*.softmax.*) or re:regex; enter applies, empty clears",
+                    id="cmp-search")
+        yield Footer()
+
+    @property
+    def results_table(self) -> VirtualTable:
+        return self.query_one("#results", VirtualTable)
+
+    @property
+    def divergence_table(self) -> VirtualTable:
+        return self.query_one("#divergence", VirtualTable)
+
+    def on_mount(self) -> None:
+        self.query_one("#cmp-search", Input).display = False
+        self.results_table.empty_text = "Reading the result…"
+        self.divergence_table.empty_text = "Reading the ranking…"
+        self.results_table.focus()
+        self._load()
+
+    # ---- loading ------------------------------------------------------------------------------------------
+    @work(thread=True, exclusive=True, group="cmp-load", exit_on_error=False)
+    def _load(self) -> None:
+        try:
+            data = CompareResult(self.path)
+            view = data.view()
+        except Exception as exc:
+            self.post_message(self.Loaded(None, None, f"{self.path}: cannot read the compare result: {exc}"))
+            return
+        self.post_message(self.Loaded(data, view))
+
+    @on(Loaded)
+    def _loaded(self, message: "CompareScreen.Loaded") -> None:
+        if message.data is None:
+            self.results_table.empty_text = message.error
+            self.results_table.refresh()
+            self.notify(message.error, severity="error", title="Compare")
+            return
+        self.data = message.data
+        self._show_counts()
+        self._set_view(message.view, None)
+        if not self.data.n_rows:
+            self.results_table.empty_text = "This result has no rows."
+        self.call_after_refresh(self._load_divergence)  # after the first paint of the rows
+
+    def _show_counts(self) -> None:
+        data = self.data
+        counts = data.verdict_counts()
+        text = Text.assemble("{} rows: ".format(count_text(data.n_rows)),
+                             ("{:,} error".format(counts["error"]), "red"), " · ",
+                             ("{:,} warning".format(counts["warning"]), "yellow"), " · ",
+                             ("{:,} unmatched".format(counts["unmatched"]), "bright_black"))
+        self.query_one("#cmp-counts", Static).update(text)
+
+    def on_unmount(self) -> None:
+        if self.data is not None:
+            self.data.close()
+
+    # ---- the results view ---------------------------------------------------------------------------------
+    def _name_width(self) -> int:
+        width = self.results_table.scrollable_content_region.width or self.app.size.width
+        data = self.data
+        metrics = len(mode_metrics(data)) if data else 3
+        # every column but the last has a separator: #, name, verdict, metrics (where: 7 + 1)
+        fixed = number_width(data.n_rows if data else 0) + 2 + 10 + metrics * 10 + (8 if data and data.multi_piece
+                                                                                      else 0)
+        return max(30, min(72, width - fixed))
+
+    def _set_view(self, view: ResultView, keep_row: Optional[int]) -> None:
+        self.view = view
+        rows = ResultRows(self.data, view, self._name_width())
+        cursor = None
+        if keep_row is not None:
+            cursor = view.position_of(keep_row)
+        table = self.results_table
+        with self.app.batch_update():
+            table.set_source(rows.columns(), rows, cursor=cursor if cursor is not None else 0)
+            self._show_status()
+        if self._view_applied is not None:
+            self._view_applied.set()
+        self._row_changed()
+
+    def _show_status(self) -> None:
+        view, data = self.view, self.data
+        if view is None or data is None:
+            return
+        parts = [data.mode + " mode", "filter: " + view.verdict_filter, "sort: " + SORT_LABELS.get(view.sort, view.sort) +
+                 (" (reversed)" if view.descending else "")]
+        if view.search:
+            parts.append("search: " + view.search)
+        parts.append("{} of {} rows".format(count_text(len(view)), count_text(data.n_rows)))
+        if len(view.error_positions):
+            word = VERDICTS[view.problem_level]
+            parts.append("{:,} {}{} · n next".format(len(view.error_positions), word,
+                                                    "s" if word != "unmatched" else ""))
+        else:
+            parts.append("no problem here")
+        self.query_one("#results-status", Label).update(Text("  ·  ".join(parts), style="dim"))
+
+    def request_view(self, **changes: Any) -> None:
+        """Recompute the view (filter, search, sort) in a worker; the cursor stays on its row when it can."""
+        if self.data is None or self.view is None:
+            return
+        self.spec.update(changes)  # keys pressed quickly build on each other, not on the view on screen
+        self._make_view(dict(self.spec), self.current_row())
+
+    async def apply_view(self, **changes: Any) -> None:
+        """``request_view`` and wait until the new view is on screen (benchmarks, tests)."""
+        self._view_applied = asyncio.Event()
+        self.request_view(**changes)
+        await self._view_applied.wait()
+        self._view_applied = None
+
+    @work(thread=True, exclusive=True, group="cmp-view", exit_on_error=False)
+    def _make_view(self, spec: Dict[str, Any], keep_row: Optional[int]) -> None:
+        try:
+            view = self.data.view(**spec)
+        except ValueError as exc:
+            self.post_message(self.ViewReady(None, keep_row, str(exc)))
+            return
+        self.post_message(self.ViewReady(view, keep_row))
+
+    @on(ViewReady)
+    def _view_ready(self, message: "CompareScreen.ViewReady") -> None:
+        if message.view is None:
+            if self.view is not None:  # keep asking for what is on screen
+                self.spec["search"] = self.view.search
+            self.notify(message.error, severity="error", title="Search")
+            if self._view_applied is not None:
+                self._view_applied.set()
+            return
+        self._set_view(message.view, message.keep_row)
+        if not len(message.view):
+            self.notify("No row matches; f changes the filter, / the search.", timeout=4)
+
+    def current_row(self) -> Optional[int]:
+        table = self.results_table
+        if self.view is None or not len(self.view):
+            return None
+        return int(self.view.rows[min(table.cursor_row, len(self.view) - 1)])
+
+    # ---- detail pane --------------------------------------------------------------------------------------
+    @on(VirtualTable.CursorMoved, "#results")
+    def _results_cursor(self, _: VirtualTable.CursorMoved) -> None:
+        self._row_changed()
+
+    def _row_changed(self) -> None:
+        row = self.current_row()
+        if row is not None and self._active_tab() == "results":
+            self._show_detail(("row", row))
+
+    def _show_detail(self, key: Any) -> None:
+        """Show the detail of ``key`` once the cursor rests (a held arrow key reads no rows)."""
+        if key == self._detail_key or self.data is None:
+            return
+        self._detail_key = key
+        if self._detail_timer is not None:
+            self._detail_timer.stop()
+        self._detail_timer = self.set_timer(DETAIL_DELAY_S, lambda: self._load_detail(key))
+
+    @work(thread=True, exclusive=True, group="cmp-detail", exit_on_error=False)
+    def _load_detail(self, key: Any) -> None:
+        data = self.data
+        kind = key[0]
+        if kind == "row":
+            renderable = row_detail(data.row(key[1]), data.mode)
+        elif kind == "suspect":
+            table = self.divergence
+            first = int(table["first_row"][key[1]])
+            row = data.row(data.worst_row_of_record(first)) if 0 <= first < data.n_rows else None
+            renderable = suspect_detail(table, key[1], row, data.mode)
+        else:
+            index = data.tree()
+            node = key[1]
+            first = index.first_row(node)
+            row = data.row(first) if 0 <= first < data.n_rows else None
+            columns = {c: v[node] for c, v in index.columns.items()}
+            renderable = node_detail(columns, index.name(node), row, data.mode)
+        self.post_message(self.DetailReady(key, renderable))
+
+    @on(DetailReady)
+    def _detail_ready(self, message: "CompareScreen.DetailReady") -> None:
+        if message.key == self._detail_key:
+            self.detail_renderable = message.renderable
+            self.query_one("#detail-body", Static).update(message.renderable)
+
+    # ---- divergence and tree ------------------------------------------------------------------------------
+    @work(thread=True, exclusive=True, group="cmp-divergence", exit_on_error=False)
+    def _load_divergence(self) -> None:
+        self.post_message(self.DivergenceReady(self.data.divergence()))
+
+    @on(DivergenceReady)
+    def _divergence_ready(self, message: "CompareScreen.DivergenceReady") -> None:
+        self.divergence = message.table
+        table = self.divergence_table
+        table.empty_text = "No ranking in this result (first_divergence was off, or nothing matched)."
+        table.set_source(DIVERGENCE_COLUMNS, DivergenceRows(message.table), cursor=0)
+        if self._active_tab() == "divergence":
+            self._suspect_changed()
+
+    @on(VirtualTable.CursorMoved, "#divergence")
+    def _suspect_cursor(self, _: VirtualTable.CursorMoved) -> None:
+        self._suspect_changed()
+
+    def _suspect_changed(self) -> None:
+        if self._active_tab() == "divergence" and self.divergence is not None and self.divergence_table.row_count:
+            self._show_detail(("suspect", self.divergence_table.cursor_row))
+
+    @on(VirtualTable.Selected, "#divergence")
+    def _suspect_selected(self, _: VirtualTable.Selected) -> None:
+        self.action_goto_rows()
+
+    @work(thread=True, exclusive=True, group="cmp-tree", exit_on_error=False)
+    def _load_tree(self) -> None:
+        self.post_message(self.TreeReady(self.data.tree()))
+
+    @on(TreeReady)
+    def _tree_ready(self, message: "CompareScreen.TreeReady") -> None:
+        tree = self.query_one("#tree", ResultTree)
+        tree.load(message.index)
+        self.tree_ready = True
+        if self._active_tab() == "tree":
+            tree.focus()
+
+    @on(Tree.NodeHighlighted, "#tree")
+    def _node_highlighted(self, event: Tree.NodeHighlighted) -> None:
+        ref = event.node.data
+        if isinstance(ref, NodeRef) and ref.node >= 0:
+            self._show_detail(("node", ref.node))
+
+    # ---- tabs ---------------------------------------------------------------------------------------------
+    def _active_tab(self) -> str:
+        active = self.query_one("#cmp-tabs", TabbedContent).active
+        return next((k for k, v in TABS.items() if v == active), "results")
+
+    @on(TabbedContent.TabActivated)
+    def _tab_activated(self, _: TabbedContent.TabActivated) -> None:
+        tab = self._active_tab()
+        if tab == "results":
+            self.results_table.focus()
+            self._detail_key = None
+            self._row_changed()
+        elif tab == "divergence":
+            self.divergence_table.focus()
+            self._detail_key = None
+            self._suspect_changed()
+        else:
+            tree = self.query_one("#tree", ResultTree)
+            tree.focus()
+            if not self.tree_ready and self.data is not None:
+                self._load_tree()
+
+    def action_show_tab(self, tab: str) -> None:
+        self.query_one("#cmp-tabs", TabbedContent).active = TABS[tab]
+
+    # ---- finding ------------------------------------------------------------------------------------------
+    def _jump_to_error(self, backwards: bool) -> None:
+        if self.view is None:
+            return
+        if self._active_tab() != "results":
+            self.action_show_tab("results")
+        table = self.results_table
+        position = self.view.next_error(table.cursor_row, backwards)
+        if position is None:
+            self.notify("No error, warning or unmatched row among the rows shown.", timeout=3)
+            return
+        table.move_cursor(position)
+
+    def action_next_error(self) -> None:
+        self._jump_to_error(False)
+
+    def action_previous_error(self) -> None:
+        self._jump_to_error(True)
+
+    def action_search(self) -> None:
+        if self._active_tab() != "results":
+            self.action_show_tab("results")
+        search = self.query_one("#cmp-search", Input)
+        search.value = self.spec["search"]
+        search.display = True
+        search.focus()
+
+    @on(Input.Submitted, "#cmp-search")
+    def _search_submitted(self, event: Input.Submitted) -> None:
+        self._close_search()
+        self.request_view(search=event.value.strip())
+
+    def _close_search(self) -> None:
+        search = self.query_one("#cmp-search", Input)
+        search.display = False
+        self.results_table.focus()
+
+    def action_cycle_filter(self) -> None:
+        current = self.spec["verdict_filter"]
+        position = FILTER_CYCLE.index(current) if current in FILTER_CYCLE else 0
+        self.request_view(verdict_filter=FILTER_CYCLE[(position + 1) % len(FILTER_CYCLE)])
+
+    def action_cycle_sort(self) -> None:
+        if self.data is None:
+            return
+        sorts = list(self.data.sorts())
+        position = sorts.index(self.spec["sort"]) if self.spec["sort"] in sorts else 0
+        self.request_view(sort=sorts[(position + 1) % len(sorts)], descending=False)
+
+    def action_reverse_sort(self) -> None:
+        self.request_view(descending=not self.spec["descending"])
+
+    def action_goto_rows(self) -> None:
+        """The results row of the suspect or tree node under the cursor."""
+        if self.data is None:
+            return
+        tab = self._active_tab()
+        row = -1
+        if tab == "divergence" and self.divergence is not None and self.divergence_table.row_count:
+            row = int(self.divergence["first_row"][self.divergence_table.cursor_row])
+            if 0 <= row < self.data.n_rows:
+                row = self.data.worst_row_of_record(row)
+        elif tab == "tree":
+            node = self.query_one("#tree", ResultTree).cursor_node
+            if node is not None and isinstance(node.data, NodeRef) and node.data.node >= 0:
+                row = self.data.tree().first_row(node.data.node)
+        else:
+            return
+        if row < 0:
+            self.notify("No result row belongs to this line.", timeout=3)
+            return
+        self.action_show_tab("results")
+        position = self.view.position_of(row) if self.view is not None else None
+        if position is None:  # filtered out: show everything in dump order, then go there
+            self.spec = {"verdict_filter": "all", "search": "", "sort": "order", "descending": False}
+            self._make_view(dict(self.spec), row)
+        else:
+            self.results_table.move_cursor(position)
+
+    def action_toggle_detail(self) -> None:
+        detail = self.query_one("#cmp-detail")
+        detail.display = not detail.display
+        if self.view is not None and self.data is not None:
+            self.call_after_refresh(self._set_view, self.view, self.current_row())
+
+    def action_files(self) -> None:
+        from probe_tui.app.screens.summary import RunSummaryScreen
+
+        self.app.push_screen(RunSummaryScreen(self.path))
+
+    def action_back(self) -> None:
+        search = self.query_one("#cmp-search", Input)
+        if search.display:
+            self._close_search()
+            return
+        self.dismiss()

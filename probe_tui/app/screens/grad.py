@@ -1,0 +1,223 @@
+"""The grad compare view: the 0.97 / 0.03 rule's verdict, every parameter with its lowest similarity and its
+violations, the similarity chart of the parameter under the cursor (the threshold drawn across it), and the
+layer-wise gradient-norm ratio of one step (the layer where the growth starts marked)."""
+
+import math
+from pathlib import Path
+from typing import Any, List, Optional
+
+import numpy as np
+from rich.table import Table
+from rich.text import Text
+from textual import on, work
+from textual.app import ComposeResult
+from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.message import Message
+from textual.widgets import DataTable, Footer, Label, Static
+
+from probe_tui.app.actions import bindings_for
+from probe_tui.app.data.formats import number_text
+from probe_tui.app.data.grad_result import GradResult, RankResult
+from probe_tui.app.screens.base import AppScreen
+from probe_tui.app.screens.path_prompt import relative_text
+from probe_tui.app.widgets.metric_chart import MetricChart
+
+BAR_HALF = 10
+
+
+def ratio_bar(ratio: float, tolerance: float, over: bool) -> Text:
+    """A bar centred on 1.0: left for a ratio below 1, right above; full at 4× the tolerance; red when over."""
+    if not math.isfinite(ratio):
+        return Text(" " * BAR_HALF + "?" + " " * BAR_HALF, style="bold red")
+    deviation = ratio - 1.0
+    n = int(math.ceil(min(1.0, abs(deviation) / (4 * tolerance)) * BAR_HALF)) if tolerance > 0 else 0
+    style = "bold red" if over else "green"
+    left = " " * (BAR_HALF - n) + "█" * n if deviation < 0 else " " * BAR_HALF
+    right = "█" * n + " " * (BAR_HALF - n) if deviation > 0 else " " * BAR_HALF
+    return Text.assemble((left, style), ("│", "dim"), (right, style))
+
+
+def layer_table(rank: RankResult, s: int, tolerance: float) -> Table:
+    step = rank.layer_steps[s]
+    first = rank.first_over.get(step)
+    table = Table(box=None, padding=(0, 1), header_style="bold",
+                  title="grad norm ratio target / golden per layer, step {} (tolerance {})".format(step, tolerance),
+                  title_justify="left", title_style="bold")
+    table.add_column("#", justify="right")
+    table.add_column("layer", no_wrap=True)
+    table.add_column("ratio", justify="right")
+    table.add_column("below 1 │ above 1", no_wrap=True)
+    table.add_column("")
+    for depth, layer in enumerate(rank.layers):
+        ratio = float(rank.ratio[depth, s])
+        over = bool(rank.over[depth, s])
+        mark = Text("← growth starts here", style="bold red") if depth == first else Text("over" if over else "")
+        table.add_row(str(depth), layer, number_text(ratio, 5), ratio_bar(ratio, tolerance, over), mark,
+                      style="red" if over else "")
+    return table
+
+
+class GradScreen(AppScreen):
+    SCOPE = "grad"
+    CSS_PATH = "grad.tcss"
+    BINDINGS = bindings_for("grad")
+
+    class Loaded(Message):
+        def __init__(self, result: Optional[GradResult], error: str = "") -> None:
+            super().__init__()
+            self.result, self.error = result, error
+
+    def __init__(self, path: Path) -> None:
+        super().__init__()
+        self.path = Path(path)
+        self.result: Optional[GradResult] = None
+        self.rank_index = 0
+        self.by_similarity = False
+        self.layer_step = 0
+        self.order: List[int] = []
+        self.verdict_renderable: Any = None
+        self.layers_renderable: Any = None
+
+    def compose(self) -> ComposeResult:
+        yield Static(Text.assemble(("Grad compare", "bold"), " · " + relative_text(self.path, self.app.root)),
+                     id="grad-title")
+        yield Static(Text("Reading the result…", style="italic"), id="grad-verdict")
+        with Horizontal(id="grad-body"):
+            with Vertical(id="grad-left"):
+                yield Label("Parameters", id="params-title", classes="pane-title")
+                yield DataTable(id="params", cursor_type="row", zebra_stripes=True)
+            with Vertical(id="grad-right"):
+                yield MetricChart(id="grad-chart")
+                with VerticalScroll(id="grad-layers"):
+                    yield Static("", id="layers-body")
+        yield Footer()
+
+    @property
+    def rank(self) -> Optional[RankResult]:
+        if self.result is None or not self.result.ranks:
+            return None
+        return list(self.result.ranks.values())[self.rank_index % len(self.result.ranks)]
+
+    def on_mount(self) -> None:
+        self.query_one("#params", DataTable).focus()
+        self._load()
+
+    @work(thread=True, exclusive=True, group="grad-load", exit_on_error=False)
+    def _load(self) -> None:
+        try:
+            self.post_message(self.Loaded(GradResult.read(self.path)))
+        except Exception as exc:
+            self.post_message(self.Loaded(None, str(exc)))
+
+    @on(Loaded)
+    def _loaded(self, message: "GradScreen.Loaded") -> None:
+        if message.result is None:
+            self.query_one("#grad-verdict", Static).update(Text(message.error, style="red"))
+            self.notify(message.error, severity="error", title="Grad compare")
+            return
+        self.result = message.result
+        self._show_rank()
+
+    def _show_rank(self) -> None:
+        rank, result = self.rank, self.result
+        if rank is None or result is None:
+            return
+        first = rank.violations[0] if rank.violations else None
+        multi = " (rank {} of {}, r: next)".format(rank.rank, len(result.ranks)) if len(result.ranks) > 1 else ""
+        if first is None:
+            verdict = Text.assemble((" ✓ rule holds ", "bold reverse green"), " every parameter ≥ {} and no drop "
+                                    "> {} over {} steps{}".format(result.threshold, result.drop, len(rank.steps), multi))
+        else:
+            verdict = Text.assemble((" ✗ {} / {} rule broken ".format(result.threshold, result.drop), "bold reverse red"),
+                                    " at step {} by ".format(first.step), (first.param, "bold"), ": ",
+                                    first.describe(result.threshold, result.drop),
+                                    " · {} violation(s){}".format(len(rank.violations), multi))
+        self.verdict_renderable = verdict
+        self.query_one("#grad-verdict", Static).update(verdict)
+        if rank.layer_steps:
+            verdict_step = first.step if first is not None else None
+            over_steps = [s for s in rank.layer_steps if s in rank.first_over]
+            chosen = verdict_step if verdict_step in rank.layer_steps else (over_steps[0] if over_steps
+                                                                            else rank.layer_steps[-1])
+            self.layer_step = rank.layer_steps.index(chosen)
+        self._fill_params()
+        self._show_layers()
+
+    def _fill_params(self) -> None:
+        rank = self.rank
+        table = self.query_one("#params", DataTable)
+        threshold = self.result.threshold
+        order = list(range(len(rank.params)))
+        if self.by_similarity and rank.steps:
+            lowest = np.where(np.isnan(rank.similarity), np.inf, rank.similarity).min(axis=1)
+            order = np.argsort(lowest, kind="stable").tolist()
+        self.order = order
+        table.clear(columns=True)
+        name_width = max(12, min(40, max((len(n) for n in rank.params), default=12)))
+        for label, width in (("parameter", name_width), ("lowest", 7), ("step", 4), ("last", 7), ("rule", 34)):
+            table.add_column(label, width=width, key=label)
+        for p in order:
+            sims = rank.similarity[p]
+            finite = [(s, v) for s, v in zip(rank.steps, sims.tolist()) if v == v]
+            low = min(finite, key=lambda sv: sv[1]) if finite else (None, math.nan)
+            last = finite[-1][1] if finite else math.nan
+            broken = rank.violations_of(rank.params[p])
+            rule = broken[0].describe(threshold, self.result.drop) + (" (+{})".format(len(broken) - 1)
+                                                                        if len(broken) > 1 else "") if broken else ""
+            style = "red" if broken else ""
+            table.add_row(Text(rank.params[p], style=style), number_text(low[1], 4),
+                          "" if low[0] is None else str(low[0]), number_text(last, 4), Text(rule, style=style),
+                          key=str(p))
+        sort = "lowest similarity first" if self.by_similarity else "model order"
+        self.query_one("#params-title", Label).update("Parameters ({}; {}; s sorts)".format(len(rank.params), sort))
+        if order:
+            self._chart(order[0])
+
+    @on(DataTable.RowHighlighted, "#params")
+    def _highlighted(self, event: DataTable.RowHighlighted) -> None:
+        if event.row_key is not None and event.row_key.value is not None:
+            self._chart(int(event.row_key.value))
+
+    def _chart(self, p: int) -> None:
+        rank = self.rank
+        series = {"similarity/" + rank.params[p]: (rank.steps, rank.similarity[p])}
+        if rank.summary is not None:
+            series["similarity/summary"] = (rank.steps, rank.summary)
+        chart = self.query_one("#grad-chart", MetricChart)
+        low = float(min([v for v in rank.similarity[p].tolist() if v == v] + [self.result.threshold]))
+        chart.show(series, hline=self.result.threshold, ylim=(min(low, self.result.threshold) - 0.01, 1.005),
+                   order=list(series))
+
+    def _show_layers(self) -> None:
+        rank = self.rank
+        body = self.query_one("#layers-body", Static)
+        if rank is None or not rank.layer_steps:
+            body.update(Text("No layer ratios in this result.", style="italic dim"))
+            return
+        self.layers_renderable = layer_table(rank, self.layer_step, self.result.tolerance)
+        body.update(self.layers_renderable)
+
+    def action_cycle_sort(self) -> None:
+        if self.rank is not None:
+            self.by_similarity = not self.by_similarity
+            self._fill_params()
+
+    def action_step(self, delta: int) -> None:
+        rank = self.rank
+        if rank is None or not rank.layer_steps:
+            return
+        self.layer_step = (self.layer_step + delta) % len(rank.layer_steps)
+        self._show_layers()
+
+    def action_next_rank(self) -> None:
+        if self.result is not None and len(self.result.ranks) > 1:
+            self.rank_index += 1
+            self._show_rank()
+
+    def action_files(self) -> None:
+        from probe_tui.app.screens.summary import RunSummaryScreen
+
+        self.app.push_screen(RunSummaryScreen(self.path))
+
+    def action_back(self) -> None:
+        self.dismiss()

@@ -1,0 +1,217 @@
+"""overflow_check's results: per step, the first call that made inf/NaN and its origin; the flagged calls of the
+step under the cursor with their reasons and code lines; the kept tensors a key away in the dump browser.
+An analyze-overflow result shows its replays (range or precision overflow) in the same screen."""
+
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+from rich.console import Group
+from rich.text import Text
+from textual import on, work
+from textual.app import ComposeResult
+from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.message import Message
+from textual.widgets import DataTable, Footer, Label, Static
+
+from probe_tui.app.actions import bindings_for
+from probe_tui.app.data.check_results import OverflowResult, read_overflow
+from probe_tui.app.data.formats import number_text
+from probe_tui.app.screens.base import AppScreen
+from probe_tui.app.screens.path_prompt import relative_text
+from probe_tui.app.tables import fill_table
+
+ORIGIN_STYLES = {"produced": "bold red", "inputs": "yellow", "mask": "dim"}
+CATEGORY_STYLES = {"range": "bold red", "precision": "bold yellow", "not reproduced": "cyan", "inherited": "dim",
+                   "not replayed": "dim"}
+
+
+def _json_text(value: Any) -> str:
+    if isinstance(value, dict):
+        return ", ".join("{}: {}".format(k, v) for k, v in value.items())
+    return str(value or "")
+
+
+def call_detail(call: Dict[str, Any]) -> Group:
+    style = ORIGIN_STYLES.get(call.get("origin", ""), "")
+    parts = [Text(str(call["name"]), style="bold"),
+             Text("rank {} · step {} · flagged call #{} · {} {}".format(call["rank"], call["step"], call["order"] + 1,
+                                                                        call.get("kind", ""),
+                                                                        call.get("direction", "")), style="dim"),
+             Text.assemble(("origin ", "bold"), (str(call.get("origin", "")), style)),
+             Text(str(call.get("reason") or ""), style=style)]
+    if call.get("first"):
+        parts.append(Text("the step's first origin", style="bold red"))
+    if call.get("where"):
+        parts += [Text("code", style="bold"), Text(str(call["where"]))]
+    if call.get("parent"):
+        parts.append(Text("in " + str(call["parent"]), style="dim"))
+    if call.get("nonfinite"):
+        parts += [Text("non-finite tensors", style="bold"), Text(_json_text(call["nonfinite"]), style="red")]
+    if call.get("kept"):
+        parts.append(Text("its tensors are kept: d opens them in the dump browser", style="green"))
+    if call.get("not_saved"):
+        parts += [Text("not saved", style="bold"), Text(_json_text(call["not_saved"]), style="dim")]
+    return Group(*parts)
+
+
+class OverflowScreen(AppScreen):
+    SCOPE = "overflow"
+    CSS_PATH = "overflow.tcss"
+    BINDINGS = bindings_for("overflow")
+
+    class Loaded(Message):
+        def __init__(self, result: Optional[OverflowResult], error: str = "") -> None:
+            super().__init__()
+            self.result, self.error = result, error
+
+    def __init__(self, path: Path) -> None:
+        super().__init__()
+        self.path = Path(path)
+        self.result: Optional[OverflowResult] = None
+        self.shown_calls: List[Dict[str, Any]] = []
+        self.verdict_renderable: Any = None
+        self.detail_renderable: Any = None
+
+    def compose(self) -> ComposeResult:
+        yield Static(Text.assemble(("Overflow check", "bold"), " · " + relative_text(self.path, self.app.root)),
+                     id="ovf-title")
+        yield Static(Text("Reading the result…", style="italic"), id="ovf-verdict")
+        with Horizontal(id="ovf-body"):
+            with Vertical(id="ovf-left"):
+                yield Label("Steps", id="steps-title", classes="pane-title")
+                yield DataTable(id="ovf-steps", cursor_type="row")
+                yield Label("Flagged calls", id="calls-title", classes="pane-title")
+                yield DataTable(id="ovf-calls", cursor_type="row")
+            with VerticalScroll(id="ovf-detail"):
+                yield Static("", id="ovf-detail-body")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.query_one("#ovf-steps", DataTable).focus()
+        self._load()
+
+    @work(thread=True, exclusive=True, group="ovf-load", exit_on_error=False)
+    def _load(self) -> None:
+        try:
+            self.post_message(self.Loaded(read_overflow(self.path)))
+        except Exception as exc:
+            self.post_message(self.Loaded(None, "{}: cannot read the overflow results: {}".format(self.path, exc)))
+
+    @on(Loaded)
+    def _loaded(self, message: "OverflowScreen.Loaded") -> None:
+        if message.result is None:
+            self.query_one("#ovf-verdict", Static).update(Text(message.error, style="red"))
+            self.notify(message.error, severity="error", title="Overflow")
+            return
+        self.result = result = message.result
+        verdict = str(result.summary.get("verdict") or "")
+        flagged = sum(int(s.get("flagged") or 0) for s in result.steps)
+        if not verdict:
+            verdict = "{} flagged call(s) in {} checked step(s)".format(flagged, len(result.steps))
+        style = "bold red" if (flagged or result.replays) else "bold green"
+        self.verdict_renderable = Text(verdict, style=style)
+        self.query_one("#ovf-verdict", Static).update(self.verdict_renderable)
+        if result.analysis:
+            self._show_replays()
+        else:
+            self._show_steps()
+
+    def _show_steps(self) -> None:
+        rows = []
+        for s in self.result.steps:
+            first = str(s.get("first") or "")
+            origin = str(s.get("first_origin") or "")
+            status = Text("flagged {}".format(s["flagged"]), style="bold red") if s["flagged"] else Text("clean",
+                                                                                                       style="green")
+            rows.append(([str(s["step"]), str(s["rank"]), status, str(s["checked"]), str(s["masks"]),
+                          Text(first or "—", style=ORIGIN_STYLES.get(origin, "")), Text(origin, style=ORIGIN_STYLES
+                                                                                         .get(origin, "")),
+                          "stopped" if s.get("stopped") else ""], "{}:{}".format(s["rank"], s["step"])))
+        fill_table(self.query_one("#ovf-steps", DataTable),
+                   ("step", "rank", "status", "checked", "masks", "first origin", "origin", ""), rows,
+                   hide_when_empty=False)
+        self.query_one("#steps-title", Label).update("Steps ({}): the first call that made inf/NaN".format(
+            len(rows)))
+        first_bad = next((i for i, s in enumerate(self.result.steps) if s["flagged"]), 0)
+        table = self.query_one("#ovf-steps", DataTable)
+        if table.row_count:
+            table.move_cursor(row=first_bad)
+            self._show_calls_of(first_bad)
+
+    @on(DataTable.RowHighlighted, "#ovf-steps")
+    def _step_highlighted(self, event: DataTable.RowHighlighted) -> None:
+        if self.result is None:
+            return
+        if self.result.analysis:
+            if 0 <= event.cursor_row < len(self.result.replays):
+                self._replay_detail(event.cursor_row)
+        else:
+            self._show_calls_of(event.cursor_row)
+
+    def _show_calls_of(self, index: int) -> None:
+        if not (0 <= index < len(self.result.steps)):
+            return
+        step = self.result.steps[index]
+        self.shown_calls = self.result.calls_of(step["rank"], step["step"])
+        rows = [([str(c["order"] + 1), Text(str(c["name"]), style=ORIGIN_STYLES.get(c["origin"], "")),
+                  Text(str(c["origin"]), style=ORIGIN_STYLES.get(c["origin"], "")), str(c.get("reason") or ""),
+                  str(c.get("where") or "")], str(n)) for n, c in enumerate(self.shown_calls)]
+        fill_table(self.query_one("#ovf-calls", DataTable), ("#", "call", "origin", "reason", "code"), rows,
+                   hide_when_empty=False)
+        self.query_one("#calls-title", Label).update("Flagged calls of step {} (rank {}): {}".format(
+            step["step"], step["rank"], len(rows) or "none"))
+        if self.shown_calls:
+            self._detail(call_detail(self.shown_calls[0]))
+        else:
+            self._detail(Text("Step {}: no call produced or passed on inf/NaN ({} masked call(s) are not "
+                             "overflows).".format(step["step"], step["masks"]), style="green"))
+
+    @on(DataTable.RowHighlighted, "#ovf-calls")
+    def _call_highlighted(self, event: DataTable.RowHighlighted) -> None:
+        if 0 <= event.cursor_row < len(self.shown_calls):
+            self._detail(call_detail(self.shown_calls[event.cursor_row]))
+
+    def _show_replays(self) -> None:
+        replays = self.result.replays
+        rows = [([str(r["step"]), str(r["rank"]), str(r["name"]), str(r.get("dtype", "")).replace("torch.", ""),
+                  str(r.get("as_saved", "")), "{} {}".format(r.get("replay_dtype", ""), r.get("high_precision", "")),
+                  number_text(r.get("high_max_abs")), Text(str(r["category"]),
+                                                           style=CATEGORY_STYLES.get(r["category"], ""))],
+                 str(n)) for n, r in enumerate(replays)]
+        fill_table(self.query_one("#ovf-steps", DataTable),
+                   ("step", "rank", "call", "dtype", "as saved", "replayed", "max |value|", "category"), rows,
+                   hide_when_empty=False)
+        self.query_one("#steps-title", Label).update("Replays ({}): range or precision overflow?".format(len(rows)))
+        self.query_one("#ovf-calls", DataTable).display = False
+        self.query_one("#calls-title", Label).display = False
+        if replays:
+            self._replay_detail(0)
+
+    def _replay_detail(self, n: int) -> None:
+        r = self.result.replays[n]
+        self._detail(Group(
+            Text(str(r["name"]), style="bold"), Text("rank {} · step {} · origin {}".format(r["rank"], r["step"],
+                                                                                           r.get("origin", "")),
+                                                    style="dim"),
+            Text(str(r["category"]), style=CATEGORY_STYLES.get(r["category"], "")), Text(str(r.get("verdict", "")))))
+
+    def _detail(self, renderable: Any) -> None:
+        self.detail_renderable = renderable
+        self.query_one("#ovf-detail-body", Static).update(renderable)
+
+    def action_open_dump(self) -> None:
+        from probe_tui.app.data.dump_index import is_dump
+        from probe_tui.app.screens.dump import DumpScreen
+
+        if not is_dump(self.path):
+            self.notify("No kept tensors here (a clean run keeps none).", timeout=3)
+            return
+        self.app.push_screen(DumpScreen(self.path))
+
+    def action_files(self) -> None:
+        from probe_tui.app.screens.summary import RunSummaryScreen
+
+        self.app.push_screen(RunSummaryScreen(self.path))
+
+    def action_back(self) -> None:
+        self.dismiss()

@@ -1,0 +1,209 @@
+"""The compare browser on real results: the demo with its injected low-precision softmax against the healthy
+run (the sample configs a new user runs), a module tree made by the compare engine, and a large result."""
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from textual.widgets import DataTable, Input
+
+from engines.compare.verdicts import ERROR, PASS, WARNING
+from probe_tui.app.app import ProbeApp
+from probe_tui.app.data.compare_result import CompareResult
+from probe_tui.app.screens.compare import CompareScreen
+from probe_tui.app.screens.home import HomeScreen
+from probe_tui.app.widgets.result_tree import ResultTree
+from tests.app_pilot import make_compare_result, open_view, pilot_test, rendered_text, run_sample, wait_until
+
+
+@pytest.fixture(scope="module")
+def demo_compare(tmp_path_factory):
+    """statistics.json, statistics_lowp.json, then compare.json, as the sample README says, under one folder."""
+    pytest.importorskip("torch")
+    root = tmp_path_factory.mktemp("demo")
+    golden = run_sample(root, "statistics.json")
+    target = run_sample(root, "statistics_lowp.json")
+    result = run_sample(root, "compare.json", compare={"target_path": target.run_dir,
+                                                       "golden_path": golden.run_dir})
+    return root, Path(result.run_dir)
+
+
+@pytest.fixture(scope="module")
+def tree_result(tmp_path_factory):
+    return make_compare_result(tmp_path_factory.mktemp("tree"))
+
+
+def loaded(app):
+    screen = app.screen
+    return isinstance(screen, CompareScreen) and screen.data is not None and screen.divergence is not None
+
+
+@pilot_test
+async def test_the_injected_fault_heads_the_first_divergence_list_opened_from_home(demo_compare):
+    root, result = demo_compare
+    app = ProbeApp(root, root_label="~/exp")
+    async with app.run_test(size=(120, 40)) as pilot:
+        await wait_until(pilot, lambda: isinstance(app.screen, HomeScreen) and app.screen.scanned, what="home")
+        home = app.screen
+        row = next(i for i, r in enumerate(home.runs) if r["task"] == "compare")
+        home.query_one("#runs", DataTable).move_cursor(row=row)
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: loaded(app), what="compare result read")
+        screen = app.screen
+        await pilot.press("2")
+        await wait_until(pilot, lambda: screen.divergence_table.row_count > 0)
+        first = [str(c) for c in screen.divergence_table.source.cells(0)]
+        # the fault: block 1's softmax computed in bfloat16; the ranking names the region of casts the golden
+        # does not run, feeding the first matched op
+        assert first[2].startswith("Tensor.to.") and first[4] == "target-only ops", first
+        assert "target-only op" in first[-1]
+        detail = await wait_until(pilot, lambda: "bfloat16" in _detail_text(screen) and _detail_text(screen),
+                                  what="the suspect's detail with its stack")
+        assert "#1 suspect" in detail and "to(torch.bfloat16)" in detail
+        # enter on the suspect shows its rows in the results table
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: screen._active_tab() == "results")
+        row = screen.current_row()
+        assert screen.data.text["record"][row] == screen.divergence["record"][0]
+        assert screen.data.text["slot"][row].startswith("output")  # the record's worst row: its output
+
+
+def _detail_text(screen) -> str:
+    return rendered_text(screen.detail_renderable)
+
+
+@pilot_test
+async def test_errors_filters_sort_and_search(demo_compare):
+    root, result = demo_compare
+    app = ProbeApp(root, root_label="~/exp")
+    async with app.run_test(size=(100, 30)) as pilot:
+        screen = await open_view(pilot, result, CompareScreen)
+        await wait_until(pilot, lambda: loaded(app))
+        data, table = screen.data, screen.results_table
+        assert table.row_count == data.n_rows > 1000
+        # n: the next row of the worst verdict present (errors; warnings when the run has none)
+        worst = screen.view.problem_level
+        assert worst in (ERROR, WARNING) and len(screen.view.error_positions)
+        await pilot.press("n")
+        await wait_until(pilot, lambda: data.columns["verdict"][screen.current_row()] == worst)
+        first_problem = screen.current_row()
+        assert first_problem == int(np.flatnonzero(data.columns["verdict"] == worst)[0])
+        await pilot.press("n")
+        await wait_until(pilot, lambda: screen.current_row() != first_problem)
+        assert data.columns["verdict"][screen.current_row()] == worst
+        await pilot.press("f")  # problems: errors, warnings, unmatched
+        await wait_until(pilot, lambda: screen.view.verdict_filter == "problems")
+        assert not np.any(data.columns["verdict"][screen.view.rows] == PASS)
+        assert table.row_count == len(screen.view) < data.n_rows
+        await pilot.press("s", "s")  # dump order -> worst verdict -> rel_err
+        await wait_until(pilot, lambda: screen.view.sort == "rel_err")
+        rel = data.columns["rel_err"][screen.view.rows]
+        finite = rel[~np.isnan(rel)]
+        assert np.all(np.diff(finite) <= 0) and np.isnan(rel[len(finite):]).all()
+        await pilot.press("slash")
+        await wait_until(pilot, lambda: screen.query_one("#cmp-search", Input).has_focus)
+        await pilot.press(*"softmax", "enter")
+        await wait_until(pilot, lambda: screen.view.search == "softmax")
+        names = [data.name(i) + data.text["parent"][i] for i in screen.view.rows]
+        assert names and all("softmax" in n for n in names)
+        await pilot.press("slash", "ctrl+u", *"re:[", "enter")  # a bad expression: a notification, the view stays
+        await wait_until(pilot, lambda: any("search" in n.message for n in app._notifications))
+        assert screen.view.search == "softmax"
+        await pilot.press("escape")  # back to home
+        await wait_until(pilot, lambda: isinstance(app.screen, HomeScreen))
+
+
+@pilot_test
+async def test_the_model_tree_colours_modules_by_their_worst_verdict(tree_result):
+    app = ProbeApp(tree_result.parent, root_label="~/exp")
+    async with app.run_test(size=(120, 40)) as pilot:
+        screen = await open_view(pilot, tree_result, CompareScreen)
+        await wait_until(pilot, lambda: loaded(app))
+        await pilot.press("3")
+        await wait_until(pilot, lambda: screen.tree_ready)
+        tree = screen.query_one("#tree", ResultTree)
+        piece = tree.root.children[0]
+        top = {str(n.label.plain).split("  ")[0]: n for n in piece.children}
+        assert set(top) == {"✓ blocks.0 (Block)", "✗ blocks.1 (Block)", "✓ head (Linear)"}, list(top)
+        block1 = top["✗ blocks.1 (Block)"]
+        assert "err" in block1.label.plain and "unmatched" in block1.label.plain
+        tree.move_cursor(block1)
+        await pilot.press("enter")  # expand
+        await wait_until(pilot, lambda: len(block1.children) == 2)
+        labels = [c.label.plain for c in block1.children]
+        assert labels[0].startswith("✗ blocks.1.attn (Attention)"), labels
+        attn = block1.children[0]
+        tree.move_cursor(attn)
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: len(attn.children) == 2)
+        softmax = attn.children[1]
+        assert softmax.label.plain.startswith("✗ Functional.softmax.1.forward")
+        mlp = block1.children[1]
+        tree.move_cursor(mlp)
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: len(mlp.children) == 2)
+        assert any("∅ Tensor.add.0.forward" in c.label.plain and "unmatched" in c.label.plain for c in mlp.children)
+        tree.move_cursor(softmax)
+        await pilot.press("g")  # its rows in the results table
+        await wait_until(pilot, lambda: screen._active_tab() == "results")
+        await wait_until(pilot, lambda: screen.data.text["record"][screen.current_row()] ==
+                         "Functional.softmax.1.forward")
+        await pilot.press("2")
+        await wait_until(pilot, lambda: screen.divergence_table.row_count > 0)
+        assert screen.divergence_table.source.cells(0)[2] == "Functional.softmax.1.forward"
+
+
+def test_views_sort_filter_and_search_on_the_columns(tree_result):
+    data = CompareResult(tree_result)
+    try:
+        everything = data.view()
+        assert everything.rows.tolist() == list(range(data.n_rows))
+        worst = data.view(sort="severity")
+        assert data.columns["verdict"][worst.rows[0]] == ERROR
+        errors = data.view("errors")
+        assert len(errors) == len(errors.error_positions) == int((data.columns["verdict"] == ERROR).sum())
+        assert everything.problem_level == ERROR
+        unmatched = data.view("unmatched")  # no error or warning among them: n goes to the unmatched rows
+        assert unmatched.problem_level == 3 and len(unmatched.error_positions) == len(unmatched)
+        assert errors.next_error(len(errors) - 1) == 0  # wraps
+        block1 = data.view(search="blocks.1")  # matches the enclosing module too
+        assert {data.text["record"][i] for i in block1.rows} >= {"Functional.softmax.1.forward"}
+        assert all("blocks.1" in data.text["record"][i] + data.text["parent"][i] for i in block1.rows)
+        glob = data.view(search="Functional.softmax.*")
+        assert {data.text["record"][i] for i in glob.rows} == {"Functional.softmax.0.forward",
+                                                              "Functional.softmax.1.forward"}
+        with pytest.raises(ValueError, match="search"):
+            data.view(search="re:(")
+        row = data.row(int(worst.rows[0]))
+        assert row["verdict"] == ERROR and row["target_name"] == data.name(int(worst.rows[0]))
+        assert row["golden_name"] == row["target_name"] and row["t_max"] > row["g_max"]
+        first = int(np.flatnonzero(data.text["record"].codes == data.text["record"].codes[worst.rows[0]])[0])
+        assert data.worst_row_of_record(first) == int(worst.rows[0])  # the softmax's output, not its input
+    finally:
+        data.close()
+
+
+@pilot_test
+async def test_a_large_result_scrolls_to_its_last_row(tmp_path):
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    from app_open_speed import build
+
+    result = build(tmp_path, 30_000)
+    app = ProbeApp(tmp_path, root_label="~/exp")
+    async with app.run_test(size=(100, 30)) as pilot:
+        screen = await open_view(pilot, result, CompareScreen)
+        await wait_until(pilot, lambda: loaded(app))
+        table = screen.results_table
+        assert table.row_count == screen.data.n_rows >= 30_000
+        table.focus()
+        await pilot.press("end")
+        await wait_until(pilot, lambda: table.cursor_row == table.row_count - 1)
+        last = table.visible_text()[-1]
+        assert last.strip().startswith(str(table.row_count - 1))
+        await pilot.press("pageup")
+        await wait_until(pilot, lambda: table.cursor_row == table.row_count - 1 - table.page_rows)
+        await pilot.press("s", "s")  # worst verdict, then rel_err: the injected softmax first
+        await wait_until(pilot, lambda: screen.view.sort == "rel_err")
+        assert screen.data.text["record"][int(screen.view.rows[0])].startswith("Functional.softmax.")

@@ -1,0 +1,177 @@
+"""The live monitor: charts that move while a run writes its metrics store, alerts as they happen, pause,
+writer-finished and went-quiet states, zoom, the series picker, and a real monitored demo run."""
+
+import json
+from pathlib import Path
+
+import pytest
+from textual.widgets import DataTable, Input, SelectionList
+
+from probe_tui.app.app import ProbeApp
+from probe_tui.app.screens.monitor import MonitorScreen
+from probe_tui.app.screens.run import RunScreen
+from tests.app_pilot import MetricsRun, make_metrics, pilot_test, wait_until
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def badge(screen) -> str:
+    return screen._state()[0]
+
+
+async def monitor(pilot, path, **options):
+    from probe_tui.app.screens.home import HomeScreen
+
+    await wait_until(pilot, lambda: isinstance(pilot.app.screen, HomeScreen))
+    screen = MonitorScreen(path, **options)
+    await pilot.app.push_screen(screen)
+    return screen
+
+
+@pilot_test
+async def test_an_alert_appears_while_the_run_writes_and_the_writer_finishing_is_shown(tmp_path):
+    run = MetricsRun(tmp_path / "run")
+    for _ in range(4):
+        run.step()
+    app = ProbeApp(tmp_path, root_label="~/exp")
+    async with app.run_test(size=(120, 40)) as pilot:
+        screen = await monitor(pilot, tmp_path / "run", poll_s=0.1)
+        await wait_until(pilot, lambda: screen.last_step == 3, what="the first four steps")
+        assert badge(screen) == "● live"
+        assert screen.selected == ["train/loss/value"]  # the default chart: the loss
+        assert len(screen.series_keys) == 3
+        draws = screen.chart_draws
+        run.step()
+        await wait_until(pilot, lambda: screen.last_step == 4 and screen.chart_draws > draws, what="chart moved")
+        alerts = screen.query_one("#alerts", DataTable)
+        assert alerts.row_count == 0
+        run.step(spike=True)  # block 1's gradient norm x1000 at step 5
+        await wait_until(pilot, lambda: alerts.row_count == 1, what="the alert row")
+        row = [str(c) for c in alerts.get_row_at(0)]
+        assert row[0] == "5" and row[1] == "blocks.1.fc.weight" and row[2] == "grad_reduced norm"
+        assert row[4].startswith("up ×")
+        assert badge(screen) == "● live"  # still writing
+        run.close()
+        await wait_until(pilot, lambda: badge(screen) == "writer finished")
+
+
+@pilot_test
+async def test_enter_on_an_alert_charts_its_series_around_its_step(tmp_path):
+    make_metrics(tmp_path / "run", steps=40, spike_at=30)
+    app = ProbeApp(tmp_path, root_label="~/exp")
+    async with app.run_test(size=(120, 40)) as pilot:
+        screen = await monitor(pilot, tmp_path / "run", poll_s=0.1)
+        alerts = screen.query_one("#alerts", DataTable)
+        await wait_until(pilot, lambda: alerts.row_count == 1 and screen.last_step == 39)
+        alerts.focus()
+        await pilot.press("enter")
+        key = "grad_reduced/blocks.1.fc.weight/norm"
+        await wait_until(pilot, lambda: key in screen.data, what="the alert's series read")
+        assert screen.selected[-1] == key and screen.mark_step == 30
+        lo, hi = screen._window()
+        assert hi - lo == 20 and lo < 30 < hi
+        assert screen.query_one("#series-filter", Input).value == "blocks.1.fc"
+        listing = screen.query_one("#series-list", SelectionList)
+        assert [listing.get_option_at_index(i).value for i in range(listing.option_count)] == [key]
+        assert key in listing.selected
+        await pilot.press("0")  # every step again
+        await wait_until(pilot, lambda: screen.window_width is None and screen.mark_step is None)
+
+
+@pilot_test
+async def test_pause_freezes_the_chart_while_the_header_keeps_counting(tmp_path):
+    run = MetricsRun(tmp_path / "run")
+    run.step()
+    app = ProbeApp(tmp_path, root_label="~/exp")
+    async with app.run_test(size=(100, 30)) as pilot:
+        screen = await monitor(pilot, tmp_path / "run", poll_s=0.1)
+        await wait_until(pilot, lambda: screen.last_step == 0)
+        await pilot.press("space")
+        assert screen.paused
+        draws = screen.chart_draws
+        run.step()
+        run.step(spike=True)
+        await wait_until(pilot, lambda: screen.last_step == 2, what="the header counted on")
+        assert screen.chart_draws == draws and screen.query_one("#alerts", DataTable).row_count == 0
+        assert len(screen.alerts) == 1  # kept for later
+        await pilot.press("space")
+        await wait_until(pilot, lambda: screen.query_one("#alerts", DataTable).row_count == 1)
+        assert screen.chart_draws > draws
+        run.close()
+
+
+@pilot_test
+async def test_a_writer_that_goes_quiet_is_said_so(tmp_path):
+    run = MetricsRun(tmp_path / "run")
+    run.step()
+    app = ProbeApp(tmp_path, root_label="~/exp")
+    async with app.run_test(size=(100, 30)) as pilot:
+        screen = await monitor(pilot, tmp_path / "run", poll_s=0.1, quiet_s=0.5)
+        await wait_until(pilot, lambda: badge(screen).startswith("quiet"), what="the quiet state")
+        run.step()
+        await wait_until(pilot, lambda: badge(screen) == "● live")
+        run.close()
+
+
+@pilot_test
+async def test_zoom_pan_log_and_the_series_picker(tmp_path):
+    make_metrics(tmp_path / "run", steps=40, spike_at=100)
+    app = ProbeApp(tmp_path, root_label="~/exp")
+    async with app.run_test(size=(120, 40)) as pilot:
+        screen = await monitor(pilot, tmp_path / "run", poll_s=0.1)
+        await wait_until(pilot, lambda: screen.last_step == 39)
+        await pilot.press("plus")
+        assert screen.window_width == 20 and screen._window() == (19, 39)
+        await pilot.press("left_square_bracket")
+        assert screen._window() == (9, 29) and screen.window_end == 29
+        await pilot.press("right_square_bracket", "right_square_bracket")
+        assert screen.window_end is None  # back to following the newest step
+        await pilot.press("minus")
+        assert screen.window_width is None
+        await pilot.press("l")
+        assert screen.log_y
+        await pilot.press("s")
+        await pilot.press(*"blocks.0")
+        listing = screen.query_one("#series-list", SelectionList)
+        await wait_until(pilot, lambda: listing.option_count == 1)
+        listing.focus()
+        await pilot.press("space")  # tick it
+        key = "grad_reduced/blocks.0.fc.weight/norm"
+        await wait_until(pilot, lambda: key in screen.data, what="the ticked series read")
+        assert screen.selected == ["train/loss/value", key]
+        assert len(screen.data[key].steps) == 40
+
+
+@pilot_test
+async def test_the_live_monitor_of_a_running_demo(tmp_path):
+    """A real monitored demo run started from the app: o on its run screen opens the live monitor while it runs;
+    the chart moves and alerts arrive as the run writes them."""
+    pytest.importorskip("torch")
+    config = json.loads((ROOT / "sample_configs" / "monitor.json").read_text())
+    config["target"]["demo"].update({"steps": 400, "faults": {"grad_explosion": {"step": 20, "layer": 1,
+                                                                                 "scale": 10000.0}}})
+    config["monitor"]["format"] = ["hdf5"]
+    path = tmp_path / "monitor.json"
+    path.write_text(json.dumps(config))
+    app = ProbeApp(tmp_path, root_label="~/exp")  # the real `python -m probe_tui --run CONFIG --events -`
+    async with app.run_test(size=(120, 40)) as pilot:
+        await wait_until(pilot, lambda: getattr(app.screen, "scanned", False))
+        app.start_run(path)
+        run_screen = app.screen
+        assert isinstance(run_screen, RunScreen)
+        await wait_until(pilot, lambda: run_screen.status == "running" and run_screen.run_dir is not None,
+                         timeout=120, what="the run started")
+        await wait_until(pilot, lambda: (Path(tmp_path) / run_screen.run_dir / "rank0").is_dir(), timeout=60)
+        await pilot.press("o")
+        screen = await wait_until(pilot, lambda: isinstance(app.screen, MonitorScreen) and app.screen, timeout=30)
+        await wait_until(pilot, lambda: screen.last_step is not None, timeout=60, what="a first step")
+        first = screen.last_step
+        await wait_until(pilot, lambda: screen.last_step > first and screen.status == "running", timeout=60,
+                         what="the chart moving")
+        alerts = screen.query_one("#alerts", DataTable)
+        await wait_until(pilot, lambda: alerts.row_count > 0, timeout=90, what="an alert")
+        assert any(a["step"] >= 20 and a["name"].startswith("blocks.1") for a in screen.alerts)
+        await pilot.press("escape")  # back to the run screen; stop the run
+        await wait_until(pilot, lambda: app.screen is run_screen)
+        await pilot.press("s")
+        await wait_until(pilot, lambda: run_screen.finished_at is not None, timeout=60, what="the run stopped")

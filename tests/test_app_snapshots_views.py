@@ -1,0 +1,154 @@
+"""SVG snapshots of the views (compare browser, dump browser, live monitor, results views) at 80x24 and 120x40,
+on results written by the engines from fixed data (no framework, no clock).
+
+Regenerate after a deliberate change of looks with ``pytest tests/test_app_snapshots_views.py --snapshot-update``
+and look at the report before committing the SVGs.
+"""
+
+from pathlib import Path
+
+import pytest
+
+from probe_tui.app.app import ProbeApp
+from tests.app_pilot import (
+    make_compare_result,
+    make_free_benchmark_run,
+    make_grad_result,
+    make_metrics,
+    make_overflow_run,
+    wait_until,
+)
+
+SIZES = {"80x24": (80, 24), "120x40": (120, 40)}
+MSPROBE = Path(__file__).resolve().parent / "data" / "msprobe" / "real"
+
+
+async def settle(pilot):
+    """Let workers finish and timers fire once more, so the frame is the final one."""
+    await pilot.pause()
+    await pilot.app.workers.wait_for_complete()
+    await pilot.pause(0.3)
+    await pilot.app.workers.wait_for_complete()
+    await pilot.pause()
+
+
+async def open_on(pilot, path: Path, ready):
+    from probe_tui.app.screens.home import HomeScreen
+
+    await wait_until(pilot, lambda: isinstance(pilot.app.screen, HomeScreen) and pilot.app.screen.scanned)
+    pilot.app.open_path(path)
+    await wait_until(pilot, lambda: ready(pilot.app.screen), what="the view ready")
+    await settle(pilot)
+    return pilot.app.screen
+
+
+def compare_ready(screen) -> bool:
+    return getattr(screen, "divergence", None) is not None and getattr(screen, "detail_renderable", None) is not None
+
+
+@pytest.fixture(scope="module")
+def compare_result(tmp_path_factory):
+    return make_compare_result(tmp_path_factory.mktemp("cmp"))
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_compare_results(snap_compare, compare_result, size):
+    async def run_before(pilot):
+        screen = await open_on(pilot, compare_result, compare_ready)
+        await pilot.press("n")  # the first error, its detail
+        await wait_until(pilot, lambda: screen.detail_renderable is not None and
+                         screen._detail_key == ("row", screen.current_row()))
+        await settle(pilot)
+
+    assert snap_compare(ProbeApp(compare_result.parent, root_label="~/exp"), terminal_size=SIZES[size],
+                        run_before=run_before)
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_compare_first_divergence(snap_compare, compare_result, size):
+    async def run_before(pilot):
+        screen = await open_on(pilot, compare_result, compare_ready)
+        await pilot.press("2")
+        await wait_until(pilot, lambda: screen._detail_key == ("suspect", 0))
+        await settle(pilot)
+
+    assert snap_compare(ProbeApp(compare_result.parent, root_label="~/exp"), terminal_size=SIZES[size],
+                        run_before=run_before)
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_compare_model_tree(snap_compare, compare_result, size):
+    async def run_before(pilot):
+        screen = await open_on(pilot, compare_result, compare_ready)
+        await pilot.press("3")
+        await wait_until(pilot, lambda: screen.tree_ready)
+        tree = screen.query_one("#tree")
+        block1 = tree.root.children[0].children[1]
+        tree.move_cursor(block1)
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: len(block1.children) == 2)
+        await wait_until(pilot, lambda: screen._detail_key == ("node", block1.data.node))
+        await settle(pilot)
+
+    assert snap_compare(ProbeApp(compare_result.parent, root_label="~/exp"), terminal_size=SIZES[size],
+                        run_before=run_before)
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_dump_browser_tensor(snap_compare, size):
+    path = MSPROBE / "tensor_mix"
+
+    async def run_before(pilot):
+        screen = await open_on(pilot, path, lambda s: getattr(s, "index", None) is not None)
+        tree = screen.dump_tree
+        await wait_until(pilot, lambda: tree.last_line >= 4)
+        tree.move_cursor_to_line(2)  # the first module
+        await pilot.press("enter", "down", "down")  # its parameters.weight
+        await wait_until(pilot, lambda: screen._preview is not None, what="the tensor values")
+        await settle(pilot)
+
+    assert snap_compare(ProbeApp(path.parent, root_label="~/exp"), terminal_size=SIZES[size],
+                        run_before=run_before)
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_live_monitor_finished_run(snap_compare, tmp_path, size):
+    run = make_metrics(tmp_path / "monitor_run", steps=24, spike_at=16)
+
+    async def run_before(pilot):
+        screen = await open_on(pilot, run, lambda s: getattr(s, "last_step", None) == 23
+                               and getattr(s, "shown_alerts", 0) == 1)
+        await settle(pilot)
+        assert screen.status == "finished"
+
+    assert snap_compare(ProbeApp(tmp_path, root_label="~/exp"), terminal_size=SIZES[size], run_before=run_before)
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_grad_compare(snap_compare, tmp_path, size):
+    path = make_grad_result(tmp_path / "grad_result")
+
+    async def run_before(pilot):
+        await open_on(pilot, path, lambda s: getattr(s, "result", None) is not None)
+
+    assert snap_compare(ProbeApp(tmp_path, root_label="~/exp"), terminal_size=SIZES[size], run_before=run_before)
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_overflow_check(snap_compare, tmp_path, size):
+    path = make_overflow_run(tmp_path / "overflow_run")
+
+    async def run_before(pilot):
+        await open_on(pilot, path, lambda s: getattr(s, "result", None) is not None and s.shown_calls)
+
+    assert snap_compare(ProbeApp(tmp_path, root_label="~/exp"), terminal_size=SIZES[size], run_before=run_before)
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_free_benchmark(snap_compare, tmp_path, size):
+    path = make_free_benchmark_run(tmp_path / "free_benchmark_run")
+
+    async def run_before(pilot):
+        await open_on(pilot, path, lambda s: getattr(s, "result", None) is not None)
+
+    assert snap_compare(ProbeApp(tmp_path, root_label="~/exp"), terminal_size=SIZES[size], run_before=run_before)
