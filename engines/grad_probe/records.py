@@ -1,7 +1,7 @@
-"""One optimizer step's gradient statistics, as plain numpy arrays: what the torch hook hands to the writers."""
+"""One optimizer step's gradient statistics, as plain numpy arrays: what the adapters' hooks hand to the writers."""
 
 from dataclasses import dataclass, field
-from typing import List, Optional, Tuple
+from typing import List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -45,3 +45,29 @@ class GradStepStats:
 
 def packed_size(numel: int) -> int:
     return (int(numel) + 7) // 8
+
+
+def from_rows(step: int, names: List[str], shapes: List[Tuple[int, ...]], dtypes: List[str], numels: np.ndarray,
+              rows: np.ndarray, histogram: bool) -> GradStepStats:
+    """The statistics of one step from the per-parameter rows the adapter moved to the host: max, min, norm and,
+    with ``histogram``, the zero count and the counts ``grad <= b`` for every bound."""
+    stats = GradStepStats(step=step, names=names, shapes=shapes, dtypes=dtypes, numels=numels,
+                          max=rows[:, 0].copy(), min=rows[:, 1].copy(), norm=rows[:, 2].copy())
+    if histogram:
+        safe = np.maximum(numels, 1).astype(np.float64)
+        stats.zero_frac = np.where(numels > 0, rows[:, 3] / safe, np.nan)
+        le = rows[:, 4:]
+        counts = np.diff(np.concatenate([np.zeros((len(names), 1)), le, numels[:, None].astype(np.float64)],
+                                        axis=1), axis=1)
+        stats.hist = np.where(numels[:, None] > 0, counts / safe[:, None], np.nan)
+    return stats
+
+
+def direction_offsets(numels: Sequence[int]) -> np.ndarray:
+    """Where each parameter's packed direction bits start (each on a byte boundary)."""
+    offsets = np.zeros(len(numels), dtype=np.int64)
+    position = 0
+    for i, numel in enumerate(numels):
+        offsets[i] = position
+        position += packed_size(numel)
+    return offsets

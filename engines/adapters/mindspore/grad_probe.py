@@ -12,7 +12,6 @@ the gradients are read in place (``asnumpy`` is a view there); on a device the p
 and moved with one copy, and the direction bits / float32 bytes with one more.
 """
 
-import logging
 import weakref
 import zlib
 from typing import Any, Callable, List, Optional, Sequence, Tuple
@@ -23,11 +22,9 @@ from mindspore import Tensor
 
 from engines.adapters.mindspore.optimizer_hooks import named_parameters, register_optimizer_pre_hook
 from engines.adapters.mindspore.tensor_stats import raw
+from engines.grad_probe.hook import GradProbeHookBase, GradProbeRunBase
 from engines.grad_probe.levels import has_direction, has_hash, has_histogram
-from engines.grad_probe.records import GradStepStats, packed_size
-from engines.monitor.naming import name_filter
-
-log = logging.getLogger(__name__)
+from engines.grad_probe.records import GradStepStats, direction_offsets, from_rows
 
 
 def _on_cpu(t: Tensor) -> bool:
@@ -84,11 +81,7 @@ def _device_rows(grads: Sequence[Tensor], bounds: Sequence[float], histogram: bo
 
 
 def _directions(grads: Sequence[Tensor], arrays: Optional[List[np.ndarray]]) -> Tuple[np.ndarray, np.ndarray]:
-    offsets = np.zeros(len(grads), dtype=np.int64)
-    position = 0
-    for i, grad in enumerate(grads):
-        offsets[i] = position
-        position += packed_size(int(grad.size))
+    offsets = direction_offsets([int(g.size) for g in grads])
     if arrays is None:
         from mindspore import mint, ops
 
@@ -123,16 +116,8 @@ def compute_grad_stats(step: int, named_grads: Sequence[Tuple[str, Tensor]], lev
         rows = _device_rows(grads, bounds, histogram)
     else:
         rows = np.zeros((0, 3), dtype=np.float64)
-    stats = GradStepStats(step=step, names=names, shapes=[tuple(g.shape) for g in grads],
-                          dtypes=[str(g.dtype) for g in grads], numels=numels, max=rows[:, 0].copy(),
-                          min=rows[:, 1].copy(), norm=rows[:, 2].copy())
-    if histogram:
-        safe = np.maximum(numels, 1).astype(np.float64)
-        stats.zero_frac = np.where(numels > 0, rows[:, 3] / safe, np.nan)
-        le = rows[:, 4:]
-        counts = np.diff(np.concatenate([np.zeros((len(grads), 1)), le, numels[:, None].astype(np.float64)],
-                                        axis=1), axis=1)
-        stats.hist = np.where(numels[:, None] > 0, counts / safe[:, None], np.nan)
+    stats = from_rows(step, names, [tuple(g.shape) for g in grads], [str(g.dtype) for g in grads], numels, rows,
+                      histogram)
     if has_direction(level):
         stats.directions, stats.dir_offsets = _directions(grads, arrays)
     if has_hash(level):
@@ -142,22 +127,16 @@ def compute_grad_stats(step: int, named_grads: Sequence[Tuple[str, Tensor]], lev
     return stats
 
 
-class GradProbeHook:
-    """The optimizer pre-hook; ``sink(stats)`` receives a GradStepStats for every selected step."""
+class GradProbeHook(GradProbeHookBase):
+    """The optimizer pre-hook (``engines.grad_probe.hook``); ``optimizer`` names the primary optimizer."""
 
     def __init__(self, sink: Callable[[GradStepStats], None], *, level: str = "L1",
                  bounds: Sequence[float] = (-1.0, 0.0, 1.0), param_list: Optional[Sequence[str]] = None,
                  steps: Optional[Sequence[int]] = None, optimizer: Any = None) -> None:
-        self._sink = sink
-        self.level = level
-        self.bounds = [float(b) for b in bounds]
-        self._select = name_filter(param_list)
-        self._steps = None if not steps else set(int(s) for s in steps)
-        self._primary = weakref.ref(optimizer) if optimizer is not None else None
-        self.step = -1
+        super().__init__(sink, level=level, bounds=bounds, param_list=param_list, steps=steps)
+        if optimizer is not None:
+            self._primary = weakref.ref(optimizer)
         self._handle = None
-        self.failures = 0
-        self._warned = set()
 
     def install(self) -> "GradProbeHook":
         self._handle = register_optimizer_pre_hook(self._pre_call)
@@ -168,75 +147,26 @@ class GradProbeHook:
             self._handle.remove()
             self._handle = None
 
-    def _advance(self, optimizer: Any) -> None:
-        primary = self._primary() if self._primary is not None else None
-        if primary is None:
-            self._primary = weakref.ref(optimizer)
-            primary = optimizer
-        if optimizer is primary:
-            self.step += 1
-        elif self.step < 0:
-            self.step = 0
-
     def _pre_call(self, optimizer: Any, args: tuple, kwargs: dict) -> None:
-        self._advance(optimizer)
-        if self._steps is not None and self.step not in self._steps:
-            return
-        try:
-            self._record(optimizer, args[0] if args else kwargs.get("gradients", ()))
-        except Exception:  # training must never crash because of the tool
-            self.failures += 1
-            log.exception("probe-tui grad_probe: recording step %d failed; the step is skipped", self.step)
+        grads = args[0] if args else kwargs.get("gradients", ())
+        self.optimizer_step(optimizer, lambda: [(name, grad if isinstance(grad, Tensor) else None)
+                                                for (name, _), grad in zip(named_parameters(optimizer), grads)])
 
-    def _record(self, optimizer: Any, grads: Sequence[Any]) -> None:
-        named = []
-        skipped = []
-        for (name, _), grad in zip(named_parameters(optimizer), grads):
-            if not self._select(name):
-                continue
-            if not isinstance(grad, Tensor):
-                skipped.append(name)
-                continue
-            named.append((name, grad))
-        new = [n for n in skipped if n not in self._warned]
-        if new:
-            self._warned.update(new)
-            log.info("probe-tui grad_probe: no gradient for %d parameter(s), e.g. %s", len(new), new[0])
-        stats = compute_grad_stats(self.step, named, self.level, self.bounds)
-        stats.skipped = skipped
-        self._sink(stats)
+    def _stats(self, named: List[Tuple[str, Any]]) -> GradStepStats:
+        return compute_grad_stats(self.step, named, self.level, self.bounds)
 
 
-class GradProbeRun:
-    """The hook and the store writer of one rank, started together (the engine and the in-script API)."""
+class GradProbeRun(GradProbeRunBase):
+    framework = "mindspore"
 
     def __init__(self, section, rank_dir, *, steps: Optional[Sequence[int]] = None, rank: int = 0,
                  world_size: int = 1, optimizer: Any = None, store_options=None,
                  on_step: Optional[Callable[[int], None]] = None) -> None:
-        from engines.grad_probe.writer import GradStoreWriter
+        super().__init__(section, rank_dir, steps=steps, rank=rank, world_size=world_size,
+                         store_options=store_options, on_step=on_step, optimizer=optimizer)
 
-        self.writer = GradStoreWriter(
-            rank_dir, level=section.grad_level, bounds=section.bounds, param_list=section.param_list, rank=rank,
-            world_size=world_size, framework="mindspore",
-            csv_dir=rank_dir if getattr(section, "export_csv", False) else None, store_options=store_options)
-
-        def sink(stats: GradStepStats) -> None:
-            self.writer.write(stats)
-            if on_step is not None:
-                on_step(stats.step)
-
-        self.hook = GradProbeHook(sink, level=section.grad_level, bounds=section.bounds,
-                                  param_list=section.param_list, steps=steps, optimizer=optimizer).install()
-        self._stopped = False
-
-    def stop(self, status: str = "finished") -> None:
-        if self._stopped:
-            return
-        self._stopped = True
-        try:
-            self.hook.remove()
-        finally:
-            self.writer.close(status)
+    def _hook(self, sink: Callable[[GradStepStats], None], **options: Any) -> GradProbeHook:
+        return GradProbeHook(sink, **options)
 
 
 def start_grad_probe(section, rank_dir, **kwargs) -> GradProbeRun:

@@ -14,7 +14,7 @@ import numpy as np
 import torch
 
 from engines.grad_probe.levels import has_direction, has_hash, has_histogram
-from engines.grad_probe.records import GradStepStats, packed_size
+from engines.grad_probe.records import GradStepStats, direction_offsets, from_rows
 
 _BIT_WEIGHTS = (128, 64, 32, 16, 8, 4, 2, 1)
 
@@ -47,11 +47,7 @@ def _scalar_rows(grads: Sequence[torch.Tensor], bounds: Sequence[float], histogr
 
 
 def _pack_directions(grads: Sequence[torch.Tensor]) -> Tuple[np.ndarray, np.ndarray]:
-    offsets = np.zeros(len(grads), dtype=np.int64)
-    position = 0
-    for i, grad in enumerate(grads):
-        offsets[i] = position
-        position += packed_size(grad.numel())
+    offsets = direction_offsets([g.numel() for g in grads])
     if not grads:
         return np.zeros(0, dtype=np.uint8), offsets
     if grads[0].device.type == "cpu":
@@ -104,22 +100,8 @@ def compute_grad_stats(
             rows[indices] = _scalar_rows([grads[i] for i in indices], bounds, histogram).cpu().numpy()
     else:
         rows = np.zeros((0, 3), dtype=np.float64)
-    stats = GradStepStats(
-        step=step,
-        names=names,
-        shapes=[tuple(g.shape) for g in grads],
-        dtypes=[str(g.dtype) for g in grads],
-        numels=numels,
-        max=rows[:, 0].copy(),
-        min=rows[:, 1].copy(),
-        norm=rows[:, 2].copy(),
-    )
-    if histogram:
-        safe = np.maximum(numels, 1).astype(np.float64)
-        stats.zero_frac = np.where(numels > 0, rows[:, 3] / safe, np.nan)
-        le = rows[:, 4:]
-        counts = np.diff(np.concatenate([np.zeros((len(grads), 1)), le, numels[:, None].astype(np.float64)], axis=1))
-        stats.hist = np.where(numels[:, None] > 0, counts / safe[:, None], np.nan)
+    stats = from_rows(step, names, [tuple(g.shape) for g in grads], [str(g.dtype) for g in grads], numels, rows,
+                      histogram)
     if has_direction(level):
         stats.directions, stats.dir_offsets = _pack_directions(grads)
     if has_hash(level):
