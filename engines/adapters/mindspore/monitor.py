@@ -1,7 +1,8 @@
 """The training-state monitor for MindSpore: the PyTorch monitor's series from MindSpore's hooks.
 
-``MonitorSession(section, writer, ...)`` keeps the PyTorch session's contract (``engines.adapters.torch.monitor``),
-so the monitor engine, the writer, the alerts and ``start_monitor`` drive both:
+``MonitorSession(section, writer, ...)`` keeps the PyTorch session's contract (steps, the config, collection and
+commit are ``engines.monitor.session``'s), so the monitor engine, the writer, the alerts and ``start_monitor``
+drive both:
 
 - steps are optimizer calls (``optimizer_hooks``): the first optimizer called is the primary one, each of its
   calls ends a monitor step; the gradients are the call's argument, named by ``optimizer.parameters``
@@ -18,7 +19,6 @@ Not on MindSpore (a message says so once): ``monitor_mbs_grad``, ``print_struct`
 """
 
 import logging
-import weakref
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import mindspore as ms
@@ -33,10 +33,7 @@ from engines.adapters.mindspore.optimizer_hooks import (
     register_optimizer_pre_hook,
 )
 from engines.adapters.mindspore.tensor_stats import raw
-from engines.monitor.alerts import RuleSpec
-from engines.monitor.metrics import normalise_ops
-from engines.monitor.naming import module_filter, name_filter, squash, strip_wrappers
-from engines.monitor.schedule import Schedule
+from engines.monitor.session import MonitorSessionBase, alert_rules  # noqa: F401 (the engine reads alert_rules here)
 
 log = logging.getLogger(__name__)
 
@@ -45,73 +42,24 @@ _MOMENTS = (("exp_avg", "exp_avg_sq"), ("moment1", "moment2"), ("moments1", "mom
 _UNSUPPORTED = ("monitor_mbs_grad", "print_struct", "stack_info")
 
 
-def _targets(section) -> dict:
-    out = {}
-    for name, spec in (getattr(section, "targets", None) or {}).items():
-        if hasattr(spec, "model_dump"):
-            spec = spec.model_dump()
-        out[str(name)] = {k: v for k, v in dict(spec or {}).items() if v is not None}
-    return out
-
-
-def alert_rules(section) -> List[RuleSpec]:
-    alert = getattr(section, "alert", None)
-    rules = getattr(alert, "rules", None) if alert is not None else None
-    if rules is None and isinstance(alert, dict):
-        rules = alert.get("rules")
-    return [RuleSpec.from_config(rule) for rule in (rules or [])]
-
-
-class MonitorSession:
+class MonitorSession(MonitorSessionBase):
     def __init__(self, section, writer, *, rank: int = 0, model: Any = None, loss_from_target: bool = False,
                  watcher=None, on_message: Optional[Callable[[str, str], None]] = None,
                  on_step: Optional[Callable[[int], None]] = None, on_alerts: Optional[Callable] = None) -> None:
-        self.writer = writer
-        self.rank = rank
-        self._loss_from_target = loss_from_target
-        self._watcher = watcher
-        self._on_message = on_message or (lambda level, text: log.warning(text))
-        self._on_step = on_step
-        self._on_alerts = on_alerts
+        super().__init__(section, writer, rank=rank, loss_from_target=loss_from_target, watcher=watcher,
+                         on_message=on_message, on_step=on_step, on_alerts=on_alerts)
         self._explicit = [model] if model is not None else []
         self._finder = RootFinder(self._attach_root)
-        self._primary = None
-        self._handles: List[Any] = []
-        self.step = 0
-        self.failures = 0
-        self.last_collected: Optional[int] = None
-        self.last_values = 0
-        self._loss_step: Optional[int] = None
-        self._given_loss: Any = None
-        self._metrics = StepMetrics()
-        self._collecting = False
-        self._activations: Optional[ActivationHooks] = None
         self._momentum_before: Dict[str, Tensor] = {}
         self._said = set()
-        self.rank_dir = getattr(writer, "rank_dir", None)
         self._configure(section, not_before=0)
 
     # -- configuration -----------------------------------------------------------------------------------------
     def _configure(self, section, not_before: int) -> None:
-        self.section = section
-        ops_, _unknown = normalise_ops(getattr(section, "ops", None) or ["norm"])
-        if "nans" in ops_ and "infs" not in ops_:
-            ops_.insert(ops_.index("nans") + 1, "infs")
-        self.ops = ops_
-        self.eps = float(getattr(section, "eps", 1e-8))
-        self._targets = _targets(section)
-        self._select_params = name_filter(list(self._targets))
-        self._squash = bool(getattr(section, "squash_name", False))
-        xy = bool(getattr(section, "xy_distribution", False))
-        self._select_modules = module_filter(None if (xy and (not self._targets or getattr(section, "all_xy", False)))
-                                             else list(self._targets))
-        self.schedule = Schedule.from_section(section, not_before=not_before)
+        xy = self._configure_common(section, not_before)
         for key in _UNSUPPORTED:
             if getattr(section, key, False):
                 self._say("warning", "monitor: %s is not available on MindSpore; it is ignored" % key)
-        if self._activations is not None:
-            self._activations.remove()
-            self._activations = None
         if xy:
             self._activations = ActivationHooks(self._measure, forward=not getattr(section, "backward_only", False),
                                                 backward=not getattr(section, "forward_only", False),
@@ -124,10 +72,6 @@ class MonitorSession:
         if text not in self._said:
             self._said.add(text)
             self._on_message(level, text)
-
-    def _name(self, name: str) -> str:
-        name = strip_wrappers(name)
-        return squash(name) if self._squash else name
 
     def _attach_root(self, root: Any) -> None:
         if self._activations is None:
@@ -149,38 +93,9 @@ class MonitorSession:
         self._begin_step()
         return self
 
-    def remove(self) -> None:
-        flush = getattr(self.writer, "flush", None)
-        if flush is not None:
-            flush()
-            self._report()
-        for handle in self._handles:
-            handle.remove()
-        self._handles = []
-        self._finder.remove()
-        if self._activations is not None:
-            self._activations.remove()
-
     # -- per step ----------------------------------------------------------------------------------------------
-    def _begin_step(self) -> None:
-        self._metrics = StepMetrics()
-        self._collecting = self.schedule.wants(self.step, self.rank)
-        if self._activations is not None:
-            self._activations.new_step()
-
-    def _measure(self, tag: str, name: str, tensor: Tensor) -> None:
-        try:
-            self._metrics.add_tensor(tag, name, tensor, self.ops, self.eps)
-        except Exception:
-            self.failures += 1
-            log.debug("probe-tui monitor: measuring %s %s failed", tag, name, exc_info=True)
-
-    def _is_primary(self, optimizer) -> bool:
-        primary = self._primary() if self._primary is not None else None
-        if primary is None:
-            self._primary = weakref.ref(optimizer)
-            return True
-        return optimizer is primary
+    def _new_metrics(self) -> StepMetrics:
+        return StepMetrics()
 
     def _named(self, optimizer) -> List[Tuple[str, Any, int]]:
         """(name, parameter, position) of the selected parameters."""
@@ -271,80 +186,14 @@ class MonitorSession:
             self._metrics.add_value("update_ratio", n, "value", lr * float(np.linalg.norm(update)) / pn if pn else
                                     float("nan"))
 
-    def _end_step(self) -> None:
-        step = self.step
-        loss = self._given_loss
-        self._given_loss = None
-        if self._collecting:
-            try:
-                if loss is not None and not self._loss_from_target:
-                    self._metrics.add_value("train", "loss", "value", loss)
-                    self._loss_step = step
-                values = self._metrics.collect()
-                metrics = self._metrics
-                self.last_values = len(values)
-                alerts = self.writer.write_step(step, metrics.keys, values, metrics.shapes, metrics.dtypes)
-                self.last_collected = step
-                self._report(alerts)
-            except Exception:
-                self.failures += 1
-                log.exception("probe-tui monitor: writing step %d failed; the step is skipped", step)
-            self.schedule.collected += 1
-            if self.schedule.finished and self._activations is not None:
-                self._activations.remove()
-                self._activations = None
-        if self._on_step is not None:
-            self._on_step(step)
-        self.step += 1
-        self._poll_config()
-        self._begin_step()
-
-    def _report(self, alerts=None) -> None:
-        found = list(alerts or [])
-        drain = getattr(self.writer, "drain_alerts", None)
-        if drain is not None:
-            found += drain()
-        if found and self._on_alerts is not None:
-            self._on_alerts(found)
-
-    def _poll_config(self) -> None:
-        if self._watcher is None:
-            return
-        section = self._watcher.poll()
-        if section is None:
-            return
-        try:
-            self._configure(section, not_before=self.step)
-        except Exception as exc:
-            self._on_message("warning", "monitor: the reloaded config could not be applied (%s); keeping the old one"
-                             % exc)
-            return
-        self._on_message("info", "monitor: config reloaded from %s; it applies from step %d"
-                         % (self._watcher.path, self.step))
-
     # -- values the target reports -----------------------------------------------------------------------------
     def set_loss(self, loss) -> None:
         """The loss of the step in progress (before the optimizer call)."""
         self._given_loss = loss
         self._loss_from_target = False
 
-    def set_primary(self, optimizer) -> None:
-        self._primary = weakref.ref(optimizer)
-
-    def record_loss(self, loss, step: Optional[int] = None) -> None:
-        """A loss reported after the optimizer call (the demo's on_step, the in-script API)."""
-        ended = self.step - 1
-        if step is None:
-            step = ended
-        if self.last_collected is None or step != self.last_collected or step == self._loss_step:
-            return
-        self._loss_step = step
-        value = float(loss.asnumpy()) if isinstance(loss, Tensor) else float(loss)
-        try:
-            self.writer.write_late(step, [("train", "loss", "value")], [value])
-        except Exception:
-            self.failures += 1
-            log.exception("probe-tui monitor: recording the loss of step %d failed", step)
+    def _loss_value(self, loss) -> float:
+        return float(loss.asnumpy()) if isinstance(loss, Tensor) else float(loss)
 
 
 def _total_norm(grads: List[Tensor]):

@@ -6,31 +6,18 @@ selected cells only (the others keep MindSpore's fast path); gradients come from
 gradient unchanged, so every number of the training stays as it is.
 """
 
-from typing import Any, Callable, Dict, List
+from typing import Any, Callable, List
 
 import mindspore as ms
 from mindspore import Tensor, nn
 
 from engines.adapters.mindspore.cell_capture import _is_optimizer
+from engines.monitor import hooks
+from engines.monitor.hooks import ActivationHooksBase
 
 
 def _tensors(value: Any, limit: int = 64) -> List[Tensor]:
-    out: List[Tensor] = []
-
-    def walk(v):
-        if len(out) >= limit:
-            return
-        if isinstance(v, Tensor):
-            out.append(v)
-        elif isinstance(v, (list, tuple)):
-            for item in v:
-                walk(item)
-        elif isinstance(v, dict):
-            for item in v.values():
-                walk(item)
-
-    walk(value)
-    return out
+    return hooks.flatten_tensors(value, lambda v: isinstance(v, Tensor), limit)
 
 
 def _floating(t: Tensor) -> bool:
@@ -79,38 +66,20 @@ class RootFinder:
         self._on_root(cell)
 
 
-class ActivationHooks:
-    """Forward hooks on the selected cells; ``sink(tag, name, tensor)`` receives every tensor to measure."""
+class ActivationHooks(ActivationHooksBase):
+    """Forward hooks on the selected cells (``engines.monitor.hooks``)."""
 
-    def __init__(self, sink, *, forward: bool = True, backward: bool = True, is_active=lambda: True) -> None:
-        self._sink = sink
-        self.forward = forward
-        self.backward = backward
-        self._is_active = is_active
-        self._handles: List[Any] = []
-        self._calls: Dict[int, int] = {}
-        self.modules: Dict[str, Any] = {}
+    grad_hook_returns_grad = True
 
     def attach(self, name: str, cell: Any) -> None:
         self._handles.append(cell.register_forward_hook(self._make_hook(name)))
         self.modules[name] = cell
 
-    def new_step(self) -> None:
-        self._calls.clear()
-
-    def remove(self) -> None:
-        for handle in self._handles:
-            handle.remove()
-        self._handles = []
-        self.modules = {}
-
     def _make_hook(self, name: str):
         def hook(cell, inputs, output):
             if not self._is_active() or not cell.training:
                 return None
-            call = self._calls.get(id(cell), 0)
-            self._calls[id(cell)] = call + 1
-            suffix = ":%d" % call if call else ""
+            suffix = self._call_suffix(cell)
             self._measure("%s.input" % name, suffix, _tensors(inputs))
             self._measure("%s.output" % name, suffix, _tensors(output))
             return None
@@ -126,11 +95,3 @@ class ActivationHooks:
                 self._sink("actv", slot, tensor)
             if self.backward and getattr(tensor, "_grad_node", None) is not None:
                 tensor.register_hook(self._grad_hook(slot))
-
-    def _grad_hook(self, slot: str):
-        def on_grad(grad):
-            if grad is not None:
-                self._sink("actv_grad", slot, grad)
-            return grad
-
-        return on_grad

@@ -7,7 +7,8 @@
 - the model is found through global module hooks (``ModelFinder``), or given (the in-script API); activation
   hooks go only on the selected modules;
 - everything measured during a step stays on the device until the step ends, then ``StepMetrics.collect()``
-  makes the single device-to-host copy, the writer stores the values, judges them and commits the step.
+  makes the single device-to-host copy, the writer stores the values, judges them and commits the step
+  (steps, the config, collection and commit are framework-neutral: ``engines.monitor.session``).
 
 The loss: the value the target reports (the demo's ``on_step``) when it does; otherwise the last 0-dim tensor
 that requires grad returned by a top-level module call before the optimizer step (a model that returns its
@@ -16,8 +17,7 @@ outside any module is not seen; the in-script API takes it explicitly (``record_
 """
 
 import logging
-import weakref
-from typing import Callable, List, Optional
+from typing import Callable, Optional
 
 import torch
 from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
@@ -27,33 +27,13 @@ from engines.adapters.torch.monitor_extras import MicroBatchGrads, StructureReco
 from engines.adapters.torch.monitor_hooks import ActivationHooks
 from engines.adapters.torch.monitor_models import ModelFinder, ParamNamer
 from engines.adapters.torch.monitor_stats import StepMetrics
-from engines.monitor.alerts import RuleSpec
-from engines.monitor.metrics import normalise_ops
-from engines.monitor.naming import module_filter, name_filter, squash, strip_wrappers
-from engines.monitor.schedule import Schedule
+from engines.monitor.naming import strip_wrappers
+from engines.monitor.session import MonitorSessionBase, alert_rules  # noqa: F401 (the engine reads alert_rules here)
 
 log = logging.getLogger(__name__)
 
 
-def _targets(section) -> dict:
-    targets = getattr(section, "targets", None) or {}
-    out = {}
-    for name, spec in targets.items():
-        if hasattr(spec, "model_dump"):
-            spec = spec.model_dump()
-        out[str(name)] = {k: v for k, v in dict(spec or {}).items() if v is not None}
-    return out
-
-
-def alert_rules(section) -> List[RuleSpec]:
-    alert = getattr(section, "alert", None)
-    rules = getattr(alert, "rules", None) if alert is not None else None
-    if rules is None and isinstance(alert, dict):
-        rules = alert.get("rules")
-    return [RuleSpec.from_config(rule) for rule in (rules or [])]
-
-
-class MonitorSession:
+class MonitorSession(MonitorSessionBase):
     def __init__(
         self,
         section,
@@ -67,55 +47,22 @@ class MonitorSession:
         on_step: Optional[Callable[[int], None]] = None,
         on_alerts: Optional[Callable] = None,
     ):
-        self.writer = writer
-        self.rank = rank
-        self._loss_from_target = loss_from_target
-        self._watcher = watcher
-        self._on_message = on_message or (lambda level, text: log.log(logging.WARNING, text))
-        self._on_step = on_step
-        self._on_alerts = on_alerts
+        super().__init__(section, writer, rank=rank, loss_from_target=loss_from_target, watcher=watcher,
+                         on_message=on_message, on_step=on_step, on_alerts=on_alerts)
         self._finder = ModelFinder(on_root=self._attach_root)
         self._explicit = [model] if model is not None else []
         self._namer = ParamNamer(self._finder, self._explicit)
-        self._primary = None
-        self._handles = []
-        self.step = 0
-        self.failures = 0
-        self.last_collected: Optional[int] = None
-        self.last_values = 0  # values collected at the last collected step
-        self._loss_step: Optional[int] = None  # the last step whose loss is recorded
-        self._given_loss: Optional[torch.Tensor] = None
-        self._metrics = StepMetrics()
-        self._collecting = False
-        self._activations: Optional[ActivationHooks] = None
         self._micro: Optional[MicroBatchGrads] = None
         self._structure: Optional[StructureRecorder] = None
         self._structure_done = False
         self._module_names = {}
-        self.rank_dir = getattr(writer, "rank_dir", None)
         self._configure(section, not_before=0)
 
     # -- configuration -----------------------------------------------------------------------------------------
     def _configure(self, section, not_before: int) -> None:
-        self.section = section
-        ops, _unknown = normalise_ops(getattr(section, "ops", None) or ["norm"])
-        if "nans" in ops and "infs" not in ops:
-            ops.insert(ops.index("nans") + 1, "infs")  # the NaN count comes with the inf count
-        self.ops = ops
-        self.eps = float(getattr(section, "eps", 1e-8))
-        targets = _targets(section)
-        self._targets = targets
-        self._select_params = name_filter(list(targets))
+        xy = self._configure_common(section, not_before)
         self._param_cache = {}
-        self._squash = bool(getattr(section, "squash_name", False))
-        xy = bool(getattr(section, "xy_distribution", False))
-        self._all_modules = xy and (not targets or bool(getattr(section, "all_xy", False)))
-        self._select_modules = module_filter(None if self._all_modules else list(targets))
         self._xy = xy
-        self.schedule = Schedule.from_section(section, not_before=not_before)
-        if self._activations is not None:
-            self._activations.remove()
-            self._activations = None
         if self._micro is not None:
             self._micro.remove()
             self._micro = None
@@ -134,10 +81,6 @@ class MonitorSession:
         for root in self._explicit + self._finder.roots:
             self._attach_root(root)
         self.writer.set_rules(alert_rules(section))
-
-    def _name(self, name: str) -> str:
-        name = strip_wrappers(name)
-        return squash(name) if self._squash else name
 
     def _attach_root(self, root: torch.nn.Module) -> None:
         for raw_name, module in root.named_modules():
@@ -166,17 +109,7 @@ class MonitorSession:
         self._begin_step()
         return self
 
-    def remove(self) -> None:
-        flush = getattr(self.writer, "flush", None)
-        if flush is not None:
-            flush()
-            self._report()
-        for handle in self._handles:
-            handle.remove()
-        self._handles = []
-        self._finder.remove()
-        if self._activations is not None:
-            self._activations.remove()
+    def _remove_extras(self) -> None:
         if self._micro is not None:
             self._micro.remove()
         if self._structure is not None:
@@ -184,11 +117,13 @@ class MonitorSession:
             self._structure = None
 
     # -- per step ----------------------------------------------------------------------------------------------
-    def _begin_step(self) -> None:
-        self._metrics = StepMetrics()
-        self._collecting = self.schedule.wants(self.step, self.rank)
-        if self._activations is not None:
-            self._activations.new_step()
+    def _new_metrics(self) -> StepMetrics:
+        return StepMetrics()
+
+    def _no_grad(self):
+        return torch.no_grad()
+
+    def _step_begun(self) -> None:
         if self._micro is not None:
             self._micro.new_step()
         section = self.section
@@ -199,20 +134,20 @@ class MonitorSession:
                                                 struct=bool(getattr(section, "print_struct", False)),
                                                 stacks=bool(getattr(section, "stack_info", False)))
 
-    def _measure(self, tag: str, name: str, tensor: torch.Tensor) -> None:
-        try:
-            with torch.no_grad():
-                self._metrics.add_tensor(tag, name, tensor, self.ops, self.eps)
-        except Exception:
-            self.failures += 1
-            log.debug("probe-tui monitor: measuring %s %s failed", tag, name, exc_info=True)
+    def _step_collected(self) -> None:
+        if self._structure is not None:
+            try:
+                written = self._structure.finish()
+                self._on_message("info", "monitor: wrote " + ", ".join(str(p) for p in written))
+            except OSError as exc:
+                self._on_message("warning", f"monitor: could not write the module structure ({exc})")
+            self._structure = None
+            self._structure_done = True
 
-    def _is_primary(self, optimizer) -> bool:
-        primary = self._primary() if self._primary is not None else None
-        if primary is None:
-            self._primary = weakref.ref(optimizer)
-            return True
-        return optimizer is primary
+    def _schedule_finished(self) -> None:
+        if self._micro is not None:
+            self._micro.remove()
+            self._micro = None
 
     def _params(self, optimizer):
         """``(all named parameters, selected ones)`` of an optimizer, cached until its parameters change."""
@@ -284,68 +219,10 @@ class MonitorSession:
         if getattr(section, "param_distribution", False):
             optim_metrics.add_bulk(self._metrics, "param_updated", named, self.ops, self.eps)
 
-    def _end_step(self) -> None:
-        step = self.step
+    def _take_loss(self):
         loss = self._finder.take_loss()
-        if self._given_loss is not None:
-            loss, self._given_loss = self._given_loss, None
-        if self._collecting:
-            try:
-                if loss is not None and not self._loss_from_target:
-                    self._metrics.add_value("train", "loss", "value", loss)
-                    self._loss_step = step
-                values = self._metrics.collect()
-                metrics = self._metrics
-                self.last_values = len(values)
-                alerts = self.writer.write_step(step, metrics.keys, values, metrics.shapes, metrics.dtypes)
-                self.last_collected = step
-                self._report(alerts)
-            except Exception:
-                self.failures += 1
-                log.exception("probe-tui monitor: writing step %d failed; the step is skipped", step)
-            self.schedule.collected += 1
-            if self._structure is not None:
-                try:
-                    written = self._structure.finish()
-                    self._on_message("info", "monitor: wrote " + ", ".join(str(p) for p in written))
-                except OSError as exc:
-                    self._on_message("warning", f"monitor: could not write the module structure ({exc})")
-                self._structure = None
-                self._structure_done = True
-            if self.schedule.finished:
-                if self._activations is not None:
-                    self._activations.remove()
-                    self._activations = None
-                if self._micro is not None:
-                    self._micro.remove()
-                    self._micro = None
-        if self._on_step is not None:
-            self._on_step(step)
-        self.step += 1
-        self._poll_config()
-        self._begin_step()
-
-    def _report(self, alerts=None) -> None:
-        """Alerts found by the writer (at once, or a step later from the background writer) to ``on_alerts``."""
-        found = list(alerts or [])
-        drain = getattr(self.writer, "drain_alerts", None)
-        if drain is not None:
-            found += drain()
-        if found and self._on_alerts is not None:
-            self._on_alerts(found)
-
-    def _poll_config(self) -> None:
-        if self._watcher is None:
-            return
-        section = self._watcher.poll()
-        if section is None:
-            return
-        try:
-            self._configure(section, not_before=self.step)
-        except Exception as exc:
-            self._on_message("warning", f"monitor: the reloaded config could not be applied ({exc}); keeping the old one")
-            return
-        self._on_message("info", f"monitor: config reloaded from {self._watcher.path}; it applies from step {self.step}")
+        given = super()._take_loss()
+        return given if given is not None else loss
 
     # -- values the target reports -----------------------------------------------------------------------------
     def set_loss(self, loss) -> None:
@@ -356,21 +233,5 @@ class MonitorSession:
             self._given_loss = torch.tensor(float(loss), dtype=torch.float64)
         self._loss_from_target = False
 
-    def set_primary(self, optimizer) -> None:
-        """Name the optimizer whose steps are the monitor's steps (the in-script API knows it)."""
-        self._primary = weakref.ref(optimizer)
-
-    def record_loss(self, loss, step: Optional[int] = None) -> None:
-        """A loss reported after the optimizer step (the demo's on_step, the in-script API)."""
-        ended = self.step - 1  # the step that just ended; its loss arrives after optimizer.step()
-        if step is None:
-            step = ended
-        if self.last_collected is None or step != self.last_collected or step == self._loss_step:
-            return  # not collected, or its loss was already read with the step's metrics
-        self._loss_step = step
-        value = float(loss.detach().float().item()) if isinstance(loss, torch.Tensor) else float(loss)
-        try:
-            self.writer.write_late(step, [("train", "loss", "value")], [value])
-        except Exception:
-            self.failures += 1
-            log.exception("probe-tui monitor: recording the loss of step %d failed", step)
+    def _loss_value(self, loss) -> float:
+        return float(loss.detach().float().item()) if isinstance(loss, torch.Tensor) else float(loss)

@@ -11,31 +11,23 @@ during backward (activation checkpointing): nothing is counted twice.
 """
 
 import re
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 import torch
+
+from engines.monitor import hooks
+from engines.monitor.hooks import ActivationHooksBase
 
 _SELECTOR = re.compile(r"^tuple\[(\d+)\]:(\d+)$")
 
 
 def flatten_tensors(value: Any, limit: int = 64) -> List[torch.Tensor]:
     """Tensors in ``value`` (nested tuples/lists/dicts, dataclass-like outputs with ``__dict__`` skipped)."""
-    out: List[torch.Tensor] = []
+    return hooks.flatten_tensors(value, _is_tensor, limit)
 
-    def walk(v):
-        if len(out) >= limit:
-            return
-        if isinstance(v, torch.Tensor):
-            out.append(v)
-        elif isinstance(v, (list, tuple)):
-            for item in v:
-                walk(item)
-        elif isinstance(v, dict):
-            for item in v.values():
-                walk(item)
 
-    walk(value)
-    return out
+def _is_tensor(value: Any) -> bool:
+    return isinstance(value, torch.Tensor)
 
 
 def select(tensors: List[torch.Tensor], selector: Optional[str]) -> List[Tuple[int, torch.Tensor]]:
@@ -60,18 +52,8 @@ def _in_backward() -> bool:
         return False
 
 
-class ActivationHooks:
-    """Registers the forward hooks; ``sink(tag, name, tensor)`` receives every tensor to measure."""
-
-    def __init__(self, sink: Callable[[str, str, torch.Tensor], None], *, forward: bool = True,
-                 backward: bool = True, is_active: Callable[[], bool] = lambda: True):
-        self._sink = sink
-        self.forward = forward
-        self.backward = backward
-        self._is_active = is_active
-        self._handles = []
-        self._calls: Dict[int, int] = {}
-        self.modules: Dict[str, Any] = {}
+class ActivationHooks(ActivationHooksBase):
+    """Registers the forward hooks (``engines.monitor.hooks``)."""
 
     def attach(self, name: str, module: torch.nn.Module, selectors: Optional[Dict[str, Optional[str]]] = None) -> None:
         selectors = dict(selectors or {})
@@ -83,22 +65,11 @@ class ActivationHooks:
         self._handles.append(handle)
         self.modules[name] = module
 
-    def new_step(self) -> None:
-        self._calls.clear()
-
-    def remove(self) -> None:
-        for handle in self._handles:
-            handle.remove()
-        self._handles = []
-        self.modules = {}
-
     def _make_hook(self, name: str, selectors: Dict[str, Optional[str]]):
         def hook(module, args, kwargs, output):
             if not self._is_active() or not module.training or not torch.is_grad_enabled() or _in_backward():
                 return None
-            call = self._calls.get(id(module), 0)
-            self._calls[id(module)] = call + 1
-            suffix = f":{call}" if call else ""
+            suffix = self._call_suffix(module)
             inputs = flatten_tensors((args, kwargs))
             outputs = flatten_tensors(output)
             self._measure(f"{name}.input", suffix, inputs, selectors.get("input"), selectors.get("input_grad"))
@@ -119,11 +90,3 @@ class ActivationHooks:
             for slot, (_, tensor) in zip(slot_names(base, items, len(tensors)), items):
                 if tensor.requires_grad:
                     tensor.register_hook(self._grad_hook(slot + suffix))
-
-    def _grad_hook(self, slot: str):
-        def on_grad(grad):
-            if grad is not None:
-                self._sink("actv_grad", slot, grad)
-            return None
-
-        return on_grad
