@@ -77,37 +77,38 @@ class CaptureOptions:
     @classmethod
     def from_job(cls, job: Any) -> "CaptureOptions":
         """Build from a ``schemas`` job model (or any object with the same attributes)."""
-        task = _get(job, "task", "statistics")
-        section = _get(job, task, None)
-        output = _get(job, "output", None)
-        apis = _get(section, "apis", None)
+        task = field_of(job, "task", "statistics")
+        section = field_of(job, task, None)
+        output = field_of(job, "output", None)
+        apis = field_of(section, "apis", None)
         return cls(
             task=task,
-            level=_get(job, "level", "L1"),
-            ranks=tuple(_get(job, "rank", ()) or ()),
-            steps=tuple(_get(job, "step", ()) or ()),
-            async_dump=bool(_get(job, "async_dump", False)),
-            precision=_get(job, "precision", "low") or "low",
-            seed=_get(job, "seed", None),
-            scope=tuple(_get(section, "scope", ()) or ()),
-            list_patterns=tuple(_get(section, "list", ()) or ()),
-            data_mode=tuple(_get(section, "data_mode", ("all",)) or ("all",)),
-            summary_mode=_get(section, "summary_mode", "statistics") or "statistics",
-            tensor_list=tuple(_get(section, "tensor_list", ()) or ()),
-            api_allow=tuple(_get(apis, "allow", ()) or ()),
-            api_deny=tuple(_get(apis, "deny", ()) or ()),
-            compression=_get(output, "compression", "none") or "none",
-            compression_level=_get(output, "compression_level", None),
-            disk_budget=_get(output, "disk_budget", None),
-            store_mode=_get(output, "store_mode", "auto") or "auto",
-            dump_path=str(_get(job, "dump_path", "./probe_dump") or "./probe_dump"),
+            level=field_of(job, "level", "L1"),
+            ranks=tuple(field_of(job, "rank", ()) or ()),
+            steps=tuple(field_of(job, "step", ()) or ()),
+            async_dump=bool(field_of(job, "async_dump", False)),
+            precision=field_of(job, "precision", "low") or "low",
+            seed=field_of(job, "seed", None),
+            scope=tuple(field_of(section, "scope", ()) or ()),
+            list_patterns=tuple(field_of(section, "list", ()) or ()),
+            data_mode=tuple(field_of(section, "data_mode", ("all",)) or ("all",)),
+            summary_mode=field_of(section, "summary_mode", "statistics") or "statistics",
+            tensor_list=tuple(field_of(section, "tensor_list", ()) or ()),
+            api_allow=tuple(field_of(apis, "allow", ()) or ()),
+            api_deny=tuple(field_of(apis, "deny", ()) or ()),
+            compression=field_of(output, "compression", "none") or "none",
+            compression_level=field_of(output, "compression_level", None),
+            disk_budget=field_of(output, "disk_budget", None),
+            store_mode=field_of(output, "store_mode", "auto") or "auto",
+            dump_path=str(field_of(job, "dump_path", "./probe_dump") or "./probe_dump"),
         )
 
     def replace(self, **changes: Any) -> "CaptureOptions":
         return dataclasses.replace(self, **changes)
 
 
-def _get(obj: Any, name: str, default: Any) -> Any:
+def field_of(obj: Any, name: str, default: Any) -> Any:
+    """``obj.name`` of a config model, or ``obj[name]`` of a dict; ``default`` when missing or ``obj`` is None."""
     if obj is None:
         return default
     if isinstance(obj, dict):

@@ -2,21 +2,21 @@
 checked (or fixed); write ``<run>/rank<R>/free_benchmark.h5`` and ``free_benchmark.csv``
 (``engines.free_benchmark.results``). Exit code 3 when a call is inconsistent."""
 
-import importlib
-import time
 from collections import Counter
 from typing import Any, Dict, List, Optional
 
-from engines.capture.engine import CollectionResult, run_meta
 from engines.capture.summary import CaptureSummary
+from engines.collection import (
+    EXIT_FINDINGS,
+    EXIT_OK,
+    EXIT_TARGET_FAILED,
+    CollectionResult,
+    CollectionRun,
+    run_meta,
+)
 from engines.free_benchmark.options import FreeBenchmarkOptions
 from engines.free_benchmark.results import CSV_NAME, CheckRow, ResultWriter
 from engines.overflow.engine import capture_options
-
-EXIT_OK = 0
-EXIT_TARGET_FAILED = 1
-EXIT_BAD_INPUT = 2
-EXIT_FINDINGS = 3
 
 
 class Tally:
@@ -54,58 +54,29 @@ class Tally:
 
 
 def run_collection(job: Any, run: Any, events: Any) -> CollectionResult:
-    from engines.capture.engine import _demo_steps, _framework, _target_dict
-    from engines.targets import run_target
-
     options = capture_options(job)
     fb = FreeBenchmarkOptions.from_job(job)
-    target = _target_dict(getattr(job, "target", None))
-    framework = _framework(job, target)
-    package = {"pytorch": "engines.adapters.torch", "mindspore": "engines.adapters.mindspore"}.get(framework)
-    if package is None:
-        text = "free_benchmark is not available for %s in this build" % framework
-        events.emit("message", level="error", text=text)
-        return CollectionResult(EXIT_BAD_INPUT, {"error": text})
-    environment = importlib.import_module(package + ".environment")
-    if options.seed is not None:
-        environment.seed_all(options.seed)
-    session_mod = importlib.import_module(package + ".free_benchmark_session")
-    zero_code = importlib.import_module(package + ".zero_code")
-
-    summary = CaptureSummary()
-    started = time.monotonic()
-    total_steps = _demo_steps(target)
-    is_demo = total_steps is not None
+    collection = CollectionRun(job, events)
+    framework = collection.framework
+    if not collection.available:
+        return collection.refuse("free_benchmark is not available for %s in this build" % framework)
+    collection.seed(options.seed)
+    session_mod = collection.adapter("free_benchmark_session")
+    summary = collection.summary
     meta = run_meta(job, framework, options)
     meta["run_meta"]["task"] = "free_benchmark"
     rank = session_mod.detect_rank()
     tally = Tally(run.rank_dir(rank), rank, meta, options.store_mode)
-    losses: Dict[int, Any] = {}
-
-    def emit_step(step: int, loss: Optional[float] = None) -> None:
-        losses[step] = loss
-        events.emit("step", step=step, total_steps=total_steps, loss=loss,
-                    elapsed_s=round(time.monotonic() - started, 3))
-
-    def on_step_end(step: int, _records: int) -> None:
-        if not is_demo:
-            emit_step(step)
-
     session = session_mod.FreeBenchmarkSession(options, fb, on_step=tally, summary=summary, rank=rank)
-    capture = zero_code.ZeroCodeCapture(options, None, summary=summary, on_step_end=on_step_end, session=session)
-    status = "failed"
-    try:
-        with capture:
-            result = run_target(target, framework=framework, on_step=emit_step if is_demo else None)
-        status = "finished" if result.ok else "failed"
-    finally:
-        tally.close(status)
+    capture = collection.adapter("zero_code").ZeroCodeCapture(options, None, summary=summary,
+                                                              on_step_end=collection.on_step_end, session=session)
+    result = collection.run(capture, on_finish=tally.close)
     checks = session.checks
     out = summarise(tally, fb, checks.skipped + (session.backward_checks.skipped if session.backward_checks
                                                  else Counter()),
                     checks.replaced, summary, run, rank)
-    if losses:
-        out["losses"] = [losses[s] for s in sorted(losses)]
+    if collection.losses:
+        out["losses"] = collection.sorted_losses()
     if fb.fix:
         out["verdict"] = fix_line(checks.replaced, out.get("losses"), tally.replaced_max)
     if not result.ok:

@@ -4,6 +4,7 @@ import dataclasses
 from typing import Any, Tuple
 
 from engines.capture.naming import matches_any
+from engines.capture.options import field_of as _get
 
 PERT_MODES = ("improve_precision", "add_noise", "bit_noise", "change_value", "no_change", "to_cpu")
 
@@ -65,11 +66,3 @@ class FreeBenchmarkOptions:
             preheat_step=int(_get(section, "preheat_step", 15)),
             max_sample=int(_get(section, "max_sample", 20)),
         )
-
-
-def _get(obj: Any, name: str, default: Any) -> Any:
-    if obj is None:
-        return default
-    if isinstance(obj, dict):
-        return obj.get(name, default)
-    return getattr(obj, name, default)

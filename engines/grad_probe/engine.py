@@ -8,16 +8,11 @@ calls, which receive the gradients (``engines.adapters.mindspore.grad_probe``). 
 
 import logging
 import os
-from dataclasses import dataclass, field
 from typing import Any, Dict
 
+from engines.collection import CollectionResult, adapter_module
+
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class CollectionResult:
-    exit_code: int
-    summary: Dict[str, Any] = field(default_factory=dict)
 
 
 def process_rank() -> "tuple[int, int]":
@@ -66,10 +61,7 @@ def run_collection(job, run, events) -> CollectionResult:
     if framework not in ("pytorch", "mindspore"):
         events.emit("message", level="error", text=f"grad_probe: unknown framework {framework!r}")
         return CollectionResult(2, {"error": f"framework: grad_probe supports pytorch and mindspore, not {framework}"})
-    import importlib
-
-    start_grad_probe = importlib.import_module(
-        "engines.adapters.%s.grad_probe" % ("torch" if framework == "pytorch" else "mindspore")).start_grad_probe
+    start_grad_probe = adapter_module(framework, "grad_probe").start_grad_probe
 
     target = target_dict(job.target)
     rank, world_size = process_rank()

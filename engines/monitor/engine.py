@@ -7,19 +7,13 @@ watched: a valid edit applies from the next step.
 """
 
 import logging
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, Optional
 
+from engines.collection import CollectionResult, adapter_module
 from engines.grad_probe.engine import declared_steps, process_rank, store_options, target_dict
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class CollectionResult:
-    exit_code: int
-    summary: Dict[str, Any] = field(default_factory=dict)
 
 
 def config_path_of(job) -> Optional[Path]:
@@ -61,10 +55,7 @@ def run_collection(job, run, events) -> CollectionResult:
     if framework not in ("pytorch", "mindspore"):
         events.emit("message", level="error", text=f"monitor: unknown framework {framework!r}")
         return CollectionResult(2, {"error": f"framework: monitor supports pytorch and mindspore, not {framework}"})
-    import importlib
-
-    adapter = importlib.import_module("engines.adapters.%s.monitor" % ("torch" if framework == "pytorch"
-                                                                       else "mindspore"))
+    adapter = adapter_module(framework, "monitor")
     MonitorSession, alert_rules = adapter.MonitorSession, adapter.alert_rules
 
     target = target_dict(job.target)

@@ -23,6 +23,7 @@ import json
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
+from engines.capture.options import field_of as _get
 from engines.overflow import origin as og
 from engines.overflow.results import KIND as OVERFLOW_KIND
 from engines.overflow.results import read_calls
@@ -357,12 +358,6 @@ def _write(out_dir: Path, judgements: List[Judgement]) -> None:
         writer.close(status)
 
 
-def _get(obj: Any, name: str, default: Any) -> Any:
-    if obj is None:
-        return default
-    if isinstance(obj, dict):
-        return obj.get(name, default)
-    return getattr(obj, name, default)
 
 
 def _say(events: Any, text: str) -> None:

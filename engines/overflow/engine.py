@@ -5,29 +5,22 @@ found and where it started; ``engines.overflow.results``). Returns exit code 3 w
 runner turns it into 0 without ``--fail-on-findings``).
 """
 
-import importlib
-import time
 from typing import Any, Dict, List, Optional
 
-from engines.capture.engine import CollectionResult, run_meta
 from engines.capture.options import CaptureOptions
+from engines.capture.options import field_of as _get
 from engines.capture.sink import dump_sink_factory
 from engines.capture.summary import CaptureSummary, human_bytes
+from engines.collection import (
+    EXIT_FINDINGS,
+    EXIT_OK,
+    EXIT_TARGET_FAILED,
+    CollectionResult,
+    CollectionRun,
+    run_meta,
+)
 from engines.overflow.report import StepFindings
 from engines.overflow.results import OverflowWriter
-
-EXIT_OK = 0
-EXIT_TARGET_FAILED = 1
-EXIT_BAD_INPUT = 2
-EXIT_FINDINGS = 3
-
-
-def _get(obj: Any, name: str, default: Any) -> Any:
-    if obj is None:
-        return default
-    if isinstance(obj, dict):
-        return obj.get(name, default)
-    return getattr(obj, name, default)
 
 
 def capture_options(job: Any) -> CaptureOptions:
@@ -78,41 +71,18 @@ class OverflowTally:
 
 
 def run_collection(job: Any, run: Any, events: Any) -> CollectionResult:
-    from engines.capture.engine import _demo_steps, _framework, _target_dict
-    from engines.targets import run_target
-
     options = capture_options(job)
-    target = _target_dict(_get(job, "target", None))
-    framework = _framework(job, target)
-    package = {"pytorch": "engines.adapters.torch", "mindspore": "engines.adapters.mindspore"}.get(framework)
-    if package is None:
-        text = "overflow_check is not available for %s in this build" % framework
-        events.emit("message", level="error", text=text)
-        return CollectionResult(EXIT_BAD_INPUT, {"error": text})
-    environment = importlib.import_module(package + ".environment")
-    if options.seed is not None:
-        environment.seed_all(options.seed)
-    session_mod = importlib.import_module(package + ".overflow_session")
-    zero_code = importlib.import_module(package + ".zero_code")
-
-    summary = CaptureSummary()
-    started = time.monotonic()
-    total_steps = _demo_steps(target)
-    is_demo = total_steps is not None
+    collection = CollectionRun(job, events)
+    framework = collection.framework
+    if not collection.available:
+        return collection.refuse("overflow_check is not available for %s in this build" % framework)
+    collection.seed(options.seed)
+    session_mod = collection.adapter("overflow_session")
+    summary = collection.summary
     meta = run_meta(job, framework, options)
     meta["run_meta"]["task"] = "overflow_check"
     rank = session_mod.detect_rank()
     tally = OverflowTally(run.rank_dir(rank), meta={**meta, "rank": rank}, store_mode=options.store_mode)
-    losses: Dict[int, Any] = {}
-
-    def emit_step(step: int, loss: Optional[float] = None) -> None:
-        losses[step] = loss
-        events.emit("step", step=step, total_steps=total_steps, loss=loss,
-                    elapsed_s=round(time.monotonic() - started, 3))
-
-    def on_step_end(step: int, _records: int) -> None:
-        if not is_demo:
-            emit_step(step)
 
     def on_findings(findings: StepFindings) -> None:
         tally(findings)
@@ -122,17 +92,12 @@ def run_collection(job: Any, run: Any, events: Any) -> CollectionResult:
     sinks = dump_sink_factory(run.rank_dir, options, meta, summary)
     session = session_mod.OverflowSession(options, sinks, summary=summary, overflow_nums=overflow_nums(job),
                                           on_step=on_findings, rank=rank)
-    capture = zero_code.ZeroCodeCapture(options, sinks, summary=summary, on_step_end=on_step_end, session=session)
-    status = "failed"
-    try:
-        with capture:
-            result = run_target(target, framework=framework, on_step=emit_step if is_demo else None)
-        status = "finished" if result.ok else "failed"
-    finally:
-        tally.close(status)
+    capture = collection.adapter("zero_code").ZeroCodeCapture(options, sinks, summary=summary,
+                                                              on_step_end=collection.on_step_end, session=session)
+    result = collection.run(capture, on_finish=tally.close)
     out = summarise(tally.steps, summary, run, overflow_nums(job), session.limit_reached)
-    if losses:
-        out["losses"] = [losses[s] for s in sorted(losses)]
+    if collection.losses:
+        out["losses"] = collection.sorted_losses()
     if not result.ok:
         out["error"] = result.error
         return CollectionResult(EXIT_TARGET_FAILED, out)
