@@ -152,6 +152,40 @@ def walk_boundary(out_nodes: NodePairs, match: Callable[[Any, int], Optional[str
     return True
 
 
+def find_boundary(out_nodes: NodePairs, match_all: Callable[[Any, int], Optional[List[str]]],
+                  key: Callable[[Any], Any], outside: Callable[[Any], bool], memo: Optional[Dict[int, Any]] = None
+                  ) -> Tuple[Any, NodePairs]:
+    """``(the call's only node or None, its boundary edges)``: one node whose edges all reach inputs is the
+    whole call (``single_node_edges``); else ``walk_boundary``. With ``memo``, a call with one output node
+    leaves its frontier there (keyed by ``id`` of that node), so an enclosing module's walk skips its inside."""
+    def match(node: Any, nr: int) -> Optional[str]:
+        slots = match_all(node, nr)
+        return slots[0] if slots else None
+
+    boundary: NodePairs = {}
+    single = None
+    if len(out_nodes) == 1:
+        (node, _), = out_nodes.values()
+        matched = single_node_edges(node, match_all)
+        if matched is not None:
+            single = node
+            if matched:
+                boundary[key(node)] = (node, matched)
+    frontier: Optional[List[Tuple[Any, int, Any, int]]] = [] if memo is not None and len(out_nodes) == 1 else None
+    if single is None:
+        complete = walk_boundary(out_nodes, match, boundary, key, outside, memo, frontier)
+    else:
+        complete = True
+        if frontier is not None:
+            frontier.extend((single, k, nxt, nr) for k, (nxt, nr) in enumerate(single.next_functions)
+                            if nxt is not None)
+    if frontier is not None and complete:
+        # A parent module's walk jumps from this call's output node straight to the edges that leave it.
+        (node, _), = out_nodes.values()
+        memo[id(node)] = (node, frontier)
+    return single, boundary
+
+
 # -- hooks --------------------------------------------------------------------------------------------------
 def install_hooks(pending: PendingBackward, out_nodes: NodePairs, boundary: NodePairs, single: Any,
                   single_key: Any, want_inputs: bool, want_outputs: bool, keep_alive: Any = None) -> bool:

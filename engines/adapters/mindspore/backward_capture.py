@@ -20,10 +20,9 @@ from typing import Any, Dict, List, Optional, Tuple
 from engines.capture.backward import (
     NodePairs,
     PendingBackward,
+    find_boundary,
     install_hooks,
     install_identity_hooks,
-    single_node_edges,
-    walk_boundary,
 )
 
 _LEAF_SEQ = (1 << 63)  # leaves carry 2**64 - 1
@@ -93,21 +92,7 @@ def attach(pending: PendingBackward, input_edges: List[InputEdge], outputs: List
     def match_all(node: Any, nr: int) -> Optional[List[str]]:
         return by_edge.get((node._unique_id(), 0 if node.is_leaf() else nr))
 
-    def match(node: Any, nr: int) -> Optional[str]:
-        slots = match_all(node, nr)
-        return slots[0] if slots else None
-
-    boundary: NodePairs = {}
-    single = None
-    if len(out_nodes) == 1:
-        (node, _), = out_nodes.values()
-        matched = single_node_edges(node, match_all)
-        if matched is not None:
-            single = node
-            if matched:
-                boundary[node._unique_id()] = (node, matched)
-    if single is None:
-        walk_boundary(out_nodes, match, boundary, _key, lambda node: node.is_leaf() or _seq(node) < seq_before)
+    single, boundary = find_boundary(out_nodes, match_all, _key, lambda node: node.is_leaf() or _seq(node) < seq_before)
     return install_hooks(pending, out_nodes, boundary, single, single._unique_id() if single is not None else None,
                          want_inputs, want_outputs)
 

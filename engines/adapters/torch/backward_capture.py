@@ -22,10 +22,9 @@ import torch
 from engines.capture.backward import (
     NodePairs,
     PendingBackward,
+    find_boundary,
     install_hooks,
     install_identity_hooks,
-    single_node_edges,
-    walk_boundary,
 )
 
 _get_sequence_nr = getattr(torch._C._autograd, "_get_sequence_nr", None)
@@ -101,33 +100,8 @@ def attach(pending: PendingBackward, input_edges: List[InputEdge], outputs: List
             return by_leaf.get(id(var)) if var is not None else None
         return by_node.get((id(node), nr))
 
-    def match(node: Any, nr: int) -> Optional[str]:
-        slots = match_all(node, nr)
-        return slots[0] if slots else None
-
-    boundary: NodePairs = {}
-    single = None
-    if len(out_nodes) == 1:
-        (fn, _), = out_nodes.values()
-        matched = single_node_edges(fn, match_all)
-        if matched is not None:
-            single = fn
-            if matched:
-                boundary[id(fn)] = (fn, matched)
-    frontier: Optional[List[Tuple[Any, int, Any, int]]] = [] if memo is not None and len(out_nodes) == 1 else None
-    if single is None:
-        complete = walk_boundary(out_nodes, match, boundary, id,
-                                 lambda node: _is_accumulate(node) or node._sequence_nr() < seq_before,
-                                 memo, frontier)
-    else:
-        complete = True
-        if frontier is not None:
-            frontier.extend((single, k, nxt, nr) for k, (nxt, nr) in enumerate(single.next_functions)
-                            if nxt is not None)
-    if frontier is not None and complete:
-        # A parent module's walk jumps from this call's output node straight to the edges that leave it.
-        (fn, _), = out_nodes.values()
-        memo[id(fn)] = (fn, frontier)
+    single, boundary = find_boundary(out_nodes, match_all, id,
+                                     lambda node: _is_accumulate(node) or node._sequence_nr() < seq_before, memo)
     return install_hooks(pending, out_nodes, boundary, single, id(single), want_inputs, want_outputs, keep_alive)
 
 
