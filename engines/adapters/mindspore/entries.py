@@ -9,7 +9,7 @@ state is ``engines.capture.entries``').
 """
 
 import weakref
-from typing import Dict
+from typing import Dict, Tuple
 
 import numpy as np
 from mindspore import Tensor
@@ -33,6 +33,11 @@ def dtype_name(t: Tensor) -> str:
     return name
 
 
+def meta_of(t: Tensor) -> Tuple[str, str, str]:
+    """(dtype name, shape JSON, device) of a row, as the store writes them."""
+    return dtype_name(t), str(list(t.shape)), str(getattr(t, "device", "CPU") or "CPU").lower()
+
+
 class TensorEntries(StepEntries):
     def __init__(self, options: CaptureOptions, summary: CaptureSummary, force_batched: bool = False) -> None:
         super().__init__(options, summary,
@@ -52,7 +57,7 @@ class TensorEntries(StepEntries):
         e = self.n
         self.n += 1
         shape = tuple(t.shape)
-        self.meta.append((dtype_name(t), str(list(shape)), str(getattr(t, "device", "CPU") or "CPU").lower()))
+        self.meta.append(meta_of(t))
         try:
             self.cache[key] = (weakref.ref(t), e)
         except TypeError:

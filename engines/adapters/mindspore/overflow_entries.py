@@ -19,7 +19,7 @@ import mindspore as ms
 import numpy as np
 from mindspore import Tensor, mint, ops
 
-from engines.adapters.mindspore.entries import dtype_name
+from engines.adapters.mindspore.entries import meta_of
 from engines.adapters.mindspore.tensor_bytes import host_copy
 from engines.adapters.mindspore.tensor_stats import host_row, raw
 from engines.capture.records import EntryColumns
@@ -62,8 +62,7 @@ class OverflowEntries(OverflowEntriesBase):
                 return e
         e = self.n
         self.n += 1
-        shape = tuple(t.shape)
-        self.meta.append((dtype_name(t), str(list(shape)), str(getattr(t, "device", "CPU") or "CPU").lower()))
+        self.meta.append(meta_of(t))
         self.versions[e] = 0
         self.grad[e] = bool(getattr(t, "_requires_grad", False)) and t.dtype in _FLOATS
         node = getattr(t, "_grad_node", None)

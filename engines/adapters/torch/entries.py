@@ -15,15 +15,13 @@ from typing import Dict, List, Optional, Tuple
 import numpy as np
 import torch
 
-from engines.adapters.torch.tensor_bytes import device_word_sum, host_copy, synchronize
+from engines.adapters.torch.tensor_bytes import device_word_sum, host_copy, meta_of, synchronize
 from engines.adapters.torch.tensor_stats import StatsBatch, UnsupportedTensor, summarisable
 from engines.capture import xhash as xh
 from engines.capture.entries import StepEntries, put_hashes
 from engines.capture.options import CaptureOptions
 from engines.capture.records import VALID_XHASH, EntryColumns
 from engines.capture.summary import CaptureSummary
-
-_DTYPE_NAMES: Dict[object, str] = {}
 
 # Below this many bytes a hash is computed inline: a thread hand-off costs more.
 INLINE_HASH_BYTES = 1 << 16
@@ -67,11 +65,7 @@ class TensorEntries(StepEntries):
                 return e
         e = self.n
         self.n += 1
-        dtype = t.dtype
-        name = _DTYPE_NAMES.get(dtype)
-        if name is None:
-            name = _DTYPE_NAMES[dtype] = str(dtype)
-        self.meta.append((name, str(list(t.shape)), "cpu" if t.is_cpu else str(t.device)))
+        self.meta.append(meta_of(t))
         try:
             base = summarisable(t.detach())
         except UnsupportedTensor as exc:

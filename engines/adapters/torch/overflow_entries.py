@@ -20,11 +20,10 @@ from typing import Any, Dict, Optional, Tuple
 import numpy as np
 import torch
 
-from engines.adapters.torch.tensor_bytes import host_copy, synchronize
+from engines.adapters.torch.tensor_bytes import host_copy, meta_of, synchronize
 from engines.capture.records import VALID_MAX, VALID_MEAN, VALID_MIN, VALID_NORM, EntryColumns
 from engines.overflow.entries import OverflowEntriesBase
 
-_DTYPE_NAMES: Dict[Any, str] = {}
 _FINFO: Dict[Any, Tuple[float, float]] = {}
 
 
@@ -61,10 +60,7 @@ class OverflowEntries(OverflowEntriesBase):
         e = self.n
         self.n += 1
         dtype = t.dtype
-        name = _DTYPE_NAMES.get(dtype)
-        if name is None:
-            name = _DTYPE_NAMES[dtype] = str(dtype)
-        self.meta.append((name, str(list(t.shape)), "cpu" if t.is_cpu else str(t.device)))
+        self.meta.append(meta_of(t))
         self.versions[e] = version
         self.grad[e] = bool(t.requires_grad)
         if t.grad_fn is not None:

@@ -4,7 +4,7 @@ xhash is defined in ``engines.capture.xhash`` (numpy reference); ``device_word_s
 signed int64 torch tensors, so it runs where the tensor lives and only a 0-d result crosses to the host.
 """
 
-from typing import Tuple
+from typing import Dict, Tuple
 
 import numpy as np
 import torch
@@ -101,3 +101,15 @@ def synchronize() -> None:
             pass
     if torch.cuda.is_available():
         torch.cuda.synchronize()
+
+
+_DTYPE_NAMES: Dict[torch.dtype, str] = {}
+
+
+def meta_of(t: torch.Tensor) -> Tuple[str, str, str]:
+    """(dtype name, shape JSON, device) of a row, as the store writes them."""
+    dtype = t.dtype
+    name = _DTYPE_NAMES.get(dtype)
+    if name is None:
+        name = _DTYPE_NAMES[dtype] = str(dtype)
+    return name, str(list(t.shape)), "cpu" if t.is_cpu else str(t.device)
