@@ -48,6 +48,42 @@ def stats_columns(rows: Dict[int, List[Any]], n_entries: int):
     return stats, valid, counts
 
 
+class StatsBatchBase:
+    """Statistics of one step's tensor entries: rows known on the host at once, and device values waiting for
+    one batched move per group (``_pend``); ``finish(n)`` returns the host arrays. The adapter's ``StatsBatch``
+    computes the values (``add``) and moves a group (``_host_values``)."""
+
+    def __init__(self, high_precision: bool = False, force_batched: bool = False) -> None:
+        self.high = high_precision
+        self.force_batched = force_batched
+        self.clear()
+
+    def clear(self) -> None:
+        # entry -> [max, min, sum, norm, numel, valid, nan, posinf, neginf]
+        self.host: Dict[int, List[Any]] = {}
+        # Device results pending the batched move: group key -> ([0-d tensors], [(entry, column)])
+        self.pending: Dict[Any, Tuple[List[Any], List[Tuple[int, int]]]] = {}
+
+    def _pend(self, key: Any, value: Any, entry: int, col: int) -> None:
+        group = self.pending.get(key)
+        if group is None:
+            group = self.pending[key] = ([], [])
+        group[0].append(value)
+        group[1].append((entry, col))
+
+    def _host_values(self, values: List[Any]) -> List[Any]:
+        """One group's values on the host (one transfer)."""
+        raise NotImplementedError
+
+    def finish(self, n_entries: int):
+        """Host arrays for entries 0..n-1: (stats[n,4] = max,min,mean,norm; valid[n]; counts[n,3])."""
+        for values, targets in self.pending.values():
+            for (entry, col), v in zip(targets, self._host_values(values)):
+                self.host[entry][col] = v
+        self.pending = {}
+        return stats_columns(self.host, n_entries)
+
+
 class StepEntries:
     """The per-step state of the adapter's ``TensorEntries`` (``self.stats`` is its ``StatsBatch``)."""
 

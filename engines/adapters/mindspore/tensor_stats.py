@@ -17,13 +17,13 @@ exact (the host path counts only when the sum is not finite, which is when there
 """
 
 import math
-from typing import Any, Dict, List, Tuple
+from typing import Any, List
 
 import mindspore as ms
 import numpy as np
 from mindspore import Tensor, mint, ops
 
-from engines.capture.entries import MAX, MIN, NAN, NEGINF, NORM, POSINF, SUM, new_row, stats_columns
+from engines.capture.entries import MAX, MIN, NAN, NEGINF, NORM, POSINF, SUM, StatsBatchBase, new_row
 from engines.capture.records import VALID_MAX, VALID_MIN, VALID_STATS
 
 _NAN, _POSINF, _NEGINF = NAN, POSINF, NEGINF
@@ -116,19 +116,9 @@ def _norm_nonfinite(acc: np.ndarray) -> float:
         return float(np.sqrt(np.dot(acc, acc)))
 
 
-class StatsBatch:
-    """Statistics of one step's tensor entries; ``finish(n)`` returns the host arrays."""
-
-    def __init__(self, high_precision: bool = False, force_batched: bool = False) -> None:
-        self.high = high_precision
-        self.force_batched = force_batched
-        self.clear()
-
-    def clear(self) -> None:
-        # entry -> [max, min, sum, norm, numel, valid, nan, posinf, neginf]
-        self.host: Dict[int, List[Any]] = {}
-        # Device results pending the batched move: dtype -> ([0-d tensors], [(entry, column)])
-        self.pending: Dict[Any, Tuple[List[Tensor], List[Tuple[int, int]]]] = {}
+class StatsBatch(StatsBatchBase):
+    """Statistics of one step's tensor entries (``engines.capture.entries.StatsBatchBase``): numpy rows on the
+    CPU, device values waiting per dtype elsewhere."""
 
     def batched(self, t: Tensor) -> bool:
         if self.force_batched:
@@ -197,20 +187,10 @@ class StatsBatch:
         self._put(entry, NORM, _sqrt(_sum(_mul(as64, as64))))
 
     def _put(self, entry: int, col: int, value: Tensor) -> None:
-        key = value.dtype
-        group = self.pending.get(key)
-        if group is None:
-            group = self.pending[key] = ([], [])
-        group[0].append(value)
-        group[1].append((entry, col))
+        self._pend(value.dtype, value, entry, col)
 
-    def finish(self, n_entries: int):
-        """Host arrays for entries 0..n-1: (stats[n,4] = max,min,mean,norm; valid[n]; counts[n,3])."""
-        for values, targets in self.pending.values():
-            host = _stack(values).asnumpy()
-            if host.dtype.name == "bfloat16":
-                host = host.astype(np.float32)
-            for (entry, col), v in zip(targets, host.tolist()):
-                self.host[entry][col] = v
-        self.pending = {}
-        return stats_columns(self.host, n_entries)
+    def _host_values(self, values: List[Tensor]) -> List[Any]:
+        host = _stack(values).asnumpy()
+        if host.dtype.name == "bfloat16":
+            host = host.astype(np.float32)
+        return host.tolist()

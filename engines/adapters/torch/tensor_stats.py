@@ -17,11 +17,11 @@ each stack to the host once. On the CPU, where reading a value costs no synchron
 """
 
 import math
-from typing import Any, Dict, List, Tuple
+from typing import Any, List
 
 import torch
 
-from engines.capture.entries import MAX, MIN, NORM, SUM, new_row, stats_columns
+from engines.capture.entries import MAX, MIN, NORM, SUM, StatsBatchBase, new_row
 from engines.capture.records import VALID_MAX, VALID_MIN, VALID_NORM, VALID_STATS
 
 _HALF = (torch.float16, torch.bfloat16)
@@ -61,19 +61,9 @@ def summarisable(t: torch.Tensor) -> torch.Tensor:
     return t
 
 
-class StatsBatch:
-    """Statistics of one step's tensor entries; ``finish(n)`` returns the host arrays."""
-
-    def __init__(self, high_precision: bool = False, force_batched: bool = False) -> None:
-        self.high = high_precision
-        self.force_batched = force_batched
-        self.clear()
-
-    def clear(self) -> None:
-        # Host values known at capture time: entry -> [max, min, sum, norm, numel, valid, nan, posinf, neginf]
-        self.host: Dict[int, List[Any]] = {}
-        # Device results pending a batched move: (device, dtype) -> ([0-d tensors], [(entry, column)])
-        self.pending: Dict[Tuple[Any, Any], Tuple[List[torch.Tensor], List[Tuple[int, int]]]] = {}
+class StatsBatch(StatsBatchBase):
+    """Statistics of one step's tensor entries (``engines.capture.entries.StatsBatchBase``); on the CPU values
+    are read at once, on an accelerator they wait per (device, dtype)."""
 
     def add(self, entry: int, t: torch.Tensor) -> None:
         """Summarise tensor ``t`` (already detached and summarisable) as ``entry``."""
@@ -134,12 +124,7 @@ class StatsBatch:
         if not self._batched(value):
             row[col] = value.item()
             return
-        key = (value.device, value.dtype)
-        group = self.pending.get(key)
-        if group is None:
-            group = self.pending[key] = ([], [])
-        group[0].append(value)
-        group[1].append((entry, col))
+        self._pend((value.device, value.dtype), value, entry, col)
 
     def _counts(self, entry: int, row: List[Any], t: torch.Tensor, total: torch.Tensor) -> None:
         if not self._batched(total):
@@ -153,16 +138,11 @@ class StatsBatch:
         for col, v in ((6, torch.isnan(t).sum()), (7, torch.isposinf(t).sum()), (8, torch.isneginf(t).sum())):
             self._put(entry, row, col, v)
 
-    def finish(self, n_entries: int):
-        """Host arrays for entries 0..n-1: (stats[n,4] = max,min,mean,norm; valid[n]; counts[n,3])."""
-        for values, targets in self.pending.values():
-            stacked = torch.stack(values)
-            if stacked.dtype is torch.bool:
-                stacked = stacked.to(torch.uint8)
-            host = stacked.to(torch.float64 if stacked.is_floating_point() else torch.int64).cpu().tolist()
-            for (entry, col), v in zip(targets, host):
-                self.host[entry][col] = v
-        self.pending = {}
-        return stats_columns(self.host, n_entries)
+    def _host_values(self, values: List[torch.Tensor]) -> List[Any]:
+        stacked = torch.stack(values)
+        if stacked.dtype is torch.bool:
+            stacked = stacked.to(torch.uint8)
+        return stacked.to(torch.float64 if stacked.is_floating_point() else torch.int64).cpu().tolist()
+
 
 __all__ = ["StatsBatch", "UnsupportedTensor", "summarisable", "VALID_NORM"]
