@@ -1,10 +1,10 @@
 """Reproducibility and the facts a run records about MindSpore: ``seed_all`` and ``describe``."""
 
-import os
-import random
 from typing import Any, Dict
 
 import mindspore as ms
+
+from engines.capture.seeding import remember, seed_python
 
 _seed_state: Dict[str, Any] = {}
 
@@ -13,24 +13,14 @@ def seed_all(seed: int = 1234, mode: bool = False, rm_dropout: bool = False) -> 
     """Seed Python, numpy and MindSpore; deterministic kernels with ``mode``. Returns what was set, which the run
     metadata records (DECISIONS 12). ``rm_dropout`` is recorded but MindSpore's dropout has no global switch: build
     the model with ``p=0`` (the demo does)."""
-    os.environ["PYTHONHASHSEED"] = str(seed)
-    os.environ.setdefault("HCCL_DETERMINISTIC", "true" if mode else "false")
-    random.seed(seed)
-    try:
-        import numpy as np
-
-        np.random.seed(seed)
-    except ImportError:
-        pass
+    seed_python(seed, mode)
     ms.set_seed(seed)
     if mode:
         try:
             ms.set_deterministic(True)
         except Exception:
             ms.set_context(deterministic="ON")
-    _seed_state.clear()
-    _seed_state.update({"seed": seed, "deterministic_algorithms": bool(mode), "rm_dropout": bool(rm_dropout)})
-    return dict(_seed_state)
+    return remember(_seed_state, seed, mode, rm_dropout)
 
 
 def seed_state() -> Dict[str, Any]:

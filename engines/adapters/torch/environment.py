@@ -1,11 +1,12 @@
 """Reproducibility and the facts a run records about its framework: ``seed_all`` and ``describe``."""
 
 import os
-import random
 from typing import Any, Dict, Optional
 
 import torch
 from torch.overrides import TorchFunctionMode
+
+from engines.capture.seeding import remember, seed_python
 
 _seed_state: Dict[str, Any] = {}
 _dropout_mode: Optional["DropoutOffMode"] = None
@@ -39,15 +40,7 @@ def seed_all(seed: int = 1234, mode: bool = False, rm_dropout: bool = False) -> 
     """Seed Python, numpy, torch (and every accelerator); deterministic kernels with ``mode``; dropout off with
     ``rm_dropout``. Returns what was set, which the run metadata records (DECISIONS 12)."""
     global _dropout_mode
-    os.environ["PYTHONHASHSEED"] = str(seed)
-    os.environ.setdefault("HCCL_DETERMINISTIC", "true" if mode else "false")
-    random.seed(seed)
-    try:
-        import numpy as np
-
-        np.random.seed(seed)
-    except ImportError:
-        pass
+    seed_python(seed, mode)
     torch.manual_seed(seed)
     if torch.cuda.is_available():
         torch.cuda.manual_seed_all(seed)
@@ -65,9 +58,7 @@ def seed_all(seed: int = 1234, mode: bool = False, rm_dropout: bool = False) -> 
     if rm_dropout and _dropout_mode is None:
         _dropout_mode = DropoutOffMode()
         _dropout_mode.__enter__()
-    _seed_state.clear()
-    _seed_state.update({"seed": seed, "deterministic_algorithms": bool(mode), "rm_dropout": bool(rm_dropout)})
-    return dict(_seed_state)
+    return remember(_seed_state, seed, mode, rm_dropout)
 
 
 def seed_state() -> Dict[str, Any]:
