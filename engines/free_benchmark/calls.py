@@ -92,7 +92,46 @@ class CallChecks:
     def _end_step(self, step: int) -> None:
         return None
 
+    def _context(self, args: tuple, kwargs: Dict[str, Any]) -> Any:
+        """What the forward check needs to know about the call before it runs (torch: its autocast state)."""
+        return None
+
+    def _forward(self, info: Any, name: str, func: Any, args: tuple, kwargs: Dict[str, Any], out: Any,
+                 context: Any) -> Any:
+        """The forward stage of a checked call that returned ``out``: the replacement output (fix), or None."""
+        raise NotImplementedError
+
     # -- the checks ------------------------------------------------------------------------------------------
+    def call(self, info: Any, func: Any, args: tuple, kwargs: Dict[str, Any]) -> Any:
+        """The interception's entry: the real call, checked when it is selected and eligible."""
+        name = self.checked_name(info, args, kwargs)
+        if name is None:
+            return func(*args, **kwargs)
+        if self.fb.backward:
+            return self.backward.call(name, func, args, kwargs)
+        context = self._context(args, kwargs)
+        out = func(*args, **kwargs)
+        s = self.session
+        try:
+            with s.busy():
+                replacement = self._forward(info, name, func, args, kwargs, out, context)
+        except Exception as exc:  # never break training
+            s.summary.failed("free_benchmark check of %s" % info.base, exc)
+            return out
+        return out if replacement is None else replacement
+
+    def checked_name(self, info: Any, args: tuple, kwargs: Dict[str, Any]) -> Optional[str]:
+        """The call's record name when it is checked; None (the reason counted) when it only runs."""
+        index = self.session.api_counter.next(info.base)
+        name = "%s.%d.forward" % (info.base, index)
+        if not self.fb.selected(name):
+            return None
+        reason = self._ineligible(info, args, kwargs)
+        if reason is not None:
+            self.skipped[reason] += 1
+            return None
+        return name
+
     def _ineligible(self, info: Any, args: tuple, kwargs: Dict[str, Any]) -> Optional[str]:
         if info.distributed:
             return SKIP_COLLECTIVE

@@ -37,18 +37,19 @@ def rearranged(mode: str, args: tuple, kwargs: Dict[str, Any], index: int,
     """``(args, kwargs)`` for ``no_change`` and the tensor perturbations (``inplace`` off); None for another mode.
     ``index`` is the eligible argument (``first_eligible_index``)."""
     if mode == "no_change":
-        return tuple(args), _no_inplace(kwargs)
+        return tuple(args), no_inplace(kwargs)
     if mode in perturbations:
         items = list(args)
         new, done = structure.replace_first(items[index], eligible, perturbations[mode])
         if not done:
             raise Cancelled("%s: no floating tensor in argument %d" % (mode, index))
         items[index] = new
-        return tuple(items), _no_inplace(kwargs)
+        return tuple(items), no_inplace(kwargs)
     return None
 
 
-def _no_inplace(kwargs: Dict[str, Any]) -> Dict[str, Any]:
+def no_inplace(kwargs: Dict[str, Any]) -> Dict[str, Any]:
+    """A copy of the keyword arguments with ``inplace`` off (a re-run must not write its inputs)."""
     kwargs = dict(kwargs)
     if "inplace" in kwargs:
         kwargs["inplace"] = False

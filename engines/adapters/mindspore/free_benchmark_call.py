@@ -79,25 +79,9 @@ class FreeBenchmarkCall(CallChecks):
     # -- the wrappers' entry ---------------------------------------------------------------------------------
     def call(self, info: Any, func: Any, args: tuple, kwargs: Dict[str, Any]) -> Any:
         s = self.session
-        index = s.api_counter.next(info.base)
-        name = "%s.%d.forward" % (info.base, index)
-        s.busy_depth += 1
+        s.busy_depth += 1  # the wrappers do not pop themselves: nothing the call does inside is checked
         try:
-            if not self.fb.selected(name):
-                return func(*args, **kwargs)
-            reason = self._ineligible(info, args, kwargs)
-            if reason is not None:
-                self.skipped[reason] += 1
-                return func(*args, **kwargs)
-            if self.fb.backward:
-                return self.backward.call(name, func, args, kwargs)
-            out = func(*args, **kwargs)
-            try:
-                replacement = self._forward(name, func, args, kwargs, out)
-            except Exception as exc:  # never break training
-                s.summary.failed("free_benchmark check of %s" % info.base, exc)
-                return out
-            return out if replacement is None else replacement
+            return super().call(info, func, args, kwargs)
         finally:
             s.busy_depth -= 1
 
@@ -114,7 +98,8 @@ class FreeBenchmarkCall(CallChecks):
         return _cast_like(new, old)
 
     # -- forward stage ---------------------------------------------------------------------------------------
-    def _forward(self, name: str, func: Any, args: tuple, kwargs: Dict[str, Any], out: Any) -> Any:
+    def _forward(self, info: Any, name: str, func: Any, args: tuple, kwargs: Dict[str, Any], out: Any,
+                 context: Any) -> Any:
         fb = self.fb
         if is_view_of_input(out, args, kwargs):
             self.skipped[SKIP_VIEW] += 1

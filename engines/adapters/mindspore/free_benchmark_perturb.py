@@ -125,9 +125,7 @@ def perturb(mode: str, args: tuple, kwargs: Dict[str, Any], index: int) -> Pertu
     simple = neutral.rearranged(mode, args, kwargs, index, TENSOR_PERTURBATIONS, is_floating)
     if simple is not None:
         return Perturbed(simple[0], simple[1], True)
-    kwargs = dict(kwargs)
-    if "inplace" in kwargs:
-        kwargs["inplace"] = False
+    kwargs = neutral.no_inplace(kwargs)
     if mode == "improve_precision":
         changed = [False]
 

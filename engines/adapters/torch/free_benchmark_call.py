@@ -110,28 +110,8 @@ class FreeBenchmarkCall(CallChecks):
         self.preheat = Preheat(options.preheat_step, options.max_sample) if options.preheat else None
         self.call_numbers: Counter = Counter()
 
-    # -- the function mode's entry ---------------------------------------------------------------------------
-    def call(self, info: Any, func: Any, args: tuple, kwargs: Dict[str, Any]) -> Any:
-        s = self.session
-        index = s.api_counter.next(info.base)
-        name = "%s.%d.forward" % (info.base, index)
-        if not self.fb.selected(name):
-            return func(*args, **kwargs)
-        reason = self._ineligible(info, args, kwargs)
-        if reason is not None:
-            self.skipped[reason] += 1
-            return func(*args, **kwargs)
-        if self.fb.backward:
-            return self.backward.call(name, func, args, kwargs)
-        state = autocast_state(args, kwargs)
-        out = func(*args, **kwargs)
-        try:
-            with s.busy():
-                replacement = self._forward(info, name, func, args, kwargs, out, state)
-        except Exception as exc:  # never break training
-            s.summary.failed("free_benchmark check of %s" % info.base, exc)
-            return out
-        return out if replacement is None else replacement
+    def _context(self, args: tuple, kwargs: Dict[str, Any]) -> Optional[Tuple[str, torch.dtype]]:
+        return autocast_state(args, kwargs)
 
     def _is_inplace(self, info: Any, kwargs: Dict[str, Any]) -> bool:
         return is_inplace(info.api, kwargs)
