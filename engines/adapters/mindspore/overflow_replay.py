@@ -17,17 +17,8 @@ from mindspore import Tensor
 
 from engines.adapters.mindspore import api_table
 from engines.overflow import origin as og
-from engines.overflow.replay import (  # noqa: F401 (OutputFacts, ReplayResult: this module's interface)
-    UNKNOWN,
-    OutputFacts,
-    ReplayError,
-    ReplayResult,
-    build_call,
-    check_dtype,
-    output_facts,
-    run_twice,
-    split_api_name,
-)
+from engines.overflow import replay as rp
+from engines.overflow.replay import OutputFacts, ReplayError, ReplayResult  # noqa: F401 (this module's interface)
 from engines.store.dtypes import as_float32, is_bfloat16
 
 try:
@@ -48,7 +39,7 @@ _FINFO_MAX = {"Float16": 65504.0, "BFloat16": 3.3895313892515355e38, "Float32": 
 
 def resolve_callable(name: str) -> Callable:
     """The callable of a record name (``Mint.exp.0.forward`` or just ``Mint.exp``)."""
-    prefix, api = split_api_name(name)
+    prefix, api = rp.split_api_name(name)
     if prefix == api_table.PREFIX_PRIMITIVE:
         raise ReplayError("%s: primitives are not replayed (their attributes are not recorded)" % name)
     if prefix in ("Distributed", api_table.PREFIX_MINT_DISTRIBUTED):
@@ -87,7 +78,7 @@ def _dtype_of(text: str) -> Any:
 
 
 def _mindspore_value(kind: str, value: Any) -> Any:
-    return _dtype_of(value) if kind == "mindspore.dtype" else UNKNOWN
+    return _dtype_of(value) if kind == "mindspore.dtype" else rp.UNKNOWN
 
 
 def _raise(obj: Any, dtype: Any) -> Any:
@@ -117,18 +108,18 @@ def _tensor_facts(t: Tensor) -> Optional[Tuple[int, float, str]]:
 
 
 def _facts(out: Any) -> OutputFacts:
-    return output_facts(out, Tensor, _tensor_facts)
+    return rp.output_facts(out, Tensor, _tensor_facts)
 
 
 def replay(name: str, args_json: str, saved: Dict[str, Tuple[np.ndarray, str, List[int]]], dtype: str = "float64",
            device: str = "cpu") -> ReplayResult:
     """Run the call as saved and in ``dtype`` (MindSpore's current device; ``device`` is PyTorch's notion)."""
     func = resolve_callable(name)
-    check_dtype(dtype)
+    rp.check_dtype(dtype)
     tensors = {slot: tensor_from_saved(arr, dt, shape) for slot, (arr, dt, shape) in saved.items()}
-    args, kwargs = build_call(args_json, tensors, _mindspore_value, "output")
+    args, kwargs = rp.build_call(args_json, tensors, _mindspore_value, "output")
     high = _REPLAY_DTYPES[dtype]
-    return run_twice(name, func, args, kwargs, dtype, lambda v: v, lambda v: _raise(v, high), _facts, no_grad)
+    return rp.run_twice(name, func, args, kwargs, dtype, lambda v: v, lambda v: _raise(v, high), _facts, no_grad)
 
 
 def finfo_max(dtype_name: str) -> Optional[float]:

@@ -13,17 +13,8 @@ import numpy as np
 import torch
 
 from engines.overflow import origin as og
-from engines.overflow.replay import (  # noqa: F401 (OutputFacts, ReplayResult: this module's interface)
-    UNKNOWN,
-    OutputFacts,
-    ReplayError,
-    ReplayResult,
-    build_call,
-    check_dtype,
-    output_facts,
-    run_twice,
-    split_api_name,
-)
+from engines.overflow import replay as rp
+from engines.overflow.replay import OutputFacts, ReplayError, ReplayResult  # noqa: F401 (this module's interface)
 
 _STORED_DTYPES = {
     "torch.float16": torch.float16, "torch.bfloat16": torch.bfloat16, "torch.float32": torch.float32,
@@ -36,7 +27,7 @@ _REPLAY_DTYPES = {"float32": torch.float32, "float64": torch.float64}
 
 def resolve_callable(name: str) -> Callable:
     """The callable of a record name (``Torch.exp.0.forward`` or just ``Torch.exp``)."""
-    prefix, api = split_api_name(name)
+    prefix, api = rp.split_api_name(name)
     if prefix == "Distributed":
         raise ReplayError("%s: collectives are not replayed" % name)
     candidates: List[Any] = []
@@ -102,7 +93,7 @@ def _torch_value(kind: str, value: Any) -> Any:
         return torch.device(value)
     if kind == "torch.Size":
         return torch.Size(value)
-    return UNKNOWN
+    return rp.UNKNOWN
 
 
 def _raise(obj: Any, dtype: torch.dtype, device: torch.device) -> Any:
@@ -139,22 +130,22 @@ def _tensor_facts(t: torch.Tensor) -> Optional[Tuple[int, float, str]]:
 
 
 def _facts(out: Any) -> OutputFacts:
-    return output_facts(out, torch.Tensor, _tensor_facts)
+    return rp.output_facts(out, torch.Tensor, _tensor_facts)
 
 
 def replay(name: str, args_json: str, saved: Dict[str, Tuple[np.ndarray, str, List[int]]], dtype: str = "float64",
            device: str = "cpu") -> ReplayResult:
     """Run the call as saved and in ``dtype``; ``saved`` maps slots to (array, dtype name, shape)."""
     func = resolve_callable(name)
-    check_dtype(dtype)
+    rp.check_dtype(dtype)
     try:
         dev = torch.device(device)
     except (RuntimeError, TypeError) as exc:
         raise ReplayError("device %r: %s" % (device, exc)) from None
     tensors = {slot: tensor_from_saved(arr, dt, shape) for slot, (arr, dt, shape) in saved.items()}
-    args, kwargs = build_call(args_json, tensors, _torch_value, "out")
+    args, kwargs = rp.build_call(args_json, tensors, _torch_value, "out")
     high = _REPLAY_DTYPES[dtype]
-    return run_twice(name, func, args, kwargs, dtype, lambda v: _to(v, dev), lambda v: _raise(v, high, dev), _facts,
+    return rp.run_twice(name, func, args, kwargs, dtype, lambda v: _to(v, dev), lambda v: _raise(v, high, dev), _facts,
                      torch.no_grad)
 
 
