@@ -60,6 +60,22 @@ class ApiRecords:
         return isinstance(value, self.tensor_type)
 
     # -- forward ---------------------------------------------------------------------------------------------
+    def safe_before(self, info: Any, args: tuple, kwargs: Dict[str, Any]) -> Optional[Pre]:
+        """``before``; a failure is reported and the call runs unrecorded (None)."""
+        try:
+            return self.before(info, args, kwargs)
+        except Exception as exc:  # never break training
+            self.session.summary.failed("capture of %s" % info.base, exc)
+            return None
+
+    def safe_after(self, info: Any, pre: Pre, args: tuple, kwargs: Dict[str, Any], out: Any) -> None:
+        """``after``; a failure is reported and the call's rows are taken back."""
+        try:
+            self.after(info, pre, args, kwargs, out)
+        except Exception as exc:  # never break training
+            self.session.summary.failed("capture of %s" % info.base, exc)
+            self.session.rollback(pre[0], pre[1])
+
     def before(self, info: Any, args: tuple, kwargs: Dict[str, Any]) -> Optional[Pre]:
         """Name the call, record its inputs (the session is busy) and take its input edges; None: nothing to do."""
         s = self.session

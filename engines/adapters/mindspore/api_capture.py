@@ -192,16 +192,11 @@ class ApiCapture(ApiRecords):
 
     def call(self, info: ApiInfo, func: Callable, args: tuple, kwargs: Dict[str, Any]):
         s = self.session
-        pre = None
         if info.defaults is _UNREAD:
             info.defaults = signature_defaults(func)
         s.busy_depth += 1
         try:
-            try:
-                pre = self.before(info, args, kwargs)
-            except Exception as exc:
-                s.summary.failed("capture of %s" % info.base, exc)
-                pre = None
+            pre = self.safe_before(info, args, kwargs)
             try:
                 out = func(*args, **kwargs)
             except BaseException:
@@ -211,11 +206,7 @@ class ApiCapture(ApiRecords):
             if info.inplace and args and isinstance(args[0], Tensor):
                 s.entries.forget(args[0])
             if pre is not None:
-                try:
-                    self.after(info, pre, args, kwargs, out)
-                except Exception as exc:
-                    s.summary.failed("capture of %s" % info.base, exc)
-                    s.rollback(pre[0], pre[1])
+                self.safe_after(info, pre, args, kwargs, out)
         finally:
             s.busy_depth -= 1
         return out

@@ -79,16 +79,11 @@ class ApiCapture(ApiRecords):
 
     def call(self, info: ApiInfo, func: Any, args: tuple, kwargs: Dict[str, Any]):
         s = self.session
-        pre = None
+        s.busy_depth += 1
         try:
-            s.busy_depth += 1
-            try:
-                pre = self.before(info, args, kwargs)
-            finally:
-                s.busy_depth -= 1
-        except Exception as exc:
-            s.summary.failed("capture of %s" % info.base, exc)
-            pre = None
+            pre = self.safe_before(info, args, kwargs)
+        finally:
+            s.busy_depth -= 1
         s.api_depth += 1
         try:
             out = func(*args, **kwargs)
@@ -99,15 +94,11 @@ class ApiCapture(ApiRecords):
         finally:
             s.api_depth -= 1
         if pre is not None:
+            s.busy_depth += 1
             try:
-                s.busy_depth += 1
-                try:
-                    self.after(info, pre, args, kwargs, out)
-                finally:
-                    s.busy_depth -= 1
-            except Exception as exc:
-                s.summary.failed("capture of %s" % info.base, exc)
-                s.rollback(pre[0], pre[1])
+                self.safe_after(info, pre, args, kwargs, out)
+            finally:
+                s.busy_depth -= 1
         return out
 
     # -- what the neutral record assembly asks -----------------------------------------------------------------
