@@ -10,7 +10,7 @@ hooks and share ``CollectionResult``.
 
 import importlib
 import time
-from typing import Any, Callable, Dict, Optional
+from typing import Any, Callable, Dict, Optional, Tuple
 
 ADAPTER_PACKAGES = {"pytorch": "engines.adapters.torch", "mindspore": "engines.adapters.mindspore"}
 
@@ -101,6 +101,19 @@ def run_meta(job: Any, framework: str, options: Any) -> Dict[str, Any]:
                                                  "seed": options.seed}}
 
 
+def hook_adapter(job: Any, events: Any, task: str, module: str) -> Any:
+    """``(framework, adapter module)`` of a task that installs its own hooks (grad_probe, monitor); a
+    ``CollectionResult`` with exit code 2 and one error line when the framework has no adapter."""
+    from engines.runner import resolve_framework
+
+    framework = resolve_framework(job)
+    if framework not in ADAPTER_PACKAGES:
+        events.emit("message", level="error", text=f"{task}: unknown framework {framework!r}")
+        return CollectionResult(EXIT_BAD_INPUT,
+                                {"error": f"framework: {task} supports pytorch and mindspore, not {framework}"})
+    return framework, adapter_module(framework, module)
+
+
 class CollectionRun:
     """One run of a job's target under a zero-code capture of its framework; see the module docstring."""
 
@@ -130,6 +143,14 @@ class CollectionRun:
     def seed(self, seed: Optional[int]) -> None:
         if seed is not None:
             self.adapter("environment").seed_all(seed)
+
+    def session_module(self, options: Any, task: str, module: str) -> Tuple[Any, Dict[str, Any], int]:
+        """Seed, then ``(the adapter's session module, the store metadata of ``task``, this process's rank)``."""
+        self.seed(options.seed)
+        session_mod = self.adapter(module)
+        meta = run_meta(self.job, self.framework, options)
+        meta["run_meta"]["task"] = task
+        return session_mod, meta, session_mod.detect_rank()
 
     def emit_step(self, step: int, loss: Optional[float] = None) -> None:
         self.losses[step] = loss

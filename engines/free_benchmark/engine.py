@@ -12,7 +12,6 @@ from engines.collection import (
     EXIT_TARGET_FAILED,
     CollectionResult,
     CollectionRun,
-    run_meta,
 )
 from engines.free_benchmark.options import FreeBenchmarkOptions
 from engines.free_benchmark.results import CSV_NAME, CheckRow, ResultWriter
@@ -57,15 +56,10 @@ def run_collection(job: Any, run: Any, events: Any) -> CollectionResult:
     options = capture_options(job)
     fb = FreeBenchmarkOptions.from_job(job)
     collection = CollectionRun(job, events)
-    framework = collection.framework
     if not collection.available:
-        return collection.refuse("free_benchmark is not available for %s in this build" % framework)
-    collection.seed(options.seed)
-    session_mod = collection.adapter("free_benchmark_session")
+        return collection.refuse("free_benchmark is not available for %s in this build" % collection.framework)
+    session_mod, meta, rank = collection.session_module(options, "free_benchmark", "free_benchmark_session")
     summary = collection.summary
-    meta = run_meta(job, framework, options)
-    meta["run_meta"]["task"] = "free_benchmark"
-    rank = session_mod.detect_rank()
     tally = Tally(run.rank_dir(rank), rank, meta, options.store_mode)
     session = session_mod.FreeBenchmarkSession(options, fb, on_step=tally, summary=summary, rank=rank)
     capture = collection.adapter("zero_code").ZeroCodeCapture(options, None, summary=summary,

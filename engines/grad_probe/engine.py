@@ -10,7 +10,7 @@ import logging
 import os
 from typing import Any, Dict
 
-from engines.collection import CollectionResult, adapter_module
+from engines.collection import CollectionResult, hook_adapter
 
 log = logging.getLogger(__name__)
 
@@ -53,15 +53,14 @@ def store_options(job) -> Dict[str, Any]:
 
 def run_collection(job, run, events) -> CollectionResult:
     from engines.monitor.progress import StepReporter
-    from engines.runner import resolve_framework
     from engines.targets import run_target
 
     section = job.grad_probe
-    framework = resolve_framework(job)
-    if framework not in ("pytorch", "mindspore"):
-        events.emit("message", level="error", text=f"grad_probe: unknown framework {framework!r}")
-        return CollectionResult(2, {"error": f"framework: grad_probe supports pytorch and mindspore, not {framework}"})
-    start_grad_probe = adapter_module(framework, "grad_probe").start_grad_probe
+    got = hook_adapter(job, events, "grad_probe", "grad_probe")
+    if isinstance(got, CollectionResult):
+        return got
+    framework, adapter = got
+    start_grad_probe = adapter.start_grad_probe
 
     target = target_dict(job.target)
     rank, world_size = process_rank()

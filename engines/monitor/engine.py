@@ -10,7 +10,7 @@ import logging
 from pathlib import Path
 from typing import Any, Dict, Optional
 
-from engines.collection import CollectionResult, adapter_module
+from engines.collection import CollectionResult, hook_adapter
 from engines.grad_probe.engine import declared_steps, process_rank, store_options, target_dict
 
 log = logging.getLogger(__name__)
@@ -49,13 +49,10 @@ def run_collection(job, run, events) -> CollectionResult:
     from engines.targets import run_target
 
     section = job.monitor
-    from engines.runner import resolve_framework
-
-    framework = resolve_framework(job)
-    if framework not in ("pytorch", "mindspore"):
-        events.emit("message", level="error", text=f"monitor: unknown framework {framework!r}")
-        return CollectionResult(2, {"error": f"framework: monitor supports pytorch and mindspore, not {framework}"})
-    adapter = adapter_module(framework, "monitor")
+    got = hook_adapter(job, events, "monitor", "monitor")
+    if isinstance(got, CollectionResult):
+        return got
+    framework, adapter = got
     MonitorSession, alert_rules = adapter.MonitorSession, adapter.alert_rules
 
     target = target_dict(job.target)

@@ -17,7 +17,6 @@ from engines.collection import (
     EXIT_TARGET_FAILED,
     CollectionResult,
     CollectionRun,
-    run_meta,
 )
 from engines.overflow.report import StepFindings
 from engines.overflow.results import OverflowWriter
@@ -73,15 +72,10 @@ class OverflowTally:
 def run_collection(job: Any, run: Any, events: Any) -> CollectionResult:
     options = capture_options(job)
     collection = CollectionRun(job, events)
-    framework = collection.framework
     if not collection.available:
-        return collection.refuse("overflow_check is not available for %s in this build" % framework)
-    collection.seed(options.seed)
-    session_mod = collection.adapter("overflow_session")
+        return collection.refuse("overflow_check is not available for %s in this build" % collection.framework)
+    session_mod, meta, rank = collection.session_module(options, "overflow_check", "overflow_session")
     summary = collection.summary
-    meta = run_meta(job, framework, options)
-    meta["run_meta"]["task"] = "overflow_check"
-    rank = session_mod.detect_rank()
     tally = OverflowTally(run.rank_dir(rank), meta={**meta, "rank": rank}, store_mode=options.store_mode)
 
     def on_findings(findings: StepFindings) -> None:
