@@ -1,22 +1,27 @@
-"""Shared by the overflow_check and free_benchmark benchmarks: the demo's training step, optionally under
-autocast, and interleaved timing of an instrumented arm against the bare model (DECISIONS 21)."""
+"""Shared by the benchmarks: interleaved timing of an instrumented arm against the bare model (DECISIONS 21), the
+figures of an arm over rounds, peak host memory, and the PyTorch demo's training step (optionally under
+autocast). Framework-free at import: the MindSpore benchmark uses the timing without importing torch."""
 
+import shutil
 import statistics
 import time
-from typing import Callable, Dict, List, Optional
-
-import torch
-import torch.nn.functional as F
-
-from engines.adapters.torch.demo import AUTOCAST_DTYPES, build_model
-from engines.demo.data import batches
-from engines.demo.knobs import resolve_knobs
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 
 class Workload:
-    """The demo's model, AdamW and one batch; ``step()`` is zero_grad + forward + loss + backward + step."""
+    """The PyTorch demo's model, AdamW and one batch; ``step()`` is zero_grad + forward + loss + backward +
+    step (under autocast when ``dtype`` asks for it)."""
 
     def __init__(self, preset: str, dtype: str = "fp32", faults: Optional[dict] = None) -> None:
+        import torch
+        import torch.nn.functional as F
+
+        from engines.adapters.torch.demo import AUTOCAST_DTYPES, build_model
+        from engines.demo.data import batches
+        from engines.demo.knobs import resolve_knobs
+
+        self._torch, self._F = torch, F
         self.knobs = resolve_knobs({"preset": preset, "steps": 1, "dtype": dtype, "faults": faults or {}})
         torch.manual_seed(self.knobs.seed)
         self.model = build_model(self.knobs)
@@ -27,6 +32,7 @@ class Workload:
         self.autocast = AUTOCAST_DTYPES.get(dtype)
 
     def step(self) -> float:
+        torch, F = self._torch, self._F
         self.opt.zero_grad()
         with torch.autocast("cpu", dtype=self.autocast or torch.bfloat16, enabled=self.autocast is not None):
             logits = self.model(self.tokens)
@@ -55,7 +61,14 @@ def reset_peak_rss() -> None:
         pass
 
 
-def interleaved(work: Workload, instrumented: Callable[[], None], steps: int, warmup: int) -> Dict[str, float]:
+def timed(fn: Callable[[], Any]) -> Tuple[float, float]:
+    """(wall seconds, process CPU seconds) of one call."""
+    w0, c0 = time.perf_counter(), time.process_time()
+    fn()
+    return time.perf_counter() - w0, time.process_time() - c0
+
+
+def interleaved(work: Any, instrumented: Callable[[], Any], steps: int, warmup: int) -> Dict[str, float]:
     """Median wall and CPU-time ratios of ``instrumented`` against ``work.step``, alternating step by step."""
     base_w: List[float] = []
     base_c: List[float] = []
@@ -63,11 +76,48 @@ def interleaved(work: Workload, instrumented: Callable[[], None], steps: int, wa
     arm_c: List[float] = []
     for i in range(warmup + steps):
         for fn, w, c in ((work.step, base_w, base_c), (instrumented, arm_w, arm_c)):
-            w0, c0 = time.perf_counter(), time.process_time()
-            fn()
+            wall, cpu = timed(fn)
             if i >= warmup:
-                w.append(time.perf_counter() - w0)
-                c.append(time.process_time() - c0)
+                w.append(wall)
+                c.append(cpu)
     return {"ratio": statistics.median(arm_w) / statistics.median(base_w),
             "cpu_ratio": statistics.median(arm_c) / statistics.median(base_c),
             "base_s": statistics.median(base_w), "arm_s": statistics.median(arm_w)}
+
+
+# open_round(r) -> (one instrumented step, what ends the round, the round's CaptureSummary, its dump folder)
+OpenRound = Callable[[int], Tuple[Callable[[], Any], Callable[[], Any], Any, Path]]
+
+
+def arm_rounds(work: Any, open_round: OpenRound, rounds: int, steps: int, warmup: int) -> Dict[str, float]:
+    """An arm over ``rounds`` rounds of interleaved steps: the median ratio and its spread, the CPU-time ratio,
+    records, bytes and files per step, and the added time per captured record (seconds)."""
+    ratios: List[float] = []
+    cpu_ratios: List[float] = []
+    per_record: List[float] = []
+    records = nbytes = files = measured = 0
+    for r in range(rounds):
+        captured, end, summary, folder = open_round(r)
+        got = interleaved(work, captured, steps, warmup)
+        end()
+        n = warmup + steps
+        ratios.append(got["ratio"])
+        cpu_ratios.append(got["cpu_ratio"])
+        records += summary.records
+        nbytes += summary.bytes
+        measured += n
+        if folder.exists():
+            files += sum(1 for p in folder.rglob("*") if p.is_file())
+            shutil.rmtree(folder, ignore_errors=True)
+        if summary.records:
+            per_record.append((got["arm_s"] - got["base_s"]) / (summary.records / n))
+    return {
+        "ratio": statistics.median(ratios),
+        "ratio_min": min(ratios),
+        "ratio_max": max(ratios),
+        "cpu_ratio": statistics.median(cpu_ratios),
+        "records_per_step": records / measured,
+        "bytes_per_step": nbytes / measured,
+        "files_per_step": files / measured,
+        "s_per_record": statistics.median(per_record) if per_record else 0.0,
+    }

@@ -24,21 +24,17 @@ import shutil
 import statistics
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch  # noqa: E402
-import torch.nn.functional as F  # noqa: E402
 
-from engines.adapters.torch.demo import build_model  # noqa: E402
+from benchmarks._workload import Workload, arm_rounds, peak_rss_mb, reset_peak_rss, timed  # noqa: E402
 from engines.adapters.torch.session import TorchCaptureSession  # noqa: E402
 from engines.capture.options import CaptureOptions  # noqa: E402
 from engines.capture.sink import dump_sink_factory  # noqa: E402
-from engines.capture.summary import CaptureSummary  # noqa: E402
-from engines.demo.data import batches  # noqa: E402
-from engines.demo.knobs import resolve_knobs  # noqa: E402
+from engines.capture.summary import CaptureSummary, human_bytes  # noqa: E402
 
 ARMS = {
     "disabled": None,
@@ -57,113 +53,33 @@ MSPROBE = {
 }
 
 
-def _reset_peak_rss() -> None:
-    try:
-        with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")
-    except OSError:
-        pass
-
-
-def _peak_rss_mb() -> float:
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) / 1024.0
-    except OSError:
-        pass
-    import resource
-
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
-
-
-class Workload:
-    """The demo's model, optimizer and one batch; ``step()`` is one training step."""
-
-    def __init__(self, preset: str) -> None:
-        self.knobs = resolve_knobs({"preset": preset, "steps": 1})
-        torch.manual_seed(self.knobs.seed)
-        self.model = build_model(self.knobs)
-        self.model.train()
-        self.opt = torch.optim.AdamW(self.model.parameters(), lr=self.knobs.lr)
-        self.tokens, self.targets = [(torch.from_numpy(x), torch.from_numpy(y)) for x, y in batches(self.knobs)][0]
-
-    def step(self) -> float:
-        self.opt.zero_grad()
-        logits = self.model(self.tokens)
-        loss = F.cross_entropy(logits.view(-1, self.knobs.vocab), self.targets.view(-1))
-        loss.backward()
-        self.opt.step()
-        return float(loss.detach())
-
-
-def _timed(fn):
-    w0, c0 = time.perf_counter(), time.process_time()
-    fn()
-    return time.perf_counter() - w0, time.process_time() - c0
-
-
 def run_arm(work: Workload, arm: str, rounds: int, steps: int, warmup: int, root: Path):
     options = ARMS[arm]
-    ratios, cpu_ratios, per_record_us = [], [], []
-    records = nbytes = files = 0
-    measured = 0
-    _reset_peak_rss()
-    base_rss = _peak_rss_mb()
-    for r in range(rounds):
+
+    def open_round(r: int):
         folder = root / ("%s-%d" % (arm.replace(" ", "_"), r))
         summary = CaptureSummary()
         if options is None:
-            session = None  # imported, nothing started: no mode, no hook
-        else:
-            opts = CaptureOptions(**options)
-            session = TorchCaptureSession(opts, dump_sink_factory(lambda rank, f=folder: f / ("rank%d" % rank), opts,
-                                                                  {"framework": "pytorch"}, summary),
-                                          summary=summary, rank=0)
-        base_w, base_c, arm_w, arm_c = [], [], [], []
+            return work.step, lambda: None, summary, folder  # imported, nothing started: no mode, no hook
+        opts = CaptureOptions(**options)
+        session = TorchCaptureSession(opts, dump_sink_factory(lambda rank: folder / ("rank%d" % rank), opts,
+                                                               {"framework": "pytorch"}, summary),
+                                      summary=summary, rank=0)
 
-        def captured(session=session):
-            if session is not None:
-                session.start(work.model)
+        def captured():
+            session.start(work.model)
             work.step()
-            if session is not None:
-                session.step_end()
+            session.step_end()
 
-        for i in range(warmup + steps):
-            bw, bc = _timed(work.step)
-            aw, ac = _timed(captured)
-            if i >= warmup:
-                base_w.append(bw)
-                base_c.append(bc)
-                arm_w.append(aw)
-                arm_c.append(ac)
-        if session is not None:
-            session.close()
-        n = warmup + steps
-        ratios.append(statistics.median(arm_w) / statistics.median(base_w))
-        cpu_ratios.append(statistics.median(arm_c) / statistics.median(base_c))
-        rec = summary.records / n if n else 0
-        records += summary.records
-        nbytes += summary.bytes
-        measured += n
-        if folder.exists():
-            files += sum(1 for p in folder.rglob("*") if p.is_file())
-            shutil.rmtree(folder, ignore_errors=True)
-        if rec:
-            per_record_us.append((statistics.median(arm_w) - statistics.median(base_w)) / rec * 1e6)
-    return {
-        "ratio": statistics.median(ratios),
-        "ratio_min": min(ratios),
-        "ratio_max": max(ratios),
-        "cpu_ratio": statistics.median(cpu_ratios),
-        "records_per_step": records / measured,
-        "bytes_per_step": nbytes / measured,
-        "files_per_step": files / measured,
-        "us_per_record": statistics.median(per_record_us) if per_record_us else 0.0,
-        "peak_rss_mb": _peak_rss_mb(),
-        "rss_growth_mb": _peak_rss_mb() - base_rss,
-    }
+        return captured, session.close, summary, folder
+
+    reset_peak_rss()
+    base_rss = peak_rss_mb()
+    out = arm_rounds(work, open_round, rounds, steps, warmup)
+    out["us_per_record"] = out.pop("s_per_record") * 1e6
+    out["peak_rss_mb"] = peak_rss_mb()
+    out["rss_growth_mb"] = out["peak_rss_mb"] - base_rss
+    return out
 
 
 def run_preset(preset: str, arms, rounds: int, steps: int, warmup: int):
@@ -173,7 +89,7 @@ def run_preset(preset: str, arms, rounds: int, steps: int, warmup: int):
     root = Path(tempfile.mkdtemp(prefix="probe-tui-overhead-"))
     out = {}
     try:
-        base = statistics.median(_timed(work.step)[0] for _ in range(max(steps, 3)))
+        base = statistics.median(timed(work.step)[0] for _ in range(max(steps, 3)))
         out["baseline_step_ms"] = base * 1e3
         for arm in arms:
             out[arm] = run_arm(work, arm, rounds, steps, warmup, root)
@@ -188,17 +104,9 @@ def _print_row(preset: str, arm: str, r) -> None:
     target = 1 + (ms - 1) / 3 if ms else None
     print("%-8s %-19s %6.2fx (%5.2f-%5.2f)  cpu %5.2fx  %6.0f rec  %9s  %4.1f files  %7.1f us/rec  peak %6.0f MB%s"
           % (preset, arm, r["ratio"], r["ratio_min"], r["ratio_max"], r["cpu_ratio"], r["records_per_step"],
-             _human(r["bytes_per_step"]), r["files_per_step"], r["us_per_record"], r["peak_rss_mb"],
+             human_bytes(r["bytes_per_step"]), r["files_per_step"], r["us_per_record"], r["peak_rss_mb"],
              ("   target <= %.2fx (msprobe %.2fx)" % (target, ms)) if target and arm != "disabled" else
              "   target <= 1.02x" if arm == "disabled" else ""), flush=True)
-
-
-def _human(n: float) -> str:
-    for unit in ("B", "KB", "MB", "GB"):
-        if n < 1024 or unit == "GB":
-            return "%.0f %s" % (n, unit) if unit == "B" else "%.1f %s" % (n, unit)
-        n /= 1024.0
-    return "%.0f B" % n
 
 
 def main(argv=None) -> int:

@@ -21,7 +21,6 @@ import shutil
 import statistics
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
@@ -30,6 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import mindspore as ms  # noqa: E402
 from mindspore import Tensor  # noqa: E402
 
+from benchmarks._workload import arm_rounds, timed  # noqa: E402
 from engines.adapters.mindspore.demo import build_model, ensure_pynative, loss_function, make_optimizer  # noqa: E402
 from engines.adapters.mindspore.session import MindSporeCaptureSession  # noqa: E402
 from engines.capture.options import CaptureOptions  # noqa: E402
@@ -77,66 +77,31 @@ class Workload:
         return float(loss.asnumpy())
 
 
-def _timed(fn):
-    w0, c0 = time.perf_counter(), time.process_time()
-    fn()
-    return time.perf_counter() - w0, time.process_time() - c0
-
-
 def run_arm(work: Workload, arm: str, rounds: int, steps: int, warmup: int, root: Path):
     options = ARMS[arm]
-    ratios, cpu_ratios, per_record_ms = [], [], []
-    records = nbytes = measured = 0
-    for r in range(rounds):
+
+    def open_round(r: int):
         folder = root / ("%s-%d" % (arm.replace(" ", "_"), r))
         summary = CaptureSummary()
-        session = None
-        if options is not None:
-            opts = CaptureOptions(**options)
-            sinks = dump_sink_factory(lambda rank, f=folder: f / ("rank%d" % rank), opts,
-                                      {"framework": "mindspore"}, summary)
-            session = MindSporeCaptureSession(opts, sinks, summary=summary, rank=0)
+        if options is None:
+            return work.step, lambda: None, summary, folder
+        opts = CaptureOptions(**options)
+        sinks = dump_sink_factory(lambda rank: folder / ("rank%d" % rank), opts, {"framework": "mindspore"}, summary)
+        session = MindSporeCaptureSession(opts, sinks, summary=summary, rank=0)
 
-        def captured(session=session):
-            if session is not None:
-                session.start(work.model)
+        def captured():
+            session.start(work.model)
             loss, grads = work.grad_fn(work.tokens, work.targets)
             work.opt(grads)
-            if session is not None:
-                session.stop()
-                session.step_end()
+            session.stop()
+            session.step_end()
             return float(loss.asnumpy())
 
-        base_w, base_c, arm_w, arm_c = [], [], [], []
-        for i in range(warmup + steps):
-            bw, bc = _timed(work.step)
-            aw, ac = _timed(captured)
-            if i >= warmup:
-                base_w.append(bw)
-                base_c.append(bc)
-                arm_w.append(aw)
-                arm_c.append(ac)
-        if session is not None:
-            session.close()
-        n = warmup + steps
-        ratios.append(statistics.median(arm_w) / statistics.median(base_w))
-        cpu_ratios.append(statistics.median(arm_c) / statistics.median(base_c))
-        rec = summary.records / n
-        records += summary.records
-        nbytes += summary.bytes
-        measured += n
-        shutil.rmtree(folder, ignore_errors=True)
-        if rec:
-            per_record_ms.append((statistics.median(arm_w) - statistics.median(base_w)) / rec * 1e3)
-    return {
-        "ratio": statistics.median(ratios),
-        "ratio_min": min(ratios),
-        "ratio_max": max(ratios),
-        "cpu_ratio": statistics.median(cpu_ratios),
-        "records_per_step": records / measured,
-        "bytes_per_step": nbytes / measured,
-        "ms_per_record": statistics.median(per_record_ms) if per_record_ms else 0.0,
-    }
+        return captured, session.close, summary, folder
+
+    out = arm_rounds(work, open_round, rounds, steps, warmup)
+    out["ms_per_record"] = out.pop("s_per_record") * 1e3
+    return out
 
 
 def run_preset(preset: str, arms, rounds: int, steps: int, warmup: int):
@@ -146,7 +111,7 @@ def run_preset(preset: str, arms, rounds: int, steps: int, warmup: int):
     root = Path(tempfile.mkdtemp(prefix="probe-tui-ms-overhead-"))
     out = {}
     try:
-        out["baseline_step_ms"] = statistics.median(_timed(work.step)[0] for _ in range(3)) * 1e3
+        out["baseline_step_ms"] = statistics.median(timed(work.step)[0] for _ in range(3)) * 1e3
         print("%-8s baseline %.0f ms a step" % (preset, out["baseline_step_ms"]), flush=True)
         for arm in arms:
             out[arm] = run_arm(work, arm, rounds, steps, warmup, root)
