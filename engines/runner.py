@@ -46,12 +46,17 @@ def _status_for(exit_code: int) -> str:
 
 
 class _TerminateAsInterrupt:
-    """Turn SIGTERM into KeyboardInterrupt for the duration of a headless run, so a stop is clean."""
+    """Turn SIGTERM into KeyboardInterrupt for the duration of a headless run, so a stop is clean. SIGINT too
+    when it arrives ignored: a shell starts background jobs (``cmd &`` in a script, nohup) with SIGINT ignored,
+    and Python then never installs its handler, so the app's stop key (SIGINT first) would wait for SIGTERM."""
 
     def __enter__(self):
         self._previous = None
+        self._previous_int = None
         try:
             self._previous = signal.signal(signal.SIGTERM, self._raise)
+            if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+                self._previous_int = signal.signal(signal.SIGINT, signal.default_int_handler)
         except ValueError:  # not the main thread
             self._previous = None
         return self
@@ -63,6 +68,8 @@ class _TerminateAsInterrupt:
     def __exit__(self, *exc):
         if self._previous is not None:
             signal.signal(signal.SIGTERM, self._previous)
+        if self._previous_int is not None:
+            signal.signal(signal.SIGINT, self._previous_int)
         return False
 
 

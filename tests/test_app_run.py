@@ -36,6 +36,8 @@ FAKE_RUN = textwrap.dedent('''
         print(json.dumps(dict(event=kind, **fields)), flush=True)
     if mode == "ignore-sigint":
         signal.signal(signal.SIGINT, signal.SIG_IGN)
+    else:  # as the real runner does: SIGINT stops the run even when the shell started it with SIGINT ignored
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     emit("run_started", run_dir=run_dir, task="statistics", total_steps=steps)
     print("log: starting", file=sys.stderr, flush=True)
     done = 0

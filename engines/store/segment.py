@@ -38,6 +38,7 @@ class SegmentFile:
         self.pool_chunk_bytes = pool_chunk_bytes
         self.compression = compression
         self.string_bytes = 0  # bytes of /strings/data in this file: string offsets are local to it
+        self._growing: Dict[str, h5io.Growing] = {}  # dataset path -> its appender, looked up once
         self.file = h5io.open_h5(path, "w-", locking=locking, libver=h5io.LIBVER)
         meta = self.file.create_group("meta")
         for key, value in meta_attrs.items():
@@ -72,10 +73,17 @@ class SegmentFile:
     def _chunk(self, configured: int, first: int, final: bool) -> int:
         return min(configured, max(1, first)) if final and not self.swmr else configured
 
-    def _column(self, table: str, column: str, first_rows: int, final: bool = False) -> h5py.Dataset:
+    def _grow(self, dset: h5py.Dataset) -> h5io.Growing:
+        grow = self._growing[dset.name] = h5io.Growing(dset)
+        return grow
+
+    def _column(self, table: str, column: str, first_rows: int, final: bool = False) -> h5io.Growing:
+        known = self._growing.get("/%s/%s" % (table_key(table), column))
+        if known is not None:
+            return known
         group = self._group(table_key(table))
         if column in group:
-            return group[column]
+            return self._grow(group[column])
         col = self.tables[table].column(column)
         rows = self._chunk(self.chunk_rows, first_rows, final)
         if col.width is not None:
@@ -83,9 +91,12 @@ class SegmentFile:
         dset = h5io.create_extendible(group, column, col.storage_dtype, width=col.width, chunk_rows=rows,
                                       compression=self.compression)
         dset.attrs["type"] = col.dtype
-        return dset
+        return self._grow(dset)
 
     def _strings(self, first_rows: int, first_bytes: int = 0, final: bool = False):
+        known = self._growing.get("/%s/length" % STRINGS_KEY)
+        if known is not None:
+            return self._growing["/%s/data" % STRINGS_KEY], self._growing["/%s/offset" % STRINGS_KEY], known
         group = self._group(STRINGS_KEY)
         if "offset" not in group:
             h5io.create_extendible(group, "data", "uint8", width=None,
@@ -95,42 +106,49 @@ class SegmentFile:
                 h5io.create_extendible(group, name, "int64", width=None,
                                        chunk_rows=self._chunk(self.chunk_rows, first_rows, final),
                                        compression=self.compression)
-        return group["data"], group["offset"], group["length"]
+        return self._grow(group["data"]), self._grow(group["offset"]), self._grow(group["length"])
 
-    def _pool(self, dtype: str, first_elems: int, final: bool = False) -> h5py.Dataset:
+    def _pool(self, dtype: str, first_elems: int, final: bool = False) -> h5io.Growing:
+        known = self._growing.get("/pools/" + dtype)
+        if known is not None:
+            return known
         group = self._group("pools")
         if dtype in group:
-            return group[dtype]
+            return self._grow(group[dtype])
         elems = max(1, self.pool_chunk_bytes // np.dtype(dtype).itemsize)
-        return h5io.create_extendible(group, dtype, dtype, width=None,
-                                      chunk_rows=self._chunk(elems, first_elems, final),
-                                      compression=self.compression)
+        return self._grow(h5io.create_extendible(group, dtype, dtype, width=None,
+                                                 chunk_rows=self._chunk(elems, first_elems, final),
+                                                 compression=self.compression))
+
+    def _commit_column(self, name: str) -> h5io.Growing:
+        known = self._growing.get("/commits/" + name)
+        return known if known is not None else self._grow(self.file["commits"][name])
 
     # -- writes --------------------------------------------------------------------------------------------
     def write_table(self, table: str, columns: Dict[str, np.ndarray], final: bool = False) -> None:
         for name, values in columns.items():
-            h5io.append_rows(self._column(table, name, len(values), final), values)
+            self._column(table, name, len(values), final).append(values)
 
     def write_strings(self, blob: bytes, lengths: np.ndarray, final: bool = False) -> None:
         if len(lengths) == 0:
             return
         data, offset, length = self._strings(len(lengths), len(blob), final)
         offsets = self.string_bytes + np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
-        h5io.append_rows(data, np.frombuffer(blob, dtype=np.uint8))
-        h5io.append_rows(offset, offsets)
-        h5io.append_rows(length, lengths)
+        data.append(np.frombuffer(blob, dtype=np.uint8))
+        offset.append(offsets)
+        length.append(lengths)
         self.string_bytes += len(blob)
 
     def write_pool(self, dtype: str, flat: np.ndarray, final: bool = False) -> None:
-        h5io.append_rows(self._pool(dtype, flat.size, final), flat)
+        self._pool(dtype, flat.size, final).append(flat)
 
     def write_commit(self, step: int, info: int, counts: np.ndarray) -> None:
-        c = self.file["commits"]
-        h5io.append_rows(c["step"], np.array([step], dtype=np.int64))
-        h5io.append_rows(c["time"], np.array([time.time()], dtype=np.float64))
-        h5io.append_rows(c["info"], np.array([info], dtype=np.int64))
-        h5io.append_rows(c["counts"], counts.reshape(1, -1).astype(np.int64))
-        h5io.append_rows(c["check"], np.array([commit_check(step, info, counts)], dtype=np.int64))
+        c = self._commit_column
+        c("step").append(np.array([step], dtype=np.int64))
+        c("time").append(np.array([time.time()], dtype=np.float64))
+        c("info").append(np.array([info], dtype=np.int64))
+        c("counts").append(counts.reshape(1, -1).astype(np.int64))
+        c("check").append(np.array([commit_check(step, info, counts)], dtype=np.int64))
 
     def start_swmr(self) -> None:
         self.file.swmr_mode = True
