@@ -25,6 +25,8 @@ from probe_tui.app.tables import fill_table
 
 RUN_COLUMNS = ("Run folder", "Task", "Status", "Steps", "Ranks", "Size", "Framework", "Started")
 CONFIG_COLUMNS = ("File", "Task", "Modified", "Valid")
+#: Widest run folder shown whole; longer ones keep their tail (the run-id), so Task and Status fit at 80 columns.
+FOLDER_WIDTH = 38
 STATUS_STYLES = {"finished": "green", "running": "cyan", "stopped": "yellow", "failed": "red", "crashed": "red",
                  "msprobe dump": "magenta"}
 
@@ -120,7 +122,7 @@ class HomeScreen(AppScreen):
         rows = []
         for row in self.runs:
             status = Text(row["status"], style=STATUS_STYLES.get(row["status"], ""))
-            rows.append(([row["folder"], row["task"], status, row["steps"], row["ranks"], row["size"],
+            rows.append(([_tail(row["folder"], FOLDER_WIDTH), row["task"], status, row["steps"], row["ranks"], row["size"],
                           row["framework"], row["started"]], row["folder"]))
         fill_table(table, RUN_COLUMNS, rows)
         self.query_one("#runs-title", Label).update(f"Runs and dumps ({len(self.runs)})")
@@ -244,3 +246,8 @@ class HomeScreen(AppScreen):
             self.notify(f"{self._relative(config.path)} does not validate: {config.problem}", severity="error")
             return
         self.app.start_run(selection[1])
+
+
+def _tail(text: str, width: int) -> str:
+    """``text`` whole when it fits, else an ellipsis and its last ``width - 1`` characters."""
+    return text if len(text) <= width else "…" + text[-(width - 1):]
