@@ -122,6 +122,9 @@ def test_gradient_explosion_raises_an_alert_at_that_step_naming_the_module(tmp_p
     lines = [json.loads(line) for line in (tmp_path / "rank0" / "anomalies.jsonl").read_text().splitlines()]
     assert lines[0]["step"] == 3 and lines[0]["name"] == "fc1.weight" and "fc1.weight" in lines[0]["message"]
     assert {"rank", "micro_step", "pp_stage", "vpp_stage", "call_id", "tag_name", "group_mates"} <= set(lines[0])
+    # a follower reads only the alerts after those it has seen
+    assert metrics.alerts(since=1) == alerts[1:]
+    assert metrics.alerts(since=len(alerts)) == [] and metrics.alerts(since=len(alerts) + 5) == []
 
 
 def test_optimizer_state_update_and_direction_metrics(tmp_path):

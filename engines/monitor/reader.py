@@ -201,12 +201,14 @@ class MetricsReader:
             out[info.key] = Series(info, data["step"][mask][order], data["value"][mask][order])
         return out
 
-    def alerts(self, steps: Optional[Tuple[int, int]] = None) -> List[dict]:
-        """Alerts (step, series, tag, name, module, metric, value, baseline, rule, kind, message), in order."""
+    def alerts(self, steps: Optional[Tuple[int, int]] = None, since: int = 0) -> List[dict]:
+        """Alerts (step, series, tag, name, module, metric, value, baseline, rule, kind, message), in order;
+        ``since``: skip the first ``since`` alerts (a follower reads only what is new)."""
         with self._lock:
-            if self._store.num_rows(ALERTS) == 0:
+            total = self._store.num_rows(ALERTS)
+            if total <= since:
                 return []
-            rows = _rows(self._store.read(ALERTS))
+            rows = _rows(self._store.read(ALERTS, rows=slice(since, total)))
         if steps is None:
             return rows
         lo, hi = steps

@@ -172,9 +172,8 @@ class MonitorFeed(threading.Thread):
                                                np.concatenate([old.values, s.values]))
         self._update_clock()
         # by count, not by step: a value reported late (the loss) can add an alert to a step already seen
-        every = reader.alerts()
-        alerts = every[self._alerts_seen:]
-        self._alerts_seen = len(every)
+        alerts = reader.alerts(since=self._alerts_seen)
+        self._alerts_seen += len(alerts)
         status = reader.status
         return MonitorSnapshot(
             status=status, collected_steps=self._clock_steps, last_step=self._last_step,
