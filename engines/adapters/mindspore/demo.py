@@ -11,8 +11,7 @@ as PyTorch's CPU autocast does; bf16 needs an accelerator (MindSpore 2.10 has no
 """
 
 import time
-from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Optional
 
 import mindspore as ms
 from mindspore import Tensor, ops
@@ -20,44 +19,12 @@ from mindspore import Tensor, ops
 from engines.adapters.mindspore.demo_model import DemoGPT
 from engines.adapters.mindspore.demo_model import build_model as _build_model
 from engines.demo.data import batches
-from engines.demo.faults import describe
 from engines.demo.knobs import DemoKnobError, DemoKnobs, resolve_knobs
+from engines.demo.result import DemoResult
 from engines.demo.weights import parameter_count
 
 StepCallback = Callable[[int, float], None]
 BuildCallback = Callable[[Any, Any], None]
-
-
-@dataclass
-class DemoResult:
-    knobs: DemoKnobs
-    losses: List[float] = field(default_factory=list)
-    step_times_s: List[float] = field(default_factory=list)
-    n_params: int = 0
-
-    @property
-    def steps(self) -> int:
-        return len(self.losses)
-
-    @property
-    def final_loss(self) -> Optional[float]:
-        return self.losses[-1] if self.losses else None
-
-    def summary(self) -> Dict[str, Any]:
-        """JSON-ready facts for run.json and the CLI (NaN/inf losses become strings)."""
-        def plain(x: float):
-            return x if x == x and abs(x) != float("inf") else str(x)
-
-        return {
-            "steps": self.steps,
-            "losses": [plain(x) for x in self.losses],
-            "final_loss": None if self.final_loss is None else plain(self.final_loss),
-            "n_params": self.n_params,
-            "preset": self.knobs.preset,
-            "dtype": self.knobs.dtype,
-            "faults": describe(self.knobs.faults),
-            "framework": "mindspore",
-        }
 
 
 def ensure_pynative() -> None:
@@ -127,7 +94,7 @@ def train(
     data = [(Tensor(x), Tensor(y)) for x, y in batches(knobs)]
     forward = loss_function(model, knobs.vocab, knobs.dtype != "fp32")
     grad_fn = ms.value_and_grad(forward, None, optimizer.parameters)
-    result = DemoResult(knobs=knobs, n_params=parameter_count(knobs))
+    result = DemoResult(knobs=knobs, n_params=parameter_count(knobs), framework="mindspore")
 
     for step, (tokens, targets) in enumerate(data):
         started = time.perf_counter()

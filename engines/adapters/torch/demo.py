@@ -10,8 +10,7 @@ there is no GradScaler, as a CPU user would not have one.
 """
 
 import time
-from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Optional
 
 import torch
 import torch.nn.functional as F
@@ -19,45 +18,14 @@ import torch.nn.functional as F
 from engines.adapters.torch.demo_model import DemoGPT
 from engines.adapters.torch.demo_model import build_model as _build_model
 from engines.demo.data import batches
-from engines.demo.faults import describe
-from engines.demo.knobs import DemoKnobs, resolve_knobs
+from engines.demo.knobs import resolve_knobs
+from engines.demo.result import DemoResult
 from engines.demo.weights import parameter_count
 
 AUTOCAST_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
 StepCallback = Callable[[int, float], None]
 BuildCallback = Callable[[torch.nn.Module, torch.optim.Optimizer], None]
-
-
-@dataclass
-class DemoResult:
-    knobs: DemoKnobs
-    losses: List[float] = field(default_factory=list)
-    step_times_s: List[float] = field(default_factory=list)
-    n_params: int = 0
-
-    @property
-    def steps(self) -> int:
-        return len(self.losses)
-
-    @property
-    def final_loss(self) -> Optional[float]:
-        return self.losses[-1] if self.losses else None
-
-    def summary(self) -> Dict[str, Any]:
-        """JSON-ready facts for run.json and the CLI (NaN/inf losses become strings)."""
-        def plain(x: float):
-            return x if x == x and abs(x) != float("inf") else str(x)
-
-        return {
-            "steps": self.steps,
-            "losses": [plain(x) for x in self.losses],
-            "final_loss": None if self.final_loss is None else plain(self.final_loss),
-            "n_params": self.n_params,
-            "preset": self.knobs.preset,
-            "dtype": self.knobs.dtype,
-            "faults": describe(self.knobs.faults),
-        }
 
 
 def build_model(knobs: Any) -> DemoGPT:
