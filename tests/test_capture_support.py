@@ -5,9 +5,8 @@ Everything here drives the real pieces: the torch adapter, the HDF5 store and th
 
 import math
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Dict, Optional
 
-import numpy as np
 import torch
 
 from engines.adapters.torch.session import TorchCaptureSession
@@ -15,14 +14,7 @@ from engines.adapters.torch.zero_code import ZeroCodeCapture
 from engines.capture.options import CaptureOptions
 from engines.capture.sink import dump_sink_factory
 from engines.capture.summary import CaptureSummary
-from engines.store import DumpReader
-
-TINY = {"preset": "tiny", "steps": 2}
-STAT_COLUMNS = ("max", "min", "mean", "norm")
-
-
-def rank_dirs(root: Path) -> Callable[[int], Path]:
-    return lambda rank: Path(root) / ("rank%d" % rank)
+from tests.dump_support import STAT_COLUMNS, TINY, Dump, rank_dirs, row_stats  # noqa: F401 (re-exported)
 
 
 def make_session(root: Path, rank: int = 0, force_dispatch: bool = False, **options: Any) -> TorchCaptureSession:
@@ -43,47 +35,6 @@ def run_demo(root: Path, knobs: Optional[Dict[str, Any]] = None, **options: Any)
         result = demo.train(dict(knobs or TINY))
     written = sorted(Path(root).glob("rank*"))
     return (Dump(written[0]) if written else None), summary, result
-
-
-class Dump:
-    """Read-side conveniences over a rank folder: names per step, one record's rows by slot."""
-
-    def __init__(self, rank_dir: Path) -> None:
-        self.path = Path(rank_dir)
-        self.reader = DumpReader(rank_dir)
-        self._records = self.reader.records()
-        self._tensors = self.reader.tensors()
-
-    def steps(self) -> List[int]:
-        return self.reader.steps()
-
-    def names(self, step: Optional[int] = None) -> List[str]:
-        r = self._records
-        if step is None:
-            return list(r["name"])
-        return [n for n, s in zip(r["name"], r["step"]) if int(s) == step]
-
-    def record_index(self, name: str, step: int = 0) -> int:
-        r = self._records
-        for i, (n, s) in enumerate(zip(r["name"], r["step"])):
-            if n == name and int(s) == step:
-                return i
-        raise KeyError("%s (step %d) not in the dump" % (name, step))
-
-    def record(self, name: str, step: int = 0) -> Dict[str, Any]:
-        i = self.record_index(name, step)
-        return {k: v[i] for k, v in self._records.items()}
-
-    def rows(self, name: str, step: int = 0) -> Dict[str, Dict[str, Any]]:
-        row = int(self._records["row"][self.record_index(name, step)])
-        t = self._tensors
-        out = {}
-        for i in np.nonzero(t["record"] == row)[0]:
-            out[str(t["slot"][i])] = {k: v[i] for k, v in t.items()}
-        return out
-
-    def close(self) -> None:
-        self.reader.close()
 
 
 def expected_stats(t: torch.Tensor, precision: str = "low"):
@@ -111,10 +62,6 @@ def expected_stats(t: torch.Tensor, precision: str = "low"):
         return (float(t.max()), float(t.min()), s / t.numel(), n)
     s = int(t.sum(dtype=torch.int64))
     return (float(t.max()), float(t.min()), s / t.numel(), float(torch.linalg.vector_norm(t.double())))
-
-
-def row_stats(row: Dict[str, Any]):
-    return tuple(float(row[c]) for c in STAT_COLUMNS)
 
 
 def assert_stats_equal(row: Dict[str, Any], t: torch.Tensor, precision: str = "low") -> None:

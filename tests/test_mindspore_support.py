@@ -6,7 +6,7 @@ Importing it needs MindSpore; test modules import it after ``pytest.importorskip
 
 import math
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Dict, Optional
 
 import numpy as np
 import pytest
@@ -20,15 +20,9 @@ from engines.adapters.mindspore.zero_code import ZeroCodeCapture  # noqa: E402
 from engines.capture.options import CaptureOptions  # noqa: E402
 from engines.capture.sink import dump_sink_factory  # noqa: E402
 from engines.capture.summary import CaptureSummary  # noqa: E402
-from engines.store import DumpReader  # noqa: E402
+from tests.dump_support import STAT_COLUMNS, TINY, Dump, rank_dirs, row_stats  # noqa: E402,F401 (re-exported)
 
-TINY = {"preset": "tiny", "steps": 2}
 ONE_STEP = {"preset": "tiny", "steps": 1}
-STAT_COLUMNS = ("max", "min", "mean", "norm")
-
-
-def rank_dirs(root: Path) -> Callable[[int], Path]:
-    return lambda rank: Path(root) / ("rank%d" % rank)
 
 
 def make_session(root: Path, rank: int = 0, force_batched: bool = False, **options: Any) -> MindSporeCaptureSession:
@@ -49,40 +43,6 @@ def run_demo(root: Path, knobs: Optional[Dict[str, Any]] = None, **options: Any)
         result = demo.train(dict(knobs or TINY))
     written = sorted(Path(root).glob("rank*"))
     return (Dump(written[0]) if written else None), summary, result
-
-
-class Dump:
-    """Read-side conveniences over a rank folder: names per step, one record's rows by slot."""
-
-    def __init__(self, rank_dir: Path) -> None:
-        self.path = Path(rank_dir)
-        self.reader = DumpReader(rank_dir)
-        self._records = self.reader.records()
-        self._tensors = self.reader.tensors()
-
-    def names(self, step: Optional[int] = None) -> List[str]:
-        r = self._records
-        if step is None:
-            return list(r["name"])
-        return [n for n, s in zip(r["name"], r["step"]) if int(s) == step]
-
-    def record_index(self, name: str, step: int = 0) -> int:
-        for i, (n, s) in enumerate(zip(self._records["name"], self._records["step"])):
-            if n == name and int(s) == step:
-                return i
-        raise KeyError("%s (step %d) not in the dump" % (name, step))
-
-    def record(self, name: str, step: int = 0) -> Dict[str, Any]:
-        i = self.record_index(name, step)
-        return {k: v[i] for k, v in self._records.items()}
-
-    def rows(self, name: str, step: int = 0) -> Dict[str, Dict[str, Any]]:
-        row = int(self._records["row"][self.record_index(name, step)])
-        t = self._tensors
-        return {str(t["slot"][i]): {k: v[i] for k, v in t.items()} for i in np.nonzero(t["record"] == row)[0]}
-
-    def close(self) -> None:
-        self.reader.close()
 
 
 def as_array(t: Any) -> np.ndarray:
@@ -109,7 +69,7 @@ def expected_stats(t: Any):
 
 def assert_stats_equal(row: Dict[str, Any], t: Any, rtol: float = 2e-5) -> None:
     """Same dtype and shape; max and min exact; mean and norm to float32 accumulation error."""
-    got = tuple(float(row[c]) for c in STAT_COLUMNS)
+    got = row_stats(row)
     want = expected_stats(t)
     assert str(row["dtype"]) == str(t.dtype)
     assert str(row["shape"]) == str(list(t.shape))
