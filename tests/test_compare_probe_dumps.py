@@ -154,8 +154,8 @@ def test_our_dumps_tensor_mode_end_to_end(tmp_path):
 def test_msprobe_layout_against_ours(tmp_path):
     ours = write_ours(tmp_path / "ours" / "rank0", model())
     theirs = write_msprobe(tmp_path / "msprobe", model())
-    for t, g in ((theirs, ours), (ours, theirs)):
-        out = run_compare(job(t, g, tmp_path / "out{}".format(id(t) % 97), formats=["csv"]), None)
+    for k, (t, g) in enumerate(((theirs, ours), (ours, theirs))):
+        out = run_compare(job(t, g, tmp_path / "out{}".format(k), formats=["csv"]), None)
         assert out.summary["mode"] == "tensor"
         assert out.summary["verdicts"]["pass"] == out.summary["rows"], out.summary["verdicts"]
         assert out.summary["golden_only_rows"] == 0

@@ -236,6 +236,8 @@ class Histogram:
     nan: int
     posinf: int
     neginf: int
+    zeros: int = 0
+    log: bool = False
 
 
 def histogram(path, row_name: str, *, bins: int = 32, log: bool = False, **where) -> Histogram:
@@ -249,32 +251,48 @@ def histogram(path, row_name: str, *, bins: int = 32, log: bool = False, **where
         if rows.data[i] < 0:
             raise ParseError("{}: row {!r} has statistics only, no tensor data".format(path, row_name))
         reader = _reader(source, rows, i)
-        loc = int(rows.data[i])
-        _, numel, _ = reader.info(loc)
-
-        def chunks():
-            for lo in range(0, numel, CHUNK):
-                x = reader.read(loc, lo, min(numel, lo + CHUNK)).astype(np.float64)
-                yield np.log10(np.abs(x[x != 0])) if log else x
-
-        lo_v, hi_v, nan, pinf, ninf = math.inf, -math.inf, 0, 0, 0
-        for x in chunks():
-            nan += int(np.isnan(x).sum())
-            pinf += int(np.isposinf(x).sum())
-            ninf += int(np.isneginf(x).sum())
-            fin = x[np.isfinite(x)]
-            if fin.size:
-                lo_v, hi_v = min(lo_v, float(fin.min())), max(hi_v, float(fin.max()))
-        if not math.isfinite(lo_v):
-            lo_v, hi_v = 0.0, 1.0
-        edges = np.linspace(lo_v, hi_v if hi_v > lo_v else lo_v + 1.0, bins + 1)
-        counts = np.zeros(bins, dtype=np.int64)
-        for x in chunks():
-            counts += np.histogram(x[np.isfinite(x)], bins=edges)[0]
-        reader.close()
-        return Histogram(counts, edges, nan, pinf, ninf)
+        try:
+            return tensor_histogram(reader, int(rows.data[i]), bins=bins, log=log)
+        finally:
+            reader.close()
     finally:
         source.close()
+
+
+def tensor_histogram(reader, loc: int, *, bins: int = 32, log: bool = False) -> Histogram:
+    """The histogram of one stored tensor, read from a dump source's tensor reader (``info(loc)``,
+    ``read(loc, start, stop)``) in chunks: a pass for the range, one for the counts. NaN, ±inf and zeros are
+    counted on the values themselves (before ``log`` takes ``log10(|x|)`` of the finite non-zero ones)."""
+    _, numel, _ = reader.info(loc)
+
+    def chunks():
+        for lo in range(0, numel, CHUNK):
+            yield reader.read(loc, lo, min(numel, lo + CHUNK)).astype(np.float64)
+
+    lo_v, hi_v, nan, pinf, ninf, zeros = math.inf, -math.inf, 0, 0, 0, 0
+    for x in chunks():
+        nan += int(np.isnan(x).sum())
+        pinf += int(np.isposinf(x).sum())
+        ninf += int(np.isneginf(x).sum())
+        zeros += int((x == 0).sum())
+        fin = _binned_values(x, log)
+        if fin.size:
+            lo_v, hi_v = min(lo_v, float(fin.min())), max(hi_v, float(fin.max()))
+    if not math.isfinite(lo_v):
+        lo_v, hi_v = 0.0, 1.0
+    edges = np.linspace(lo_v, hi_v if hi_v > lo_v else lo_v + 1.0, bins + 1)
+    counts = np.zeros(bins, dtype=np.int64)
+    for x in chunks():
+        counts += np.histogram(_binned_values(x, log), bins=edges)[0]
+    return Histogram(counts, edges, nan, pinf, ninf, zeros, log)
+
+
+def _binned_values(x: np.ndarray, log: bool) -> np.ndarray:
+    fin = x[np.isfinite(x)]
+    if log:
+        fin = fin[fin != 0]
+        return np.log10(np.abs(fin))
+    return fin
 
 
 def _safe_file_name(name: str) -> str:

@@ -4,33 +4,20 @@ Uses the dump source's tensor readers (``info(loc)``, ``read(loc, start, stop)``
 stream with); slices use ``engines.parse.inspect.parse_index`` (``"0, :4"``, no eval).
 """
 
-import math
 from dataclasses import dataclass
 from typing import Optional, Tuple
 
 import numpy as np
 
-from engines.parse.inspect import json_shape, parse_index
+from engines.parse.inspect import Histogram, json_shape, parse_index, tensor_histogram
 from engines.parse.rows import RowTable
 
-CHUNK = 1 << 22
 MAX_SLICE_ELEMENTS = 1 << 26  # a slice needs the whole tensor in memory: 64M elements at most
 PREVIEW_VALUES = 48
 
 
 class PreviewError(ValueError):
     """A slice that cannot be taken (one line)."""
-
-
-@dataclass
-class Histogram:
-    counts: np.ndarray
-    edges: np.ndarray
-    nan: int
-    posinf: int
-    neginf: int
-    zeros: int
-    log: bool
 
 
 @dataclass
@@ -71,36 +58,6 @@ def read_slice(reader, rows: RowTable, i: int, index: str = "") -> Tuple[Tuple[i
 
 
 def histogram(reader, rows: RowTable, i: int, bins: int = 24, log: bool = False) -> Histogram:
-    """Counts of the finite values in ``bins`` equal bins (two passes in chunks); ``log`` bins
-    ``log10(|x|)`` of the non-zero values (magnitudes: where underflow and overflow show)."""
-    loc = _locate(rows, i)
-    _, numel, _ = reader.info(loc)
-
-    def chunks():
-        for lo in range(0, numel, CHUNK):
-            yield reader.read(loc, lo, min(numel, lo + CHUNK)).astype(np.float64)
-
-    lo_v, hi_v, nan, pinf, ninf, zeros = math.inf, -math.inf, 0, 0, 0, 0
-    for x in chunks():
-        nan += int(np.isnan(x).sum())
-        pinf += int(np.isposinf(x).sum())
-        ninf += int(np.isneginf(x).sum())
-        zeros += int((x == 0).sum())
-        fin = _values(x, log)
-        if fin.size:
-            lo_v, hi_v = min(lo_v, float(fin.min())), max(hi_v, float(fin.max()))
-    if not math.isfinite(lo_v):
-        lo_v, hi_v = 0.0, 1.0
-    edges = np.linspace(lo_v, hi_v if hi_v > lo_v else lo_v + 1.0, bins + 1)
-    counts = np.zeros(bins, dtype=np.int64)
-    for x in chunks():
-        counts += np.histogram(_values(x, log), bins=edges)[0]
-    return Histogram(counts, edges, nan, pinf, ninf, zeros, log)
-
-
-def _values(x: np.ndarray, log: bool) -> np.ndarray:
-    fin = x[np.isfinite(x)]
-    if log:
-        fin = fin[fin != 0]
-        return np.log10(np.abs(fin))
-    return fin
+    """Counts of the finite values in ``bins`` equal bins (``engines.parse.inspect.tensor_histogram``); ``log``
+    bins ``log10(|x|)`` of the non-zero values (magnitudes: where underflow and overflow show)."""
+    return tensor_histogram(reader, _locate(rows, i), bins=bins, log=log)
