@@ -37,12 +37,17 @@ def print_mapping(summary: Dict[str, Any], stream: TextIO) -> None:
 
     for spec in summary.get("tables") or []:
         table = Table(title=spec.get("title"), title_justify="left", show_edge=False, pad_edge=False)
-        for index, column in enumerate(spec.get("columns", [])):
-            # The first column names the row: keep it on one line, ellipsised on narrow terminals.
-            table.add_column(str(column), overflow="ellipsis" if index == 0 else "fold", no_wrap=index == 0)
+        columns = [str(c) for c in spec.get("columns", [])]
         rows = list(spec.get("rows", []))
-        for row in rows[:MAX_ROWS]:
-            table.add_row(*(_format(cell) for cell in row))
+        cells = [[_format(cell) for cell in row] for row in rows[:MAX_ROWS]]
+        first_max = _first_column_width(console.width, columns, cells)
+        for index, column in enumerate(columns):
+            # The first column names the row: kept on one line, and on a narrow terminal it gives way (ellipsised)
+            # before the others fold.
+            table.add_column(column, overflow="ellipsis" if index == 0 else "fold", no_wrap=index == 0,
+                             max_width=first_max if index == 0 else None)
+        for row in cells:
+            table.add_row(*row)
         console.print(table)
         if len(rows) > MAX_ROWS:
             console.print(f"[dim]… {len(rows) - MAX_ROWS} more rows[/]")
@@ -51,6 +56,14 @@ def print_mapping(summary: Dict[str, Any], stream: TextIO) -> None:
     if error:
         lines = str(error).rstrip().splitlines()
         console.print(Text("\n".join(lines[-8:]), style="red"))
+
+
+def _first_column_width(width: int, columns, cells) -> int:
+    """What is left for the first column once the others have their natural width (at least 20)."""
+    others = 0
+    for index in range(1, len(columns)):
+        others += max([len(columns[index])] + [len(row[index]) for row in cells if index < len(row)]) + 3
+    return max(20, width - others - 1)
 
 
 def _format(value: Any) -> str:

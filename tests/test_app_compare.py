@@ -53,9 +53,9 @@ async def test_the_injected_fault_heads_the_first_divergence_list_opened_from_ho
         await pilot.press("2")
         await wait_until(pilot, lambda: screen.divergence_table.row_count > 0)
         first = [str(c) for c in screen.divergence_table.source.cells(0)]
-        # the fault: block 1's softmax computed in bfloat16; the ranking names the region of casts the golden
-        # does not run, feeding the first matched op
-        assert first[2].startswith("Tensor.to.") and first[4] == "target-only ops", first
+        # the fault: block 1's softmax computed in bfloat16; the ranking names the region the golden does not run
+        # (a cast, the bf16 softmax, a cast back) by the op that computes in it
+        assert first[2] == "Demo.naive_softmax.0.forward +2" and first[4] == "target-only ops", first
         assert "target-only op" in first[-1]
         detail = await wait_until(pilot, lambda: "bfloat16" in _detail_text(screen) and _detail_text(screen),
                                   what="the suspect's detail with its stack")

@@ -102,8 +102,11 @@ def test_new_user_finds_the_injected_fault_and_watches_the_monitor(tmp_path):
         term.send("2")  # the first-divergence list
         screen = term.wait_for("target-only ops")
         first = next(line for line in screen.splitlines() if re.match(r"\s*1 r0 s\d", line))
-        assert "Tensor.to." in first and "target-only ops" in first, screen
-        term.wait_for("target-only op(s) Tensor.to.0.forward")  # the region: the softmax cast to bfloat16
+        assert "Demo.naive_softmax.0.forward +2" in first and "target-only ops" in first, screen
+        # the region: the softmax cast to bfloat16, computed, cast back
+        term.wait_for("#1 suspect")
+        term.wait_for("▏ Demo.naive_softmax.0.forward +2")  # the detail pane names the region by its op
+        term.wait_for("Demo.naive_softmax.0.forward,")  # the note lists the region's ops
         term.send("1")
         term.wait_for("filter: all")
         problem = r"\d+ r0 s\d\s+\S+\s+(error|warning)\s"

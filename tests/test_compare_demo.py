@@ -69,7 +69,8 @@ def test_first_divergence_finds_the_low_precision_softmax(demo_pair, mode):
     # operator Demo.naive_softmax between two casts), ops the float64 reference does not run; the ranking reports
     # them as one region
     assert top["kind"] == "target-only ops", out.top_suspects[:3]
-    assert top["note"].startswith("3 target-only op(s) Tensor.to.0.forward ... Tensor.to.1.forward -> ")
+    assert top["note"].startswith(
+        "3 target-only op(s) Tensor.to.0.forward, Demo.naive_softmax.0.forward, Tensor.to.1.forward -> ")
     assert "scores.to(torch.bfloat16)" in top["stack"]
     fault_ops = top["note"]
     # the naive rules point elsewhere: every op differs by a few ulp, so the first that differs is early in

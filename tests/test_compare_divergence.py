@@ -79,13 +79,15 @@ def test_target_only_ops_rank_first_as_a_region(tmp_path):
     out = compare(tmp_path, t, g, fuzzy_match=True)
     top = out.top_suspects[0]
     assert top["kind"] == "target-only ops" and top["record"] == "Torch.exp.0.forward"
-    assert top["note"] == "3 target-only op(s) Torch.exp.0.forward ... Tensor.div.0.forward -> Tensor.matmul.0.forward"
+    assert top["note"] == ("3 target-only op(s) Torch.exp.0.forward, Tensor.sum.0.forward, Tensor.div.0.forward -> "
+                           "Tensor.matmul.0.forward")
     table = out.divergence
     region = int(np.flatnonzero(table["kind"] == 4)[0])
     assert (table["last_op"][region], table["n_ops"][region], table["link"][region]) == \
         ("Tensor.div.0.forward", 3, "Tensor.matmul.0.forward")
     group = out.summary["suspect_groups"][0]
-    assert group["where"] == "" and out.summary["tables"][0]["rows"][0][:2] == ["exp.0…div.0 → matmul.0", "0"]
+    assert group["where"] == "" and out.summary["tables"][0]["rows"][0][:2] == ["exp.0 +2 → matmul.0", "0"]
+    assert table["members"][region] == "Torch.exp.0.forward Tensor.sum.0.forward Tensor.div.0.forward"
     assert top["score"] > 100 and top["score"] > 10 * out.top_suspects[1]["score"]
     # the naive answers: the first op that differs is the linear (every op is a few ulp off), and the largest
     # error is downstream of the fault
@@ -213,5 +215,8 @@ def test_suspects_group_over_ranks_and_steps():
     assert groups[0]["score"] == 90.0
     table = suspects_table(groups, multi_rank=True)
     assert table["rows"][0][:3] == ["Functional.linear.2.forward", "r0,1 s0,2,3", "90"]
-    assert table["rows"][1][0] == "exp.0…div.0 → matmul.0"
+    assert table["rows"][1][0] == "exp.0…div.0 → matmul.0"  # no member list (a result without it): first…last
+    div["members"] = obj([""] * 4 + ["Torch.exp.0.forward Tensor.sum.0.forward Tensor.div.0.forward", "", ""])
+    assert suspects_table(group_suspects(div, {}, 10), multi_rank=False)["rows"][1][0] == \
+        "exp.0 +2 → matmul.0"
     assert len(group_suspects(div, {}, 2)) == 2

@@ -43,7 +43,7 @@ def test_compare_sample_prints_each_suspect_once(tmp_path, monkeypatch, capsys):
     cells = [[c.strip() for c in row.split("│")] for row in rows]
     # the injected fault (exp and sum in bf16 between two casts, engines/adapters/torch/demo_model.py) first,
     # once for all four steps, with the source line that starts it
-    assert cells[0][0] == "to.0…to.1 → dropout.3" and cells[0][1] == "0-3", piped
+    assert cells[0][0] == "naive_softmax.0 +2 → dropout.3" and cells[0][1] == "0-3", piped
     assert cells[0][4].startswith("demo_model.py:")
     labels = [c[0] for c in cells]
     assert len(rows) == 10 and len(set(labels)) == len(labels), piped

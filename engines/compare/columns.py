@@ -29,7 +29,7 @@ DIVERGENCE_COLUMNS = (
     ("direction", "uint8"), ("phase", "uint8"), ("tier", "uint8"), ("score", "float64"), ("out_err", "float64"),
     ("in_err", "float64"), ("floor", "float64"), ("worst_verdict", "uint8"), ("first_row", "int64"),
     ("order", "int64"), ("parent", "str"), ("changed_args", "json"), ("note", "json"),
-    ("last_op", "str"), ("n_ops", "int64"), ("link", "str"),
+    ("last_op", "str"), ("n_ops", "int64"), ("link", "str"), ("members", "json"),
 )
 TREE_COLUMNS = (
     ("rank", "int64"), ("step", "int64"), ("node", "str"), ("parent", "str"), ("kind", "uint8"),

@@ -138,6 +138,7 @@ SUSPECT_KINDS = ("api", "module", "parameters_grad", "save", "target-only ops", 
 PHASE_FORWARD, PHASE_BACKWARD, PHASE_UPDATE = 0, 1, 2
 PHASES = ("forward", "backward", "update")
 GAP_MIN = 4.0  # an input this many times further off than the output that fed it is a gap
+MEMBERS_LISTED = 4  # a target-only region of at most this many ops is named op by op
 MODEL_SIGNAL = 4.0  # a forward/backward score this high puts the update phase after the model
 
 
@@ -183,7 +184,7 @@ def rank_records(cols: Dict[str, np.ndarray], *, small_value: float = DEFAULT_FL
     blank.fill("")
     entries = {"code": idx, "kind": fr.kind[idx].astype(np.uint8), "score": score, "out_err": out_e,
                "in_err": in_e, "floor": floor, "note": blank, "last_op": blank, "link": blank,
-               "n_ops": np.ones(idx.shape[0], dtype=np.int64)}
+               "n_ops": np.ones(idx.shape[0], dtype=np.int64), "members": blank}
     extra = _dataflow_entries(cols, fr, small_value, api_only)
     if extra:
         entries = {k: np.concatenate([entries[k], extra[k]]) for k in entries}
@@ -214,6 +215,7 @@ def rank_records(cols: Dict[str, np.ndarray], *, small_value: float = DEFAULT_FL
         "floor": entries["floor"], "worst_verdict": fr.worst[codes], "first_row": first.astype(np.int64),
         "order": order.astype(np.int64), "parent": cols["parent"][first], "changed_args": changed,
         "note": entries["note"], "last_op": entries["last_op"], "n_ops": entries["n_ops"], "link": entries["link"],
+        "members": entries["members"],
     }
 
 
@@ -230,7 +232,7 @@ def _dataflow_entries(cols, fr: RecordFrame, small_value: float, api_only: bool)
     floor_row = np.maximum(small_value, np.maximum(_per_value(cols["target_dtype"], dtype_floor, np.float64),
                                                    _per_value(cols["golden_dtype"], dtype_floor, np.float64)))
     out: Dict[str, list] = {k: [] for k in ("code", "kind", "score", "out_err", "in_err", "floor", "note", "last_op",
-                                            "n_ops", "link")}
+                                            "n_ops", "link", "members")}
     from_unmatched = usable & ~matched[p_safe]
     for members, in_e, out_e, consumers in dataflow.target_only_regions(cols, fr.codes, prod,
                                                                           np.flatnonzero(from_unmatched)):
@@ -246,11 +248,16 @@ def _dataflow_entries(cols, fr: RecordFrame, small_value: float, api_only: bool)
         out["in_err"].append(in_e)
         out["floor"].append(fl)
         consumer = fr.records[fr.codes[consumers[0]]]
-        out["note"].append("{} target-only op(s) {} ... {} -> {}".format(
-            len(members), fr.records[first], fr.records[last], consumer))
+        ordered = [str(fr.records[c]) for c in sorted(members, key=lambda c: fr.first_row[c])]
+        if len(ordered) <= MEMBERS_LISTED:
+            out["note"].append("{} target-only op(s) {} -> {}".format(len(ordered), ", ".join(ordered), consumer))
+        else:
+            out["note"].append("{} target-only op(s) {} ... {} -> {}".format(
+                len(members), fr.records[first], fr.records[last], consumer))
         out["last_op"].append(fr.records[last])
         out["n_ops"].append(len(members))
         out["link"].append(consumer)
+        out["members"].append(" ".join(ordered))
     from_matched = usable & matched[p_safe] & ~np.isnan(rel[p_safe])
     rows = np.flatnonzero(from_matched)
     if rows.size:
@@ -277,10 +284,12 @@ def _dataflow_entries(cols, fr: RecordFrame, small_value: float, api_only: bool)
             out["last_op"].append("")
             out["n_ops"].append(1)
             out["link"].append(cols["record"][p])
+            out["members"].append("")
     if not out["code"]:
         return {}
     types = {"code": np.int64, "kind": np.uint8, "score": np.float64, "out_err": np.float64, "in_err": np.float64,
-             "floor": np.float64, "note": object, "last_op": object, "n_ops": np.int64, "link": object}
+             "floor": np.float64, "note": object, "last_op": object, "n_ops": np.int64, "link": object,
+             "members": object}
     res = {}
     for k, v in out.items():
         arr = np.empty(len(v), dtype=types[k]) if types[k] is object else np.asarray(v, dtype=types[k])

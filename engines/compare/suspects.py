@@ -36,6 +36,32 @@ def short_op(record: str) -> str:
     return record
 
 
+#: Ops that only change a tensor's dtype, device or layout: a region is named by the first op that is not one.
+CAST_OPS = frozenset(("to", "type", "float", "half", "double", "bfloat16", "contiguous", "clone", "detach", "view",
+                      "reshape", "cpu", "cuda", "npu", "astype", "cast"))
+
+
+def is_cast(record: str) -> bool:
+    rec = parse_record(record)
+    return rec.kind == KIND_API and rec.base.rsplit(".", 1)[-1] in CAST_OPS
+
+
+def region_key(members) -> Optional[str]:
+    """The op a target-only region is named by: its first member that is not a cast or a view (None if none)."""
+    return next((m for m in members if not is_cast(m)), None)
+
+
+def suspect_record(table: Dict[str, Any], i: int) -> str:
+    """Entry ``i`` of a stored ranking by name: its record, or for a target-only region the op that computes in it
+    and how many more the region holds (``Demo.naive_softmax.0.forward +2``)."""
+    record = str(table["record"][i])
+    if int(table["kind"][i]) != KIND_REGION or "members" not in table:
+        return record
+    members = str(table["members"][i] or "").split()
+    key = region_key(members)
+    return "{} +{}".format(key, len(members) - 1) if key is not None and len(members) > 1 else record
+
+
 def innermost_frame(stack: str) -> str:
     """``file.py:line`` of the innermost frame of a stack text that is not library code (torch's own
     ``linear.py`` says nothing about the model); the innermost frame when all are; "" when there is none."""
@@ -107,6 +133,7 @@ def group_suspects(div: Dict[str, np.ndarray], results: Dict[str, np.ndarray], l
             "entries": int(rows.size), "where": location(str(div["parent"][best] or ""), stack),
             "last_op": key[2], "n_ops": int(div["n_ops"][best]), "link": key[3],
             "changed_args": str(div["changed_args"][best] or ""), "note": str(div["note"][best] or ""),
+            "members": str(div["members"][best] or "").split() if "members" in div else [],
         })
     return out
 
@@ -125,11 +152,17 @@ def _short(v: Optional[float]) -> str:
 
 
 def suspect_label(group: Dict[str, Any]) -> str:
-    """The suspect column: the record; a target-only region as its first and last op and the op it feeds
-    (``to.0…to.1 → dropout.3``)."""
+    """The suspect column: the record; a target-only region as its first op that computes something (casts and
+    views skipped) and how many more it holds (``naive_softmax.0 +2 → dropout.3``), or as its first and last op
+    when it holds nothing else (``to.0…to.1 → dropout.3``), then the op it feeds."""
     if group["kind"] == SUSPECT_KINDS[KIND_REGION]:
         first, last = short_op(group["record"]), short_op(group["last_op"])
-        span = first if first == last else "{}…{}".format(first, last)
+        members = group.get("members") or []
+        key = region_key(members)
+        if key is not None and len(members) > 1:
+            span = "{} +{}".format(short_op(key), len(members) - 1)
+        else:
+            span = first if first == last else "{}…{}".format(first, last)
         back = " bwd" if group["direction"] == direction_word(DIR_BACKWARD) else ""
         return "{} → {}{}".format(span, short_op(group["link"]), back)
     return group["record"]
@@ -147,7 +180,7 @@ def suspect_where(group: Dict[str, Any]) -> str:
     return "; ".join(notes)
 
 
-TITLE = "Top suspects (score: error an op adds; a…b → c: ops only in the target)"
+TITLE = "Top suspects (score: error an op adds; a +n → c: target-only ops feeding c)"
 
 
 def suspects_table(groups: List[Dict[str, Any]], multi_rank: bool) -> Dict[str, Any]:

@@ -8,6 +8,7 @@ from rich.table import Table
 from rich.text import Text
 
 from engines.compare.divergence import PHASES, SUSPECT_KINDS
+from engines.compare.suspects import suspect_record
 from engines.compare.verdicts import VERDICTS
 from engines.parse.rows import DIR_NAMES, IO_NAMES, KIND_NAMES
 from probe_tui.app.data.compare_result import VERDICT_STYLES
@@ -101,7 +102,7 @@ def suspect_detail(table: Dict[str, Any], i: int, row: Optional[Dict[str, Any]],
     kind = int(table["kind"][i])
     parts: List[RenderableType] = [
         Text.assemble(("#{} suspect ".format(int(table["position"][i])), "bold reverse"), " ",
-                      (str(table["record"][i]), "bold")),
+                      (suspect_record(table, i), "bold")),
         Text("{} · {} · rank {} · step {}".format(SUSPECT_KINDS[kind] if kind < len(SUSPECT_KINDS) else kind,
                                                  PHASES[int(table["phase"][i])], int(table["rank"][i]),
                                                  int(table["step"][i])), style="dim"),

@@ -10,6 +10,7 @@ import numpy as np
 from rich.text import Text
 
 from engines.compare.divergence import PHASES, SUSPECT_KINDS
+from engines.compare.suspects import suspect_record
 from engines.compare.verdicts import VERDICTS
 from probe_tui.app.data.compare_result import VERDICT_STYLES, CompareResult, ResultView
 from probe_tui.app.data.formats import number_text
@@ -91,7 +92,7 @@ class ResultRows(RowSource):
 
 
 DIVERGENCE_COLUMNS = [Column("pos", "#", 4, "right"), Column("where", "where", 7),
-                      Column("record", "record", 30, overflow="middle"), Column("score", "score", 9, "right"),
+                      Column("record", "record", 34, overflow="middle"), Column("score", "score", 9, "right"),
                       Column("kind", "kind", 15), Column("phase", "phase", 8), Column("out", "out err", 9, "right"),
                       Column("in", "in err", 9, "right"), Column("verdict", "verdict", 9), Column("note", "note", 70)]
 
@@ -113,7 +114,7 @@ class DivergenceRows(RowSource):
         if changed:
             note = (changed + "; " + note) if note else changed
         return [str(int(t["position"][row])), "r{} s{}".format(int(t["rank"][row]), int(t["step"][row])),
-                str(t["record"][row]), number_text(t["score"][row]),
+                suspect_record(t, row), number_text(t["score"][row]),
                 SUSPECT_KINDS[kind] if kind < len(SUSPECT_KINDS) else str(kind),
                 PHASES[int(t["phase"][row])] if int(t["phase"][row]) < len(PHASES) else "",
                 number_text(t["out_err"][row]), number_text(t["in_err"][row]),
