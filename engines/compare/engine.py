@@ -19,6 +19,7 @@ import numpy as np
 from engines.compare import divergence, suspects
 from engines.compare.options import CompareError, CompareOptions, summary_options
 from engines.compare.piece import PieceSettings, compare_piece
+from engines.compare.prefetch import start_prefetch
 from engines.compare.verdicts import VERDICTS
 from engines.parse.names import direction_word
 from engines.parse.sources import DumpSource, DumpSourceError, open_dump
@@ -62,7 +63,7 @@ def open_side(path: Path, field_name: str) -> DumpSource:
 
 
 def choose_mode(requested: str, target: DumpSource, golden: DumpSource) -> str:
-    t, g = target.holds(), golden.holds()
+    g, t = golden.holds(), target.holds()  # the golden first: a helper may be reading the target meanwhile
     if requested == "auto":
         if t["tensor"] and g["tensor"]:
             return "tensor"
@@ -151,42 +152,49 @@ def run_compare(job: Any, events=None, *, fail_on_findings: bool = True, write: 
     opts = CompareOptions.from_job(job)
     target = open_side(opts.target_path, "compare.target_path")
     golden = open_side(opts.golden_path, "compare.golden_path")
-    mode = choose_mode(opts.mode, target, golden)
-    notes: List[str] = []
-    pieces = pair_pieces(target, golden, opts.rank, opts.step, notes)
-    if not pieces:
-        raise CompareError("compare: no rank/step present in both {} and {}{}".format(
-            opts.target_path, opts.golden_path, " (" + "; ".join(notes) + ")" if notes else ""))
-    cross = bool(target.framework and golden.framework and target.framework != golden.framework)
-    renumber = "msprobe" in (target.origin, golden.origin)
-    keys = opts.key_options(map_mindspore=cross, renumber_backward=renumber)
-    if {target.origin, golden.origin} == {"msprobe", "probe-tui"}:  # Tensor.__mul__ there, Tensor.mul here
-        keys.msprobe_side = "target" if target.origin == "msprobe" else "golden"
-    settings = PieceSettings(
-        mode=mode, keys=keys,
-        fuzzy=opts.fuzzy_match, cross_framework=cross, rel_eps=opts.rel_eps, small_value=opts.small_value,
-        thresholds=opts.thresholds, highlight=opts.highlight, workers=opts.workers)
-    _say(events, "compare {} ({}) against {} ({}), mode {}, {} piece(s)".format(
-        target.path, target.origin, golden.path, golden.origin, mode, len(pieces)))
-    results, golden_only, sides = [], [], []
-    for n, (rank, t_step, g_step) in enumerate(pieces):
-        try:
-            t_rows, g_rows = target.rows(rank, t_step), golden.rows(rank, g_step)
-            t_spec = target.tensor_spec(rank, t_step) if mode == "tensor" else None
-            g_spec = golden.tensor_spec(rank, g_step) if mode == "tensor" else None
-        except DumpSourceError as exc:
-            raise CompareError(str(exc)) from None
-        cols, match = compare_piece(t_rows, g_rows, t_spec, g_spec, settings)
-        results.append(cols)
-        sides.append((rank, t_step))
-        _note_unmatched_records(cols, rank, t_step, opts.fuzzy_match, notes)
-        golden_only.append({"rank": np.full(match.golden_only.shape[0], rank, dtype=np.int64),
-                            "step": np.full(match.golden_only.shape[0], g_step, dtype=np.int64),
-                            "golden_name": g_rows.name[match.golden_only],
-                            "golden_dtype": g_rows.dtype[match.golden_only],
-                            "golden_shape": g_rows.shape[match.golden_only]})
-        _emit(events, "step", step=n, total_steps=len(pieces), elapsed_s=round(time.time() - started, 3),
-              records=len(t_rows))
+    prefetch = start_prefetch(target, golden)  # both msprobe dumps: the target read by a helper process
+    try:
+        mode = choose_mode(opts.mode, target, golden)
+        notes: List[str] = []
+        pieces = pair_pieces(target, golden, opts.rank, opts.step, notes)
+        if not pieces:
+            raise CompareError("compare: no rank/step present in both {} and {}{}".format(
+                opts.target_path, opts.golden_path, " (" + "; ".join(notes) + ")" if notes else ""))
+        cross = bool(target.framework and golden.framework and target.framework != golden.framework)
+        renumber = "msprobe" in (target.origin, golden.origin)
+        keys = opts.key_options(map_mindspore=cross, renumber_backward=renumber)
+        if {target.origin, golden.origin} == {"msprobe", "probe-tui"}:  # Tensor.__mul__ there, Tensor.mul here
+            keys.msprobe_side = "target" if target.origin == "msprobe" else "golden"
+        settings = PieceSettings(
+            mode=mode, keys=keys,
+            fuzzy=opts.fuzzy_match, cross_framework=cross, rel_eps=opts.rel_eps, small_value=opts.small_value,
+            thresholds=opts.thresholds, highlight=opts.highlight, workers=opts.workers)
+        _say(events, "compare {} ({}) against {} ({}), mode {}, {} piece(s)".format(
+            target.path, target.origin, golden.path, golden.origin, mode, len(pieces)))
+        results, golden_only, sides = [], [], []
+        for n, (rank, t_step, g_step) in enumerate(pieces):
+            try:
+                t_rows, g_rows = target.rows(rank, t_step), golden.rows(rank, g_step)
+                t_spec = target.tensor_spec(rank, t_step) if mode == "tensor" else None
+                g_spec = golden.tensor_spec(rank, g_step) if mode == "tensor" else None
+            except DumpSourceError as exc:
+                raise CompareError(str(exc)) from None
+            cols, match = compare_piece(t_rows, g_rows, t_spec, g_spec, settings)
+            results.append(cols)
+            sides.append((rank, t_step))
+            _note_unmatched_records(cols, rank, t_step, opts.fuzzy_match, notes)
+            golden_only.append({"rank": np.full(match.golden_only.shape[0], rank, dtype=np.int64),
+                                "step": np.full(match.golden_only.shape[0], g_step, dtype=np.int64),
+                                "golden_name": g_rows.name[match.golden_only],
+                                "golden_dtype": g_rows.dtype[match.golden_only],
+                                "golden_shape": g_rows.shape[match.golden_only]})
+            _emit(events, "step", step=n, total_steps=len(pieces), elapsed_s=round(time.time() - started, 3),
+                  records=len(t_rows))
+    except DumpSourceError as exc:  # a dump.json that is not one, read while choosing the mode or pairing
+        raise CompareError(str(exc)) from None
+    finally:
+        if prefetch is not None:
+            prefetch.close()
     table = _concat(results)
     if len(results) > 1:  # record codes count on across pieces
         sizes = [int(c["record_code"].max()) + 1 if len(c["record_code"]) else 0 for c in results]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from concurrent.futures import Executor, Future
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
@@ -27,6 +28,7 @@ class MsprobeSource(DumpSource):
         self._heads: Dict[Tuple[int, int], dict] = {}
         self._rows: Dict[Tuple[int, int], RowTable] = {}
         self._tensor_files: Dict[Tuple[int, int], List[str]] = {}
+        self._pending: Dict[Tuple[int, int], Future] = {}
 
     # -- DumpSource ---------------------------------------------------------------------------------------
     def ranks(self) -> List[int]:
@@ -84,31 +86,56 @@ class MsprobeSource(DumpSource):
             head = self._heads[key]
         return head
 
+    def dump_bytes(self) -> int:
+        """Bytes of all the dump.json files (what reading them costs)."""
+        return sum(f.path.stat().st_size for f in self._files.values() if f.path.is_file())
+
+    def prefetch(self, executor: Executor) -> None:
+        """Read every piece not read yet in ``executor`` (another process); ``rows`` then takes the result."""
+        for key, info in self._files.items():
+            if key not in self._rows and key not in self._pending:
+                self._pending[key] = executor.submit(load_piece, info)
+
     def _load(self, key) -> RowTable:
         if key not in self._files:
             raise DumpSourceError("{}: no dump for rank {} step {}".format(self.path, key[0], key[1]))
-        info = self._files[key]
-        raw = read_json(info.path, "dump.json")
-        if not isinstance(raw, dict) or not isinstance(raw.get("data"), dict):
-            raise DumpSourceError("{}: not a msprobe dump.json (no 'data' object)".format(info.path))
-        data = raw.pop("data")
-        self._heads[key] = raw
-        files: List[str] = []
-        index: Dict[str, int] = {}
-
-        def file_index(name: str) -> int:
-            pos = index.get(name)
-            if pos is None:
-                pos = index[name] = len(files)
-                files.append(name)
-            return pos
-
-        flat = Flattener(step=info.step, rank=info.rank, parents=read_construct(info.folder),
-                         stacks=read_stacks(info.folder), file_index=file_index)
-        try:
-            table = flat.flatten(data)
-        except ValueError as exc:
-            raise DumpSourceError("{}: {}".format(info.path, exc)) from None
+        piece = None
+        future = self._pending.pop(key, None)
+        if future is not None:
+            try:
+                piece = future.result()
+            except DumpSourceError:
+                raise
+            except Exception:  # the helper could not run (it died, or was shut down): read the piece here
+                piece = None
+        head, table, files = piece if piece is not None else load_piece(self._files[key])
+        self._heads[key] = head
         self._tensor_files[key] = files
         self._rows[key] = table
         return table
+
+
+def load_piece(info: MsprobeFile) -> Tuple[dict, RowTable, List[str]]:
+    """One dump.json read and flattened: (its other top-level keys, its rows, the tensor files its rows name).
+    A module-level function so that a helper process can run it (``MsprobeSource.prefetch``)."""
+    raw = read_json(info.path, "dump.json")
+    if not isinstance(raw, dict) or not isinstance(raw.get("data"), dict):
+        raise DumpSourceError("{}: not a msprobe dump.json (no 'data' object)".format(info.path))
+    data = raw.pop("data")
+    files: List[str] = []
+    index: Dict[str, int] = {}
+
+    def file_index(name: str) -> int:
+        pos = index.get(name)
+        if pos is None:
+            pos = index[name] = len(files)
+            files.append(name)
+        return pos
+
+    flat = Flattener(step=info.step, rank=info.rank, parents=read_construct(info.folder),
+                     stacks=read_stacks(info.folder), file_index=file_index)
+    try:
+        table = flat.flatten(data)
+    except ValueError as exc:
+        raise DumpSourceError("{}: {}".format(info.path, exc)) from None
+    return raw, table, files
