@@ -89,3 +89,18 @@ def test_layer_ratios_combine_norms_and_mark_the_first_layer_over_tolerance_from
 def test_layer_ratios_with_nothing_over_tolerance():
     layers = layer_ratios(["a.w", "b.w"], [0, 1], np.ones((2, 2)), np.ones((2, 2)), 0.05)
     assert layers.first_over(0) is None and layers.first_step_over() is None
+
+
+def test_a_dump_that_is_not_a_grad_probe_run_is_bad_input(tmp_path, capsys):
+    """A statistics dump given to grad_compare: one line naming it, exit code 2 (not a traceback)."""
+    import json
+
+    from probe_tui.cli import main
+    from tests.test_compare_probe_dumps import model, write_ours
+
+    stats = write_ours(tmp_path / "stats" / "rank0", model(), tensors=False).parent
+    config = tmp_path / "gc.json"
+    config.write_text(json.dumps({"task": "grad_compare", "grad_compare": {
+        "target_path": str(stats), "golden_path": str(stats), "output_path": str(tmp_path / "out")}}))
+    assert main(["--run", str(config)]) == 2
+    assert "not a grad_probe run" in capsys.readouterr().err

@@ -102,6 +102,12 @@ def test_bad_paths_are_one_line_errors(tmp_path):
     run_job(job, events=NullSink())
     with pytest.raises(JobError, match="is not an overflow_check run"):
         _analyze(tmp_path / "stats" / "latest", tmp_path)
+    # a run folder without rank folders (what compare writes)
+    from engines.runs import create_run
+
+    result = create_run(tmp_path / "cmp", task="compare", config={"task": "compare"}, framework="")
+    with pytest.raises(JobError, match="is not an overflow_check run"):
+        _analyze(result.path, tmp_path)
 
 
 def test_judge_replay_wording():

@@ -14,6 +14,8 @@ from typing import Dict, List, Optional
 
 import numpy as np
 
+from engines.store.errors import StoreError
+
 _CSV = re.compile(r"^grad_summary_(\d+)\.csv$")
 
 
@@ -119,12 +121,20 @@ def open_grads(path) -> "OurGrads | MsprobeGrads":
     if any(_CSV.match(p.name) for p in path.iterdir()):
         return MsprobeGrads({0: path})
     if (path / "segments.jsonl").exists() or (path / "grads.h5").exists():
-        return OurGrads({0: path})
+        return _our_grads(path, {0: path})
     ranks = _rank_dirs(path)
     ours = {r: p for r, p in ranks.items() if (p / "grads.h5").exists() or (p / "segments.jsonl").exists()}
     if ours:
-        return OurGrads(ours)
+        return _our_grads(path, ours)
     theirs = {r: p for r, p in ranks.items() if any(_CSV.match(x.name) for x in p.iterdir())}
     if theirs:
         return MsprobeGrads(theirs)
     raise SourceError(f"{path}: no grad_probe output here (no rank folder with a grads store or grad_summary CSVs)")
+
+
+def _our_grads(path: Path, rank_dirs: Dict[int, Path]) -> OurGrads:
+    """Our grads stores; a folder holding another kind of store (a statistics dump) is bad input, said in a line."""
+    try:
+        return OurGrads(rank_dirs)
+    except StoreError as exc:
+        raise SourceError(f"{path}: not a grad_probe run ({exc})") from None

@@ -110,7 +110,10 @@ def locate_ranks(path: str) -> Dict[int, Path]:
         run = open_run(given)
     except RunError as exc:
         raise _job_error("analyze_overflow.path: %s" % exc) from None
-    ranks = {r: d for r, d in open_rank_dirs(run.path).items() if OVERFLOW_KIND in _kinds(d)}
+    try:
+        ranks = {r: d for r, d in open_rank_dirs(run.path).items() if OVERFLOW_KIND in _kinds(d)}
+    except StoreError:  # a run folder without rank folders (a compare result)
+        ranks = {}
     if not ranks:
         raise _job_error("analyze_overflow.path: %s is not an overflow_check run (no rank folder holds an "
                          "overflow store)" % run.path)
