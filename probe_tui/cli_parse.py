@@ -9,6 +9,7 @@ BAR_WIDTH = 40
 
 def cmd_parse(args) -> int:
     from engines.parse.inspect import ParseError, histogram, parse, read_tensor, tensor_slice
+    from engines.parse.sources import DumpSourceError
 
     where = {"rank": args.rank, "step": args.step}
     try:
@@ -18,7 +19,7 @@ def cmd_parse(args) -> int:
             return fail("--slice and --hist need --row NAME")
         outcome = parse(args.path, name=args.name, step=args.step, rank=args.rank, nonfinite=args.nonfinite,
                         export_npy=args.export_npy, limit=args.limit)
-    except ParseError as exc:
+    except (ParseError, DumpSourceError) as exc:  # a damaged file met while reading: one line, exit 2
         return fail(str(exc))
     if args.json:
         print_json(outcome.summary)

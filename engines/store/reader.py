@@ -75,13 +75,23 @@ class StoreReader:
             self._files.add(self.directory / self._open_event["file"], True,
                             np.zeros(len(self._arrays), dtype=np.int64))
         self._take_events(events)
+        if self._status is not None and self._status != "running":  # its writer closed it
+            for seg in self._segments:
+                seg.live = False
         self._check_version()
 
     def _init_single_file(self) -> None:
         path = self._single_file
         assert path is not None
+        live = False
         try:
-            f = self._files.open_file(path, swmr=True)
+            try:
+                f = self._files.open_file(path, swmr=False)  # closed by its writer: read plainly
+            except OSError as exc:
+                if "already open for write" not in str(exc):
+                    raise
+                live = True  # a writer holds it, or was killed holding it
+                f = self._files.open_file(path, swmr=True)
         except (OSError, StoreError) as exc:
             raise StoreError(f"{path}: not a readable probe-tui store ({exc})") from None
         try:
@@ -94,7 +104,9 @@ class StoreReader:
         if base.any():
             f.close()
             raise StoreError(f"{path}: one per-step segment of a store; open its folder, {path.parent}")
-        self._files.adopt(self._files.add(path, True, base), f)
+        s = self._files.add(path, True, base)
+        self._segments[s].live = live
+        self._files.adopt(s, f)
         self.kind = str(meta.get("kind", ""))
         self._tables = {t.name: t for t in tables_from_json(_as_str(meta.pop("tables")))}
         self._meta_attrs = {k: _plain(v) for k, v in meta.items()}
@@ -136,8 +148,9 @@ class StoreReader:
                 continue
             c = self._files.file(s)["commits"]
             parts = [c[name] for name in ("step", "info", "counts", "check")]
-            for d in parts:
-                d.refresh()
+            if seg.live:
+                for d in parts:
+                    d.refresh()
             n = min(d.shape[0] for d in parts)
             if n <= seg.seen:
                 continue

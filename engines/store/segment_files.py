@@ -18,11 +18,15 @@ POOL_CACHE_BYTES = 8 << 20
 
 
 class Segment:
-    __slots__ = ("path", "swmr", "base", "seen")
+    __slots__ = ("path", "swmr", "base", "seen", "live")
 
     def __init__(self, path: Path, swmr: bool, base: np.ndarray):
         self.path, self.swmr, self.base = path, swmr, base
         self.seen = 0  # commit rows already taken from the file (SWMR)
+        # A SWMR file whose writer may still hold it (running, or killed: the file stays marked open for write)
+        # is opened in SWMR mode. One its writer closed is opened plainly: HDF5's SWMR reader retries a damaged
+        # file's metadata with growing sleeps for a very long time, a plain open fails at once.
+        self.live = swmr
 
 
 class SegmentFiles:
@@ -61,7 +65,7 @@ class SegmentFiles:
             return f
         seg = self.segments[s]
         try:
-            f = self.open_file(seg.path, seg.swmr)
+            f = self.open_file(seg.path, seg.swmr and seg.live)
         except OSError as exc:
             raise StoreError(f"{seg.path}: cannot open ({exc})") from None
         self._handles[s] = f
@@ -85,7 +89,8 @@ class SegmentFiles:
                 return None
         else:
             d, generation = held
-            if generation != self._generation and self.segments[s].swmr:
+            seg = self.segments[s]
+            if generation != self._generation and seg.swmr and seg.live:
                 d.refresh()  # a live file grew since this handle last looked
         self._dsets[(s, path)] = (d, self._generation)
         return d
