@@ -104,9 +104,14 @@ def test_new_user_finds_the_injected_fault_and_watches_the_monitor(tmp_path):
         first = next(line for line in screen.splitlines() if re.match(r"\s*1 r0 s\d", line))
         assert "Demo.naive_softmax.0.forward +2" in first and "target-only ops" in first, screen
         # the region: the softmax cast to bfloat16, computed, cast back
-        term.wait_for("#1 suspect")
-        term.wait_for("▏ Demo.naive_softmax.0.forward +2")  # the detail pane names the region by its op
-        term.wait_for("Demo.naive_softmax.0.forward,")  # the note lists the region's ops
+        # the detail pane names the region by its op (beside the table, or below it on a narrow screen)
+        pane = term.wait_for("#1 suspect")
+        deadline = time.monotonic() + 30
+        while not re.search(r"(#1 suspect|▏)\s+Demo\.naive_softmax\.0\.forward \+2", pane):
+            assert time.monotonic() < deadline, pane
+            time.sleep(0.2)
+            pane = term.screen()
+        term.wait_for("target-only op(s) Tensor.to.0.forward,")  # the note lists the region's ops
         term.send("1")
         term.wait_for("filter: all")
         problem = r"\d+ r0 s\d\s+\S+\s+(error|warning)\s"
