@@ -238,8 +238,8 @@ def _dataflow_entries(cols, fr: RecordFrame, small_value: float, api_only: bool)
                                                                           np.flatnonzero(from_unmatched)):
         if not out_e > 0:
             continue
-        first = min(members, key=lambda c: fr.first_row[c])
-        last = max(members, key=lambda c: fr.first_row[c])
+        codes = sorted(members, key=lambda c: fr.first_row[c])  # dump order
+        first, last = codes[0], codes[-1]
         fl = float(np.max(floor_row[consumers]))
         out["code"].append(first)
         out["kind"].append(KIND_REGION)
@@ -248,7 +248,7 @@ def _dataflow_entries(cols, fr: RecordFrame, small_value: float, api_only: bool)
         out["in_err"].append(in_e)
         out["floor"].append(fl)
         consumer = fr.records[fr.codes[consumers[0]]]
-        ordered = [str(fr.records[c]) for c in sorted(members, key=lambda c: fr.first_row[c])]
+        ordered = [str(fr.records[c]) for c in codes]
         if len(ordered) <= MEMBERS_LISTED:
             out["note"].append("{} target-only op(s) {} -> {}".format(len(ordered), ", ".join(ordered), consumer))
         else:

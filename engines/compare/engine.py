@@ -194,7 +194,7 @@ def run_compare(job: Any, events=None, *, fail_on_findings: bool = True, write: 
         raise CompareError(str(exc)) from None
     finally:
         if prefetch is not None:
-            prefetch.close()
+            prefetch.shutdown(wait=False, cancel_futures=True)
     table = _concat(results)
     if len(results) > 1:  # record codes count on across pieces
         sizes = [int(c["record_code"].max()) + 1 if len(c["record_code"]) else 0 for c in results]

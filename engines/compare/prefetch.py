@@ -17,18 +17,9 @@ from engines.parse.sources import DumpSource
 PREFETCH_MIN_BYTES = 32 << 20
 
 
-class Prefetch:
-    """A running helper; ``close`` drops what it has not started."""
-
-    def __init__(self, pool: ProcessPoolExecutor) -> None:
-        self.pool = pool
-
-    def close(self) -> None:
-        self.pool.shutdown(wait=False, cancel_futures=True)
-
-
-def start_prefetch(target: DumpSource, golden: DumpSource) -> Optional[Prefetch]:
-    """Start reading the target's pieces in a helper process when both sides are large msprobe dumps."""
+def start_prefetch(target: DumpSource, golden: DumpSource) -> Optional[ProcessPoolExecutor]:
+    """Start reading the target's pieces in a helper process when both sides are large msprobe dumps; the caller
+    shuts the pool down (``shutdown(wait=False, cancel_futures=True)``) once the pieces are read."""
     if (os.cpu_count() or 1) < 2:
         return None
     if not (isinstance(target, MsprobeSource) and isinstance(golden, MsprobeSource)):
@@ -39,4 +30,4 @@ def start_prefetch(target: DumpSource, golden: DumpSource) -> Optional[Prefetch]
     method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
     pool = ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context(method))
     target.prefetch(pool)
-    return Prefetch(pool)
+    return pool

@@ -46,9 +46,11 @@ def is_cast(record: str) -> bool:
     return rec.kind == KIND_API and rec.base.rsplit(".", 1)[-1] in CAST_OPS
 
 
-def region_key(members) -> Optional[str]:
-    """The op a target-only region is named by: its first member that is not a cast or a view (None if none)."""
-    return next((m for m in members if not is_cast(m)), None)
+def region_name(members: List[str], name=str) -> Optional[str]:
+    """A target-only region by the first op in it that is not a cast or a view and how many more it holds
+    (``name(op) +2``); None when it holds one op or nothing else."""
+    key = next((m for m in members if not is_cast(m)), None)
+    return "{} +{}".format(name(key), len(members) - 1) if key is not None and len(members) > 1 else None
 
 
 def suspect_record(table: Dict[str, Any], i: int) -> str:
@@ -57,9 +59,7 @@ def suspect_record(table: Dict[str, Any], i: int) -> str:
     record = str(table["record"][i])
     if int(table["kind"][i]) != KIND_REGION or "members" not in table:
         return record
-    members = str(table["members"][i] or "").split()
-    key = region_key(members)
-    return "{} +{}".format(key, len(members) - 1) if key is not None and len(members) > 1 else record
+    return region_name(str(table["members"][i] or "").split()) or record
 
 
 def innermost_frame(stack: str) -> str:
@@ -157,12 +157,8 @@ def suspect_label(group: Dict[str, Any]) -> str:
     when it holds nothing else (``to.0…to.1 → dropout.3``), then the op it feeds."""
     if group["kind"] == SUSPECT_KINDS[KIND_REGION]:
         first, last = short_op(group["record"]), short_op(group["last_op"])
-        members = group.get("members") or []
-        key = region_key(members)
-        if key is not None and len(members) > 1:
-            span = "{} +{}".format(short_op(key), len(members) - 1)
-        else:
-            span = first if first == last else "{}…{}".format(first, last)
+        span = region_name(group.get("members") or [], short_op) or (
+            first if first == last else "{}…{}".format(first, last))
         back = " bwd" if group["direction"] == direction_word(DIR_BACKWARD) else ""
         return "{} → {}{}".format(span, short_op(group["link"]), back)
     return group["record"]

@@ -7,7 +7,7 @@ Per-step segments create only the datasets that receive data, sized to it, and a
 import json
 import time
 import zlib
-from typing import Dict, List, Optional, Sequence
+from typing import Callable, Dict, List, Optional, Sequence
 
 import h5py
 import numpy as np
@@ -73,56 +73,51 @@ class SegmentFile:
     def _chunk(self, configured: int, first: int, final: bool) -> int:
         return min(configured, max(1, first)) if final and not self.swmr else configured
 
-    def _grow(self, dset: h5py.Dataset) -> h5io.Growing:
-        grow = self._growing[dset.name] = h5io.Growing(dset)
+    def _appender(self, group_key: str, name: str,
+                  create: Optional[Callable[[h5py.Group], h5py.Dataset]] = None) -> h5io.Growing:
+        """The appender of ``group_key/name``, looked up once; ``create(group)`` makes the dataset when the file
+        lacks it."""
+        path = "/%s/%s" % (group_key, name)
+        grow = self._growing.get(path)
+        if grow is None:
+            group = self._group(group_key)
+            dset = group[name] if create is None or name in group else create(group)
+            grow = self._growing[path] = h5io.Growing(dset)
         return grow
 
+    def _extendible(self, name: str, dtype, configured: int, first: int, final: bool):
+        """A maker of a one-dimensional extendible dataset for :meth:`_appender`."""
+        return lambda group: h5io.create_extendible(group, name, dtype, width=None,
+                                                    chunk_rows=self._chunk(configured, first, final),
+                                                    compression=self.compression)
+
     def _column(self, table: str, column: str, first_rows: int, final: bool = False) -> h5io.Growing:
-        known = self._growing.get("/%s/%s" % (table_key(table), column))
-        if known is not None:
-            return known
-        group = self._group(table_key(table))
-        if column in group:
-            return self._grow(group[column])
-        col = self.tables[table].column(column)
-        rows = self._chunk(self.chunk_rows, first_rows, final)
-        if col.width is not None:
-            rows *= col.width  # create_extendible divides by the width
-        dset = h5io.create_extendible(group, column, col.storage_dtype, width=col.width, chunk_rows=rows,
-                                      compression=self.compression)
-        dset.attrs["type"] = col.dtype
-        return self._grow(dset)
+        def create(group: h5py.Group) -> h5py.Dataset:
+            col = self.tables[table].column(column)
+            rows = self._chunk(self.chunk_rows, first_rows, final)
+            if col.width is not None:
+                rows *= col.width  # create_extendible divides by the width
+            dset = h5io.create_extendible(group, column, col.storage_dtype, width=col.width, chunk_rows=rows,
+                                          compression=self.compression)
+            dset.attrs["type"] = col.dtype
+            return dset
+
+        return self._appender(table_key(table), column, create)
 
     def _strings(self, first_rows: int, first_bytes: int = 0, final: bool = False):
-        known = self._growing.get("/%s/length" % STRINGS_KEY)
-        if known is not None:
-            return self._growing["/%s/data" % STRINGS_KEY], self._growing["/%s/offset" % STRINGS_KEY], known
-        group = self._group(STRINGS_KEY)
-        if "offset" not in group:
-            h5io.create_extendible(group, "data", "uint8", width=None,
-                                   chunk_rows=self._chunk(STRING_CHUNK_BYTES, first_bytes, final),
-                                   compression=self.compression)
-            for name in ("offset", "length"):
-                h5io.create_extendible(group, name, "int64", width=None,
-                                       chunk_rows=self._chunk(self.chunk_rows, first_rows, final),
-                                       compression=self.compression)
-        return self._grow(group["data"]), self._grow(group["offset"]), self._grow(group["length"])
+        data = self._appender(STRINGS_KEY, "data",
+                              self._extendible("data", "uint8", STRING_CHUNK_BYTES, first_bytes, final))
+        offset, length = (self._appender(STRINGS_KEY, name,
+                                         self._extendible(name, "int64", self.chunk_rows, first_rows, final))
+                          for name in ("offset", "length"))
+        return data, offset, length
 
     def _pool(self, dtype: str, first_elems: int, final: bool = False) -> h5io.Growing:
-        known = self._growing.get("/pools/" + dtype)
-        if known is not None:
-            return known
-        group = self._group("pools")
-        if dtype in group:
-            return self._grow(group[dtype])
         elems = max(1, self.pool_chunk_bytes // np.dtype(dtype).itemsize)
-        return self._grow(h5io.create_extendible(group, dtype, dtype, width=None,
-                                                 chunk_rows=self._chunk(elems, first_elems, final),
-                                                 compression=self.compression))
+        return self._appender("pools", dtype, self._extendible(dtype, dtype, elems, first_elems, final))
 
     def _commit_column(self, name: str) -> h5io.Growing:
-        known = self._growing.get("/commits/" + name)
-        return known if known is not None else self._grow(self.file["commits"][name])
+        return self._appender("commits", name)
 
     # -- writes --------------------------------------------------------------------------------------------
     def write_table(self, table: str, columns: Dict[str, np.ndarray], final: bool = False) -> None:
