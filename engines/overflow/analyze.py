@@ -25,6 +25,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from engines.capture.options import field_of as _get
 from engines.overflow import origin as og
+from engines.overflow.replay import UnsafeApiName
 from engines.overflow.results import KIND as OVERFLOW_KIND
 from engines.overflow.results import read_calls
 from engines.store import Column, DumpReader, StoreError, StoreWriter, TableSpec, open_rank_dirs, store_kinds
@@ -216,6 +217,8 @@ def analyse_rank(rank: int, rank_dir: Path, replay_dtype: str, device: str, repl
                 else:
                     try:
                         result = replay_mod.replay(name, args, saved, replay_dtype, device)
+                    except UnsafeApiName as exc:
+                        raise _job_error("analyze_overflow.path: %s, step %d: %s" % (rank_dir, step, exc)) from None
                     except replay_mod.ReplayError as exc:
                         j.verdict = str(exc)
                     else:

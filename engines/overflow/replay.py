@@ -9,6 +9,7 @@ floating tensor and floating dtype argument raised to the replay dtype (float32 
 """
 
 import json
+import re
 from typing import Any, Callable, Dict, Optional, Tuple
 
 from engines.overflow import origin as og
@@ -40,14 +41,31 @@ class ReplayResult:
         self.dtype = dtype
 
 
+class UnsafeApiName(Exception):
+    """A record names something no capture could have written (a dotted attribute path, a prefix that is not an
+    identifier): the dump is corrupted or crafted, and replay refuses it as bad input (exit code 2)."""
+
+
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+
+
 def split_api_name(name: str) -> Tuple[str, str]:
-    """``Torch.exp.0.forward`` (or just ``Torch.exp``) -> ``("Torch", "exp")``."""
+    """``Torch.exp.0.forward`` (or just ``Torch.exp``) -> ``("Torch", "exp")``.
+
+    Replay resolves a name only through the capture's own API table (each adapter's ``replay_table``), never as an
+    attribute path, so a name must be exactly ``<Prefix>.<api>[.<n>.<direction>]`` with both parts identifiers;
+    anything else (``Torch.os.system``) raises ``UnsafeApiName``."""
     parts = name.split(".")
     if len(parts) >= 4 and parts[-1] in ("forward", "backward") and parts[-2].isdigit():
         parts = parts[:-2]
-    if len(parts) < 2:
-        raise ReplayError("%s: not an API record name" % name)
-    return parts[0], ".".join(parts[1:])
+    if len(parts) != 2 or not all(_IDENTIFIER.match(p) for p in parts):
+        raise UnsafeApiName("record %r does not name an API of the capture's table (<Prefix>.<api>); refusing to "
+                            "replay it: the dump is corrupted or crafted" % _clip(name))
+    return parts[0], parts[1]
+
+
+def _clip(text: str, limit: int = 120) -> str:
+    return text if len(text) <= limit else text[:limit] + "..."
 
 
 def check_dtype(dtype: str) -> None:

@@ -1,10 +1,10 @@
 """Replay a recorded MindSpore call from its saved tensors and JSON arguments (analyze-overflow).
 
 The interface of ``engines.adapters.torch.overflow_replay``; rebuilding the call, running it twice and reading its
-outputs are framework-neutral (``engines.overflow.replay``). A record name gives the callable
-(``Mint.exp`` -> ``mindspore.mint.exp``, ``Functional.gelu`` -> ``mindspore.ops.gelu``, ``MintFunctional.softmax``
--> ``mindspore.mint.nn.functional.softmax``, ``Tensor.add`` -> ``mindspore.Tensor.add``, ``Demo.x`` -> the demo's
-operators); the record's ``args`` skeleton gives the arguments. The call runs twice outside any gradient graph:
+outputs are framework-neutral (``engines.overflow.replay``). A record name gives the callable through the
+capture's own API table, never an attribute lookup (``replay_table``: ``Mint.exp`` -> ``mindspore.mint.exp``,
+``Functional.gelu`` -> ``mindspore.ops.gelu``, ``MintFunctional.softmax`` -> ``mindspore.mint.nn.functional.softmax``,
+``Tensor.add`` -> ``mindspore.Tensor.add``, ``Demo.x`` -> the demo's operators); the record's ``args`` skeleton gives the arguments. The call runs twice outside any gradient graph:
 with the tensors as saved, and with every floating tensor and floating dtype argument raised to the replay dtype.
 Primitive calls are not replayed (a primitive's attributes, such as LayerNorm's epsilon, are not recorded).
 """
@@ -15,7 +15,7 @@ import mindspore as ms
 import numpy as np
 from mindspore import Tensor
 
-from engines.adapters.mindspore import api_table
+from engines.adapters.mindspore import replay_table
 from engines.overflow import origin as og
 from engines.overflow import replay as rp
 from engines.overflow.replay import OutputFacts, ReplayError, ReplayResult  # noqa: F401 (this module's interface)
@@ -38,25 +38,13 @@ _FINFO_MAX = {"Float16": 65504.0, "BFloat16": 3.3895313892515355e38, "Float32": 
 
 
 def resolve_callable(name: str) -> Callable:
-    """The callable of a record name (``Mint.exp.0.forward`` or just ``Mint.exp``)."""
+    """The callable of a record name (``Mint.exp.0.forward`` or just ``Mint.exp``), from the capture's own API
+    table only (``replay_table``); a name that is no API at all raises ``UnsafeApiName``."""
     prefix, api = rp.split_api_name(name)
-    if prefix == api_table.PREFIX_PRIMITIVE:
-        raise ReplayError("%s: primitives are not replayed (their attributes are not recorded)" % name)
-    if prefix in ("Distributed", api_table.PREFIX_MINT_DISTRIBUTED):
-        raise ReplayError("%s: collectives are not replayed" % name)
-    if prefix == "Tensor":
-        found = getattr(Tensor, api, None)
-    else:
-        modules = {"Functional": "mindspore.ops", "Mint": "mindspore.mint",
-                   "MintFunctional": "mindspore.mint.nn.functional",
-                   api_table.PREFIX_DEMO: "engines.adapters.mindspore.demo_ops"}
-        module = modules.get(prefix)
-        found = getattr(__import__(module, fromlist=["_"]), api, None) if module else None
-    while hasattr(found, "__wrapped__"):
-        found = found.__wrapped__
-    if found is None or not callable(found):
-        raise ReplayError("%s: no such callable in this MindSpore (%s)" % (name, ms.__version__))
-    return found
+    try:
+        return replay_table.resolve(prefix, api)
+    except replay_table.NotReplayable as exc:
+        raise ReplayError("%s: %s" % (name, exc)) from None
 
 
 def tensor_from_saved(data: np.ndarray, dtype_name: str, shape: List[int]) -> Tensor:

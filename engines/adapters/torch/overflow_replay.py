@@ -1,7 +1,9 @@
 """Replay a recorded call from its saved tensors and JSON arguments (analyze-overflow) on PyTorch.
 
-A record name gives the callable (``Torch.exp`` -> ``torch.exp``, ``Tensor.add`` -> ``torch.Tensor.add``,
-``Functional.softmax`` -> ``torch.nn.functional.softmax``, ``Aten.mm`` / ``NPU.x`` / ``Demo.x`` -> ``torch.ops``).
+A record name gives the callable through the capture's own API table, compute ops only (``replay_table``:
+``Torch.exp`` -> ``torch.exp``, ``Tensor.add`` -> ``torch.Tensor.add``, ``Functional.softmax`` ->
+``torch.nn.functional.softmax``, ``Aten.mm`` / ``NPU.x`` / ``Demo.x`` -> a registered ``torch.ops`` packet); a
+name is never looked up as an attribute path.
 Rebuilding the call, running it twice and reading its outputs are framework-neutral
 (``engines.overflow.replay``); here: torch's callables, tensors, dtype and device arguments, and the device the
 replay runs on.
@@ -12,6 +14,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 import numpy as np
 import torch
 
+from engines.adapters.torch import replay_table
 from engines.overflow import origin as og
 from engines.overflow import replay as rp
 from engines.overflow.replay import OutputFacts, ReplayError, ReplayResult  # noqa: F401 (this module's interface)
@@ -26,49 +29,13 @@ _REPLAY_DTYPES = {"float32": torch.float32, "float64": torch.float64}
 
 
 def resolve_callable(name: str) -> Callable:
-    """The callable of a record name (``Torch.exp.0.forward`` or just ``Torch.exp``)."""
+    """The callable of a record name (``Torch.exp.0.forward`` or just ``Torch.exp``), from the capture's own API
+    table only (``replay_table``); a name that is no API at all raises ``UnsafeApiName``."""
     prefix, api = rp.split_api_name(name)
-    if prefix == "Distributed":
-        raise ReplayError("%s: collectives are not replayed" % name)
-    candidates: List[Any] = []
-    if prefix == "Torch":
-        candidates.append(_dotted(torch, api))
-    elif prefix == "Tensor":
-        candidates.append(getattr(torch.Tensor, api, None))
-    elif prefix == "Functional":
-        candidates.append(getattr(torch.nn.functional, api, None))
-    elif prefix == "VF":
-        candidates.append(getattr(torch._VF, api, None))
-    else:
-        namespace = {"Aten": "aten", "NPU": "npu"}.get(prefix, prefix[:1].lower() + prefix[1:])
-        candidates.append(_op(namespace, api))
-        if prefix == "NPU":
-            import sys
-
-            npu = sys.modules.get("torch_npu")
-            if npu is not None:
-                candidates.append(getattr(npu, api, None))
-    for c in candidates:
-        if c is not None and callable(c):
-            return c
-    raise ReplayError("%s: no such callable in this torch (%s)" % (name, torch.__version__))
-
-
-def _dotted(root: Any, path: str) -> Any:
-    obj = root
-    for part in path.split("."):
-        obj = getattr(obj, part, None)
-        if obj is None:
-            return None
-    return obj
-
-
-def _op(namespace: str, api: str) -> Any:
     try:
-        packet = getattr(getattr(torch.ops, namespace), api)
-    except (AttributeError, RuntimeError):
-        return None
-    return packet
+        return replay_table.resolve(prefix, api)
+    except replay_table.NotReplayable as exc:
+        raise ReplayError("%s: %s" % (name, exc)) from None
 
 
 def tensor_from_saved(data: np.ndarray, dtype_name: str, shape: List[int]) -> torch.Tensor:
@@ -88,7 +55,11 @@ def tensor_from_saved(data: np.ndarray, dtype_name: str, shape: List[int]) -> to
 
 def _torch_value(kind: str, value: Any) -> Any:
     if kind == "torch.dtype" or kind == "torch.memory_format":
-        return getattr(torch, str(value).replace("torch.", ""))
+        attr = str(value)[6:] if str(value).startswith("torch.") else str(value)
+        found = getattr(torch, attr, None) if attr.isidentifier() else None
+        if not isinstance(found, (torch.dtype, torch.memory_format)):
+            raise ReplayError("argument %r is not a torch dtype or memory format" % str(value)[:80])
+        return found
     if kind == "torch.device":
         return torch.device(value)
     if kind == "torch.Size":
