@@ -16,6 +16,8 @@ from typing import Any, Dict, Iterable, List, Optional
 
 import numpy as np
 
+from engines import safe_fs
+
 from . import h5io
 from .announce import announce, read_events
 from .errors import StoreError, StoreWarning
@@ -65,9 +67,10 @@ class StoreWriter:
         self._chunk_rows = int(chunk_rows)
         self._pool_chunk_bytes = int(pool_chunk_bytes)
         try:
-            self.directory.mkdir(parents=True, exist_ok=True)
+            safe_fs.make_dirs(self.directory)
         except OSError as exc:
-            raise StoreError(f"{self.directory}: cannot create the store folder ({exc.strerror})") from None
+            raise StoreError(f"cannot create the store folder {safe_fs.describe_os_error(self.directory, exc)}") \
+                from None
         self._refuse_existing()
         self.mode, self.network_fs = resolve_mode(self.directory, mode, detector)
         self._locking = not self.network_fs
