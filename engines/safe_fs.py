@@ -52,7 +52,7 @@ def describe_os_error(path: PathLike, exc: BaseException) -> str:
     if isinstance(exc, OSError) and exc.errno == errno.ELOOP or _is_loop(path):
         return f"{path}: a symbolic link loop (too many levels of symbolic links)"
     if isinstance(exc, ValueError):  # "embedded null byte" from os functions
-        return f"{path!r}: {exc}"
+        return f"{str(path)!r}: {exc}"
     text = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
     return f"{path}: {text}"
 
@@ -73,7 +73,7 @@ def _owned(st: os.stat_result) -> bool:
 
 def _link_refused(path: PathLike, what: str) -> UnsafePathError:
     return UnsafePathError(f"{path}: is a symbolic link where probe-tui creates its {what}; refused "
-                           "(links inside a run folder are never followed)")
+                           "(probe-tui never writes through a link below dump_path)")
 
 
 # -- folders -----------------------------------------------------------------------------------------------------
@@ -111,6 +111,18 @@ def check_private_dir(path: PathLike, what: str = "folder") -> None:
         raise UnsafePathError(f"{path}: exists and is not a folder")
     if not _owned(st):
         raise UnsafePathError(f"{path}: belongs to another user; probe-tui does not write into it")
+
+
+def check_regular_or_absent(path: PathLike) -> None:
+    """Refuse ``path`` when it exists as anything but a regular file (a link, a FIFO, a folder)."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return
+    if stat.S_ISLNK(st.st_mode):
+        raise _link_refused(path, Path(path).name)
+    if not stat.S_ISREG(st.st_mode):
+        raise UnsafePathError(f"{path}: is not a regular file; refused")
 
 
 def make_dirs(path: PathLike) -> Path:

@@ -19,7 +19,7 @@ import numpy as np
 from engines import safe_fs
 
 from . import h5io
-from .announce import announce, read_events
+from .announce import SEGMENTS_FILE, announce, read_events
 from .errors import StoreError, StoreWarning
 from .fs import SWMR, resolve_mode
 from .segment import SegmentFile
@@ -104,6 +104,10 @@ class StoreWriter:
 
     # -- set-up --------------------------------------------------------------------------------------------
     def _refuse_existing(self) -> None:
+        try:  # before anything is created: a planted link or FIFO here is refused, never followed
+            safe_fs.check_regular_or_absent(self.directory / SEGMENTS_FILE)
+        except OSError as exc:
+            raise StoreError(safe_fs.describe_os_error(self.directory / SEGMENTS_FILE, exc)) from None
         events, _ = read_events(self.directory)
         if any(ev.get("event") == "open" and ev.get("kind") == self.kind for ev in events) or \
                 (self.directory / f"{self.kind}.h5").exists():
