@@ -7,6 +7,10 @@ others join while that run is still ``running``.
 
 ``run.json`` is always replaced atomically (temporary file + ``os.replace``), so a reader never sees half of
 it, and a run whose process died while ``running`` is reported as ``crashed``.
+
+Files and folders are made through ``engines.safe_fs`` (exact modes, no writing through links): ``dump_path``
+may be or contain a link (the user's choice); the run folder, ``rank<R>/`` and ``latest`` below it are ours, and
+a link or another user's folder found there is refused (docs/SECURITY.md).
 """
 
 import json
@@ -20,6 +24,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple, Union
+
+from engines import safe_fs
 
 SCHEMA_VERSION = 1
 RUN_JSON = "run.json"
@@ -74,7 +80,7 @@ def _pid_alive(pid: int, started_ticks: Optional[int]) -> bool:
 def _write_tmp(path: Path, data: Dict[str, Any]) -> Path:
     """Write ``data`` to a hidden temporary file beside ``path``; the caller renames or links it into place."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(3)}.tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
+    with safe_fs.create_file(tmp, "w", encoding="utf-8") as f:
         json.dump(data, f, indent=2, default=str)
         f.write("\n")
     return tmp
@@ -105,9 +111,9 @@ def point_latest(dump_path: Path, run_id: str) -> None:
     try:
         os.symlink(run_id, tmp)
     except (OSError, NotImplementedError):
-        with open(tmp, "w", encoding="utf-8") as f:
+        with safe_fs.create_file(tmp, "w", encoding="utf-8") as f:
             f.write(run_id + "\n")
-    os.replace(tmp, latest)
+    os.replace(tmp, latest)  # replaces a planted link or file named latest; never writes through it
 
 
 def resolve_latest(dump_path: PathLike) -> Optional[Path]:
@@ -152,7 +158,10 @@ class Run:
         if isinstance(rank, bool) or not isinstance(rank, int) or rank < 0:
             raise RunError(f"rank: expected an integer >= 0, got {rank!r}")
         path = self.path / f"rank{rank}"
-        path.mkdir(exist_ok=True)
+        try:
+            safe_fs.make_private_dir(path, exist_ok=True, what="rank folder")
+        except OSError as exc:
+            raise RunError(safe_fs.describe_os_error(path, exc)) from None
         return path
 
     def ranks(self) -> List[int]:
@@ -232,12 +241,15 @@ def _create_exclusive_json(path: Path, data: Dict[str, Any]) -> bool:
 
 
 def _mkdir_dump_path(dump_path: Path) -> None:
-    if dump_path.exists() and not dump_path.is_dir():
-        raise RunError(f"{dump_path}: dump_path is a file, not a folder")
+    """Create ``dump_path`` (links in it followed: a user's scratch link is fine); every failure is one line."""
     try:
-        dump_path.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise RunError(f"{dump_path}: cannot create dump_path ({exc.strerror or exc})") from None
+        is_file = dump_path.exists() and not dump_path.is_dir()
+        if not is_file:
+            safe_fs.make_dirs(dump_path)
+    except (OSError, ValueError) as exc:
+        raise RunError(f"dump_path: cannot create {safe_fs.describe_os_error(dump_path, exc)}") from None
+    if is_file:
+        raise RunError(f"{dump_path}: dump_path is a file, not a folder")
     latest = dump_path / LATEST
     if latest.is_dir() and not latest.is_symlink():
         raise RunError(f"{latest}: is a folder; probe-tui keeps its 'latest' pointer there")
@@ -256,8 +268,21 @@ def create_run(
     The run-id is ``run_id``, else the one the ranks of this launch share (``$PROBE_TUI_RUN_ID``, torchrun's
     store, Slurm's job step: ``engines.launch``), else a fresh ``YYYYmmdd-HHMMSS-<6 hex>``.
     """
-    dump_path = Path(dump_path)
+    try:
+        dump_path = Path(dump_path)
+    except (TypeError, ValueError) as exc:
+        raise RunError(f"dump_path: {exc}") from None
     _mkdir_dump_path(dump_path)
+    try:
+        return _create_run(dump_path, task, config, framework, run_id)
+    except (OSError, ValueError) as exc:
+        if isinstance(exc, RunError):
+            raise
+        raise RunError(f"dump_path: cannot create the run folder: {safe_fs.describe_os_error(dump_path, exc)}") \
+            from None
+
+
+def _create_run(dump_path: Path, task: str, config: Dict[str, Any], framework: str, run_id: Optional[str]) -> Run:
     source = "run_id"
     shared = run_id or None
     if shared is None and task not in _ANALYSIS_TASKS:  # a comparison is one process's result
@@ -268,7 +293,7 @@ def create_run(
         for _ in range(100):
             candidate = new_run_id()
             try:
-                (dump_path / candidate).mkdir()
+                safe_fs.make_private_dir(dump_path / candidate, exist_ok=False)
             except FileExistsError:
                 continue
             return _start(dump_path, candidate, task, config, framework)
@@ -276,7 +301,7 @@ def create_run(
     if not _RUN_ID_OK.match(shared) or shared == LATEST:
         raise RunError(f"{source}: {shared!r} is not a valid run-id (letters, digits, '.', '_', '-')")
     path = dump_path / shared
-    path.mkdir(exist_ok=True)
+    safe_fs.make_private_dir(path, exist_ok=True, what="run folder")  # ranks of one launch join it
     meta = _initial_meta(shared, task, framework, config)
     if _create_exclusive_json(path / RUN_JSON, meta):
         point_latest(dump_path, shared)

@@ -4,6 +4,7 @@ import json
 import sys
 from pathlib import Path
 
+from engines import safe_fs
 from probe_tui.cli_output import fail, print_json
 
 
@@ -85,7 +86,10 @@ def cmd_schema(args) -> int:
         return fail(f"unknown task {args.task!r}; tasks: {', '.join(schemas.TASKS)}")
     text = json.dumps(schemas.json_schema(args.task), indent=2) + "\n"
     if args.output:
-        Path(args.output).write_text(text, encoding="utf-8")
+        try:
+            safe_fs.write_atomic(args.output, text)
+        except (OSError, ValueError) as exc:
+            return fail(f"--output {safe_fs.describe_os_error(args.output, exc)}")
         print(f"probe-tui: wrote {args.output}", file=sys.stderr)
     else:
         sys.stdout.write(text)
@@ -103,8 +107,9 @@ def cmd_init(args) -> int:
     if not out.parent.exists():
         return fail(f"{out.parent}: no such directory")
     text = json.dumps(schemas.starter_config(args.task), indent=2) + "\n"
-    tmp = out.with_name(out.name + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    tmp.replace(out)
+    try:
+        safe_fs.write_atomic(out, text)
+    except (OSError, ValueError) as exc:
+        return fail(f"--output {safe_fs.describe_os_error(out, exc)}")
     print(f"probe-tui: wrote {out} (check it with: probe-tui validate {out})", file=sys.stderr)
     return 0

@@ -71,6 +71,27 @@ class JobBase(ConfigModel):
             data[section] = {}
         return data
 
+    @field_validator("dump_path")
+    @classmethod
+    def _dump_path_is_a_path(cls, value: str) -> str:
+        """What no file system takes is refused here, not by a traceback when the run creates the folder."""
+        if "\x00" in value:
+            raise config_error("contains a NUL byte, which no path can hold")
+        encoded = value.encode("utf-8", "surrogatepass")
+        if len(encoded) > _PATH_MAX:
+            raise config_error(f"{len(encoded)} bytes long; paths hold at most {_PATH_MAX}")
+        for part in value.split("/"):
+            size = len(part.encode("utf-8", "surrogatepass"))
+            if size > _NAME_MAX:
+                raise config_error(f"a component of {size} bytes ({part[:20]}...); file names hold at most "
+                                   f"{_NAME_MAX}")
+        return value
+
+
+#: Linux limits (limits.h): a path component's bytes, a whole path's bytes.
+_NAME_MAX = 255
+_PATH_MAX = 4095
+
 
 class RunJob(JobBase):
     """Jobs that run training (the demo, a script, a callable) under instrumentation."""

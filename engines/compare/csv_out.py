@@ -15,6 +15,7 @@ from typing import Dict, Optional
 
 import numpy as np
 
+from engines import safe_fs
 from engines.compare.columns import report_headers
 from engines.compare.csv_fields import csv_fields, csv_text, rows_bytes
 
@@ -35,7 +36,7 @@ def _write(tmp: Path, cols: Dict[str, np.ndarray], mode: str, stack: bool, class
     if claim is None:
         blocks = iter(range(_n_blocks(n)))
         claim = lambda: next(blocks, None)  # noqa: E731
-    with open(tmp, "wb") as fh:
+    with safe_fs.create_file(tmp, "wb", replace=True) as fh:
         fh.write(_header(mode, stack, classic))
         block = claim()
         while block is not None:
@@ -146,7 +147,7 @@ class CsvJob:
                 self._remove()
                 raise OSError("{}: {}".format(self.path, error or "not written"))
             if parts:
-                with open(self.tmp, "ab") as fh:
+                with safe_fs.append_file(self.tmp, "ab") as fh:
                     for block in sorted(parts):
                         fh.write(parts.pop(block))
         self.tmp.replace(self.path)

@@ -9,6 +9,7 @@ from typing import Any, Dict, Optional
 
 import numpy as np
 
+from engines import safe_fs
 from engines.compare.csv_out import CsvJob, start_csv
 from engines.compare.options import CompareError, CompareOptions
 from engines.compare.xlsx_out import XlsxRefused, write_xlsx
@@ -28,9 +29,9 @@ def output_folder(opts: CompareOptions, job: Any, framework: str):
             raise CompareError("compare.output_path: {} already holds compare results; give a new folder (results "
                                "are never overwritten)".format(out))
         try:
-            out.mkdir(parents=True, exist_ok=True)
+            safe_fs.make_dirs(out)
         except OSError as exc:
-            raise CompareError("compare.output_path: {}: {}".format(out, exc.strerror or exc)) from None
+            raise CompareError("compare.output_path: {}".format(safe_fs.describe_os_error(out, exc))) from None
         return out, None
     from engines.runs import RunError, create_run
 
@@ -88,8 +89,8 @@ class ReportWriter:
             files["csv"] = str(csv.wait())
         path = out / "summary.json"
         tmp = out / "summary.json.partial"
-        tmp.write_text(json.dumps(dict(summary, output_dir=str(out), files=files), indent=2, default=str))
-        tmp.replace(path)
+        safe_fs.write_atomic(path, json.dumps(dict(summary, output_dir=str(out), files=files), indent=2,
+                                              default=str), tmp=tmp)
         files["summary"] = str(path)
         return files
 

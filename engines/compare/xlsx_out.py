@@ -12,6 +12,7 @@ from typing import Dict
 
 import numpy as np
 
+from engines import safe_fs
 from engines.compare.classic import RED, YELLOW
 from engines.compare.report_cells import report_rows
 from engines.compare.verdicts import ERROR, WARNING
@@ -58,7 +59,6 @@ def write_xlsx(path: Path, cols: Dict[str, np.ndarray], mode: str, *, stack: boo
             cells.append(cell)
         ws.append(cells)
     path = Path(path)
-    tmp = path.with_name(path.name + ".partial")
-    wb.save(str(tmp))
-    tmp.replace(path)
+    with safe_fs.atomic_file(path, "wb", tmp=path.with_name(path.name + ".partial")) as fh:
+        wb.save(fh)
     return path

@@ -16,6 +16,7 @@ import os
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
+from engines import safe_fs
 from engines.free_benchmark.thresholds import max_rel
 from engines.store import Column, StoreReader, StoreWriter, TableSpec
 
@@ -96,7 +97,7 @@ class ResultWriter:
 
     def _append_csv(self, rows: List[CheckRow]) -> None:
         new = not self.csv_path.exists()
-        fd = os.open(str(self.csv_path), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o640)
+        fd = safe_fs.append_fd(self.csv_path)
         with os.fdopen(fd, "w", newline="", encoding="utf-8") as fh:
             w = csv.writer(fh)
             if new:

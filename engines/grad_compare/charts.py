@@ -13,6 +13,7 @@ from typing import List, Optional
 
 import numpy as np
 
+from engines import safe_fs
 from engines.grad_compare.layers import LayerRatios
 from engines.grad_compare.rule import RuleVerdict
 from engines.grad_compare.similarity import SimilarityTable
@@ -35,7 +36,7 @@ def draw(directory: Path, table: SimilarityTable, verdict: RuleVerdict, layers: 
     plt = matplotlib_or_none()
     if plt is None:
         return []
-    directory.mkdir(parents=True, exist_ok=True)
+    safe_fs.make_dirs(directory)
     written = []
     steps = table.steps
 
@@ -93,6 +94,9 @@ def draw(directory: Path, table: SimilarityTable, verdict: RuleVerdict, layers: 
 
 
 def _save(fig, path: Path, plt) -> Path:
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    try:
+        with safe_fs.atomic_file(path, "wb") as fh:
+            fig.savefig(fh, format="png", dpi=110)
+    finally:
+        plt.close(fig)
     return path

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
+from engines import safe_fs
 from engines.grad_compare.compute import compare_rank
 from engines.grad_compare.layers import layer_ratios
 from engines.grad_compare.rule import apply_rule
@@ -28,7 +29,7 @@ class GradCompareResult:
 def _output_dir(job, section) -> "tuple[Path, Any]":
     if getattr(section, "output_path", None):
         path = Path(section.output_path)
-        path.mkdir(parents=True, exist_ok=True)
+        safe_fs.make_dirs(path)
         return path, None
     from engines.runs import create_run
 
@@ -91,7 +92,7 @@ def _compare(job, section, target, golden, events) -> GradCompareResult:
             events.emit("message", level="warning", text=f"rank {rank}: no step in common; skipped")
             continue
         rank_dir = out_dir / f"rank{rank}"
-        rank_dir.mkdir(parents=True, exist_ok=True)
+        safe_fs.make_private_dir(rank_dir, exist_ok=True, what="rank folder")
         verdict = apply_rule(table, threshold, drop)
         layers = layer_ratios(table.params, table.steps, comparison.target_norms, comparison.golden_norms, tolerance)
         outputs.write_similarities(rank_dir, table)

@@ -9,21 +9,20 @@
 
 import csv
 import math
-import os
 from pathlib import Path
 
+from engines import safe_fs
 from engines.grad_compare.layers import LayerRatios
 from engines.grad_compare.rule import RuleVerdict
 from engines.grad_compare.similarity import SimilarityTable
 
 
 def _write(path: Path, header, rows) -> Path:
-    partial = path.with_name(path.name + ".partial")
-    with open(partial, "w", newline="", encoding="utf-8") as handle:
+    with safe_fs.atomic_file(path, "w", tmp=path.with_name(path.name + ".partial"), newline="",
+                             encoding="utf-8") as handle:
         writer = csv.writer(handle)
         writer.writerow(header)
         writer.writerows(rows)
-    os.replace(partial, path)
     return path
 
 

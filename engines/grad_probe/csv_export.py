@@ -5,10 +5,10 @@ gradient as 8 hex digits; interval columns and ``=0`` are fractions of elements;
 """
 
 import csv
-import os
 from pathlib import Path
 from typing import List
 
+from engines import safe_fs
 from engines.grad_probe.levels import csv_header, has_hash, has_histogram
 from engines.grad_probe.records import GradStepStats
 
@@ -30,12 +30,10 @@ def summary_rows(stats: GradStepStats, level: str) -> List[list]:
 def write_grad_summary(directory, stats: GradStepStats, level: str, bounds) -> Path:
     """Write ``<directory>/grad_summary_{step}.csv`` atomically (a killed run never leaves half a file)."""
     directory = Path(directory)
-    directory.mkdir(parents=True, exist_ok=True)
+    safe_fs.make_dirs(directory)
     path = directory / f"grad_summary_{stats.step}.csv"
-    partial = path.with_suffix(".csv.partial")
-    with open(partial, "w", newline="", encoding="utf-8") as handle:
+    with safe_fs.atomic_file(path, "w", tmp=path.with_suffix(".csv.partial"), newline="", encoding="utf-8") as handle:
         writer = csv.writer(handle)
         writer.writerow(csv_header(level, bounds))
         writer.writerows(summary_rows(stats, level))
-    os.replace(partial, path)
     return path

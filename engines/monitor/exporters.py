@@ -16,6 +16,8 @@ from collections import OrderedDict
 from pathlib import Path
 from typing import Dict, List, Sequence, Tuple
 
+from engines import safe_fs
+
 CSV_PREFIX = {"mg_direction": "other"}
 
 
@@ -40,7 +42,7 @@ class CsvExporter:
         by_tag: "OrderedDict[str, OrderedDict[str, Dict[str, float]]]" = OrderedDict()
         for tag, name, metric, value in entries:
             by_tag.setdefault(tag, OrderedDict()).setdefault(name, {})[metric] = value
-        self.directory.mkdir(parents=True, exist_ok=True)
+        safe_fs.make_dirs(self.directory)
         for tag, names in by_tag.items():
             path = self._path(tag, step)
             header = self._headers.get(path)
@@ -51,7 +53,7 @@ class CsvExporter:
                     metrics += [m for m in values if m not in metrics]
                 header = ["vpp_stage", "name", "step", *metrics]
                 self._headers[path] = header
-            with open(path, "a", newline="", encoding="utf-8") as handle:
+            with safe_fs.append_file(path, "a", newline="", encoding="utf-8") as handle:
                 writer = csv.writer(handle)
                 if new_file:
                     writer.writerow(header)
@@ -73,8 +75,9 @@ class TensorBoardExporter:
         except ImportError:
             return
         self._Event, self._Summary = Event, Summary
-        Path(directory).mkdir(parents=True, exist_ok=True)
+        safe_fs.make_dirs(directory)
         self._writer = EventFileWriter(str(directory))
+        safe_fs.restrict_files(directory)  # the event file TensorBoard just created with the umask's mode
         self.available = True
 
     def write_step(self, step: int, entries: Sequence[Tuple[str, str, str, float]]) -> None:

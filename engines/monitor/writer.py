@@ -13,6 +13,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from engines import safe_fs
 from engines.monitor.alerts import Alert, AlertEngine, RuleSpec
 from engines.monitor.exporters import CsvExporter, TensorBoardExporter
 from engines.monitor.metrics import module_of
@@ -169,7 +170,7 @@ class MetricsWriter:
                            "tag_name": f"{alert.name}/{alert.tag}_{alert.metric}", "group_mates": [self.rank]})
             lines.append(json.dumps(record, default=float))
         self._store.append(ALERTS, **columns)
-        with open(self._anomaly_path, "a", encoding="utf-8") as handle:
+        with safe_fs.append_file(self._anomaly_path, "a", encoding="utf-8") as handle:
             handle.write("\n".join(lines) + "\n")
         self.alerts += len(alerts)
         if self.first_alert is None:

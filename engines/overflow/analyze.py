@@ -23,6 +23,7 @@ import json
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
+from engines import safe_fs
 from engines.capture.options import field_of as _get
 from engines.overflow import origin as og
 from engines.overflow.replay import UnsafeApiName
@@ -324,7 +325,10 @@ def _output_folder(job: Any, output_path: Optional[str]):
             raise _job_error("analyze_overflow.output_path: %s is a file, not a folder" % out)
         if (out / CSV_NAME).exists() or (out / (RESULT_KIND + ".h5")).exists():
             raise _job_error("analyze_overflow.output_path: %s already holds results; give a new folder" % out)
-        out.mkdir(parents=True, exist_ok=True)
+        try:
+            safe_fs.make_dirs(out)
+        except OSError as exc:
+            raise _job_error("analyze_overflow.output_path: %s" % safe_fs.describe_os_error(out, exc)) from None
         return out, None
     from engines.runs import RunError, create_run
 
@@ -343,7 +347,7 @@ def _output_folder(job: Any, output_path: Optional[str]):
 
 
 def _write(out_dir: Path, judgements: List[Judgement]) -> None:
-    with (out_dir / CSV_NAME).open("w", newline="", encoding="utf-8") as fh:
+    with safe_fs.atomic_file(out_dir / CSV_NAME, "w", newline="", encoding="utf-8") as fh:
         w = csv.writer(fh)
         w.writerow(CSV_COLUMNS)
         for j in judgements:

@@ -16,6 +16,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 
+from engines import safe_fs
 from engines.parse.names import direction_word
 from engines.parse.rows import IO_NAMES, KIND_NAMES, STAT_BITS, RowTable
 from engines.parse.sources import DumpSource, DumpSourceError, open_dump
@@ -303,9 +304,9 @@ def export_rows(source: DumpSource, rows: RowTable, folder: Path) -> List[str]:
     """Write each selected row that has tensor data to ``folder/<row name>.npy`` (streamed; bfloat16 as float32).
     Several ranks or steps get ``rank<R>/step<S>/`` sub-folders."""
     try:
-        folder.mkdir(parents=True, exist_ok=True)
+        safe_fs.make_dirs(folder)
     except OSError as exc:
-        raise ParseError("--export-npy {}: {}".format(folder, exc.strerror or exc)) from None
+        raise ParseError("--export-npy {}".format(safe_fs.describe_os_error(folder, exc))) from None
     multi = len(set(zip(rows.rank.tolist(), rows.step.tolist()))) > 1
     written = []
     readers: Dict[Tuple[int, int], Any] = {}
@@ -321,20 +322,28 @@ def export_rows(source: DumpSource, rows: RowTable, folder: Path) -> List[str]:
             if shape is None or int(np.prod(shape)) != numel:
                 shape = (numel,)
             out_dir = folder / "rank{}".format(key[0]) / "step{}".format(key[1]) if multi else folder
-            out_dir.mkdir(parents=True, exist_ok=True)
+            if out_dir != folder:
+                safe_fs.make_dirs(out_dir)
             target = out_dir / (_safe_file_name(rows.name[i]) + ".npy")
-            out = np.lib.format.open_memmap(target, mode="w+", dtype=dtype, shape=tuple(shape))
-            flat = out.reshape(-1)
-            for lo in range(0, numel, CHUNK):
-                hi = min(numel, lo + CHUNK)
-                flat[lo:hi] = reader.read(loc, lo, hi)
-            out.flush()
-            del out, flat
+            with safe_fs.atomic_file(target, "wb") as fh:  # mode 0o640, never through a planted link
+                _write_npy(fh, np.dtype(dtype), tuple(shape), numel, reader, loc)
             written.append(str(target))
     finally:
         for r in readers.values():
             r.close()
     return written
+
+
+def _write_npy(fh, dtype: np.dtype, shape: Tuple[int, ...], numel: int, reader: Any, loc: int) -> None:
+    """A ``.npy`` file streamed ``CHUNK`` elements at a time from the reader."""
+    header = {"descr": np.lib.format.dtype_to_descr(dtype), "fortran_order": False, "shape": shape}
+    try:
+        np.lib.format.write_array_header_1_0(fh, header)
+    except ValueError:  # a header over 64 KiB (a shape of thousands of dimensions)
+        np.lib.format.write_array_header_2_0(fh, header)
+    for lo in range(0, numel, CHUNK):
+        hi = min(numel, lo + CHUNK)
+        fh.write(np.ascontiguousarray(np.asarray(reader.read(loc, lo, hi)).reshape(-1), dtype=dtype).tobytes())
 
 
 # -- comparing two arbitrary tensors -------------------------------------------------------------------------

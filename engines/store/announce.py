@@ -12,6 +12,8 @@ import threading
 from pathlib import Path
 from typing import Any, Dict, List, Tuple
 
+from engines import safe_fs
+
 SEGMENTS_FILE = "segments.jsonl"
 _lock = threading.Lock()
 
@@ -19,7 +21,7 @@ _lock = threading.Lock()
 def announce(directory: Path, event: Dict[str, Any]) -> None:
     line = (json.dumps(event, separators=(",", ":")) + "\n").encode("utf-8")
     with _lock:
-        fd = os.open(str(Path(directory) / SEGMENTS_FILE), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        fd = safe_fs.append_fd(Path(directory) / SEGMENTS_FILE, what=SEGMENTS_FILE)  # never through a link
         try:
             os.write(fd, line)
         finally:

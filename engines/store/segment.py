@@ -12,6 +12,8 @@ from typing import Callable, Dict, List, Optional, Sequence
 import h5py
 import numpy as np
 
+from engines import safe_fs
+
 from . import h5io
 from .spec import FORMAT_VERSION, POOL_DTYPES, STRINGS_KEY, TableSpec, table_key, tables_to_json
 
@@ -39,7 +41,8 @@ class SegmentFile:
         self.compression = compression
         self.string_bytes = 0  # bytes of /strings/data in this file: string offsets are local to it
         self._growing: Dict[str, h5io.Growing] = {}  # dataset path -> its appender, looked up once
-        self.file = h5io.open_h5(path, "w-", locking=locking, libver=h5io.LIBVER)
+        self.file = h5io.open_h5(path, "w-", locking=locking, libver=h5io.LIBVER)  # O_EXCL: never through a link
+        safe_fs.restrict_fd(self.file.id.get_vfd_handle())  # mode 0o640 whatever the umask, before any data
         meta = self.file.create_group("meta")
         for key, value in meta_attrs.items():
             meta.attrs[key] = value

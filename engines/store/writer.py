@@ -16,8 +16,10 @@ from typing import Any, Dict, Iterable, List, Optional
 
 import numpy as np
 
+from engines import safe_fs
+
 from . import h5io
-from .announce import announce, read_events
+from .announce import SEGMENTS_FILE, announce, read_events
 from .errors import StoreError, StoreWarning
 from .fs import SWMR, resolve_mode
 from .segment import SegmentFile
@@ -65,9 +67,10 @@ class StoreWriter:
         self._chunk_rows = int(chunk_rows)
         self._pool_chunk_bytes = int(pool_chunk_bytes)
         try:
-            self.directory.mkdir(parents=True, exist_ok=True)
+            safe_fs.make_dirs(self.directory)
         except OSError as exc:
-            raise StoreError(f"{self.directory}: cannot create the store folder ({exc.strerror})") from None
+            raise StoreError(f"cannot create the store folder {safe_fs.describe_os_error(self.directory, exc)}") \
+                from None
         self._refuse_existing()
         self.mode, self.network_fs = resolve_mode(self.directory, mode, detector)
         self._locking = not self.network_fs
@@ -101,6 +104,10 @@ class StoreWriter:
 
     # -- set-up --------------------------------------------------------------------------------------------
     def _refuse_existing(self) -> None:
+        try:  # before anything is created: a planted link or FIFO here is refused, never followed
+            safe_fs.check_regular_or_absent(self.directory / SEGMENTS_FILE)
+        except OSError as exc:
+            raise StoreError(safe_fs.describe_os_error(self.directory / SEGMENTS_FILE, exc)) from None
         events, _ = read_events(self.directory)
         if any(ev.get("event") == "open" and ev.get("kind") == self.kind for ev in events) or \
                 (self.directory / f"{self.kind}.h5").exists():

@@ -89,8 +89,11 @@ class ChildRun:
         self._term_timer: Optional[threading.Timer] = None
 
     def start(self) -> None:
-        self.launch_dir.mkdir(parents=True, exist_ok=True)
-        with open(self.events_path, "wb") as events, open(self.log_path, "wb") as log:
+        from engines import safe_fs
+
+        safe_fs.make_dirs(self.launch_dir)
+        with safe_fs.create_file(self.events_path, "wb", replace=True) as events, \
+                safe_fs.create_file(self.log_path, "wb", replace=True) as log:
             self.process = subprocess.Popen(self.argv, cwd=str(self.cwd), env=self.env, stdin=subprocess.DEVNULL,
                                             stdout=events, stderr=log, start_new_session=True)
         self.started_at = time.monotonic()

@@ -158,7 +158,7 @@ def task_of(data: Dict[str, Any], tasks: Dict[str, type]) -> Optional[str]:
 def write_json_atomic(path: Path, data: Dict[str, Any]) -> None:
     """Write ``data`` as indented JSON; a crash leaves the old file or the new one, never half of one."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
-    tmp.replace(path)
+    from engines import safe_fs
+
+    safe_fs.make_dirs(path.parent)
+    safe_fs.write_atomic(path, json.dumps(data, indent=2) + "\n")

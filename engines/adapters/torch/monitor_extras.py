@@ -18,6 +18,8 @@ from typing import Callable, Dict, List, Optional
 import torch
 from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
 
+from engines import safe_fs
+
 log = logging.getLogger(__name__)
 
 
@@ -77,10 +79,7 @@ class StructureRecorder:
 
 
 def _write(path: Path, data) -> Path:
-    partial = path.with_name(path.name + ".partial")
-    partial.write_text(json.dumps(data, indent=1))
-    partial.replace(path)
-    return path
+    return safe_fs.write_atomic(path, json.dumps(data, indent=1), tmp=path.with_name(path.name + ".partial"))
 
 
 class MicroBatchGrads:
