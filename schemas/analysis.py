@@ -11,7 +11,7 @@ from pydantic import PlainValidator, WithJsonSchema, field_validator, model_vali
 
 from .base import ConfigModel
 from .common import JobBase
-from .errors import RuleCollector
+from .errors import RuleCollector, echo
 from .types import RankList, config_error, field
 
 __all__ = ["MetricLimits", "CompareThresholds", "CompareSection", "CompareJob", "GradCompareSection",
@@ -82,7 +82,7 @@ def _path_or_true(value: Any) -> Any:
         return None
     if isinstance(value, str) and value.strip():
         return value
-    raise config_error(f"must be true (built-in mapping) or a YAML file path (got {value!r})")
+    raise config_error(f"must be true (built-in mapping) or a YAML file path (got {echo(value)})")
 
 
 MappingOption = Annotated[

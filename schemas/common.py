@@ -19,7 +19,7 @@ from .output import OutputSpec
 from .target import TargetSpec, expand_target_shorthand, target_field_schema
 from .types import RankList, config_error, field
 
-__all__ = ["ALL_LEVELS", "LEVEL_NOTES", "JobBase", "RunJob", "CollectionJob", "DumpJob", "level_field", "level_literal",
+__all__ = ["ALL_LEVELS", "MAX_COMMENT_CHARS", "LEVEL_NOTES", "JobBase", "RunJob", "CollectionJob", "DumpJob", "level_field", "level_literal",
            "section_field"]
 
 ALL_LEVELS = ("L0", "L1", "mix", "L2", "debug")
@@ -30,6 +30,10 @@ LEVEL_NOTES = {
     "L2": "kernel dump through the device runtime; tensor task only, with exactly one API in list",
     "debug": "no hooks: only what the script passes to save(); statistics and tensor tasks only",
 }
+
+
+# The comment is copied into run.json and the store's metadata; a longer one is refused (exit 2), not cut.
+MAX_COMMENT_CHARS = 10_000
 
 
 def _task_required(schema: Dict[str, Any]) -> None:
@@ -46,7 +50,8 @@ class JobBase(ConfigModel):
 
     task: str = field(..., "What this job does; selects the section that holds its options.")
     comment: Optional[str] = field(None, "Free text for people reading the file; ignored by the tool "
-                                         "(`_comment` is accepted too).", advanced=True)
+                                         "(`_comment` is accepted too). At most 10,000 characters: it is stored "
+                                         "with every run.", advanced=True, max_length=MAX_COMMENT_CHARS)
     dump_path: str = field(
         "./probe_dump", "Folder that receives this job's run folders: each run writes <dump_path>/<run-id>/ "
                         "and updates <dump_path>/latest; earlier runs are never overwritten.", min_length=1)

@@ -10,6 +10,7 @@ from typing import Any, List, Literal, Optional
 from pydantic import field_validator
 
 from .base import ConfigModel
+from .errors import echo
 from .types import config_error, field
 
 __all__ = [
@@ -105,7 +106,7 @@ class DumpSection(ConfigModel):
         seen = set()
         for item in value:
             if item in seen:
-                raise config_error(f"{item!r} is listed twice")
+                raise config_error(f"{echo(item)} is listed twice")
             seen.add(item)
         return value
 
@@ -155,12 +156,12 @@ def check_scope_names(scope: List[str], level: str) -> Optional[List[tuple]]:
         is_api, is_module = bool(API_NAME.match(name)), bool(MODULE_NAME.match(name))
         kinds.append("api" if is_api else "module" if is_module else None)
         if level == "L1" and not is_api:
-            problems.append((i, f"{name!r} is not an API name, which level L1 needs",
+            problems.append((i, f"{echo(name)} is not an API name, which level L1 needs",
                              "API names look like Functional.linear.0.forward"))
         elif level == "L0" and not is_module:
-            problems.append((i, f"{name!r} is not a module name, which level L0 needs",
+            problems.append((i, f"{echo(name)} is not a module name, which level L0 needs",
                              "module names look like Module.layers.0.Block.forward.0"))
         elif level == "mix" and not (is_api or is_module):
-            problems.append((i, f"{name!r} is neither an API nor a module name",
+            problems.append((i, f"{echo(name)} is neither an API nor a module name",
                              "e.g. Functional.linear.0.forward or Module.fc.Linear.forward.0"))
     return problems or None

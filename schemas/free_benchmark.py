@@ -12,7 +12,7 @@ from pydantic import ValidationInfo, field_validator, model_validator
 from .base import ConfigModel
 from .common import DumpJob, level_field, level_literal, section_field
 from .dump_sections import API_NAME
-from .errors import RuleCollector
+from .errors import RuleCollector, echo
 from .types import config_error, field
 
 __all__ = ["PERT_MODES", "FreeBenchmarkSection", "FreeBenchmarkJob"]
@@ -58,7 +58,7 @@ class FreeBenchmarkSection(ConfigModel):
     def _exact_api_names(cls, value: List[str]) -> List[str]:
         for i, name in enumerate(value):
             if not API_NAME.match(name):
-                raise config_error(f"element [{i}] {name!r} is not a full API call name",
+                raise config_error(f"element [{i}] {echo(name)} is not a full API call name",
                                    "for example Torch.matmul.0.forward; use list for substrings")
         return value
 

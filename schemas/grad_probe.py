@@ -7,6 +7,7 @@ from pydantic import AfterValidator, BeforeValidator, PlainValidator, WithJsonSc
 
 from .base import ConfigModel
 from .common import CollectionJob, section_field
+from .errors import echo
 from .types import config_error, field
 
 __all__ = ["GradProbeSection", "GradProbeJob"]
@@ -16,17 +17,17 @@ INT64_MIN, INT64_MAX = -(2 ** 63), 2 ** 63 - 1
 
 def _bound(value: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise config_error(f"{value!r} is not a number", "bounds are numbers such as -1, 0, 0.5")
+        raise config_error(f"{echo(value)} is not a number", "bounds are numbers such as -1, 0, 0.5")
     if isinstance(value, float) and not math.isfinite(value):
-        raise config_error(f"{value!r} is not a finite number")
+        raise config_error(f"{echo(value)} is not a finite number")
     if not INT64_MIN <= value <= INT64_MAX:
-        raise config_error(f"{value!r} is out of the int64 range [-2^63, 2^63-1]")
+        raise config_error(f"{echo(value)} is out of the int64 range [-2^63, 2^63-1]")
     return value
 
 
 def _bounds_list(value: Any) -> Any:
     if not isinstance(value, list):
-        raise config_error(f"must be a list of numbers (got {value!r})", "for example [-1, 0, 1]")
+        raise config_error(f"must be a list of numbers (got {echo(value)})", "for example [-1, 0, 1]")
     return value
 
 
@@ -35,8 +36,8 @@ def _ascending(values: List[float]) -> List[float]:
         raise config_error("needs at least one boundary", "for example [-1, 0, 1]")
     for i in range(1, len(values)):
         if not values[i] > values[i - 1]:
-            raise config_error(f"must be strictly ascending: bounds[{i}] = {values[i]!r} is not greater than "
-                               f"bounds[{i - 1}] = {values[i - 1]!r}")
+            raise config_error(f"must be strictly ascending: bounds[{i}] = {echo(values[i])} is not greater than "
+                               f"bounds[{i - 1}] = {echo(values[i - 1])}")
     return values
 
 

@@ -16,7 +16,7 @@ from pydantic import ValidationInfo, field_validator, model_validator
 
 from .base import ConfigModel
 from .common import RunJob, section_field
-from .errors import RuleCollector, warn_from_context
+from .errors import RuleCollector, echo, warn_from_context
 from .types import RankList, config_error, field
 
 __all__ = ["MONITOR_OPS", "MonitorTarget", "AlertArgs", "AlertRule", "AlertConfig", "MonitorSection", "MonitorJob"]
@@ -41,9 +41,9 @@ class MonitorTarget(ConfigModel):
             return value
         match = _SELECTOR.match(value.strip())
         if not match:
-            raise config_error(f"{value!r} is not a selector", 'use "tensor", "tuple[2]" or "tuple[2]:0"')
+            raise config_error(f"{echo(value)} is not a selector", 'use "tensor", "tuple[2]" or "tuple[2]:0"')
         if match.group(3) is not None and int(match.group(3)) >= int(match.group(2)):
-            raise config_error(f"{value!r}: index {match.group(3)} is outside a tuple of {match.group(2)}")
+            raise config_error(f"{echo(value)}: index {match.group(3)} is outside a tuple of {match.group(2)}")
         return value.strip()
 
 

@@ -17,7 +17,7 @@ from pydantic import (
 )
 
 from .base import ConfigModel
-from .errors import RuleCollector
+from .errors import RuleCollector, echo
 from .types import field
 
 __all__ = [
@@ -161,7 +161,7 @@ class TargetSpec(ConfigModel):
     @classmethod
     def _callable_form(cls, value: Optional[str]) -> Optional[str]:
         if value is not None and not _CALLABLE.match(value):
-            raise ValueError(f"{value!r} is not of the form \"package.module:function\"")
+            raise ValueError(f"{echo(value)} is not of the form \"package.module:function\"")
         return value
 
     @model_serializer(mode="wrap")
