@@ -204,3 +204,38 @@ def test_disk_budget_takes_ascii_digits_and_bounded_numbers(size):
 def test_ranges_in_any_spacing_and_leading_zeros_still_load():
     job = schemas.load_config({"task": "statistics", "step": [" 4 - 6 ", "0007", "\t1000000"]}, **QUIET)
     assert job.step == [4, 5, 6, 7, 1_000_000]
+
+
+def _in_thread(fn, timeout=20):
+    """Run ``fn`` in a daemon thread: a regression that blocks (reading a FIFO) fails the test instead of hanging."""
+    import threading
+
+    out = {}
+
+    def target():
+        try:
+            out["value"] = fn()
+        except BaseException as exc:  # handed to the test
+            out["error"] = exc
+    thread = threading.Thread(target=target, daemon=True)
+    thread.start()
+    thread.join(timeout)
+    assert not thread.is_alive(), "blocked"
+    return out
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs on this platform")
+def test_app_config_scan_and_load_skip_fifos_and_deep_files(tmp_path):
+    from probe_tui.app.config_backend import SchemaBackend
+    from probe_tui.app.discovery import find_config_files
+
+    os.mkfifo(tmp_path / "fifo.json")
+    (tmp_path / "deep.json").write_text('{"task": "statistics", "comment": ' + _deep_array(50_000) + "}")
+    (tmp_path / "ok.json").write_text('{"task": "statistics"}')
+    found = _in_thread(lambda: find_config_files(tmp_path, list(schemas.TASKS)))
+    assert "error" not in found, found.get("error")
+    assert [c.path.name for c in found["value"]] == ["ok.json"]
+    for name, words in (("fifo.json", "not a regular file"), ("deep.json", "levels deep")):
+        loaded = _in_thread(lambda: SchemaBackend().read_file(tmp_path / name))
+        assert isinstance(loaded.get("error"), ValueError), loaded
+        assert words in str(loaded["error"]) and "\n" not in str(loaded["error"])
