@@ -1,13 +1,14 @@
 """grad_probe: per-parameter gradient summaries (and sign maps) at every optimizer step (reference §9)."""
 
 import math
-from typing import Annotated, Any, List, Literal
+from typing import Annotated, Any, Dict, List, Literal
 
 from pydantic import AfterValidator, BeforeValidator, PlainValidator, WithJsonSchema, field_validator
 
 from .base import ConfigModel
 from .common import CollectionJob, section_field
 from .errors import echo
+from .schema_rules import NON_BLANK, items_pattern, note
 from .types import config_error, field
 
 __all__ = ["GradProbeSection", "GradProbeJob"]
@@ -45,7 +46,9 @@ Bounds = Annotated[
     List[Annotated[Any, PlainValidator(_bound)]],
     BeforeValidator(_bounds_list),
     AfterValidator(_ascending),
-    WithJsonSchema({"type": "array", "minItems": 1, "items": {"type": "number"}}),
+    WithJsonSchema({"type": "array", "minItems": 1,
+                    "items": {"type": "number", "minimum": INT64_MIN, "maximum": INT64_MAX},
+                    "$comment": "The bounds must be strictly ascending, which JSON Schema cannot say."}),
 ]
 
 
@@ -56,7 +59,8 @@ class GradProbeSection(ConfigModel):
               "interval and the fraction of exact zeros.")
     param_list: List[str] = field(
         default_factory=list,
-        description="Exact parameter names (as named_parameters() gives them) to watch; empty = all.")
+        description="Exact parameter names (as named_parameters() gives them) to watch; empty = all.",
+        json_schema_extra=items_pattern(NON_BLANK))
     bounds: Bounds = field(
         default_factory=lambda: [-1, 0, 1],
         description="Strictly ascending interval boundaries for the L2 distribution: (-inf, b0], (b0, b1], ..., "
@@ -64,6 +68,10 @@ class GradProbeSection(ConfigModel):
 
     export_csv: bool = field(
         False, "Also write msprobe's grad_summary_{step}.csv per rank next to the HDF5 store.")
+
+    @classmethod
+    def json_schema_rules(cls, schema: Dict[str, Any]) -> None:
+        note(schema, "bounds are strictly ascending.")
 
     @field_validator("param_list")
     @classmethod

@@ -17,13 +17,16 @@ from pydantic import ValidationInfo, field_validator, model_validator
 from .base import ConfigModel
 from .common import RunJob, section_field
 from .errors import RuleCollector, echo, warn_from_context
+from .schema_rules import NON_BLANK, add_rules, inside, is_true, note
 from .types import RankList, config_error, field
 
 __all__ = ["MONITOR_OPS", "MonitorTarget", "AlertArgs", "AlertRule", "AlertConfig", "MonitorSection", "MonitorJob"]
 
 MONITOR_OPS = ("norm", "min", "max", "zeros", "nans", "id", "mean", "shape", "dtype")
 MONITOR_FORMATS = ("hdf5", "csv", "tensorboard")
-_SELECTOR = re.compile(r"^(tensor|tuple\[(\d+)\](?::(\d+))?)$")
+_SELECTOR = re.compile(r"^(tensor|tuple\[([0-9]+)\](?::([0-9]+))?)$")
+# The schema's form of a selector: the validator strips surrounding whitespace first.
+SELECTOR_PATTERN = r"^\s*(tensor|tuple\[[0-9]+\](:[0-9]+)?)\s*$"
 
 
 class MonitorTarget(ConfigModel):
@@ -33,6 +36,12 @@ class MonitorTarget(ConfigModel):
     output: Optional[str] = field(None, 'Forward output selector, e.g. "tensor".')
     input_grad: Optional[str] = field(None, "Selector of the gradient w.r.t. the forward input.")
     output_grad: Optional[str] = field(None, "Selector of the gradient w.r.t. the forward output.")
+
+    @classmethod
+    def json_schema_rules(cls, schema: Dict[str, Any]) -> None:
+        for name in ("input", "output", "input_grad", "output_grad"):
+            schema["properties"][name]["pattern"] = SELECTOR_PATTERN
+        note(schema, 'in "tuple[n]:i", i is below n.')
 
     @field_validator("input", "output", "input_grad", "output_grad")
     @classmethod
@@ -64,6 +73,15 @@ class AlertRule(ConfigModel):
              "threshold, on norm and mean. AnomalyNan: the value is nan (and +-inf unless include_inf is false), "
              "or |value| exceeds threshold when one is given.")
     args: AlertArgs = field(default_factory=AlertArgs, description="Rule arguments.")
+
+    @classmethod
+    def json_schema_rules(cls, schema: Dict[str, Any]) -> None:
+        add_rules(schema, {
+            "if": {"properties": {"rule_name": {"const": "AnomalyTurbulence"}}},
+            "then": {"required": ["args"], **inside(["args"], {
+                "required": ["threshold"],
+                "properties": {"threshold": {"not": {"type": "null"}}, "include_inf": {"type": "null"}}})},
+            "else": inside(["args", "direction"], {"type": "null"})})
 
     @model_validator(mode="after")
     def _args_for_rule(self) -> "AlertRule":
@@ -139,6 +157,16 @@ class MonitorSection(ConfigModel):
     alert: AlertConfig = field(default_factory=AlertConfig, description="Anomaly detection rules.")
     squash_name: bool = field(
         False, "Shorten names to their layers.* / embedding.* / final.* / output.* / norm.* tail.", advanced=True)
+
+    @classmethod
+    def json_schema_rules(cls, schema: Dict[str, Any]) -> None:
+        props = schema["properties"]
+        props["targets"]["propertyNames"] = {"pattern": NON_BLANK}
+        fmt = props["format"]
+        fmt["anyOf"] = [{"type": "array", "items": fmt.pop("items")},
+                        {"type": "string", "enum": list(MONITOR_FORMATS) + ["api"]}]
+        fmt.pop("type", None)
+        add_rules(schema, {"not": {"allOf": [is_true("forward_only"), is_true("backward_only")]}})
 
     @field_validator("format", mode="before")
     @classmethod

@@ -91,7 +91,7 @@ def parse_rank_item(item: Any) -> Tuple[int, int]:
         if item.count("-") == 1:
             raise config_error(f"{echo(item)}: both ends of a range must be whole numbers (digits 0-9)",
                                'for example "3-5"')
-        raise config_error(f"{echo(item)} is not a step/rank number or range (digits 0-9)",
+        raise config_error(f"{echo(item)} is not a step/rank number or range",
                            'write "3" or an inclusive range "3-5"')
     low = _digits(match.group(1), item)
     high = low if match.group(2) is None else _digits(match.group(2), item)
@@ -152,7 +152,9 @@ RankList = Annotated[
     BeforeValidator(_none_to_empty),
     AfterValidator(_flatten),
     PlainSerializer(compact_ranks, return_type=list),
-    WithJsonSchema({"type": "array", "items": _RANK_ITEM_SCHEMA}),
+    WithJsonSchema({"anyOf": [{"type": "array", "items": _RANK_ITEM_SCHEMA, "maxItems": MAX_LIST_LEN},
+                              {"type": "null"}],
+                    "$comment": 'A range "a-b" needs a <= b, which the pattern cannot say.'}),
 ]
 """A list of non-negative ints; input accepts ints and "a-b" ranges; empty means all."""
 
@@ -173,7 +175,7 @@ SIZE_SCHEMA = {
         {"type": "string", "pattern": SIZE_PATTERN},
         {"type": "null"},
     ],
-    "$comment": "A string size must come to at least one byte (\"0.1B\" does not); the pattern cannot say so.",
+    "$comment": "A string size must come to at least one byte (\"0.1B\" does not), which the pattern cannot say.",
 }
 
 

@@ -236,6 +236,6 @@ def test_app_config_scan_and_load_skip_fifos_and_deep_files(tmp_path):
     assert "error" not in found, found.get("error")
     assert [c.path.name for c in found["value"]] == ["ok.json"]
     for name, words in (("fifo.json", "not a regular file"), ("deep.json", "levels deep")):
-        loaded = _in_thread(lambda: SchemaBackend().read_file(tmp_path / name))
+        loaded = _in_thread(lambda name=name: SchemaBackend().read_file(tmp_path / name))
         assert isinstance(loaded.get("error"), ValueError), loaded
         assert words in str(loaded["error"]) and "\n" not in str(loaded["error"])
