@@ -239,3 +239,15 @@ def test_app_config_scan_and_load_skip_fifos_and_deep_files(tmp_path):
         loaded = _in_thread(lambda name=name: SchemaBackend().read_file(tmp_path / name))
         assert isinstance(loaded.get("error"), ValueError), loaded
         assert words in str(loaded["error"]) and "\n" not in str(loaded["error"])
+
+
+@pytest.mark.parametrize("raw", ["[" * 100_000 + "]" * 100_000, "[" * 100_000, "x" * 100_000, '["١-٣"]'],
+                         ids=["deep", "deep-open", "long", "arabic-digits"])
+def test_rank_env_that_is_deep_long_or_not_ascii_is_one_short_line(monkeypatch, raw):
+    from engines.launch import LaunchError, ranks_from_env
+
+    monkeypatch.setenv("PROBE_TUI_RANKS", raw)
+    with pytest.raises(LaunchError) as err:
+        ranks_from_env()
+    assert str(err.value).startswith("PROBE_TUI_RANKS: ") and len(str(err.value)) < 300
+    assert "\n" not in str(err.value)
