@@ -38,7 +38,7 @@ WarnFn = Callable[[str, str], None]
 # characters is reported by its first few dozen.
 MAX_KEY_CHARS = 40
 MAX_VALUE_CHARS = 80
-MAX_PATH_CHARS = 200
+MAX_PATH_CHARS = 4096  # a file path may be long; key paths are already short (MAX_KEY_CHARS a key)
 MAX_MESSAGE_CHARS = 500
 
 # The custom pydantic error type our cross-field validators raise; ctx["issues"] holds (path, message, hint).
