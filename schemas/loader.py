@@ -34,7 +34,11 @@ def read_config_source(source: Source, warn: WarnFn = default_warn) -> Dict[str,
     Sizes, nesting and number lengths are bounded (`schemas.source`)."""
     if isinstance(source, dict):
         check_raw_config(source, "<config>")
-        return copy.deepcopy(source)
+        try:
+            return copy.deepcopy(source)
+        except Exception as exc:  # a lock, a socket, ...: nothing a config holds
+            raise ConfigError([ConfigIssue("<config>", f"holds a value that is not config data ({echo(exc)})",
+                                           "a config holds JSON data: objects, lists, strings, numbers")]) from None
     if isinstance(source, str) and source.lstrip().startswith("{"):
         where = "<config string>"
         data = parse_config_json(source, where, warn)

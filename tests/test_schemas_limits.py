@@ -251,3 +251,19 @@ def test_rank_env_that_is_deep_long_or_not_ascii_is_one_short_line(monkeypatch, 
         ranks_from_env()
     assert str(err.value).startswith("PROBE_TUI_RANKS: ") and len(str(err.value)) < 300
     assert "\n" not in str(err.value)
+
+
+def test_dict_source_holding_an_uncopyable_object_is_a_config_error():
+    import threading
+
+    for config in ({"task": "statistics", "comment": threading.Lock()},
+                   {"task": "statistics", "target": {"callable": "m:f", "kwargs": {"a": threading.Lock()}}}):
+        with pytest.raises(schemas.ConfigError) as err:
+            schemas.load_config(config, **QUIET)
+        assert "not config data" in str(err.value)
+
+
+def test_nul_byte_in_a_config_path_is_a_config_error():
+    with pytest.raises(schemas.ConfigError) as err:
+        schemas.load_config("/tmp/a\x00b.json", **QUIET)
+    assert "cannot open the file" in str(err.value)
