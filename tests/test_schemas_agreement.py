@@ -5,6 +5,7 @@ hypothesis-jsonschema is not a dependency: `config_strategies.schema_configs` dr
 shape with plain hypothesis strategies, leaving out the cross-field rules so that they are hit often.
 """
 
+import functools
 import json
 import re
 
@@ -29,6 +30,7 @@ BEYOND_SCHEMA = [
 _BEYOND = re.compile("|".join(BEYOND_SCHEMA))
 
 
+@functools.lru_cache(maxsize=None)
 def _validator(task):
     schema = json.loads((DEFAULT_DIR / f"{task}.schema.json").read_text(encoding="utf-8"))
     return jsonschema.Draft202012Validator(schema)
@@ -41,6 +43,11 @@ def _verdicts(task, config):
     except schemas.ConfigError as err:
         issues = err.errors
     return issues, _validator(task).is_valid(config)
+
+
+def _union_agrees(task, config):
+    """job.schema.json (every task, selected by `task`) says what the task's own schema says."""
+    assert _validator("job").is_valid(config) == _validator(task).is_valid(config)
 
 
 def _check(task, config):
@@ -140,6 +147,7 @@ def test_schema_refuses_what_the_loader_refuses(task, body):
     issues, schema_ok = _verdicts(task, config)
     assert issues, "the loader accepts it"
     assert not schema_ok, f"schema-valid, but the loader says: {[str(i) for i in issues]}"
+    _union_agrees(task, config)
 
 
 @pytest.mark.parametrize("task, body", ACCEPTED_BY_BOTH)
@@ -148,6 +156,7 @@ def test_schema_accepts_what_the_loader_accepts(task, body):
     issues, schema_ok = _verdicts(task, config)
     assert not issues, [str(i) for i in issues]
     assert schema_ok, next(_validator(task).iter_errors(config)).message
+    _union_agrees(task, config)
 
 
 def test_inexpressible_rules_are_named_in_the_schema():
