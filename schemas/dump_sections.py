@@ -29,8 +29,8 @@ __all__ = [
 # msprobe's prefixes plus MindSpeed and MintDistributed, which msprobe forgets (reference §13 #18).
 API_PREFIXES = ("Distributed", "Functional", "Torch", "Tensor", "Mint", "MintFunctional", "Primitive", "Aten",
                 "VF", "NPU", "Jit", "MindSpeed", "MintDistributed")
-API_NAME = re.compile(r"^(%s)\..+\.\d+\.(forward|backward)$" % "|".join(API_PREFIXES))
-MODULE_NAME = re.compile(r"^(Cell|Module)\..+\.(forward|backward)\.\d+$")
+API_NAME = re.compile(r"^(%s)\..+\.[0-9]+\.(forward|backward)$" % "|".join(API_PREFIXES))
+MODULE_NAME = re.compile(r"^(Cell|Module)\..+\.(forward|backward)\.[0-9]+$")  # ASCII digits, like rank strings
 
 DATA_MODES = ("all", "forward", "backward", "input", "output")
 SUMMARY_MODES = ("statistics", "md5", "xor", "hash")
