@@ -116,14 +116,16 @@ def ranks_from_env() -> Optional[List[int]]:
     raw = os.environ.get(RANKS_ENV)
     if raw is None or not raw.strip():
         return None
+    from schemas import parse_rank_item
+    from schemas.errors import echo
+
     text = raw.strip()
     try:
         items: Any = json.loads(text) if text.startswith("[") else [p.strip() for p in text.split(",") if p.strip()]
-    except ValueError:
-        raise LaunchError("%s: %r is not a rank list (write 0,4-6 or [0, \"4-6\"])" % (RANKS_ENV, raw)) from None
+    except (ValueError, RecursionError):  # RecursionError: "[[[[...": deeper than json can decode
+        raise LaunchError("%s: %s is not a rank list (write 0,4-6 or [0, \"4-6\"])" % (RANKS_ENV, echo(raw))) from None
     if not isinstance(items, list) or not items:
-        raise LaunchError("%s: %r is not a rank list (write 0,4-6 or [0, \"4-6\"])" % (RANKS_ENV, raw))
-    from schemas import parse_rank_item
+        raise LaunchError("%s: %s is not a rank list (write 0,4-6 or [0, \"4-6\"])" % (RANKS_ENV, echo(raw)))
 
     ranks = set()
     for item in items:

@@ -5,13 +5,14 @@ Results go to a new run folder under `dump_path` (`<dump_path>/<run-id>/`, with 
 collection run, so the app lists and opens them the same way; `output_path` names a folder instead.
 """
 
-from typing import Annotated, Any, List, Literal, Optional, Union
+from typing import Annotated, Any, Dict, List, Literal, Optional, Union
 
 from pydantic import PlainValidator, WithJsonSchema, field_validator, model_validator
 
 from .base import ConfigModel
 from .common import JobBase
-from .errors import RuleCollector
+from .errors import RuleCollector, echo
+from .schema_rules import NON_BLANK, add_rules, inside, note, when
 from .types import RankList, config_error, field
 
 __all__ = ["MetricLimits", "CompareThresholds", "CompareSection", "CompareJob", "GradCompareSection",
@@ -58,6 +59,11 @@ class CompareThresholds(ConfigModel):
                     "max(|golden statistic|, rms of the golden tensor) so a mean near 0 does not explode; higher "
                     "is worse.")
 
+    @classmethod
+    def json_schema_rules(cls, schema: Dict[str, Any]) -> None:
+        note(schema, "error is not above warning for cosine and one_thousandth_err_ratio, and not below it for "
+                     "the others.")
+
     @model_validator(mode="after")
     def _ordered(self) -> "CompareThresholds":
         rules = RuleCollector()
@@ -82,13 +88,13 @@ def _path_or_true(value: Any) -> Any:
         return None
     if isinstance(value, str) and value.strip():
         return value
-    raise config_error(f"must be true (built-in mapping) or a YAML file path (got {value!r})")
+    raise config_error(f"must be true (built-in mapping) or a YAML file path (got {echo(value)})")
 
 
 MappingOption = Annotated[
     Union[str, bool, None],
     PlainValidator(_path_or_true),
-    WithJsonSchema({"anyOf": [{"type": "string", "minLength": 1}, {"const": True}, {"type": "null"}]}),
+    WithJsonSchema({"anyOf": [{"type": "string", "pattern": NON_BLANK}, {"type": "boolean"}, {"type": "null"}]}),
 ]
 """`true` for a built-in mapping, or the path of a YAML mapping file."""
 
@@ -141,6 +147,11 @@ class CompareSection(ConfigModel):
     @classmethod
     def _formats(cls, value: List[str]) -> List[str]:
         return _result_formats(value)
+
+    @classmethod
+    def json_schema_rules(cls, schema: Dict[str, Any]) -> None:
+        add_rules(schema, when({"required": ["highlight"], **inside(["highlight"], {"const": "classic"})},
+                               {"required": ["formats"], **inside(["formats"], {"contains": {"const": "xlsx"}})}))
 
     @model_validator(mode="after")
     def _cross_field(self) -> "CompareSection":

@@ -6,15 +6,22 @@ are errors), and numbers never come from strings. Unknown keys are found before 
 `extra="forbid"` stays as the backstop for models built directly in Python.
 """
 
-from typing import ClassVar, Tuple
+from typing import Any, ClassVar, Dict, Tuple
 
 from pydantic import BaseModel, ConfigDict
 
 __all__ = ["ConfigModel"]
 
 
+def _schema_rules(schema: Dict[str, Any], cls: type) -> None:
+    """Pydantic's model-level schema hook: the model's own `json_schema_rules` (see `schemas.schema_rules`)."""
+    rules = getattr(cls, "json_schema_rules", None)
+    if rules is not None:
+        rules(schema)
+
+
 class ConfigModel(BaseModel):
-    model_config = ConfigDict(strict=True, extra="forbid", allow_inf_nan=False)
+    model_config = ConfigDict(strict=True, extra="forbid", allow_inf_nan=False, json_schema_extra=_schema_rules)
 
     # Scopes of `schemas.foreign.FOREIGN_KEYS` whose keys may appear in this object: msprobe keys we accept with
     # one warning each and drop. Empty: none.

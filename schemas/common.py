@@ -11,15 +11,16 @@ task supports, and adds its section named after the task.
 
 from typing import Any, Dict, Literal, Optional, Tuple, get_args
 
-from pydantic import ConfigDict, ValidationInfo, field_validator, model_validator
+from pydantic import ValidationInfo, field_validator, model_validator
 
 from .base import ConfigModel
 from .errors import warn_from_context
 from .output import OutputSpec
+from .schema_rules import add_rules, inside, note, nullable
 from .target import TargetSpec, expand_target_shorthand, target_field_schema
 from .types import RankList, config_error, field
 
-__all__ = ["ALL_LEVELS", "LEVEL_NOTES", "JobBase", "RunJob", "CollectionJob", "DumpJob", "level_field", "level_literal",
+__all__ = ["ALL_LEVELS", "MAX_COMMENT_CHARS", "LEVEL_NOTES", "JobBase", "RunJob", "CollectionJob", "DumpJob", "level_field", "level_literal",
            "section_field"]
 
 ALL_LEVELS = ("L0", "L1", "mix", "L2", "debug")
@@ -32,21 +33,34 @@ LEVEL_NOTES = {
 }
 
 
-def _task_required(schema: Dict[str, Any]) -> None:
-    required = schema.setdefault("required", [])
-    if "task" not in required:
-        required.insert(0, "task")
+# The comment is copied into run.json and the store's metadata; a longer one is refused (exit 2), not cut.
+MAX_COMMENT_CHARS = 10_000
 
 
 class JobBase(ConfigModel):
     """Keys every job has."""
 
-    model_config = ConfigDict(json_schema_extra=_task_required)
     foreign_scope = ("job",)
+
+    @classmethod
+    def json_schema_rules(cls, schema: Dict[str, Any]) -> None:
+        required = schema.setdefault("required", [])
+        if "task" not in required:
+            required.insert(0, "task")
+        schema.setdefault("properties", {})["_comment"] = {
+            "description": "msprobe's spelling of comment, used when comment is absent (then ignored)."}
+        add_rules(schema, {"if": {"required": ["comment"]}, "else": inside(
+            ["_comment"], {"type": ["string", "null"], "maxLength": MAX_COMMENT_CHARS})})
+        note(schema, "a config file is at most 4 MiB, nests at most 64 levels and its integers have at most 100 "
+                     "digits; an integer field takes no fractional number (3.0 is refused); a rank or step range "
+                     "'a-b' needs a <= b; the loader also takes msprobe's shapes and keys (its separate monitor "
+                     "and compare files, a config without task, msprobe-only keys with a warning, the sections of "
+                     "other tasks beside this one).")
 
     task: str = field(..., "What this job does; selects the section that holds its options.")
     comment: Optional[str] = field(None, "Free text for people reading the file; ignored by the tool "
-                                         "(`_comment` is accepted too).", advanced=True)
+                                         "(`_comment` is accepted too). At most 10,000 characters: it is stored "
+                                         "with every run.", advanced=True, max_length=MAX_COMMENT_CHARS)
     dump_path: str = field(
         "./probe_dump", "Folder that receives this job's run folders: each run writes <dump_path>/<run-id>/ "
                         "and updates <dump_path>/latest; earlier runs are never overwritten.", min_length=1)
@@ -169,4 +183,5 @@ def level_literal(levels: Tuple[str, ...]) -> Any:
 
 
 def section_field(model: type, description: str) -> Any:
-    return field(default_factory=model, description=description)
+    """A task's own section; null reads as the defaults."""
+    return field(default_factory=model, description=description, json_schema_extra=nullable)

@@ -1,13 +1,21 @@
 """statistics, tensor and overflow_check jobs, with the rules that tie the level to the section."""
 
-from typing import Literal
+from typing import Any, Dict, Literal, Tuple
 
 from pydantic import ValidationInfo, field_validator, model_validator
 
 from .base import ConfigModel
 from .common import DumpJob, level_field, level_literal, section_field
-from .dump_sections import DumpSection, StatisticsSection, TensorSection, check_scope_names
+from .dump_sections import (
+    API_NAME,
+    MODULE_NAME,
+    DumpSection,
+    StatisticsSection,
+    TensorSection,
+    check_scope_names,
+)
 from .errors import RuleCollector
+from .schema_rules import add_rules, inside, is_true, when
 from .types import config_error, field
 
 __all__ = ["StatisticsJob", "TensorJob", "OverflowCheckSection", "OverflowCheckJob"]
@@ -46,12 +54,48 @@ def check_dump_rules(job: DumpJob, section: DumpSection, info: ValidationInfo) -
                 job._warn(info, f"{name}.{key}", "has no effect at level debug (only save() calls are recorded)")
 
 
+def _level_is(*levels: str) -> Dict[str, Any]:
+    """The job's level is one of ``levels``; an absent level is the default L1."""
+    condition: Dict[str, Any] = {"properties": {"level": {"enum": list(levels)}}}
+    if "L1" not in levels:
+        condition["required"] = ["level"]
+    return condition
+
+
+def dump_schema_rules(schema: Dict[str, Any], task: str, levels: Tuple[str, ...]) -> None:
+    """`check_dump_rules` as JSON Schema: scope names per level, L2's one-API list, async_dump's limits."""
+    scope_items = {"L1": {"pattern": API_NAME.pattern}, "L0": {"pattern": MODULE_NAME.pattern},
+                   "mix": {"anyOf": [{"pattern": API_NAME.pattern}, {"pattern": MODULE_NAME.pattern}]}}
+    rules = [when(_level_is(level), inside([task, "scope"], {"items": items}))
+             for level, items in scope_items.items() if level in levels]
+    with_list = {"required": [task], "properties": {task: {"type": "object", "required": ["list"],
+                                                           "properties": {"list": {"minItems": 1}}}}}
+    if "L2" in levels:
+        rules.append(when(_level_is("L2"), {
+            **with_list, "properties": {task: {"type": "object", "required": ["list"], "properties": {
+                "list": {"minItems": 1, "maxItems": 1}, "scope": {"maxItems": 0}}}}}))
+    checksum = {"anyOf": [{"enum": ["md5", "hash"]}, {"type": "array", "contains": {"enum": ["md5", "hash"]}}]}
+    async_rules: Dict[str, Any] = {"allOf": [
+        inside([task, "summary_mode"], {"not": checksum}),
+        {"not": _level_is("L2")},
+    ]}
+    rules.append(when(is_true("async_dump"), async_rules))
+    if task == "tensor":
+        rules.append(when({"allOf": [is_true("async_dump"), _level_is("L0", "L1", "mix")]}, with_list))
+    add_rules(schema, *rules)
+
+
 class StatisticsJob(DumpJob):
     """Capture statistics (max, min, mean, norm; optionally checksums) of every tensor at API and/or module level."""
 
     task: Literal["statistics"] = field("statistics", "Capture per-tensor statistics.")
     level: level_literal(STATISTICS_LEVELS) = level_field("L1", STATISTICS_LEVELS)
     statistics: StatisticsSection = section_field(StatisticsSection, "Options of the statistics task.")
+
+    @classmethod
+    def json_schema_rules(cls, schema: Dict[str, Any]) -> None:
+        super().json_schema_rules(schema)
+        dump_schema_rules(schema, "statistics", STATISTICS_LEVELS)
 
     @model_validator(mode="after")
     def _rules(self, info: ValidationInfo) -> "StatisticsJob":
@@ -66,6 +110,11 @@ class TensorJob(DumpJob):
     level: level_literal(TENSOR_LEVELS) = level_field("L1", TENSOR_LEVELS)
     tensor: TensorSection = section_field(TensorSection, "Options of the tensor task.")
 
+    @classmethod
+    def json_schema_rules(cls, schema: Dict[str, Any]) -> None:
+        super().json_schema_rules(schema)
+        dump_schema_rules(schema, "tensor", TENSOR_LEVELS)
+
     @model_validator(mode="after")
     def _rules(self, info: ValidationInfo) -> "TensorJob":
         check_dump_rules(self, self.tensor, info)
@@ -76,7 +125,8 @@ class OverflowCheckSection(ConfigModel):
     foreign_scope = ("overflow_check",)
 
     overflow_nums: int = field(
-        1, "Stop after this many overflowing API/module calls have been recorded; -1 = never stop.")
+        1, "Stop after this many overflowing API/module calls have been recorded; -1 = never stop.",
+        json_schema_extra={"anyOf": [{"const": -1}, {"minimum": 1}]})
 
     @field_validator("overflow_nums")
     @classmethod

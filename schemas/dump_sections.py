@@ -5,11 +5,13 @@ async_dump) live on the job models, which know the level.
 """
 
 import re
-from typing import Any, List, Literal, Optional
+from typing import Any, Dict, List, Literal, Optional
 
 from pydantic import field_validator
 
 from .base import ConfigModel
+from .errors import echo
+from .schema_rules import NON_BLANK, items_pattern
 from .types import config_error, field
 
 __all__ = [
@@ -27,11 +29,30 @@ __all__ = [
 # msprobe's prefixes plus MindSpeed and MintDistributed, which msprobe forgets (reference §13 #18).
 API_PREFIXES = ("Distributed", "Functional", "Torch", "Tensor", "Mint", "MintFunctional", "Primitive", "Aten",
                 "VF", "NPU", "Jit", "MindSpeed", "MintDistributed")
-API_NAME = re.compile(r"^(%s)\..+\.\d+\.(forward|backward)$" % "|".join(API_PREFIXES))
-MODULE_NAME = re.compile(r"^(Cell|Module)\..+\.(forward|backward)\.\d+$")
+API_NAME = re.compile(r"^(%s)\..+\.[0-9]+\.(forward|backward)$" % "|".join(API_PREFIXES))
+MODULE_NAME = re.compile(r"^(Cell|Module)\..+\.(forward|backward)\.[0-9]+$")  # ASCII digits, like rank strings
 
 DATA_MODES = ("all", "forward", "backward", "input", "output")
 SUMMARY_MODES = ("statistics", "md5", "xor", "hash")
+
+
+def _data_mode_schema(schema: Dict[str, Any]) -> None:
+    """["all"] alone, or 1-4 distinct values of forward/backward/input/output; a single string is read as a list."""
+    for key in ("type", "items"):
+        schema.pop(key, None)
+    parts = [m for m in DATA_MODES if m != "all"]
+    schema["anyOf"] = [
+        {"type": "array", "items": {"const": "all"}, "minItems": 1, "maxItems": 1},
+        {"type": "array", "items": {"enum": parts}, "minItems": 1, "maxItems": 4, "uniqueItems": True},
+        {"type": "string", "enum": list(DATA_MODES)},
+    ]
+
+
+def _summary_mode_schema(schema: Dict[str, Any]) -> None:
+    """One mode, or MindSpore static graph's list of statistic names (md5 when it names md5 or hash)."""
+    schema.pop("type", None)
+    modes = schema.pop("enum", list(SUMMARY_MODES))
+    schema["anyOf"] = [{"type": "string", "enum": modes}, {"type": "array", "items": {"type": "string"}}]
 
 
 def _nonempty_strings(values: List[str], what: str) -> List[str]:
@@ -63,24 +84,28 @@ class DumpSection(ConfigModel):
         description="Range to capture: exactly two full names [start, end]; everything executed from the first "
                     "call of start to the call of end is captured, in order. At L1 both are API names "
                     "(Functional.linear.0.forward), at L0 module names (Module.fc.Linear.forward.0), at mix "
-                    "either. Empty: no range limit.")
+                    "either. Empty: no range limit.",
+        json_schema_extra={"maxItems": 2, "anyOf": [{"maxItems": 0}, {"minItems": 2}],
+                           "items": {"type": "string", "pattern": NON_BLANK}})
     list: List[str] = field(
         default_factory=list,
         description='Capture only names containing one of these substrings ("relu" matches Functional.relu.0.'
                     'forward and Tensor.relu_.3.backward); a full name selects one call; at mix a module name '
-                    'captures everything run inside it. Empty: everything.')
+                    'captures everything run inside it. Empty: everything.',
+        json_schema_extra=items_pattern(NON_BLANK))
     data_mode: List[Literal["all", "forward", "backward", "input", "output"]] = field(
         default_factory=lambda: ["all"],
         description='What to keep: "all", or a combination of forward/backward and input/output (an axis left '
                     'out means both): ["forward", "input"] keeps forward inputs only. Forward-only also skips '
-                    'parameter gradients.')
+                    'parameter gradients.', json_schema_extra=_data_mode_schema)
     summary_mode: Literal["statistics", "md5", "xor", "hash"] = field(
         "statistics",
         description="Per-tensor summary. statistics: max, min, mean, L2 norm. md5: those plus a CRC-32 of the raw "
                     "contiguous bytes (8 hex digits; msprobe calls it md5). xor: those plus a 64-bit XOR fold of "
                     "the raw bytes computed on the device (cheap; 0-dim tensors get a checksum too). hash: "
                     "statistics plus CRC-32 plus a framework-neutral hash of the values (little-endian, bf16 kept "
-                    "as its 16-bit pattern) that matches across PyTorch and MindSpore.")
+                    "as its 16-bit pattern) that matches across PyTorch and MindSpore.",
+        json_schema_extra=_summary_mode_schema)
     apis: ApiFilter = field(
         default_factory=ApiFilter,
         description="Our API allow/deny filter for L1/mix capture (substring patterns).", advanced=True)
@@ -105,7 +130,7 @@ class DumpSection(ConfigModel):
         seen = set()
         for item in value:
             if item in seen:
-                raise config_error(f"{item!r} is listed twice")
+                raise config_error(f"{echo(item)} is listed twice")
             seen.add(item)
         return value
 
@@ -135,7 +160,8 @@ class StatisticsSection(DumpSection):
     tensor_list: List[str] = field(
         default_factory=list,
         description="Also save real tensors for names containing one of these substrings (statistics and tensors "
-                    "side by side). Levels L0, L1, mix.", advanced=True)
+                    "side by side). Levels L0, L1, mix.", advanced=True,
+        json_schema_extra=items_pattern(NON_BLANK))
 
     @field_validator("tensor_list")
     @classmethod
@@ -155,12 +181,12 @@ def check_scope_names(scope: List[str], level: str) -> Optional[List[tuple]]:
         is_api, is_module = bool(API_NAME.match(name)), bool(MODULE_NAME.match(name))
         kinds.append("api" if is_api else "module" if is_module else None)
         if level == "L1" and not is_api:
-            problems.append((i, f"{name!r} is not an API name, which level L1 needs",
+            problems.append((i, f"{echo(name)} is not an API name, which level L1 needs",
                              "API names look like Functional.linear.0.forward"))
         elif level == "L0" and not is_module:
-            problems.append((i, f"{name!r} is not a module name, which level L0 needs",
+            problems.append((i, f"{echo(name)} is not a module name, which level L0 needs",
                              "module names look like Module.layers.0.Block.forward.0"))
         elif level == "mix" and not (is_api or is_module):
-            problems.append((i, f"{name!r} is neither an API nor a module name",
+            problems.append((i, f"{echo(name)} is neither an API nor a module name",
                              "e.g. Functional.linear.0.forward or Module.fc.Linear.forward.0"))
     return problems or None

@@ -21,16 +21,25 @@ __all__ = [
     "ConfigError",
     "ConfigWarning",
     "WarnFn",
+    "clip",
     "format_path",
     "join_path",
     "did_you_mean",
     "show",
+    "echo",
     "rule_error",
     "issues_from_validation_error",
     "default_warn",
 ]
 
 WarnFn = Callable[[str, str], None]
+
+# How much of a user's key or value a message echoes (longer ones end in "..."): an unknown key of 100,000
+# characters is reported by its first few dozen.
+MAX_KEY_CHARS = 40
+MAX_VALUE_CHARS = 80
+MAX_PATH_CHARS = 4096  # a file path may be long; key paths are already short (MAX_KEY_CHARS a key)
+MAX_MESSAGE_CHARS = 500
 
 # The custom pydantic error type our cross-field validators raise; ctx["issues"] holds (path, message, hint).
 RULES_ERROR = "config_rules"
@@ -46,6 +55,14 @@ class ConfigIssue:
     path: str
     message: str
     hint: str = ""
+
+    def __post_init__(self) -> None:
+        # A backstop: whatever a validator echoed, an issue stays one readable line.
+        for name, limit in (("path", MAX_PATH_CHARS), ("message", MAX_MESSAGE_CHARS), ("hint", MAX_MESSAGE_CHARS)):
+            value = getattr(self, name)
+            if not isinstance(value, str):
+                value = str(value)
+            object.__setattr__(self, name, clip(value.replace("\n", " "), limit))
 
     def __iter__(self) -> Iterator[str]:
         return iter((self.path, self.message, self.hint))
@@ -77,6 +94,11 @@ def default_warn(path: str, message: str) -> None:
     warnings.warn(f"{path}: {message}" if path else message, ConfigWarning, stacklevel=4)
 
 
+def clip(text: str, limit: int) -> str:
+    """``text`` cut to at most ``limit`` characters, ending in "..." when cut."""
+    return text if len(text) <= limit else text[:max(limit - 3, 0)] + "..."
+
+
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
@@ -86,10 +108,12 @@ def format_path(loc: Sequence[Any]) -> str:
     for part in loc:
         if isinstance(part, int) and not isinstance(part, bool):
             out += f"[{part}]"
-        elif _IDENT.match(str(part)):
-            out += f".{part}" if out else str(part)
+            continue
+        text = clip(str(part), MAX_KEY_CHARS)
+        if _IDENT.match(text):
+            out += f".{text}" if out else text
         else:
-            out += f"[{json.dumps(str(part))}]"
+            out += f"[{json.dumps(text)}]"
     return out
 
 
@@ -103,22 +127,36 @@ def join_path(prefix: str, rest: str) -> str:
 
 def did_you_mean(word: str, candidates: Iterable[str]) -> str:
     """A hint naming the closest candidate, or '' when nothing is close."""
+    word = str(word)
+    if len(word) > 2 * MAX_KEY_CHARS:  # nothing we offer is that long; difflib would only spend time on it
+        return ""
     options = sorted(set(candidates))
     by_lower = {c.lower(): c for c in options}
-    word = str(word)
     if word.lower() in by_lower and by_lower[word.lower()] != word:
         return f"did you mean '{by_lower[word.lower()]}'?"
     close = difflib.get_close_matches(word.lower(), list(by_lower), n=1, cutoff=0.6)
     return f"did you mean '{by_lower[close[0]]}'?" if close else ""
 
 
+def echo(value: Any) -> str:
+    """``repr(value)`` for a message, shortened when long (and safe for values that cannot be printed)."""
+    try:
+        text = repr(value)
+    except (ValueError, RecursionError):
+        text = f"<{type(value).__name__}>"
+    return clip(text, MAX_VALUE_CHARS)
+
+
 def show(value: Any) -> str:
     """Render a config value the way the user wrote it (JSON), shortened when long."""
     try:
         text = json.dumps(value, ensure_ascii=False)
-    except (TypeError, ValueError):
-        text = repr(value)
-    return text if len(text) <= 80 else text[:77] + "..."
+    except (TypeError, ValueError, RecursionError):
+        try:
+            text = repr(value)
+        except (ValueError, RecursionError):  # an int too long to print, a self-containing list
+            text = f"<{type(value).__name__}>"
+    return clip(text, MAX_VALUE_CHARS)
 
 
 def rule_error(issues: Sequence[Tuple[str, str, str]]) -> PydanticCustomError:
@@ -192,6 +230,9 @@ def _message_for(err: dict) -> Tuple[str, str]:
         return _limit_message(kind, ctx, value), ""
     if kind == "string_too_short":
         return "must not be empty", ""
+    if kind == "string_too_long":
+        length = len(value) if isinstance(value, str) else "?"
+        return f"is {length} characters long; at most {ctx.get('max_length')} are allowed", ""
     if kind == "too_short":
         return f"needs at least {ctx.get('min_length')} item(s) (got {show(value)})", ""
     if kind == "too_long":

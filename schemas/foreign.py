@@ -10,7 +10,7 @@ default config.json carries all of them) are accepted silently but must be JSON 
 
 from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple
 
-from .errors import did_you_mean
+from .errors import did_you_mean, echo
 
 __all__ = ["Foreign", "FOREIGN_KEYS", "FOREIGN_SECTIONS", "FOREIGN_TASKS", "foreign_key", "all_foreign_names"]
 
@@ -24,14 +24,14 @@ class Foreign(NamedTuple):
 
 
 def _is_bool(value: Any) -> List[Problem]:
-    return [] if isinstance(value, bool) else [("", f"must be true or false (got {value!r})", "")]
+    return [] if isinstance(value, bool) else [("", f"must be true or false (got {echo(value)})", "")]
 
 
 def _keys_within(allowed: Tuple[str, ...], value_check: Optional[Callable[[str, Any], List[Problem]]] = None
                  ) -> Check:
     def check(value: Any) -> List[Problem]:
         if not isinstance(value, dict):
-            return [("", f"must be an object (got {value!r})", "")]
+            return [("", f"must be an object (got {echo(value)})", "")]
         problems: List[Problem] = []
         for key, item in value.items():
             if key not in allowed:
@@ -55,7 +55,7 @@ def _l2_value(key: str, value: Any) -> List[Problem]:
 
 
 def _sa_order(value: Any) -> List[Problem]:
-    return [] if value in ("s,b,h,d", "b,s,h,d") else [("", f"must be 's,b,h,d' or 'b,s,h,d' (got {value!r})", "")]
+    return [] if value in ("s,b,h,d", "b,s,h,d") else [("", f"must be 's,b,h,d' or 'b,s,h,d' (got {echo(value)})", "")]
 
 
 def _append_output(value: Any) -> List[Problem]:

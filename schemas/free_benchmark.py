@@ -5,14 +5,15 @@ booleans are booleans (`"if_preheat": "true"` is an error), `max_sample` default
 preheat numbers are checked whether or not preheat is on.
 """
 
-from typing import List, Literal
+from typing import Any, Dict, List, Literal
 
 from pydantic import ValidationInfo, field_validator, model_validator
 
 from .base import ConfigModel
 from .common import DumpJob, level_field, level_literal, section_field
 from .dump_sections import API_NAME
-from .errors import RuleCollector
+from .errors import RuleCollector, echo
+from .schema_rules import add_rules, inside, is_true, when
 from .types import config_error, field
 
 __all__ = ["PERT_MODES", "FreeBenchmarkSection", "FreeBenchmarkJob"]
@@ -27,7 +28,8 @@ class FreeBenchmarkSection(ConfigModel):
     scope: List[str] = field(
         default_factory=list,
         description='Exact API calls to check, e.g. ["Torch.matmul.0.forward"] (not a range here). '
-                    "Cannot be combined with list.")
+                    "Cannot be combined with list.",
+        json_schema_extra={"items": {"type": "string", "pattern": API_NAME.pattern}})
     list: List[str] = field(
         default_factory=list,
         description='Check APIs whose name contains one of these substrings, e.g. ["matmul", "softmax"]; '
@@ -58,9 +60,26 @@ class FreeBenchmarkSection(ConfigModel):
     def _exact_api_names(cls, value: List[str]) -> List[str]:
         for i, name in enumerate(value):
             if not API_NAME.match(name):
-                raise config_error(f"element [{i}] {name!r} is not a full API call name",
+                raise config_error(f"element [{i}] {echo(name)} is not a full API call name",
                                    "for example Torch.matmul.0.forward; use list for substrings")
         return value
+
+    @classmethod
+    def json_schema_rules(cls, schema: Dict[str, Any]) -> None:
+        def set_to(key: str, *values: Any) -> Dict[str, Any]:
+            return {"required": [key], "properties": {key: {"enum": list(values)}}}
+
+        nonempty = {"type": "array", "minItems": 1}
+        add_rules(
+            schema,
+            {"not": {"required": ["scope", "list"], "properties": {"scope": nonempty, "list": nonempty}}},
+            when(set_to("fuzz_device", "cpu"), set_to("pert_mode", "to_cpu")),
+            when(set_to("pert_mode", "to_cpu"), set_to("fuzz_device", "cpu")),
+            when(set_to("fuzz_stage", "backward"), {"required": ["list"], **inside(["list"], nonempty)}),
+            when(set_to("handler_type", "fix"), {"not": {"anyOf": [
+                is_true("if_preheat"), set_to("fuzz_stage", "backward"),
+                set_to("pert_mode", *[m for m in PERT_MODES if m not in FIX_PERT_MODES])]}}),
+        )
 
     @model_validator(mode="after")
     def _cross_field(self) -> "FreeBenchmarkSection":

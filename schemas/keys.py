@@ -15,7 +15,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from pydantic import BaseModel
 
-from .errors import ConfigIssue, WarnFn, did_you_mean, format_path, join_path
+from .errors import ConfigIssue, WarnFn, did_you_mean, echo, format_path, join_path
 from .foreign import FOREIGN_SECTIONS, all_foreign_names, foreign_key
 
 __all__ = ["nested_shape", "check_job_keys"]
@@ -113,11 +113,11 @@ class _Walk:
 
         if key in TASKS and key != task:
             if not isinstance(value, dict):
-                self.issue(loc, f"must be an object (the options of task {key}) (got {value!r})")
+                self.issue(loc, f"must be an object (the options of task {key}) (got {echo(value)})")
             return True
         if key in FOREIGN_SECTIONS:
             if not isinstance(value, dict):
-                self.issue(loc, f"must be an object (got {value!r})")
+                self.issue(loc, f"must be an object (got {echo(value)})")
             else:
                 self.warn(format_path(loc), f"msprobe section not used by probe-tui: {FOREIGN_SECTIONS[key]}; "
                                             "ignored")

@@ -1,7 +1,6 @@
 """`load_config`, `dump_config` and `starter_config`: the config's way in and out."""
 
 import copy
-import json
 import re
 import weakref
 from pathlib import Path
@@ -10,79 +9,63 @@ from typing import Any, Dict, List, Optional, Tuple, Union
 from pydantic import ValidationError
 
 from .common import JobBase
-from .errors import ConfigError, ConfigIssue, WarnFn, default_warn, did_you_mean, issues_from_validation_error
+from .errors import (
+    ConfigError,
+    ConfigIssue,
+    WarnFn,
+    default_warn,
+    did_you_mean,
+    echo,
+    issues_from_validation_error,
+)
 from .foreign import FOREIGN_TASKS
 from .jobs import ANALYSIS_TASKS, TASKS
 from .keys import check_job_keys
 from .msprobe_compat import normalise_shape
+from .source import check_raw_config, parse_config_json, read_config_text
 
 __all__ = ["load_config", "dump_config", "starter_config", "read_config_source", "config_source"]
 
 Source = Union[str, Path, Dict[str, Any]]
 
 
-def _object_pairs(duplicates: List[str]):
-    def hook(pairs: List[Tuple[str, Any]]) -> Dict[str, Any]:
-        out: Dict[str, Any] = {}
-        for key, value in pairs:
-            if key in out:
-                duplicates.append(key)
-            out[key] = value
-        return out
-    return hook
-
-
-def _parse_json(text: str, where: str, warn: WarnFn) -> Any:
-    duplicates: List[str] = []
-    try:
-        data = json.loads(text, object_pairs_hook=_object_pairs(duplicates))
-    except json.JSONDecodeError as exc:
-        raise ConfigError([ConfigIssue(where, f"invalid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}")]) \
-            from None
-    for key in duplicates:
-        warn(key, f"key {key!r} appears more than once in {where}; the last value is used")
-    return data
-
-
 def read_config_source(source: Source, warn: WarnFn = default_warn) -> Dict[str, Any]:
-    """The raw config object from a dict, a JSON string or a file path; file and JSON problems as ConfigError."""
+    """The raw config object from a dict, a JSON string or a file path; file and JSON problems as ConfigError.
+    Sizes, nesting and number lengths are bounded (`schemas.source`)."""
     if isinstance(source, dict):
-        return copy.deepcopy(source)
-    if isinstance(source, str) and source.lstrip().startswith("{"):
-        data = _parse_json(source, "<config string>", warn)
-        where = "<config string>"
-    elif isinstance(source, (str, Path)):
-        path = Path(source)
-        where = str(path)
+        check_raw_config(source, "<config>")
         try:
-            text = path.read_text(encoding="utf-8")
-        except FileNotFoundError:
-            raise ConfigError([ConfigIssue(where, "no such file")]) from None
-        except IsADirectoryError:
-            raise ConfigError([ConfigIssue(where, "is a directory, not a config file")]) from None
-        except (OSError, UnicodeDecodeError) as exc:
-            raise ConfigError([ConfigIssue(where, f"cannot read the file: {exc}")]) from None
-        data = _parse_json(text, where, warn)
+            return copy.deepcopy(source)
+        except Exception as exc:  # a lock, a socket, ...: nothing a config holds
+            raise ConfigError([ConfigIssue("<config>", f"holds a value that is not config data ({echo(exc)})",
+                                           "a config holds JSON data: objects, lists, strings, numbers")]) from None
+    if isinstance(source, str) and source.lstrip().startswith("{"):
+        where = "<config string>"
+        data = parse_config_json(source, where, warn)
+    elif isinstance(source, (str, Path)):
+        where = str(source)
+        data = parse_config_json(read_config_text(source), where, warn)
     else:
         raise ConfigError([ConfigIssue("", f"cannot load a config from {type(source).__name__}; give a path, "
                                            "a JSON string or a dict")])
     if not isinstance(data, dict):
         raise ConfigError([ConfigIssue(where, f"must hold a JSON object {{...}}, not {type(data).__name__}")])
+    check_raw_config(data, where)
     return data
 
 
 def _job_model(data: Dict[str, Any]) -> type:
     task = data.get("task")
     if not isinstance(task, str):
-        raise ConfigError([ConfigIssue("task", f"must be a string naming the task (got {task!r})",
+        raise ConfigError([ConfigIssue("task", f"must be a string naming the task (got {echo(task)})",
                                        "one of " + ", ".join(TASKS))])
     if task in TASKS:
         return TASKS[task]
     if task in FOREIGN_TASKS:
-        raise ConfigError([ConfigIssue("task", f"msprobe task {task!r} has no probe-tui equivalent",
+        raise ConfigError([ConfigIssue("task", f"msprobe task {echo(task)} has no probe-tui equivalent",
                                        FOREIGN_TASKS[task])])
     hint = did_you_mean(task, TASKS) or "one of " + ", ".join(TASKS)
-    raise ConfigError([ConfigIssue("task", f"unknown task {task!r}", hint)])
+    raise ConfigError([ConfigIssue("task", f"unknown task {echo(task)}", hint)])
 
 
 def load_config(source: Source, *, on_warning: Optional[WarnFn] = None) -> JobBase:
@@ -143,7 +126,7 @@ def starter_config(task: str) -> Dict[str, Any]:
     at the runs the sample configs write)."""
     if task not in TASKS:
         hint = did_you_mean(task, TASKS) or "one of " + ", ".join(TASKS)
-        raise ConfigError([ConfigIssue("task", f"unknown task {task!r}", hint)])
+        raise ConfigError([ConfigIssue("task", f"unknown task {echo(task)}", hint)])
     if task == "analyze_overflow":
         return {"task": task, "comment": "Needs an earlier overflow_check run: probe-tui --run "
                 "sample_configs/overflow_check.json.", "dump_path": "./probe_dump",

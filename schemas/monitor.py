@@ -16,14 +16,17 @@ from pydantic import ValidationInfo, field_validator, model_validator
 
 from .base import ConfigModel
 from .common import RunJob, section_field
-from .errors import RuleCollector, warn_from_context
+from .errors import RuleCollector, echo, warn_from_context
+from .schema_rules import NON_BLANK, add_rules, inside, is_true, note
 from .types import RankList, config_error, field
 
 __all__ = ["MONITOR_OPS", "MonitorTarget", "AlertArgs", "AlertRule", "AlertConfig", "MonitorSection", "MonitorJob"]
 
 MONITOR_OPS = ("norm", "min", "max", "zeros", "nans", "id", "mean", "shape", "dtype")
 MONITOR_FORMATS = ("hdf5", "csv", "tensorboard")
-_SELECTOR = re.compile(r"^(tensor|tuple\[(\d+)\](?::(\d+))?)$")
+_SELECTOR = re.compile(r"^(tensor|tuple\[([0-9]+)\](?::([0-9]+))?)$")
+# The schema's form of a selector: the validator strips surrounding whitespace first.
+SELECTOR_PATTERN = r"^\s*(tensor|tuple\[[0-9]+\](:[0-9]+)?)\s*$"
 
 
 class MonitorTarget(ConfigModel):
@@ -34,6 +37,12 @@ class MonitorTarget(ConfigModel):
     input_grad: Optional[str] = field(None, "Selector of the gradient w.r.t. the forward input.")
     output_grad: Optional[str] = field(None, "Selector of the gradient w.r.t. the forward output.")
 
+    @classmethod
+    def json_schema_rules(cls, schema: Dict[str, Any]) -> None:
+        for name in ("input", "output", "input_grad", "output_grad"):
+            schema["properties"][name]["pattern"] = SELECTOR_PATTERN
+        note(schema, 'in "tuple[n]:i", i is below n.')
+
     @field_validator("input", "output", "input_grad", "output_grad")
     @classmethod
     def _selector(cls, value: Optional[str]) -> Optional[str]:
@@ -41,9 +50,9 @@ class MonitorTarget(ConfigModel):
             return value
         match = _SELECTOR.match(value.strip())
         if not match:
-            raise config_error(f"{value!r} is not a selector", 'use "tensor", "tuple[2]" or "tuple[2]:0"')
+            raise config_error(f"{echo(value)} is not a selector", 'use "tensor", "tuple[2]" or "tuple[2]:0"')
         if match.group(3) is not None and int(match.group(3)) >= int(match.group(2)):
-            raise config_error(f"{value!r}: index {match.group(3)} is outside a tuple of {match.group(2)}")
+            raise config_error(f"{echo(value)}: index {match.group(3)} is outside a tuple of {match.group(2)}")
         return value.strip()
 
 
@@ -64,6 +73,15 @@ class AlertRule(ConfigModel):
              "threshold, on norm and mean. AnomalyNan: the value is nan (and +-inf unless include_inf is false), "
              "or |value| exceeds threshold when one is given.")
     args: AlertArgs = field(default_factory=AlertArgs, description="Rule arguments.")
+
+    @classmethod
+    def json_schema_rules(cls, schema: Dict[str, Any]) -> None:
+        add_rules(schema, {
+            "if": {"properties": {"rule_name": {"const": "AnomalyTurbulence"}}},
+            "then": {"required": ["args"], **inside(["args"], {
+                "required": ["threshold"],
+                "properties": {"threshold": {"not": {"type": "null"}}, "include_inf": {"type": "null"}}})},
+            "else": inside(["args", "direction"], {"type": "null"})})
 
     @model_validator(mode="after")
     def _args_for_rule(self) -> "AlertRule":
@@ -139,6 +157,16 @@ class MonitorSection(ConfigModel):
     alert: AlertConfig = field(default_factory=AlertConfig, description="Anomaly detection rules.")
     squash_name: bool = field(
         False, "Shorten names to their layers.* / embedding.* / final.* / output.* / norm.* tail.", advanced=True)
+
+    @classmethod
+    def json_schema_rules(cls, schema: Dict[str, Any]) -> None:
+        props = schema["properties"]
+        props["targets"]["propertyNames"] = {"pattern": NON_BLANK}
+        fmt = props["format"]
+        fmt["anyOf"] = [{"type": "array", "items": fmt.pop("items")},
+                        {"type": "string", "enum": list(MONITOR_FORMATS) + ["api"]}]
+        fmt.pop("type", None)
+        add_rules(schema, {"not": {"allOf": [is_true("forward_only"), is_true("backward_only")]}})
 
     @field_validator("format", mode="before")
     @classmethod

@@ -1,11 +1,12 @@
 """How a run writes its HDF5 store: compression, a disk budget, and the store mode (docs/FORMAT.md)."""
 
-from typing import Literal, Optional
+from typing import Any, Dict, Literal, Optional
 
 from pydantic import model_validator
 
 from .base import ConfigModel
 from .errors import RuleCollector
+from .schema_rules import add_rules, given, inside, note, when
 from .types import SizeBytes, field
 
 __all__ = ["OutputSpec"]
@@ -25,6 +26,12 @@ class OutputSpec(ConfigModel):
         "auto", "How the store is written while the run goes on: swmr (one file, readable live), per_step (one "
                 "file a step, closed then announced; for NFS/Lustre where HDF5 locking fails), auto (swmr, or "
                 "per_step on a shared file system).", advanced=True)
+
+    @classmethod
+    def json_schema_rules(cls, schema: Dict[str, Any]) -> None:
+        add_rules(schema, when(given("compression_level"),
+                               {"required": ["compression"], **inside(["compression"], {"const": "gzip"})}))
+        note(schema, 'a disk_budget string must come to at least one byte ("0.1B" does not).')
 
     @model_validator(mode="after")
     def _level_needs_gzip(self) -> "OutputSpec":

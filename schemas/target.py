@@ -17,7 +17,8 @@ from pydantic import (
 )
 
 from .base import ConfigModel
-from .errors import RuleCollector
+from .errors import RuleCollector, echo
+from .schema_rules import add_rules, given, note, when
 from .types import field
 
 __all__ = [
@@ -93,6 +94,11 @@ class DemoKnobs(ConfigModel):
         "fp32", "Autocast dtype of the forward pass: fp32 (no autocast), bf16 or fp16.")
     faults: DemoFaults = field(default_factory=DemoFaults, description="Faults to inject (none by default).")
 
+    @classmethod
+    def json_schema_rules(cls, schema: Dict[str, Any]) -> None:
+        note(schema, "d_model divides by n_head; a fault's layer exists (below n_layer, the preset's or the "
+                     "explicit one) and its from_step/step is below steps.")
+
     def sizes(self) -> Dict[str, int]:
         """The effective model sizes: the preset's values with the explicit overrides applied."""
         sizes = dict(DEMO_PRESETS[self.preset])
@@ -153,7 +159,8 @@ class TargetSpec(ConfigModel):
     env: Dict[str, str] = field(default_factory=dict, description="Extra environment variables for the script.",
                                 advanced=True)
     callable: Optional[str] = field(
-        None, 'A function to call, as "package.module:function" (importable from the working directory).')
+        None, 'A function to call, as "package.module:function" (importable from the working directory).',
+        json_schema_extra={"pattern": _CALLABLE.pattern})
     kwargs: Dict[str, Any] = field(default_factory=dict, description="Keyword arguments for the callable.",
                                    advanced=True)
 
@@ -161,8 +168,16 @@ class TargetSpec(ConfigModel):
     @classmethod
     def _callable_form(cls, value: Optional[str]) -> Optional[str]:
         if value is not None and not _CALLABLE.match(value):
-            raise ValueError(f"{value!r} is not of the form \"package.module:function\"")
+            raise ValueError(f"{echo(value)} is not of the form \"package.module:function\"")
         return value
+
+    @classmethod
+    def json_schema_rules(cls, schema: Dict[str, Any]) -> None:
+        add_rules(schema,
+                  {"oneOf": [given("demo"), given("script"), given("callable")]},
+                  when({"not": given("script")}, {"properties": {"args": {"maxItems": 0}, "cwd": {"type": "null"},
+                                                                 "env": {"maxProperties": 0}}}),
+                  when({"not": given("callable")}, {"properties": {"kwargs": {"maxProperties": 0}}}))
 
     @model_serializer(mode="wrap")
     def _only_own_keys(self, handler: SerializerFunctionWrapHandler, info: SerializationInfo) -> Dict[str, Any]:

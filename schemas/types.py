@@ -10,6 +10,8 @@ from typing import Annotated, Any, Dict, List, Optional, Tuple
 from pydantic import AfterValidator, BeforeValidator, Field, PlainSerializer, PlainValidator, WithJsonSchema
 from pydantic_core import PydanticCustomError
 
+from .errors import echo
+
 __all__ = [
     "RANK_STEP_MAX",
     "RankList",
@@ -50,7 +52,12 @@ def field(default: Any = ..., description: str = "", *, advanced: bool = False, 
 
 
 # ---------------------------------------------------------------------------------------------- rank / step
-_RANGE = re.compile(r"^\s*(\S*?)\s*-\s*(\S*?)\s*$")
+# A rank/step string: "3" or "3-5", ASCII digits only (int() would also take "١-٣"), spaces or tabs around.
+# The JSON Schema uses the strict form, which also encodes the bound 0..RANK_STEP_MAX; low <= high it cannot.
+_LOOSE = re.compile(r"^[ \t]*([0-9]+)[ \t]*(?:-[ \t]*([0-9]+)[ \t]*)?$")
+_NUMBER = r"[ \t]*0*([0-9]{1,6}|1000000)[ \t]*"
+RANK_STRING_PATTERN = rf"^{_NUMBER}(-{_NUMBER})?$"
+assert RANK_STEP_MAX == 1_000_000, "RANK_STRING_PATTERN spells out the bound"
 
 
 def _bounded(n: int, text: str) -> int:
@@ -59,34 +66,38 @@ def _bounded(n: int, text: str) -> int:
     return n
 
 
+def _digits(text: str, item: str) -> int:
+    text = text.lstrip("0") or "0"
+    if len(text) > len(str(RANK_STEP_MAX)):  # never int() thousands of digits
+        raise config_error(f"{echo(item)} is out of range: values must lie in [0, {RANK_STEP_MAX}]")
+    return _bounded(int(text), echo(item))
+
+
 def parse_rank_item(item: Any) -> Tuple[int, int]:
     """One element of a rank/step list -> inclusive (low, high)."""
     if isinstance(item, bool):
         raise config_error(f"{str(item).lower()} is not a rank or step number",
                            'use an integer such as 3 or a range string such as "4-6"')
     if isinstance(item, int):
-        n = _bounded(item, str(item))
-        return n, n
+        if not 0 <= item <= RANK_STEP_MAX:
+            raise config_error(f"{echo(item)} is out of range: values must lie in [0, {RANK_STEP_MAX}]")
+        return item, item
     if isinstance(item, float):
-        raise config_error(f"{item!r} is not an integer", 'use an integer such as 3 or a range such as "4-6"')
+        raise config_error(f"{echo(item)} is not an integer", 'use an integer such as 3 or a range such as "4-6"')
     if not isinstance(item, str):
-        raise config_error(f"{item!r} must be an integer or a string like \"3\" or \"4-6\"")
-    text = item.strip()
-    if text.isdigit():
-        n = _bounded(int(text), repr(item))
-        return n, n
-    match = _RANGE.match(text)
-    if text.count("-") != 1 or not match:
-        raise config_error(f"{item!r} is not a step/rank number or range", 'write "3" or an inclusive range "3-5"')
-    left, right = match.group(1), match.group(2)
-    if not (left.isdigit() and right.isdigit()):
-        raise config_error(f"{item!r}: both ends of a range must be whole numbers", 'for example "3-5"')
-    low, high = int(left), int(right)
+        raise config_error(f"{echo(item)} must be an integer or a string like \"3\" or \"4-6\"")
+    match = _LOOSE.match(item)
+    if not match:
+        if item.count("-") == 1:
+            raise config_error(f"{echo(item)}: both ends of a range must be whole numbers (digits 0-9)",
+                               'for example "3-5"')
+        raise config_error(f"{echo(item)} is not a step/rank number or range",
+                           'write "3" or an inclusive range "3-5"')
+    low = _digits(match.group(1), item)
+    high = low if match.group(2) is None else _digits(match.group(2), item)
     if low > high:
-        raise config_error(f"{item!r}: the left end {low} is greater than the right end {high}",
+        raise config_error(f"{echo(item)}: the left end {low} is greater than the right end {high}",
                            f'write "{high}-{low}"')
-    _bounded(low, repr(item))
-    _bounded(high, repr(item))
     return low, high
 
 
@@ -96,7 +107,7 @@ def _none_to_empty(value: Any) -> Any:
 
 def _check_list(value: Any) -> Any:
     if not isinstance(value, list):
-        raise config_error(f"must be a list such as [0, \"2-3\"] (got {value!r})")
+        raise config_error(f"must be a list such as [0, \"2-3\"] (got {echo(value)})")
     if len(value) > MAX_LIST_LEN:
         raise config_error(f"has {len(value)} elements; at most {MAX_LIST_LEN} are allowed")
     return value
@@ -129,7 +140,7 @@ def compact_ranks(values: List[int]) -> List[Any]:
 _RANK_ITEM_SCHEMA = {
     "anyOf": [
         {"type": "integer", "minimum": 0, "maximum": RANK_STEP_MAX},
-        {"type": "string", "pattern": r"^\s*\d+\s*(-\s*\d+\s*)?$"},
+        {"type": "string", "pattern": RANK_STRING_PATTERN},
     ]
 }
 
@@ -141,7 +152,9 @@ RankList = Annotated[
     BeforeValidator(_none_to_empty),
     AfterValidator(_flatten),
     PlainSerializer(compact_ranks, return_type=list),
-    WithJsonSchema({"type": "array", "items": _RANK_ITEM_SCHEMA}),
+    WithJsonSchema({"anyOf": [{"type": "array", "items": _RANK_ITEM_SCHEMA, "maxItems": MAX_LIST_LEN},
+                              {"type": "null"}],
+                    "$comment": 'A range "a-b" needs a <= b, which the pattern cannot say.'}),
 ]
 """A list of non-negative ints; input accepts ints and "a-b" ranges; empty means all."""
 
@@ -153,13 +166,16 @@ _UNITS = {
     "t": 1000 ** 4, "tb": 1000 ** 4,
     "kib": 1024, "mib": 1024 ** 2, "gib": 1024 ** 3, "tib": 1024 ** 4,
 }
-_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([A-Za-z]*)\s*$")
+# ASCII digits (float() would also read other scripts' digits), at most 30 before and after the point.
+SIZE_PATTERN = r"^\s*([0-9]{1,30}(?:\.[0-9]{1,30})?)\s*([KkMmGgTt](?:[Ii][Bb]|[Bb])?|[Bb])?\s*$"
+_SIZE = re.compile(SIZE_PATTERN)
 SIZE_SCHEMA = {
     "anyOf": [
         {"type": "integer", "minimum": 1},
-        {"type": "string", "pattern": r"^\s*\d+(\.\d+)?\s*([KkMmGgTt]([Ii][Bb]|[Bb])?|[Bb])?\s*$"},
+        {"type": "string", "pattern": SIZE_PATTERN},
         {"type": "null"},
-    ]
+    ],
+    "$comment": "A string size must come to at least one byte (\"0.1B\" does not), which the pattern cannot say.",
 }
 
 
@@ -175,14 +191,14 @@ def parse_size(value: Any) -> Optional[int]:
         return value
     if isinstance(value, str):
         match = _SIZE.match(value)
-        unit = match.group(2).lower() if match else None
+        unit = (match.group(2) or "").lower() if match else None
         if match and unit in _UNITS:
             size = int(float(match.group(1)) * _UNITS[unit])
             if size <= 0:
-                raise config_error(f"{value!r} is not a positive size")
+                raise config_error(f"{echo(value)} is not a positive size")
             return size
-        raise config_error(f"{value!r} is not a size", 'use bytes or a unit: "500MB", "20GB", "512MiB", "2TiB"')
-    raise config_error(f"{value!r} is not a size", 'give bytes as a number or a string like "20GB"')
+        raise config_error(f"{echo(value)} is not a size", 'use bytes or a unit: "500MB", "20GB", "512MiB", "2TiB"')
+    raise config_error(f"{echo(value)} is not a size", 'give bytes as a number or a string like "20GB"')
 
 
 SizeBytes = Annotated[Optional[int], PlainValidator(parse_size), WithJsonSchema(SIZE_SCHEMA)]

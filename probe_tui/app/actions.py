@@ -294,8 +294,8 @@ def load_keymap(path: Path) -> Tuple[Dict[str, str], List[str]]:
         return {}, []
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        return {}, [f"{path}: not a readable JSON object ({exc})"]
+    except (OSError, ValueError, RecursionError) as exc:
+        return {}, [f"{path}: not a readable JSON object ({str(exc)[:100]})"]
     if not isinstance(data, dict):
         return {}, [f"{path}: a keymap is a JSON object of binding id -> keys"]
     known = {a.id for a in ACTIONS}

@@ -110,14 +110,15 @@ class SchemaBackend:
 
 
 def _read_json_object(path: Path) -> Dict[str, Any]:
+    """The raw JSON object of a config that failed validation, read with the loader's limits (a FIFO, a device,
+    an oversized or too deeply nested file is a ValueError, never a hang or a RecursionError)."""
+    from schemas import ConfigError
+    from schemas.source import parse_config_json, read_config_text
+
     try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ValueError(f"{path}: cannot read: {exc.strerror or exc}") from None
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"{path}: not valid JSON: {exc.msg} (line {exc.lineno}, column {exc.colno})") from None
+        data = parse_config_json(read_config_text(path), str(path), lambda *a: None)
+    except ConfigError as exc:
+        raise ValueError(str(exc.errors[0]) if exc.errors else f"{path}: cannot read") from None
     if not isinstance(data, dict):
         raise ValueError(f"{path}: a config is a JSON object, this file holds a {type(data).__name__}")
     return data

@@ -3,6 +3,7 @@
 import json
 import os
 import re
+import stat
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -45,12 +46,15 @@ def find_config_files(root: Path, tasks: List[str], max_depth: int = 2) -> List[
 
 
 def _config_info(path: Path, tasks: List[str]) -> Optional[ConfigFile]:
+    from schemas import ConfigError
+    from schemas.source import read_config_text
+
     try:
-        stat = path.stat()
-        if stat.st_size > CONFIG_MAX_BYTES:
+        info = path.stat()
+        if not stat.S_ISREG(info.st_mode) or info.st_size > CONFIG_MAX_BYTES:  # a FIFO would block the scan
             return None
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        data = json.loads(read_config_text(path))
+    except (OSError, ValueError, RecursionError, ConfigError):
         return None
     if not isinstance(data, dict):
         return None
@@ -63,7 +67,7 @@ def _config_info(path: Path, tasks: List[str]) -> Optional[ConfigFile]:
             task = "monitor"
         else:
             return None
-    return ConfigFile(path, task, None, "", stat.st_mtime)
+    return ConfigFile(path, task, None, "", info.st_mtime)
 
 
 def check_configs(configs: List[ConfigFile], backend: Any) -> None:
