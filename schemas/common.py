@@ -51,9 +51,10 @@ class JobBase(ConfigModel):
             "description": "msprobe's spelling of comment, used when comment is absent (then ignored)."}
         add_rules(schema, {"if": {"required": ["comment"]}, "else": inside(
             ["_comment"], {"type": ["string", "null"], "maxLength": MAX_COMMENT_CHARS})})
+        add_rules(schema, inside(["dump_path"], {"pattern": "^[^\\x00]*$"}))
         note(schema, "a config file is at most 4 MiB, nests at most 64 levels and its integers have at most 100 "
                      "digits; an integer field takes no fractional number (3.0 is refused); a rank or step range "
-                     "'a-b' needs a <= b; the loader also takes msprobe's shapes and keys (its separate monitor "
+                     "'a-b' needs a <= b; dump_path holds at most 4095 bytes and each of its components at most 255; the loader also takes msprobe's shapes and keys (its separate monitor "
                      "and compare files, a config without task, msprobe-only keys with a warning, the sections of "
                      "other tasks beside this one).")
 
