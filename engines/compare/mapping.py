@@ -168,20 +168,20 @@ class _ApiEntry:
             self.index_maps[state] = {str(a): str(b) for a, b in zip(ms, pt)}
 
 
-def parse_api_mapping(raw: Any, source: str) -> List[dict]:
+def parse_api_mapping(raw: Any, source: str, what: str = "api_mapping") -> List[dict]:
     if raw is None:
         return []
     if not isinstance(raw, list) or not all(isinstance(e, dict) and isinstance(e.get("ms_api"), str)
                                             and isinstance(e.get("pt_api"), str) for e in raw):
-        raise MappingError("api_mapping {}: expected a list of {{ms_api, pt_api, ...}} entries".format(source))
+        raise MappingError("{} {}: expected a list of {{ms_api, pt_api, ...}} entries".format(what, source))
     for entry in raw:
         for _, key in _STATES:
             for side in ("ms_", "pt_"):
                 value = entry.get(side + key)
                 if value is not None and not (isinstance(value, list) and all(
                         isinstance(v, (str, int)) and not isinstance(v, bool) for v in value)):
-                    raise MappingError("api_mapping {}: entry {}: {}{} must be a list of argument indices".format(
-                        source, entry["ms_api"], side, key))
+                    raise MappingError("{} {}: entry {}: {}{} must be a list of argument indices".format(
+                        what, source, entry["ms_api"], side, key))
     return raw
 
 

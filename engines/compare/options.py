@@ -97,7 +97,7 @@ class CompareOptions:
             api = None
             if isinstance(self.api_mapping, str):
                 api = parse_api_mapping(load_mapping_file(self.api_mapping, "compare.api_mapping"),
-                                        self.api_mapping)
+                                        self.api_mapping, "compare.api_mapping")
             cell = None
             if isinstance(self.cell_mapping, str):
                 raw = load_mapping_file(self.cell_mapping, "compare.cell_mapping")
