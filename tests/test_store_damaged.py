@@ -204,3 +204,51 @@ def test_lines_no_writer_wrote_are_skipped(pair):
     with open(bad / "segments.jsonl", "a") as fh:
         fh.write('[1, 2]\n5\n"x"\n{"event": "open", "kind": 7}\n')
     assert parse(bad.parent).summary["rows"] == len(parse(bad.parent).rows) > 0
+
+
+# -- analyze-overflow on a damaged overflow_check run -----------------------------------------------------------
+@pytest.fixture(scope="module")
+def overflow_run(tmp_path_factory):
+    pytest.importorskip("torch")
+    root = tmp_path_factory.mktemp("overflow")
+    job = load_config({"task": "overflow_check", "dump_path": str(root / "dump"),
+                       "target": {"demo": {"preset": "tiny", "steps": 2, "dtype": "fp16",
+                                           "faults": {"fp16_overflow": {"layer": 1, "from_step": 1}}}},
+                       "overflow_check": {"overflow_nums": 1}})
+    run_job(job, events=NullSink())
+    return next(p for p in (root / "dump").iterdir() if p.is_dir() and not p.is_symlink())
+
+
+OVERFLOW_DAMAGES = {
+    "overflow.h5 truncated": lambda d: damage.truncate(d / "overflow.h5", 0.5),
+    "overflow.h5 deleted": lambda d: (d / "overflow.h5").unlink(),
+    "its calls table deleted": lambda d: damage.h5_delete(d / "overflow.h5", "tables/calls"),
+    "dump.h5 truncated": lambda d: damage.truncate(d / "dump.h5", 0.5),
+    "the records' args deleted": lambda d: damage.h5_delete(d / "dump.h5", "tables/records/args"),
+    "overflow.h5 of a newer format": lambda d: damage.edit_segments(d, lambda ls: [
+        ev["meta"].update(format_version=2) for ev in ls if ev.get("event") == "open"] and None),
+}
+
+
+@pytest.mark.parametrize("what", sorted(OVERFLOW_DAMAGES))
+def test_analyze_overflow_on_a_damaged_run_is_one_line_bad_input(overflow_run, tmp_path, what):
+    import shutil
+
+    run = shutil.copytree(overflow_run, tmp_path / "run")
+    OVERFLOW_DAMAGES[what](run / "rank0")
+    job = load_config({"task": "analyze_overflow", "dump_path": str(tmp_path / "analysis"),
+                       "analyze_overflow": {"path": str(run)}})
+    with pytest.raises(JobError) as err:
+        run_job(job, events=NullSink())
+    _assert_bad_input(err, "rank0")
+
+
+def test_analyze_overflow_cli_prints_one_line(overflow_run, tmp_path):
+    import shutil
+
+    run = shutil.copytree(overflow_run, tmp_path / "run")
+    damage.truncate(run / "rank0" / "overflow.h5", 0.5)
+    done = _cli("analyze-overflow", run, "-o", tmp_path / "out", cwd=tmp_path)
+    assert done.returncode == 2, done.stderr
+    errors = [line for line in done.stderr.splitlines() if "error" in line]
+    assert len(errors) == 1 and "overflow.h5" in errors[0] and "Traceback" not in done.stderr, done.stderr
