@@ -311,26 +311,25 @@ class StoreReader:
                 for p in pieces:
                     for out, (path, _, _) in zip(outs, specs):
                         d = self._files.need(p.segment, path)
-                        self._check_length(d, p, path)
-                        out[p.dest] = d[p.take] if p.lo < 0 else d[p.lo:p.hi][p.take]
+                        out[p.dest] = d[p.take] if p.lo < 0 else self._span(d, p, path)[p.take]
                 return [out[inverse] for out in outs]
             parts: List[List[np.ndarray]] = [[] for _ in specs]
             for p in plan_ranges(ranges or [], base, end):
                 for lst, (path, _, _) in zip(parts, specs):
-                    d = self._files.need(p.segment, path)
-                    self._check_length(d, p, path)
-                    lst.append(d[p.lo:p.hi])
+                    lst.append(self._span(self._files.need(p.segment, path), p, path))
         except (OSError, ValueError, TypeError, IndexError, RuntimeError) as exc:  # a damaged file: h5py says so
             raise StoreError(f"{self.directory}: reading {key} failed ({exc})") from None
         return [np.concatenate(lst) if len(lst) > 1 else lst[0] if lst else np.empty((0,) + tail, dtype=dtype)
                 for lst, (_, dtype, tail) in zip(parts, specs)]
 
-    def _check_length(self, d, p, path: str) -> None:
-        """A dataset shorter than the commit log says (a damaged or swapped file) is refused, not read short."""
-        need = int(p.take.max()) + 1 if p.lo < 0 else p.hi
-        if d.shape[0] < need:
+    def _span(self, d, p, path: str) -> np.ndarray:
+        """Local elements ``[p.lo, p.hi)``; a dataset shorter than the commit log says (a damaged or swapped file)
+        is refused, not read short."""
+        got = d[p.lo:p.hi]
+        if got.shape[0] != p.hi - p.lo:
             raise StoreError(f"{self._segments[p.segment].path}: {path} holds {d.shape[0]} element(s), the commit "
-                             f"log says {need}")
+                             f"log says {p.hi}")
+        return got
 
     def _selection(self, table: str, rows: RowSelection, steps: Optional[Sequence[int]]):
         """``(ranges, None)`` or ``(None, indices)`` of committed global rows."""

@@ -137,8 +137,12 @@ def file_meta(f: h5py.File, kind: Optional[str], path: Any, announced: Optional[
     announcement or the caller names); its schema version against the ``announced`` meta. A file without
     ``/meta`` passes (the announcement describes it)."""
     try:
-        attrs = f["meta"].attrs if "meta" in f else {}
-        meta = {k: _plain(attrs[k]) for k in ("format_version", "kind", "schema_version") if k in attrs}
+        try:
+            attrs = f["meta"].attrs
+        except KeyError:
+            return
+        meta = {k: _plain(v) for k, v in ((k, attrs.get(k)) for k in ("format_version", "kind", "schema_version"))
+                if v is not None}
     except (KeyError, OSError, ValueError, RuntimeError) as exc:  # h5py says a broken checksum several ways
         raise StoreError(f"{path}: /meta is damaged ({exc})") from None
     format_version(meta, f"{path} /meta")
