@@ -252,3 +252,14 @@ def test_analyze_overflow_cli_prints_one_line(overflow_run, tmp_path):
     assert done.returncode == 2, done.stderr
     errors = [line for line in done.stderr.splitlines() if "error" in line]
     assert len(errors) == 1 and "overflow.h5" in errors[0] and "Traceback" not in done.stderr, done.stderr
+
+
+def test_an_hdf5_message_spanning_lines_is_one_line():
+    """h5py and JSON messages quoted in an error may hold newlines; every bad-input error is one line."""
+    from engines.compare.mapping import MappingError
+    from engines.parse.sources import DumpSourceError
+    from engines.store import StoreError
+
+    for cls in (StoreError, DumpSourceError, MappingError, JobError):
+        text = str(cls("dump.h5: cannot open (Unable to open file\n  (truncated file: eof = 10,\n stored_eof = 20))"))
+        assert text == "dump.h5: cannot open (Unable to open file (truncated file: eof = 10, stored_eof = 20))"
