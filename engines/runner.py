@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, Optional
 
 from engines import registry
+from engines.errors import BadInputError
 from engines.events import EventSink, NullSink
 
 EXIT_OK = 0
@@ -21,7 +22,7 @@ EXIT_FINDINGS = 3
 EXIT_INTERRUPTED = 130
 
 
-class JobError(Exception):
+class JobError(BadInputError):
     """Bad input discovered while starting a job (exit code 2): a missing target, a path that does not exist."""
 
 
@@ -111,6 +112,10 @@ def _run_analysis(job, events: EventSink, fail_on_findings: bool) -> RunOutcome:
         except KeyboardInterrupt:
             events.emit("run_finished", status="stopped", exit_code=EXIT_INTERRUPTED, run_dir=None, summary={})
             return RunOutcome(EXIT_INTERRUPTED, "stopped")
+        except JobError:
+            raise
+        except BadInputError as exc:  # a damaged store, dump, mapping file...: the job's bad input (exit code 2)
+            raise JobError(str(exc)) from None
     exit_code, summary = _normalise_result(result)
     if exit_code == EXIT_FINDINGS and not fail_on_findings:
         exit_code = EXIT_OK

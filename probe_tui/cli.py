@@ -7,6 +7,7 @@ Exit codes (DECISIONS 7): 0 done, 1 the target failed, 2 bad input, 3 findings w
 
 import argparse
 import sys
+import warnings
 from typing import List, Optional
 
 from probe_tui import __version__
@@ -99,8 +100,16 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Optional[List[str]] = None) -> int:
+    from probe_tui.cli_output import show_warning
+
     parser = build_parser()
     args = parser.parse_args(argv)
+    with warnings.catch_warnings():
+        warnings.showwarning = show_warning
+        return _dispatch(parser, args)
+
+
+def _dispatch(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     try:
         if args.run:
             if args.command:

@@ -14,6 +14,13 @@ def fail(message: str, exit_code: int = EXIT_BAD_INPUT) -> int:
     return exit_code
 
 
+def show_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    """``warnings.showwarning`` for the CLI: one line on stderr (a damaged run.json, commits that cannot be read
+    back...), not Python's file-and-source-line form."""
+    text = " ".join(str(message).split())
+    print(f"probe-tui: warning: {text}", file=sys.stderr if file is None else file)
+
+
 def print_json(payload: Any) -> None:
     json.dump(payload, sys.stdout, indent=2, default=str, allow_nan=True)
     sys.stdout.write("\n")

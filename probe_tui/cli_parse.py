@@ -8,8 +8,8 @@ BAR_WIDTH = 40
 
 
 def cmd_parse(args) -> int:
-    from engines.parse.inspect import ParseError, histogram, parse, read_tensor, tensor_slice
-    from engines.parse.sources import DumpSourceError
+    from engines.errors import BadInputError
+    from engines.parse.inspect import histogram, parse, read_tensor, tensor_slice
 
     where = {"rank": args.rank, "step": args.step}
     try:
@@ -19,7 +19,7 @@ def cmd_parse(args) -> int:
             return fail("--slice and --hist need --row NAME")
         outcome = parse(args.path, name=args.name, step=args.step, rank=args.rank, nonfinite=args.nonfinite,
                         export_npy=args.export_npy, limit=args.limit)
-    except (ParseError, DumpSourceError) as exc:  # a damaged file met while reading: one line, exit 2
+    except BadInputError as exc:  # a damaged file met while reading: one line, exit 2
         return fail(str(exc))
     if args.json:
         print_json(outcome.summary)

@@ -13,7 +13,7 @@ torch = pytest.importorskip("torch")
 from engines.events import ListSink  # noqa: E402
 from engines.grad_compare.layers import layer_of  # noqa: E402
 from engines.grad_probe.reader import GradReader  # noqa: E402
-from engines.runner import run_job  # noqa: E402
+from engines.runner import JobError, run_job  # noqa: E402
 from schemas import load_config  # noqa: E402
 
 KNOBS = {"preset": "tiny", "steps": 4}
@@ -156,8 +156,9 @@ def test_msprobe_layout_is_read_too(runs, tmp_path):
 
 
 def test_bad_paths_are_one_line_errors(tmp_path):
-    outcome = compare(tmp_path, tmp_path / "nope", tmp_path)
-    assert outcome.exit_code == 2 and "no such file or folder" in outcome.summary["error"]
+    with pytest.raises(JobError, match="grad_compare.target_path: .*nope: no such file or folder"):
+        compare(tmp_path, tmp_path / "nope", tmp_path)
+    assert not (tmp_path / "cmp").exists()  # nothing written
 
 
 def test_csv_export_and_run_summary(tmp_path):

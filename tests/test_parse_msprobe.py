@@ -171,3 +171,100 @@ def test_pt_files_load_weights_only(tmp_path):
         pickle.dump(Payload(), fh)
     with pytest.raises(TensorFileError, match="cannot load"):
         load_tensor_file(evil)
+
+
+# -- a damaged msprobe dump: one line naming the file and, for a value of the wrong type, the record and field ---
+from engines.errors import BadInputError  # noqa: E402
+from engines.parse.inspect import parse, read_tensor  # noqa: E402
+from tests import damage  # noqa: E402
+
+LINEAR = "Functional.linear.0.forward"
+
+
+def _tensor_dump(folder):
+    """A one-record tensor dump: dump.json plus its two .npy files."""
+    (folder / "dump_tensor_data").mkdir(parents=True)
+    leaves = []
+    for slot in ("input.0", "output.0"):
+        name = "{}.{}.npy".format(LINEAR, slot)
+        np.save(folder / "dump_tensor_data" / name, np.arange(4, dtype=np.float32))
+        leaves.append(tensor(shape=(4,), data_name=name))
+    _write_dump(folder, {LINEAR: {"input_args": [leaves[0]], "input_kwargs": {}, "output": [leaves[1]]}})
+    return folder
+
+
+@pytest.mark.parametrize("field,value,said", [
+    ("Max", "abc", 'input_args[0].Max: expected a number, got "abc"'),
+    ("Max", [1], "input_args[0].Max: expected a number, got [1]"),
+    ("Max", 10 ** 400, "input_args[0].Max: expected a number"),
+    ("shape", "abc", 'input_args[0].shape: expected a list of non-negative integers, got "abc"'),
+    ("shape", [[1], 2], "input_args[0].shape: expected a list of non-negative integers"),
+    ("shape", 5, "input_args[0].shape: expected a list of non-negative integers, got 5"),
+    ("shape", [-1, 3], "input_args[0].shape: expected a list of non-negative integers, got [-1, 3]"),
+    ("shape", [1 << 40, 1 << 40], "input_args[0].shape: 1208925819614629174706176 elements"),
+    ("dtype", 5, "input_args[0].dtype: expected a string, got 5"),
+    ("data_name", [1], "input_args[0].data_name: expected a file name, got [1]"),
+    ("md5", [1], "input_args[0].md5: expected a string, got [1]"),
+])
+def test_a_value_of_the_wrong_type_names_its_record_and_field(tmp_path, field, value, said):
+    folder = _tensor_dump(tmp_path / "rank0")
+    damage.edit_dump_json(folder / "dump.json", lambda d: damage.first_tensor_leaf(d["data"]).update({field: value}))
+    with pytest.raises(BadInputError) as err:
+        parse(folder)
+    text = str(err.value)
+    assert damage.one_line_error(text), text
+    assert text.startswith(str(folder / "dump.json") + ': data["Functional.linear.0.forward"].' + said.split(".")[0])
+    assert said in text, text
+
+
+@pytest.mark.parametrize("what,edit,said", [
+    ("not UTF-8", lambda p: p.write_bytes(b"\xff\xfe" + p.read_bytes()), "not valid JSON"),
+    ("nested deeper than Python reads", lambda p: p.write_bytes(b"[" * 100000 + b"]" * 100000),
+     "nested deeper"),
+    ("a record that is a list", lambda p: damage.edit_dump_json(p, lambda d: d["data"].update({LINEAR: [1]})),
+     'data["Functional.linear.0.forward"]: expected an object'),
+    ("framework a number", lambda p: damage.edit_dump_json(p, lambda d: d.update(framework=5)), None),
+])
+def test_a_damaged_dump_json_is_one_line_or_read(tmp_path, what, edit, said):
+    folder = _tensor_dump(tmp_path / "rank0")
+    edit(folder / "dump.json")
+    if said is None:  # the data is intact: read it
+        assert parse(folder).summary["rows"] == 2
+        return
+    with pytest.raises(BadInputError) as err:
+        parse(folder)
+    assert damage.one_line_error(str(err.value)) and said in str(err.value), str(err.value)
+
+
+TENSOR_DAMAGE = {
+    "missing": lambda p: p.unlink(),
+    "empty": lambda p: p.write_bytes(b""),
+    "truncated": lambda p: p.write_bytes(p.read_bytes()[:20]),
+    "garbage": lambda p: p.write_bytes(b"garbage" * 10),
+    "a folder": lambda p: (p.unlink(), p.mkdir()),
+}
+
+
+@pytest.mark.parametrize("what", sorted(TENSOR_DAMAGE))
+def test_an_unreadable_tensor_file_is_one_line_for_row_and_export(tmp_path, what, capsys):
+    from probe_tui.cli import main
+
+    folder = _tensor_dump(tmp_path / "rank0")
+    TENSOR_DAMAGE[what](folder / "dump_tensor_data" / "{}.input.0.npy".format(LINEAR))
+    with pytest.raises(BadInputError) as err:
+        read_tensor(folder, LINEAR + ".input.0")
+    assert damage.one_line_error(str(err.value)) and "input.0.npy" in str(err.value)
+    for argv in (["parse", str(folder), "--row", LINEAR + ".input.0"],
+                 ["parse", str(folder), "--export-npy", str(tmp_path / "npy")]):
+        assert main(argv) == 2
+        err_text = capsys.readouterr().err
+        assert err_text.startswith("probe-tui: error: ") and damage.one_line_error(err_text), err_text
+
+
+def test_a_data_name_outside_dump_tensor_data_is_not_read(tmp_path):
+    folder = _tensor_dump(tmp_path / "rank0")
+    np.save(tmp_path / "secret.npy", np.arange(4, dtype=np.float32))
+    damage.edit_dump_json(folder / "dump.json",
+                          lambda d: damage.first_tensor_leaf(d["data"]).update(data_name="../../secret.npy"))
+    with pytest.raises(BadInputError, match="not a file name in it"):
+        read_tensor(folder, LINEAR + ".input.0")

@@ -16,13 +16,13 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 
-from engines.compare import divergence, suspects
+from engines.compare import divergence, suspects, tensor_metrics
 from engines.compare.options import CompareError, CompareOptions, summary_options
 from engines.compare.piece import PieceSettings, compare_piece
 from engines.compare.prefetch import start_prefetch
 from engines.compare.verdicts import VERDICTS
 from engines.parse.names import direction_word
-from engines.parse.sources import DumpSource, DumpSourceError, open_dump
+from engines.parse.sources import DumpSource, DumpSourceError, open_dump, require_steps
 
 EXIT_OK, EXIT_BAD_INPUT, EXIT_FINDINGS = 0, 2, 3
 
@@ -57,9 +57,11 @@ def _say(events, text: str, level: str = "info") -> None:
 
 def open_side(path: Path, field_name: str) -> DumpSource:
     try:
-        return open_dump(path)
+        source = open_dump(path)
+        require_steps(source)
     except DumpSourceError as exc:
         raise CompareError("{}: {}".format(field_name, exc)) from None
+    return source
 
 
 def choose_mode(requested: str, target: DumpSource, golden: DumpSource) -> str:
@@ -196,6 +198,7 @@ def run_compare(job: Any, events=None, *, fail_on_findings: bool = True, write: 
         if prefetch is not None:
             prefetch.shutdown(wait=False, cancel_futures=True)
     table = _concat(results)
+    _note_unreadable(table, mode, notes)  # before anything is written: nothing compared is bad input
     if len(results) > 1:  # record codes count on across pieces
         sizes = [int(c["record_code"].max()) + 1 if len(c["record_code"]) else 0 for c in results]
         table["record_code"] = np.concatenate([c["record_code"] + off for c, off in
@@ -282,6 +285,27 @@ def _rank_and_summarise(opts: CompareOptions, mode: str, target: DumpSource, gol
     exit_code = EXIT_FINDINGS if (fail_on_findings and counts["error"] > 0) else EXIT_OK
     return CompareOutcome(summary=summary, top_suspects=top, exit_code=exit_code, results=table,
                           divergence=div_all, tree=tree_all)
+
+
+def _note_unreadable(table: Dict[str, np.ndarray], mode: str, notes: List[str]) -> None:
+    """Tensor mode: say how many row pairs could not be compared because a tensor could not be read, and why;
+    when that is every pair with data on both sides, nothing was compared: bad input (exit code 2)."""
+    if mode != "tensor" or not len(table.get("status", ())):
+        return
+    status = table["status"]
+    failed = np.flatnonzero(status == tensor_metrics.ST_READ_ERROR)
+    if not failed.size:
+        return
+    tried = int(np.isin(status, (tensor_metrics.ST_OK, tensor_metrics.ST_NONFINITE, tensor_metrics.ST_EMPTY,
+                                 tensor_metrics.ST_UNREADABLE, tensor_metrics.ST_READ_ERROR)).sum())
+    names = ["{}.{}".format(table["record"][i], table["slot"][i]) for i in failed[:3]]
+    why = str(table["reasons"][failed[0]]).rpartition("read failed: ")[2]
+    detail = "first: {}{}: {}".format(", ".join(names), ", ..." if failed.size > 3 else "", why)
+    if failed.size == tried:
+        raise CompareError("no tensor pair could be compared: all {} could not be read ({})".format(
+            failed.size, detail))
+    notes.append("{} of {} tensor pair(s) could not be compared: their tensor data could not be read ({})".format(
+        failed.size, tried, detail))
 
 
 def _note_unmatched_records(cols: Dict[str, np.ndarray], rank: int, step: int, fuzzy: bool,

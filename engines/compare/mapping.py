@@ -25,6 +25,7 @@ from typing import Any, Dict, List, Optional, Tuple
 import numpy as np
 
 from engines.compare import ms_pt_names
+from engines.errors import BadInputError
 from engines.parse.names import parse_record, with_index
 from engines.parse.rows import DIR_BACKWARD, DIR_NONE, KIND_API, KIND_MODULE, KIND_PARAM_GRAD, RowTable
 
@@ -34,7 +35,7 @@ _STATES = (("input", "args"), ("output", "outputs"), ("parameters", "parameters"
            ("parameters_grad", "parameters_grad"))
 
 
-class MappingError(ValueError):
+class MappingError(BadInputError, ValueError):
     """A mapping file is missing or malformed (one line naming the file)."""
 
 
@@ -60,11 +61,16 @@ def load_mapping_file(path, what: str) -> Any:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise MappingError("{} {}: cannot read ({})".format(what, path, exc.strerror or exc)) from None
+    except UnicodeDecodeError as exc:
+        raise MappingError("{} {}: not UTF-8 text (byte {} at position {})".format(
+            what, path, exc.object[exc.start:exc.start + 1].hex(), exc.start)) from None
     if path.suffix == ".json":
         try:
             return json.loads(text)
         except ValueError as exc:
             raise MappingError("{} {}: not valid JSON ({})".format(what, path, exc)) from None
+        except RecursionError:
+            raise MappingError("{} {}: JSON nested too deeply".format(what, path)) from None
     try:
         import yaml
     except ImportError:
@@ -74,6 +80,18 @@ def load_mapping_file(path, what: str) -> Any:
         return yaml.safe_load(text)
     except yaml.YAMLError as exc:
         raise MappingError("{} {}: not valid YAML ({})".format(what, path, str(exc).splitlines()[0])) from None
+    except RecursionError:
+        raise MappingError("{} {}: YAML nested too deeply".format(what, path)) from None
+    except (ValueError, TypeError, OverflowError) as exc:  # a value YAML cannot build (a date like 2020-13-45)
+        raise MappingError("{} {}: not valid YAML ({})".format(what, path, exc)) from None
+
+
+def string_map(raw: Any, what: str, source, shape: str) -> Dict[str, str]:
+    """A ``{name: name}`` mapping: an object whose values are names (strings or numbers), nothing nested."""
+    if not isinstance(raw, dict) or not all(isinstance(v, (str, int, float)) and not isinstance(v, bool)
+                                            for v in raw.values()):
+        raise MappingError("{} {}: expected {}".format(what, source, shape))
+    return {str(k): str(v) for k, v in raw.items()}
 
 
 @dataclass
@@ -150,11 +168,20 @@ class _ApiEntry:
             self.index_maps[state] = {str(a): str(b) for a, b in zip(ms, pt)}
 
 
-def parse_api_mapping(raw: Any, source: str) -> List[dict]:
+def parse_api_mapping(raw: Any, source: str, what: str = "api_mapping") -> List[dict]:
     if raw is None:
         return []
-    if not isinstance(raw, list) or not all(isinstance(e, dict) and "ms_api" in e and "pt_api" in e for e in raw):
-        raise MappingError("api_mapping {}: expected a list of {{ms_api, pt_api, ...}} entries".format(source))
+    if not isinstance(raw, list) or not all(isinstance(e, dict) and isinstance(e.get("ms_api"), str)
+                                            and isinstance(e.get("pt_api"), str) for e in raw):
+        raise MappingError("{} {}: expected a list of {{ms_api, pt_api, ...}} entries".format(what, source))
+    for entry in raw:
+        for _, key in _STATES:
+            for side in ("ms_", "pt_"):
+                value = entry.get(side + key)
+                if value is not None and not (isinstance(value, list) and all(
+                        isinstance(v, (str, int)) and not isinstance(v, bool) for v in value)):
+                    raise MappingError("{} {}: entry {}: {}{} must be a list of argument indices".format(
+                        what, source, entry["ms_api"], side, key))
     return raw
 
 

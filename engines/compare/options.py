@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Union
 
-from engines.compare.mapping import KeyOptions, MappingError, load_mapping_file, parse_api_mapping
+from engines.compare.mapping import KeyOptions, MappingError, load_mapping_file, parse_api_mapping, string_map
 from engines.compare.verdicts import Thresholds
 from engines.runner import JobError
 
@@ -93,25 +93,20 @@ class CompareOptions:
             dm = None
             if self.data_mapping:
                 raw = load_mapping_file(self.data_mapping, "compare.data_mapping")
-                if not isinstance(raw, dict):
-                    raise MappingError("compare.data_mapping {}: expected {{target_row: golden_row}}".format(
-                        self.data_mapping))
-                dm = {str(k): str(v) for k, v in raw.items()}
+                dm = string_map(raw, "compare.data_mapping", self.data_mapping, "{target_row: golden_row}")
             api = None
             if isinstance(self.api_mapping, str):
                 api = parse_api_mapping(load_mapping_file(self.api_mapping, "compare.api_mapping"),
-                                        self.api_mapping)
+                                        self.api_mapping, "compare.api_mapping")
             cell = None
             if isinstance(self.cell_mapping, str):
                 raw = load_mapping_file(self.cell_mapping, "compare.cell_mapping")
-                if not isinstance(raw, dict):
-                    raise MappingError("compare.cell_mapping {}: expected {{ms_cell: pt_module}}".format(
-                        self.cell_mapping))
-                cell = {str(k): str(v) for k, v in raw.items()}
+                cell = string_map(raw, "compare.cell_mapping", self.cell_mapping, "{ms_cell: pt_module}")
             layer = None
             if self.layer_mapping:
                 raw = load_mapping_file(self.layer_mapping, "compare.layer_mapping")
-                if not isinstance(raw, dict) or not all(isinstance(v, dict) for v in raw.values()):
+                if not isinstance(raw, dict) or not all(isinstance(v, dict) and all(
+                        isinstance(x, (str, int, float)) for x in v.values()) for v in raw.values()):
                     raise MappingError("compare.layer_mapping {}: expected {{ParentClass: {{child: target}}}}"
                                        .format(self.layer_mapping))
                 layer = {("TopLayer" if k == "Cell" else str(k)): {str(a): str(b) for a, b in v.items()}

@@ -51,18 +51,27 @@ def layer_tolerance(section) -> float:
 
 
 def run_grad_compare(job, events) -> GradCompareResult:
+    """Raises :class:`SourceError` (bad input, exit code 2: the runner makes it the job's one-line error) for a
+    path that holds no grad dump, a damaged one, or two dumps with no rank in common; nothing is written then."""
     section = job.grad_compare
+    target = _open(section.target_path, "grad_compare.target_path")
     try:
-        target = open_grads(section.target_path)
-        golden = open_grads(section.golden_path)
-    except SourceError as exc:
-        events.emit("message", level="error", text=str(exc))
-        return GradCompareResult(EXIT_BAD_INPUT, {"error": str(exc)})
+        golden = _open(section.golden_path, "grad_compare.golden_path")
+    except SourceError:
+        target.close()
+        raise
     try:
         return _compare(job, section, target, golden, events)
     finally:
         target.close()
         golden.close()
+
+
+def _open(path, field_name: str):
+    try:
+        return open_grads(path)
+    except SourceError as exc:
+        raise SourceError(f"{field_name}: {exc}") from None
 
 
 def _compare(job, section, target, golden, events) -> GradCompareResult:
@@ -71,9 +80,11 @@ def _compare(job, section, target, golden, events) -> GradCompareResult:
     if wanted_ranks:
         ranks = [r for r in ranks if r in wanted_ranks]
     if not ranks:
-        text = f"no rank in common between {section.target_path} ({target.ranks()}) and {section.golden_path} ({golden.ranks()})"
-        events.emit("message", level="error", text=text)
-        return GradCompareResult(EXIT_BAD_INPUT, {"error": text})
+        raise SourceError(f"grad_compare: no rank in common between {section.target_path} ({target.ranks()}) and "
+                          f"{section.golden_path} ({golden.ranks()})")
+    steps = list(getattr(section, "step", None) or []) or None
+    # Everything is read before anything is written: a damaged dump is bad input, not a half-written result.
+    comparisons = {rank: compare_rank(target, golden, rank, steps) for rank in ranks}
     out_dir, run = _output_dir(job, section)
     threshold = float(getattr(section, "similarity_threshold", 0.97))
     drop = float(getattr(section, "drop_threshold", 0.03))
@@ -86,7 +97,7 @@ def _compare(job, section, target, golden, events) -> GradCompareResult:
     from engines.grad_compare import outputs
 
     for rank in ranks:
-        comparison = compare_rank(target, golden, rank, list(getattr(section, "step", None) or []) or None)
+        comparison = comparisons[rank]
         table = comparison.table
         if not table.steps:
             events.emit("message", level="warning", text=f"rank {rank}: no step in common; skipped")

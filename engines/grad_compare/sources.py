@@ -7,6 +7,7 @@ gradient norms and packed directions.
 """
 
 import csv
+import functools
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,13 +15,45 @@ from typing import Dict, List, Optional
 
 import numpy as np
 
+from engines.errors import BadInputError
 from engines.store.errors import StoreError
 
 _CSV = re.compile(r"^grad_summary_(\d+)\.csv$")
 
 
-class SourceError(Exception):
-    """A path that holds no grad dump (one line naming it)."""
+class SourceError(BadInputError):
+    """A path that holds no grad dump, or a damaged one (one line naming it)."""
+
+
+def _guarded(method):
+    """Anything a damaged file makes a ``load``/``steps``/``level`` raise becomes a :class:`SourceError` naming the
+    rank folder, and loaded directions are checked against their element counts."""
+
+    @functools.wraps(method)
+    def wrapper(self, rank, *args):
+        from engines.parse.sources import DAMAGE
+
+        where = self.folder(rank)
+        try:
+            out = method(self, rank, *args)
+        except BadInputError:
+            raise
+        except DAMAGE as exc:
+            raise SourceError(f"{where}: damaged or not a grad dump ({type(exc).__name__}: {exc})") from None
+        if isinstance(out, StepGrads):
+            _check_step(out, where)
+        return out
+
+    return wrapper
+
+
+def _check_step(step: "StepGrads", where) -> None:
+    if not (len(step.names) == len(step.numels) == len(step.norms) == len(step.packed)):
+        raise SourceError(f"{where}: damaged grad dump (columns of different lengths)")
+    for name, numel, packed in zip(step.names, step.numels.tolist(), step.packed):
+        if numel < 0 or (packed is not None and packed.size != (numel + 7) // 8):
+            raise SourceError(f"{where}: damaged grad dump ({name}: {numel} elements, "
+                              f"{'no' if packed is None else packed.size} bytes of directions)")
 
 
 @dataclass
@@ -41,17 +74,30 @@ class OurGrads:
     def __init__(self, rank_dirs: Dict[int, Path]):
         from engines.grad_probe.reader import GradReader
 
-        self._readers = {rank: GradReader(p) for rank, p in rank_dirs.items()}
+        self._dirs = rank_dirs
+        self._readers = {}
+        try:
+            for rank, p in rank_dirs.items():
+                self._readers[rank] = GradReader(p)
+        except BaseException:
+            self.close()
+            raise
+
+    def folder(self, rank: int) -> Path:
+        return self._dirs[rank]
 
     def ranks(self) -> List[int]:
         return sorted(self._readers)
 
+    @_guarded
     def steps(self, rank: int) -> List[int]:
         return sorted(self._readers[rank].steps())
 
+    @_guarded
     def level(self, rank: int) -> str:
         return self._readers[rank].level
 
+    @_guarded
     def load(self, rank: int, step: int) -> StepGrads:
         data = self._readers[rank].read_step(step)
         return StepGrads(data.names, data.numels, data.norm, data.packed)
@@ -67,12 +113,17 @@ class MsprobeGrads:
     def __init__(self, rank_dirs: Dict[int, Path]):
         self._dirs = rank_dirs
 
+    def folder(self, rank: int) -> Path:
+        return self._dirs[rank]
+
     def ranks(self) -> List[int]:
         return sorted(self._dirs)
 
+    @_guarded
     def steps(self, rank: int) -> List[int]:
         return sorted(int(m.group(1)) for p in self._dirs[rank].iterdir() if (m := _CSV.match(p.name)))
 
+    @_guarded
     def level(self, rank: int) -> str:
         steps = self.steps(rank)
         if not steps:
@@ -81,6 +132,7 @@ class MsprobeGrads:
             header = next(csv.reader(handle), [])
         return "L0" if "MD5" in header else ("L2" if "=0" in header else "L1")
 
+    @_guarded
     def load(self, rank: int, step: int) -> StepGrads:
         rank_dir = self._dirs[rank]
         names, numels, norms, packed = [], [], [], []
@@ -99,7 +151,7 @@ class MsprobeGrads:
             norms.append(float(row[norm_col]))
             npy = rank_dir / f"step{step}" / f"{name}.npy"
             if npy.exists():
-                packed.append(np.packbits(np.load(npy).astype(bool).reshape(-1)))
+                packed.append(np.packbits(np.load(npy, allow_pickle=False).astype(bool).reshape(-1)))
             else:
                 packed.append(None)
         return StepGrads(names, np.array(numels, dtype=np.int64), np.array(norms, dtype=np.float64), packed)

@@ -15,8 +15,10 @@ def read_json(path: Path, what: str):
             return json.load(fh)
     except OSError as exc:
         raise DumpSourceError("{}: cannot read {} ({})".format(path, what, exc.strerror or exc)) from None
-    except ValueError as exc:
+    except ValueError as exc:  # UnicodeDecodeError included: not UTF-8 text
         raise DumpSourceError("{}: not valid JSON ({})".format(path, exc)) from None
+    except RecursionError:
+        raise DumpSourceError("{}: not a {} (JSON nested deeper than Python can read)".format(path, what)) from None
 
 
 def read_stacks(folder: Path) -> Dict[str, str]:

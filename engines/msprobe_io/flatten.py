@@ -9,7 +9,9 @@ under ``kwargs.<k>`` while its statistics dumps say ``input.<k>``), so tensor an
 
 from __future__ import annotations
 
+import json
 import math
+import re
 import zlib
 from typing import Any, Callable, Dict, Optional
 
@@ -26,9 +28,41 @@ from engines.parse.rows import (
 )
 
 MAX_DEPTH = 400
+MAX_NUMEL = 1 << 62
+_STATS = ("Max", "Min", "Mean", "Norm")
+_IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _PARTS = (("input_args", "input", IO_INPUT), ("input_kwargs", "input", IO_INPUT), ("input", "input", IO_INPUT),
           ("parameters", "parameters", IO_PARAM), ("output", "output", IO_OUTPUT))
 _COMM_KEYS = ("src", "dst", "group_src", "group_dst")
+
+
+class FieldError(ValueError):
+    """A dump.json value of the wrong type. ``leaf`` is the object holding ``field``, so the caller can name its
+    place in the file (:func:`json_path`) without the walk paying for paths it never prints."""
+
+    def __init__(self, leaf: Any, field: str, message: str):
+        super().__init__(message)
+        self.leaf, self.field, self.message = leaf, field, message
+
+
+def json_path(root: Any, target: Any, prefix: str = "") -> str:
+    """Where object ``target`` sits inside ``root``, as ``["name"].key[0]`` ("" when it is not there)."""
+    stack = [(root, prefix)]
+    while stack:
+        obj, path = stack.pop()
+        if obj is target:
+            return path
+        if isinstance(obj, dict):
+            stack.extend((v, path + ("." + k if isinstance(k, str) and _IDENT.match(k) else "[" + json.dumps(k) + "]"))
+                         for k, v in obj.items() if isinstance(v, (dict, list)))
+        elif isinstance(obj, list):
+            stack.extend((v, "{}[{}]".format(path, i)) for i, v in enumerate(obj) if isinstance(v, (dict, list)))
+    return ""
+
+
+def _shown(value: Any) -> str:
+    text = json.dumps(value, default=str)
+    return text if len(text) <= 60 else text[:60] + "..."
 
 
 def scalar_crc32(value: Any) -> str:
@@ -59,8 +93,15 @@ class Flattener:
         self._shapes: Dict[tuple, tuple] = {}
 
     def flatten(self, data: Dict[str, Any]) -> RowTable:
+        """Rows of every record; a value of the wrong type raises ValueError naming its place,
+        ``data["Functional.linear.0.forward"].input_args[0].Max: expected a number, got "abc"``."""
         for record, entry in data.items():
-            self.add_record(record, entry)
+            try:
+                self.add_record(record, entry)
+            except FieldError as exc:
+                where = json_path(entry, exc.leaf, "data[{}]".format(json.dumps(record)))
+                raise ValueError("{}.{}: {}".format(where, exc.field, exc.message) if where else
+                                 "data[{}]: {}".format(json.dumps(record), exc.message)) from None
         return self.rows.build()
 
     def add_record(self, record: str, entry: Any) -> None:
@@ -72,7 +113,7 @@ class Flattener:
         self._parent = parent or ""
         self._stack = self.stacks.get(record, "")
         if not isinstance(entry, dict):
-            return
+            raise FieldError(None, "", "expected an object (a record), got {}".format(_shown(entry)))
         if self._rec.kind == KIND_PARAM_GRAD:
             for key, value in entry.items():
                 self._walk(value, key, IO_PARAM_GRAD, 0, index_lists=False)
@@ -113,20 +154,32 @@ class Flattener:
             self._add_scalar(slot, io, value)
 
     def _add_tensor(self, slot: str, io: int, leaf: Dict[str, Any]) -> None:
-        shape_key = tuple(leaf.get("shape") or ())
-        shape = self._shapes.get(shape_key)
+        raw_shape = leaf.get("shape")
+        if raw_shape is None:
+            raw_shape = []
+        shape = self._shapes.get(tuple(raw_shape)) if isinstance(raw_shape, list) and all(
+            type(d) is int for d in raw_shape) else None
         if shape is None:
+            shape_key = _checked_shape(leaf, raw_shape)
             numel = 1
             for dim in shape_key:
-                numel *= int(dim)
+                numel *= dim
+            if numel >= MAX_NUMEL:
+                raise FieldError(leaf, "shape", "{} elements is more than any tensor holds".format(numel))
             shape = self._shapes[shape_key] = (shape_text(shape_key), numel)
-        stats = (leaf.get("Max"), leaf.get("Min"), leaf.get("Mean"), leaf.get("Norm"))
+        stats = tuple(_checked_stat(leaf, key) for key in _STATS)
         rg = leaf.get("requires_grad")
         data_name = leaf.get("data_name") or ""
         if data_name in ("-1", -1):
             data_name = ""
+        elif not isinstance(data_name, str):
+            raise FieldError(leaf, "data_name", "expected a file name, got {}".format(_shown(data_name)))
         md5 = leaf.get("md5")
-        self._add(slot, io, dtype=str(leaf.get("dtype", "")), shape=shape[0], numel=shape[1], stats=stats,
+        dtype = leaf.get("dtype", "")
+        if not isinstance(dtype, str) or (md5 is not None and not isinstance(md5, str)):
+            field = "dtype" if not isinstance(dtype, str) else "md5"
+            raise FieldError(leaf, field, "expected a string, got {}".format(_shown(leaf.get(field))))
+        self._add(slot, io, dtype=dtype, shape=shape[0], numel=shape[1], stats=stats,
                   text=None, crc=str(md5) if md5 is not None else "",
                   requires_grad=-1 if rg is None else int(rg in (True, "True")), is_tensor=True,
                   data=self.file_index(data_name) if data_name else -1, data_name=data_name)
@@ -187,3 +240,25 @@ class Flattener:
                           mx, mn, mean, norm, valid, text, requires_grad, crc, nonfinite, is_tensor, self.step,
                           self.rank, self.order, self._parent, self._stack, data, data_name))
         self.order += 1
+
+
+def _checked_shape(leaf: Dict[str, Any], raw: Any) -> tuple:
+    if isinstance(raw, list) and all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in raw):
+        return tuple(raw)
+    raise FieldError(leaf, "shape", "expected a list of non-negative integers, got {}".format(_shown(raw)))
+
+
+def _checked_stat(leaf: Dict[str, Any], key: str) -> Any:
+    """A statistic as msprobe writes it: a number, a bool (bool tensors), null, or a number in text (``"inf"``)."""
+    value = leaf.get(key)
+    if value is None or isinstance(value, (bool, float)):
+        return value
+    try:
+        if isinstance(value, int):
+            float(value)
+            return value
+        if isinstance(value, str):
+            return float(value)
+    except (OverflowError, ValueError):
+        pass
+    raise FieldError(leaf, key, "expected a number, got {}".format(_shown(value)))

@@ -11,7 +11,7 @@ from engines.msprobe_io.flatten import Flattener
 from engines.msprobe_io.layout import MsprobeFile, find_dump_files
 from engines.msprobe_io.tensors import MsprobeTensorSpec
 from engines.parse.rows import RowTable
-from engines.parse.sources import DumpSource, DumpSourceError
+from engines.parse.sources import DumpSource, DumpSourceError, guarded
 
 
 class MsprobeSource(DumpSource):
@@ -38,11 +38,14 @@ class MsprobeSource(DumpSource):
         return sorted(s for r, s in self._files if r == rank)
 
     @property
+    @guarded
     def framework(self) -> str:
         head = self._head(next(iter(self._files)))
         fw = head.get("framework") or ""
+        fw = fw if isinstance(fw, str) else ""
         return "mindspore" if "mindspore" in fw else ("pytorch" if fw else "")
 
+    @guarded
     def holds(self) -> Dict[str, bool]:
         key = next(iter(self._files))
         head = self._head(key)
@@ -54,6 +57,7 @@ class MsprobeSource(DumpSource):
         return {"tensor": task == "tensor" or bool((rows.data >= 0).any()), "statistics": has_stats,
                 "md5": has_hash}
 
+    @guarded
     def rows(self, rank: int, step: int) -> RowTable:
         key = (rank, step)
         table = self._rows.get(key)
@@ -62,16 +66,18 @@ class MsprobeSource(DumpSource):
             self._rows[key] = table
         return table
 
+    @guarded
     def tensor_spec(self, rank: int, step: int) -> MsprobeTensorSpec:
         self.rows(rank, step)
         info = self._files[(rank, step)]
         head = self._head((rank, step))
         folder = info.folder / "dump_tensor_data"
         declared = head.get("dump_data_dir")
-        if not folder.is_dir() and declared and Path(declared).is_dir():
+        if not folder.is_dir() and isinstance(declared, str) and declared and Path(declared).is_dir():
             folder = Path(declared)
         return MsprobeTensorSpec(str(folder), tuple(self._tensor_files[(rank, step)]))
 
+    @guarded
     def tree(self, rank: int, step: int) -> Dict[str, Optional[str]]:
         return read_construct(self._files[(rank, step)].folder)
 

@@ -9,8 +9,10 @@ from typing import Tuple
 
 import numpy as np
 
+from engines.errors import BadInputError
 
-class TensorFileError(ValueError):
+
+class TensorFileError(BadInputError, ValueError):
     """A tensor file is missing or unreadable (the row is reported, the compare goes on)."""
 
 
@@ -22,8 +24,8 @@ def load_tensor_file(path: Path, *, mmap: bool = True) -> np.ndarray:
     if path.suffix == ".npy":
         try:
             return np.load(path, mmap_mode="r" if mmap else None, allow_pickle=False)
-        except (OSError, ValueError) as exc:
-            raise TensorFileError("{}: cannot read ({})".format(path, exc)) from None
+        except Exception as exc:  # a damaged file: numpy raises OSError, ValueError, EOFError, ...
+            raise TensorFileError("{}: cannot read ({}: {})".format(path, type(exc).__name__, exc)) from None
     if path.suffix == ".pt":
         from engines.adapters.torch import ptload
 
@@ -31,8 +33,10 @@ def load_tensor_file(path: Path, *, mmap: bool = True) -> np.ndarray:
             raise TensorFileError("{}: a .pt file needs torch installed".format(path))
         try:
             return ptload.load_pt(path)
-        except ValueError as exc:
-            raise TensorFileError(str(exc)) from None
+        except TensorFileError:
+            raise
+        except Exception as exc:  # a damaged file: torch raises RuntimeError, IndexError, EOFError, ...
+            raise TensorFileError("{}: cannot read ({}: {})".format(path, type(exc).__name__, exc)) from None
     raise TensorFileError("{}: unknown tensor file type (expected .npy or .pt)".format(path))
 
 
@@ -58,7 +62,10 @@ class MsprobeTensorReader:
     def _array(self, loc: int) -> np.ndarray:
         arr = self._open.get(loc)
         if arr is None:
-            arr = load_tensor_file(Path(self.spec.folder) / self.spec.files[loc])
+            name = self.spec.files[loc]
+            if Path(name).name != name or name in (".", ".."):  # dump.json names files in dump_tensor_data only
+                raise TensorFileError("{}: data_name {!r} is not a file name in it".format(self.spec.folder, name))
+            arr = load_tensor_file(Path(self.spec.folder) / name)
             self._open[loc] = arr
             while len(self._open) > self._cache:
                 self._open.popitem(last=False)

@@ -19,7 +19,7 @@ import numpy as np
 from engines import safe_fs
 from engines.parse.names import direction_word
 from engines.parse.rows import IO_NAMES, KIND_NAMES, STAT_BITS, RowTable
-from engines.parse.sources import DumpSource, DumpSourceError, open_dump
+from engines.parse.sources import DumpSource, DumpSourceError, open_dump, require_steps
 from engines.runner import JobError
 
 CHUNK = 1 << 22
@@ -73,6 +73,10 @@ def select_rows(source: DumpSource, *, name: Optional[str] = None, step: Optiona
                 rank: Optional[int] = None, nonfinite: bool = False) -> RowTable:
     """Rows of every (rank, step) of ``source`` that pass the filters, in rank, step, dump order."""
     match = name_matcher(name)
+    try:
+        require_steps(source)
+    except DumpSourceError as exc:
+        raise ParseError(str(exc)) from None
     ranks = source.ranks()
     if rank is not None:
         if rank not in ranks:

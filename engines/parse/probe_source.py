@@ -28,7 +28,7 @@ from engines.parse.rows import (
     RowTable,
     factorize,
 )
-from engines.parse.sources import DumpSource, DumpSourceError
+from engines.parse.sources import DumpSource, DumpSourceError, guarded, reading
 
 DUMP_KIND = "dump"
 V_CRC32, V_XHASH = 16, 32
@@ -81,7 +81,33 @@ def find_probe_dump(path: Path) -> Optional["ProbeSource"]:
         raise DumpSourceError("{}: {}".format(path, exc.strerror or exc)) from None
     if not dirs:
         return None
+    _check_run_json(next(iter(dirs.values())).parent)
     return ProbeSource(Path(path), dirs)
+
+
+def _check_run_json(run_dir: Path) -> None:
+    """run.json is not read to find the data (the stores are), so a damaged one is said in a warning and the
+    dump is read as its stores hold it."""
+    path = run_dir / "run.json"
+    if not path.is_file():
+        return
+    problem = ""
+    try:
+        meta = json.loads(path.read_bytes())
+    except (OSError, ValueError, RecursionError) as exc:
+        problem = "unreadable ({})".format(exc)
+    else:
+        if not isinstance(meta, dict):
+            problem = "not a JSON object"
+        else:
+            steps = meta.get("steps")
+            if steps is not None and (isinstance(steps, bool) or not isinstance(steps, int) or steps < 0):
+                problem = "'steps' is {!r}, not a count".format(steps)[:120]
+    if problem:
+        import warnings
+
+        warnings.warn("{}: {}; the dump is read from its stores".format(path, problem), _store().StoreWarning,
+                      stacklevel=2)
 
 
 @dataclass(frozen=True)
@@ -100,17 +126,24 @@ class ProbeTensorReader:
     def __init__(self, rank_dir: str):
         store = _store()
         self._to_float = store.to_float
-        self.reader = store.StoreReader(rank_dir, DUMP_KIND)
-        cols = self.reader.read("tensors", ["pool", "offset", "numel", "dtype", "shape"])
+        self._pools = store.POOL_DTYPES
+        self.path = rank_dir
+        with reading(rank_dir):
+            self.reader = store.StoreReader(rank_dir, DUMP_KIND)
+            cols = self.reader.read("tensors", ["pool", "offset", "numel", "dtype", "shape"])
         self.pool, self.offset, self.numel = cols["pool"], cols["offset"], cols["numel"]
         self.dtype, self.shape = cols["dtype"], cols["shape"]
 
     def info(self, loc: int) -> Tuple[np.dtype, int, tuple]:
         pool = str(self.pool[loc])
         if not pool:
-            raise ValueError("tensor row {} has no stored data".format(loc))
+            raise DumpSourceError("{}: tensor row {} has no stored data".format(self.path, loc))
+        numel = int(self.numel[loc])
+        if pool not in self._pools or numel < 0:
+            raise DumpSourceError("{}: tensor row {} is damaged (pool {!r}, numel {})".format(
+                self.path, loc, pool[:40], numel))
         dt = np.dtype(np.float32) if "bfloat16" in str(self.dtype[loc]) else np.dtype(pool)
-        return dt, int(self.numel[loc]), ()
+        return dt, numel, ()
 
     def read(self, loc: int, start: int, stop: int) -> np.ndarray:
         ref = {"pool": str(self.pool[loc]), "offset": int(self.offset[loc]) + start, "numel": stop - start,
@@ -118,7 +151,7 @@ class ProbeTensorReader:
         try:
             data = self.reader.read_array(ref)
         except Exception as exc:  # StoreError and h5py's OSError
-            raise ValueError(str(exc)) from None
+            raise DumpSourceError("{}: {}".format(self.path, exc)) from None
         return self._to_float(data, str(self.dtype[loc]))
 
     def close(self) -> None:
@@ -186,28 +219,31 @@ class ProbeSource(DumpSource):
         self._readers: Dict[int, Any] = {}
         self._meta: Optional[Dict[str, Any]] = None
 
+    @guarded
     def _reader(self, rank: int):
         r = self._readers.get(rank)
         if r is None:
-            store = _store()
-            try:
-                r = self._readers[rank] = store.DumpReader(self.rank_dirs[rank])
-            except store.StoreError as exc:
-                raise DumpSourceError(str(exc)) from None
+            r = self._readers[rank] = _store().DumpReader(self.rank_dirs[rank])
         return r
 
     def ranks(self) -> List[int]:
         return sorted(self.rank_dirs)
 
+    @guarded
     def steps(self, rank: int) -> List[int]:
         return sorted(self._reader(rank).steps())
 
+    def status(self, rank: int) -> str:
+        return self._reader(rank).status
+
     @property
+    @guarded
     def framework(self) -> str:
         meta = self._reader(self.ranks()[0]).meta
         fw = str(meta.get("framework") or "")
         return "mindspore" if "mindspore" in fw else ("pytorch" if fw in ("pytorch", "torch") else fw)
 
+    @guarded
     def holds(self) -> Dict[str, bool]:
         r = self._reader(self.ranks()[0])
         steps = r.steps()
@@ -225,27 +261,40 @@ class ProbeSource(DumpSource):
     def describe(self) -> str:
         return "probe-tui dump {} (ranks {})".format(self.path, self.ranks())
 
+    @guarded
     def tree(self, rank: int, step: int) -> Dict[str, Optional[str]]:
         recs = self._reader(rank).records(step=step, columns=["name", "parent", "kind"])
         mods = recs["kind"] == 1
         return {n: (p or None) for n, p in zip(recs["name"][mods].tolist(), recs["parent"][mods].tolist())}
 
+    @guarded
     def rows(self, rank: int, step: int) -> RowTable:
         reader = self._reader(rank)
         if step not in reader.steps():
             raise DumpSourceError("{}: rank {} has no step {}".format(self.path, rank, step))
-        store = _store()
-        try:
-            recs = reader.records(step=step, columns=["name", "kind", "direction", "parent", "stack", "args"])
-            ts = reader.tensors(step=step, columns=_TENSOR_COLS)
-        except store.StoreError as exc:
-            raise DumpSourceError(str(exc)) from None
+        recs = reader.records(step=step, columns=["name", "kind", "direction", "parent", "stack", "args"])
+        ts = reader.tensors(step=step, columns=_TENSOR_COLS)
+        _check_refs(self.rank_dirs[rank], recs, ts)
         return _build_rows(reader, recs, ts, rank, step)
 
     def close(self) -> None:
         for r in self._readers.values():
             r.close()
         self._readers.clear()
+
+
+def _check_refs(rank_dir: Path, recs: Dict[str, np.ndarray], ts: Dict[str, np.ndarray]) -> None:
+    """Every tensor row of a step refers to a record of the same step (``tensors.record``); a row that does not
+    (a damaged file) would be joined to the wrong record."""
+    refs = ts["record"]
+    if refs.size:
+        pos = np.searchsorted(recs["row"], refs)
+        ok = pos < recs["row"].size
+        ok[ok] = recs["row"][pos[ok]] == refs[ok]
+        if not ok.all():
+            bad = int(refs[~ok][0])
+            raise DumpSourceError("{}: tensors.record {} names no record of its step (the dump is damaged)".format(
+                rank_dir, bad))
 
 
 def _stack_texts(reader, ids: np.ndarray) -> np.ndarray:

@@ -7,14 +7,47 @@ worker processes stream full tensors without the parent holding them.
 
 from __future__ import annotations
 
+import functools
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Dict, Iterator, List, Optional
 
+from engines.errors import BadInputError
 from engines.parse.rows import RowTable
 
+#: What reading a damaged or foreign file raises besides the readers' own errors: HDF5 and file errors
+#: (OSError, and RuntimeError for some of h5py's), missing objects and keys (KeyError), values of the wrong type or size (ValueError, TypeError,
+#: IndexError, OverflowError), nesting or sizes no real dump has (RecursionError, MemoryError), files cut short
+#: (EOFError).
+DAMAGE = (OSError, KeyError, ValueError, TypeError, IndexError, OverflowError, RecursionError, MemoryError,
+          EOFError, RuntimeError)
 
-class DumpSourceError(ValueError):
+
+class DumpSourceError(BadInputError, ValueError):
     """A path is not a readable dump. The message is one line naming the path."""
+
+
+@contextmanager
+def reading(path) -> Iterator[None]:
+    """Anything a damaged file makes the readers raise while reading the dump at ``path`` becomes a
+    :class:`DumpSourceError` naming it (bad input, exit code 2), never a traceback."""
+    try:
+        yield
+    except BadInputError:
+        raise
+    except DAMAGE as exc:
+        raise DumpSourceError("{}: damaged or not a dump ({}: {})".format(path, type(exc).__name__, exc)) from None
+
+
+def guarded(method):
+    """:func:`reading` around a :class:`DumpSource` method (``self.path`` names the dump)."""
+
+    @functools.wraps(method)
+    def wrapper(self, *args, **kwargs):
+        with reading(self.path):
+            return method(self, *args, **kwargs)
+
+    return wrapper
 
 
 class DumpSource:
@@ -47,11 +80,26 @@ class DumpSource:
         """Module hierarchy: record -> enclosing module record."""
         return {}
 
+    def status(self, rank: int) -> str:
+        """How the writer of a rank left it (``finished``, ``failed``, ``running``...; "" when not known)."""
+        return ""
+
     def describe(self) -> str:
         return str(self.path)
 
     def close(self) -> None:
         pass
+
+
+def require_steps(source: DumpSource) -> None:
+    """Refuse a dump with no committed step at all (a store whose writer died or met a full disk before its
+    first commit): reading it would list nothing and say nothing."""
+    ranks = source.ranks()
+    if any(source.steps(r) for r in ranks):
+        return
+    states = ["rank {}: writer {}".format(r, source.status(r)) for r in ranks[:4] if source.status(r)]
+    raise DumpSourceError("{}: holds no committed step to read{}".format(
+        source.path, " ({})".format(", ".join(states)) if states else ""))
 
 
 def open_dump(path) -> DumpSource:
@@ -72,7 +120,8 @@ def open_dump(path) -> DumpSource:
         return MsprobeSource(path, files)
     from engines.parse.probe_source import find_probe_dump
 
-    found = find_probe_dump(path)
+    with reading(path):
+        found = find_probe_dump(path)
     if found is not None:
         return found
     raise DumpSourceError("{}: neither a probe-tui dump (run or rank folder) nor a msprobe dump (dump.json)"

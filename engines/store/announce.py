@@ -43,9 +43,11 @@ def read_events(directory: Path, offset: int = 0) -> Tuple[List[Dict[str, Any]],
         if not raw.strip():
             continue
         try:
-            events.append(json.loads(raw))
-        except ValueError:  # a torn line from a crashed writer on a file system without atomic appends
-            continue
+            event = json.loads(raw)
+        except (ValueError, RecursionError):  # a torn line from a crashed writer on a file system without
+            continue                          # atomic appends
+        if isinstance(event, dict):  # anything else is no line a writer wrote
+            events.append(event)
     return events, offset + end
 
 
@@ -55,7 +57,7 @@ def kinds_in(directory: Path) -> List[str]:
     events, _ = read_events(directory)
     kinds: List[str] = []
     for ev in events:
-        if ev.get("event") == "open" and ev.get("kind") not in kinds:
+        if ev.get("event") == "open" and isinstance(ev.get("kind"), str) and ev["kind"] not in kinds:
             kinds.append(ev["kind"])
     if not kinds:
         d = Path(directory)

@@ -6,9 +6,10 @@ from typing import Any, Dict, Iterator, List, Optional, Sequence, Union
 import numpy as np
 
 from .dtypes import to_float
-from .dump_schema import DUMP_KIND
+from .dump_schema import DUMP_KIND, DUMP_SCHEMA_VERSION
 from .gather import unique_inverse
 from .reader import StoreReader
+from .validate import schema_version
 
 StepSelection = Union[None, int, Sequence[int]]
 
@@ -22,6 +23,11 @@ def _steps_arg(step: StepSelection) -> Optional[List[int]]:
 class DumpReader:
     def __init__(self, rank_dir):
         self.store = StoreReader(rank_dir, DUMP_KIND)
+        try:
+            schema_version(self.store.meta, DUMP_SCHEMA_VERSION, f"{self.store.directory}: the dump store")
+        except BaseException:
+            self.store.close()
+            raise
 
     @property
     def meta(self) -> Dict[str, Any]:

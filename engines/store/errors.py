@@ -1,7 +1,9 @@
 """Errors and warnings raised by the store."""
 
+from engines.errors import BadInputError
 
-class StoreError(Exception):
+
+class StoreError(BadInputError):
     """Bad input or an unreadable store; the message is one line naming the file or field."""
 
 

@@ -5,18 +5,20 @@ import json
 import os
 import socket
 import time
+import warnings
 from pathlib import Path
 from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
+from . import validate
 from .announce import SEGMENTS_FILE, kinds_in, read_events
-from .errors import StoreError
+from .errors import StoreError, StoreWarning
 from .fs import filesystem_type, is_network_fs
 from .gather import Ranges, merge_ranges, plan_points, plan_ranges, ranges_to_indices, unique_inverse
 from .segment import commit_check
 from .segment_files import SegmentFiles
-from .spec import FORMAT_VERSION, STRINGS_KEY, TableSpec, TensorRef, pool_key, table_key, tables_from_json
+from .spec import FORMAT_VERSION, STRINGS_KEY, TableSpec, TensorRef, pool_key, table_key
 
 RowSelection = Union[None, slice, Sequence[int], np.ndarray]
 
@@ -41,13 +43,16 @@ class StoreReader:
         self._seg_of_commit: List[int] = []
         self._events_offset = 0
         self._status: Optional[str] = None
+        self._closed_commits: Optional[int] = None  # the commits the writer says it made (its close line)
         self._open_event: Dict[str, Any] = {}
         self._bounds_cache: Dict[str, Any] = {}
         if self._single_file is not None:
-            self._init_single_file()
+            self._init_single_file(kind)
         else:
             self._init_folder(kind)
+        self._files.on_open = self._check_file
         self._refresh_swmr()
+        self._warn_lost_commits()
 
     # -- opening -------------------------------------------------------------------------------------------
     def _init_folder(self, kind: Optional[str]) -> None:
@@ -65,12 +70,12 @@ class StoreReader:
         opened = [ev for ev in events if ev.get("kind") == kind and ev.get("event") == "open"]
         if not opened:  # <kind>.h5 without its announcement: a SWMR file copied alone, or killed just after open
             self._single_file = self.directory / f"{kind}.h5"
-            self._init_single_file()
+            self._init_single_file(kind)
             return
         self._open_event = opened[0]
-        self._arrays = list(self._open_event["arrays"])
-        self._meta_attrs = dict(self._open_event["meta"])
-        self._tables = {t.name: t for t in (TableSpec.from_json(x) for x in self._open_event["tables"])}
+        self._arrays, meta, self._tables = validate.open_event(
+            self._open_event, f"{self.directory / SEGMENTS_FILE}: the {kind!r} store's open line")
+        self._meta_attrs = dict(meta)
         if self._open_event.get("mode") == "swmr":
             self._files.add(self.directory / self._open_event["file"], True,
                             np.zeros(len(self._arrays), dtype=np.int64))
@@ -78,9 +83,8 @@ class StoreReader:
         if self._status is not None and self._status != "running":  # its writer closed it
             for seg in self._segments:
                 seg.live = False
-        self._check_version()
 
-    def _init_single_file(self) -> None:
+    def _init_single_file(self, kind: Optional[str]) -> None:
         path = self._single_file
         assert path is not None
         live = False
@@ -95,28 +99,37 @@ class StoreReader:
         except (OSError, StoreError) as exc:
             raise StoreError(f"{path}: not a readable probe-tui store ({exc})") from None
         try:
-            meta = dict(f["meta"].attrs)
-            self._arrays = json.loads(f["commits"].attrs["arrays"])
-            base = np.array(json.loads(f["commits"].attrs["base"]), dtype=np.int64)
-        except KeyError:
+            try:
+                meta = dict(f["meta"].attrs)
+                commit_attrs = dict(f["commits"].attrs)
+            except (KeyError, OSError, RuntimeError) as exc:
+                raise StoreError(f"{path}: not a probe-tui store (no readable /meta or /commits: {exc})") from None
+            validate.file_meta(f, kind, path)
+            self._tables = validate.parse_tables(meta.pop("tables", None), f"{path} /meta")
+            self._arrays = validate.arrays_list(commit_attrs.get("arrays"), self._tables, f"{path} /commits")
+            base = validate.int_list(commit_attrs.get("base"), len(self._arrays), f"{path} /commits", "base")
+        except StoreError:
             f.close()
-            raise StoreError(f"{path}: not a probe-tui store (no /meta or /commits)") from None
+            raise
         if base.any():
             f.close()
             raise StoreError(f"{path}: one per-step segment of a store; open its folder, {path.parent}")
         s = self._files.add(path, True, base)
         self._segments[s].live = live
         self._files.adopt(s, f)
-        self.kind = str(meta.get("kind", ""))
-        self._tables = {t.name: t for t in tables_from_json(_as_str(meta.pop("tables")))}
+        self.kind = str(_plain(meta.get("kind", kind or "")))
         self._meta_attrs = {k: _plain(v) for k, v in meta.items()}
-        self._check_version()
 
-    def _check_version(self) -> None:
-        version = int(self._meta_attrs.get("format_version", FORMAT_VERSION))
-        if version > FORMAT_VERSION:
-            raise StoreError(f"{self.directory}: store format {version} is newer than this probe-tui reads "
-                             f"({FORMAT_VERSION}); upgrade probe-tui")
+    def _check_file(self, f, segment) -> None:
+        """Each segment file, when opened: its own format version and kind (a file swapped in, or rewritten by
+        a newer probe-tui, is refused even when ``segments.jsonl`` describes it)."""
+        validate.file_meta(f, self.kind, segment.path, self._meta_attrs if self._open_event else None)
+
+    def _warn_lost_commits(self) -> None:
+        made = self._closed_commits
+        if made is not None and made > len(self._steps):
+            warnings.warn(f"{self.directory}: the {self.kind!r} writer made {made} commit(s), {len(self._steps)} "
+                          f"can be read (the rest is damaged or missing)", StoreWarning, stacklevel=3)
 
     # -- commit log ----------------------------------------------------------------------------------------
     def _take_events(self, events: List[Dict[str, Any]]) -> bool:
@@ -125,12 +138,16 @@ class StoreReader:
             if ev.get("kind") != self.kind:
                 continue
             if ev.get("event") == "segment":
-                self._files.add(self.directory / ev["file"], False, np.array(ev["base"], dtype=np.int64))
-                self._add_commit(int(ev["step"]), np.array(ev["counts"], dtype=np.int64), ev.get("info") or {},
-                                 len(self._segments) - 1)
+                name, step, base, counts, info = validate.segment_event(
+                    ev, len(self._arrays), f"{self.directory / SEGMENTS_FILE}: a {self.kind!r} segment line")
+                self._files.add(self.directory / name, False, base)
+                self._add_commit(step, counts, info, len(self._segments) - 1)
                 new = True
             elif ev.get("event") == "close":
                 self._status = str(ev.get("status", "finished"))
+                commits = ev.get("commits")
+                self._closed_commits = commits if isinstance(commits, int) and not isinstance(commits, bool) \
+                    else None
         return new
 
     def _add_commit(self, step: int, counts: np.ndarray, info: Any, segment: int) -> None:
@@ -146,15 +163,17 @@ class StoreReader:
         for s, seg in enumerate(self._segments):
             if not seg.swmr:
                 continue
-            c = self._files.file(s)["commits"]
-            parts = [c[name] for name in ("step", "info", "counts", "check")]
-            if seg.live:
-                for d in parts:
-                    d.refresh()
-            n = min(d.shape[0] for d in parts)
-            if n <= seg.seen:
-                continue
-            steps, infos, counts, checks = (d[seg.seen:n] for d in parts)
+            parts = validate.commit_log(self._files.file(s), len(self._arrays), seg.path)
+            try:
+                if seg.live:
+                    for d in parts:
+                        d.refresh()
+                n = min(d.shape[0] for d in parts)
+                if n <= seg.seen:
+                    continue
+                steps, infos, counts, checks = (d[seg.seen:n] for d in parts)
+            except (OSError, ValueError, RuntimeError) as exc:
+                raise StoreError(f"{seg.path}: the commit log is damaged ({exc})") from None
             for i in range(len(steps)):
                 if commit_check(int(steps[i]), int(infos[i]), counts[i]) != int(checks[i]):
                     break  # a commit row the writer did not finish: it and anything after are not committed
@@ -292,16 +311,25 @@ class StoreReader:
                 for p in pieces:
                     for out, (path, _, _) in zip(outs, specs):
                         d = self._files.need(p.segment, path)
-                        out[p.dest] = d[p.take] if p.lo < 0 else d[p.lo:p.hi][p.take]
+                        out[p.dest] = d[p.take] if p.lo < 0 else self._span(d, p, path)[p.take]
                 return [out[inverse] for out in outs]
             parts: List[List[np.ndarray]] = [[] for _ in specs]
             for p in plan_ranges(ranges or [], base, end):
                 for lst, (path, _, _) in zip(parts, specs):
-                    lst.append(self._files.need(p.segment, path)[p.lo:p.hi])
-        except OSError as exc:
+                    lst.append(self._span(self._files.need(p.segment, path), p, path))
+        except (OSError, ValueError, TypeError, IndexError, RuntimeError) as exc:  # a damaged file: h5py says so
             raise StoreError(f"{self.directory}: reading {key} failed ({exc})") from None
         return [np.concatenate(lst) if len(lst) > 1 else lst[0] if lst else np.empty((0,) + tail, dtype=dtype)
                 for lst, (_, dtype, tail) in zip(parts, specs)]
+
+    def _span(self, d, p, path: str) -> np.ndarray:
+        """Local elements ``[p.lo, p.hi)``; a dataset shorter than the commit log says (a damaged or swapped file)
+        is refused, not read short."""
+        got = d[p.lo:p.hi]
+        if got.shape[0] != p.hi - p.lo:
+            raise StoreError(f"{self._segments[p.segment].path}: {path} holds {d.shape[0]} element(s), the commit "
+                             f"log says {p.hi}")
+        return got
 
     def _selection(self, table: str, rows: RowSelection, steps: Optional[Sequence[int]]):
         """``(ranges, None)`` or ``(None, indices)`` of committed global rows."""
@@ -370,7 +398,10 @@ class StoreReader:
             s = int(seg_of[part[0]])
             off, ln = offsets[part], lengths[part]
             lo, hi = int(off.min()), int((off + ln).max())
-            blob = self._files.dataset(s, "strings/data")[lo:hi].tobytes()
+            data = self._files.need(s, "strings/data")
+            if lo < 0 or hi > data.shape[0] or (ln < 0).any():
+                raise StoreError(f"{self._segments[s].path}: string offsets point outside /strings/data")
+            blob = data[lo:hi].tobytes()
             out.extend(blob[o:o + n].decode("utf-8", "surrogatepass") for o, n in zip((off - lo).tolist(),
                                                                                      ln.tolist()))
         return out
@@ -417,10 +448,6 @@ def _pid_alive(pid: int) -> bool:
     except PermissionError:
         return True
     return True
-
-
-def _as_str(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 def _plain(value: Any) -> Any:

@@ -3,7 +3,7 @@ allows."""
 
 from collections import OrderedDict
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import h5py
 import numpy as np
@@ -36,6 +36,8 @@ class SegmentFiles:
         self._handles: "OrderedDict[int, h5py.File]" = OrderedDict()
         self._dsets: Dict[Tuple[int, str], Tuple[h5py.Dataset, int]] = {}
         self._generation = 0
+        #: ``on_open(file, segment)`` checks each file when it is opened (the reader's structure checks).
+        self.on_open: Optional[Callable[[h5py.File, Segment], None]] = None
 
     def add(self, path: Path, swmr: bool, base: np.ndarray) -> int:
         self.segments.append(Segment(path, swmr, base))
@@ -68,6 +70,12 @@ class SegmentFiles:
             f = self.open_file(seg.path, seg.swmr and seg.live)
         except OSError as exc:
             raise StoreError(f"{seg.path}: cannot open ({exc})") from None
+        if self.on_open is not None:
+            try:
+                self.on_open(f, seg)
+            except BaseException:
+                f.close()
+                raise
         self._handles[s] = f
         while len(self._handles) > MAX_OPEN:
             gone, old = self._handles.popitem(last=False)

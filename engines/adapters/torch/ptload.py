@@ -24,7 +24,7 @@ def load_pt(path) -> np.ndarray:
     try:
         obj = torch.load(str(path), map_location="cpu", weights_only=True)
     except Exception as exc:  # torch raises many kinds: unpickling refused, truncated zip, ...
-        raise ValueError("{}: cannot load tensor ({})".format(path, str(exc).splitlines()[0])) from None
+        raise ValueError("{}: cannot load tensor ({})".format(path, " ".join(str(exc).split()) or type(exc).__name__)) from None
     if not isinstance(obj, torch.Tensor):
         raise ValueError("{}: holds a {}, not a tensor".format(path, type(obj).__name__))
     tensor = obj.detach().cpu()
