@@ -46,3 +46,25 @@ def one_torch_thread_for_module():
     """The same for a module-scoped fixture that runs torch (a function-scoped fixture cannot be asked for there)."""
     with _torch_threads_pinned():
         yield
+
+
+_LEVEL_DEMOS = {"pytorch": {"preset": "tiny", "steps": 1}, "mindspore": {"preset": "tiny", "steps": 2}}
+
+
+@pytest.fixture(scope="session")
+def demo_level_dumps(tmp_path_factory):
+    """``get(framework) -> {level: (Dump, summary, DemoResult)}``: the tiny demo captured at L0, L1 and mix, made
+    once per session and shared by test_capture_levels, test_mindspore_levels and test_capture_frameworks."""
+    made = {}
+
+    def get(framework):
+        if framework not in made:
+            if framework == "pytorch":
+                from test_capture_support import run_demo
+            else:
+                from test_mindspore_support import run_demo
+            made[framework] = {level: run_demo(tmp_path_factory.mktemp("%s_%s" % (framework, level)),
+                                               _LEVEL_DEMOS[framework], level=level) for level in ("L0", "L1", "mix")}
+        return made[framework]
+
+    return get

@@ -1,5 +1,6 @@
 """Capture promises that hold for both frameworks, each test run on PyTorch and on MindSpore: a failing hook never
-stops training, and the statistics sample config runs as a new user would run it."""
+stops training, the statistics sample config runs as a new user would run it, and the L0/mix records nest as
+msprobe nests them (the level dumps are shared with test_capture_levels and test_mindspore_levels)."""
 
 import json
 import logging
@@ -99,3 +100,43 @@ def test_probe_tui_run_on_the_sample_config_prints_where_the_dump_is(tmp_path, f
     dump = Dump(runs[0] / "rank0")
     assert dump.steps() == list(range(cfg["target"]["demo"]["steps"]))
     assert last_linear_backward in dump.names(2)
+
+
+# a module record's kind, then the API names the demo's linear and softmax calls are recorded under
+NAMING = {"pytorch": ("Module", "Functional.linear", "Functional.softmax"),
+          "mindspore": ("Cell", "MintFunctional.linear", "MintFunctional.softmax")}
+
+
+def test_l0_hierarchy_and_parents(framework, demo_level_dumps):
+    kind = NAMING[framework][0]
+    dump = demo_level_dumps(framework)["L0"][0]
+    mods = dump.reader.modules()
+    table = dict(zip(mods["name"], zip(mods["cls"], mods["parent"])))
+    assert table["blocks.0.attn.qkv"] == ("Linear", "blocks.0.attn")
+    assert table["head"] == ("Linear", "")
+    rec = dump.record(kind + ".blocks.0.attn.qkv.Linear.forward.0")
+    assert rec["parent"] == kind + ".blocks.0.attn.CausalSelfAttention.forward.0"
+    assert dump.record(kind + ".blocks.0.attn.qkv.Linear.backward.0")["parent"] == \
+        kind + ".blocks.0.attn.CausalSelfAttention.backward.0"
+    frames = dump.reader.stack(int(rec["stack"]))
+    assert frames and any("demo_model.py" in f for f in frames)
+
+
+def test_mix_links_apis_to_modules_and_agrees_with_l1(framework, demo_level_dumps):
+    kind, linear, softmax = NAMING[framework]
+    mix, summary, _ = demo_level_dumps(framework)["mix"]
+    l1 = demo_level_dumps(framework)["L1"][0]
+    names = mix.names(0)
+    assert kind + ".blocks.1.mlp.fc2.Linear.forward.0" in names and "Functional.gelu.1.forward" in names
+    assert mix.record(linear + ".0.forward")["parent"] == kind + ".blocks.0.attn.qkv.Linear.forward.0"
+    assert mix.record(linear + ".0.backward")["parent"] == kind + ".blocks.0.attn.qkv.Linear.backward.0"
+    assert mix.record("Functional.gelu.0.forward")["parent"] == kind + ".blocks.0.mlp.MLP.forward.0"
+    assert mix.record("Functional.cross_entropy.0.forward")["parent"] == ""
+    # the same API records, with the same statistics, as L1
+    api = [n for n in names if not n.startswith(kind + ".")]
+    assert sorted(api) == sorted(l1.names(0))
+    for name in (linear + ".3.forward", softmax + ".1.backward"):
+        a, b = mix.rows(name), l1.rows(name)
+        assert {k: tuple(v[c] for c in ("max", "min", "mean", "norm")) for k, v in a.items()} == \
+            {k: tuple(v[c] for c in ("max", "min", "mean", "norm")) for k, v in b.items()}
+    assert not summary.missing
