@@ -1,9 +1,8 @@
 """The three ways to run a capture, and the promises around them: the in-script API (msprobe's lifecycle),
-``--run`` on an unmodified script (same records), failures that never stop training, a SIGKILL that leaves
-committed steps readable, and the run folder a new user finds."""
+``--run`` on an unmodified script (same records), a SIGKILL that leaves committed steps readable, an unwritable
+dump path. Failing hooks and the sample config, on both frameworks: tests/test_capture_frameworks.py."""
 
 import json
-import logging
 import os
 import signal
 import subprocess
@@ -142,31 +141,6 @@ def test_run_without_edits_writes_the_same_records_as_the_in_script_api(tmp_path
                 {k: (v["max"], v["min"], v["mean"], v["norm"]) for k, v in rb.items()}, name
 
 
-def test_a_failing_hook_never_stops_training(tmp_path, caplog, monkeypatch):
-    from engines.adapters.torch import tensor_stats
-    from engines.adapters.torch.demo import train
-
-    baseline = train(dict(TINY)).losses
-    real_add = tensor_stats.StatsBatch.add
-    calls = {"n": 0}
-
-    def flaky(self, entry, t):
-        calls["n"] += 1
-        if calls["n"] % 7 == 0:
-            raise RuntimeError("injected failure")
-        return real_add(self, entry, t)
-
-    monkeypatch.setattr(tensor_stats.StatsBatch, "add", flaky)
-    # import-linter (tests/test_layering.py, same process) configures logging and disables existing loggers
-    monkeypatch.setattr(logging.getLogger("engines.capture"), "disabled", False)
-    with caplog.at_level("WARNING", logger="engines.capture"):
-        dump, summary, result = run_demo(tmp_path, TINY, level="mix")
-    assert result.losses == baseline  # training went on, numbers untouched
-    failed = {k: v for k, v in summary.missing.items() if k.startswith("failed: RuntimeError")}
-    assert failed and sum(failed.values()) >= 10
-    logged = [r for r in caplog.records if "injected failure" in r.getMessage()]
-    assert len(logged) == len(failed)  # one log line per reason, not per occurrence
-    assert dump.steps() == [0, 1] and len(dump.names(0)) > 100
 
 
 WRITER_SCRIPT = textwrap.dedent('''
@@ -221,20 +195,6 @@ def test_sigkill_leaves_committed_steps_readable(tmp_path, mode):
         assert "Functional.linear.0.backward" in dump.names(step)
 
 
-def test_probe_tui_run_on_the_sample_config_prints_where_the_dump_is(tmp_path):
-    """Tried as a new user would: the sample config, from a clean directory."""
-    cfg = json.loads((ROOT / "sample_configs" / "statistics.json").read_text())
-    (tmp_path / "statistics.json").write_text(json.dumps(cfg))
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
-    done = subprocess.run([sys.executable, "-m", "probe_tui", "--run", "statistics.json"], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
-    out = done.stderr
-    dump_root = tmp_path / cfg["dump_path"]
-    run_dir = _latest_rank0(dump_root).parent
-    assert run_dir.name in out and "records" in out
-    dump = Dump(run_dir / "rank0")
-    assert dump.steps() == list(range(cfg["target"]["demo"]["steps"]))
 
 
 def test_an_unwritable_dump_path_is_reported_and_training_goes_on(tmp_path):

@@ -111,6 +111,7 @@ def test_a_wrong_eps_is_found_with_its_argument(tmp_path):
     assert out.summary["largest_error_op"] != top["record"] and out.summary["first_differing_op"] != top["record"]
 
 
+@pytest.mark.usefixtures("one_torch_thread")
 def test_our_capture_against_msprobes_dump_of_the_same_model(tmp_path):
     sys.path.insert(0, str(DATA))
     try:
@@ -119,7 +120,6 @@ def test_our_capture_against_msprobes_dump_of_the_same_model(tmp_path):
         sys.path.remove(str(DATA))
     from probe_tui.debugger import PrecisionDebugger
 
-    torch.set_num_threads(1)
     model = tiny_model()
     x, y = batch()
     debugger = PrecisionDebugger(task="tensor", dump_path=str(tmp_path / "ours"), level="mix")

@@ -15,12 +15,7 @@ from probe_tui import PrecisionDebugger  # noqa: E402
 DEMO = {"preset": "tiny", "steps": 3, "dtype": "fp32"}
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def _rows(rank_dir):

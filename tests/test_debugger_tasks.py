@@ -21,12 +21,7 @@ OVERFLOW_DEMO = {"preset": "tiny", "steps": 4, "dtype": "fp16", "faults": {"fp16
 LOWP_DEMO = {"preset": "tiny", "steps": 2, "dtype": "bf16", "faults": {"lowp_softmax": {"layer": 1}}}
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def _dump(rank_dir):

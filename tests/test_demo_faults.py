@@ -15,14 +15,7 @@ from engines.demo.data import make_batch  # noqa: E402
 from engines.demo.faults import WRONG_EPS, describe  # noqa: E402
 from engines.demo.knobs import resolve_knobs  # noqa: E402
 
-
-@pytest.fixture(autouse=True)
-def one_torch_thread():
-    """Two cores shared with other jobs: torch's spinning worker threads make steps 10x slower."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def _tensors(obj):

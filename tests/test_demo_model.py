@@ -10,14 +10,7 @@ from engines.demo.data import FOLLOW_P, batches, make_batch, successor_table  # 
 from engines.demo.knobs import DemoKnobError, resolve_knobs  # noqa: E402
 from engines.demo.weights import initial_weights, parameter_count  # noqa: E402
 
-
-@pytest.fixture(autouse=True)
-def one_torch_thread():
-    """Two cores shared with other jobs: torch's spinning worker threads make steps 10x slower."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def test_default_size_is_the_reference_workload():

@@ -26,18 +26,7 @@ from probe_tui.progress import RichProgressSink, format_bytes
 ROOT = str(Path(__file__).resolve().parents[1])
 
 
-@pytest.fixture(autouse=True)
-def one_torch_thread():
-    """Two cores shared with other jobs: torch's spinning worker threads make steps 10x slower."""
-    try:
-        import torch
-    except ImportError:
-        yield
-        return
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def _demo_run(sink, knobs, run_dir="dump/run1"):

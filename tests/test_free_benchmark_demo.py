@@ -22,12 +22,7 @@ LOWP = {"lowp_softmax": {"layer": 1}}
 ROOT = Path(__file__).resolve().parent.parent
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def _run(tmp_path, section, faults=None, steps=2):

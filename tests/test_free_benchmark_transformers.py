@@ -19,12 +19,7 @@ if _NAIVE_SOFTMAX is None:  # torch < 2.4 has no torch.library.custom_op
     pytest.skip("needs torch.library.custom_op", allow_module_level=True)
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def _lowp_attention(module, query, key, value, attention_mask, scaling, dropout=0.0, **kwargs):

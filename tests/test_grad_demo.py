@@ -19,12 +19,7 @@ from schemas import load_config  # noqa: E402
 KNOBS = {"preset": "tiny", "steps": 4}
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def direct_grads(dtype):
@@ -47,15 +42,10 @@ def probe(tmp_path, dtype, level="L1", **section):
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory):
+def runs(tmp_path_factory, one_torch_thread_for_module):
     tmp = tmp_path_factory.mktemp("grad")
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        fp32, bf16 = probe(tmp, "fp32"), probe(tmp, "bf16")
-        direct = {"fp32": direct_grads("fp32"), "bf16": direct_grads("bf16")}
-    finally:
-        torch.set_num_threads(threads)
+    fp32, bf16 = probe(tmp, "fp32"), probe(tmp, "bf16")
+    direct = {"fp32": direct_grads("fp32"), "bf16": direct_grads("bf16")}
     return tmp, fp32, bf16, direct
 
 

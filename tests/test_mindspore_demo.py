@@ -44,16 +44,12 @@ def test_cells_and_parameters_mirror_the_pytorch_demo():
     del torch
 
 
+@pytest.mark.usefixtures("one_torch_thread")
 def test_losses_agree_with_pytorch_to_float32_noise(ms_tiny):
-    torch = pytest.importorskip("torch")
+    pytest.importorskip("torch")
     from engines.adapters.torch.demo import train as train_torch
 
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        pt = train_torch(TINY)
-    finally:
-        torch.set_num_threads(threads)
+    pt = train_torch(TINY)
     assert abs(ms_tiny.losses[0] - pt.losses[0]) / pt.losses[0] < 1e-6  # the first step: same weights and data
     for a, b in zip(ms_tiny.losses, pt.losses):  # same AdamW update: they stay together
         assert abs(a - b) / b < 1e-5

@@ -22,12 +22,7 @@ ROOT = Path(__file__).resolve().parents[1]
 KNOBS = {"preset": "tiny", "steps": 5}
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def monitor_config(tmp_path, target, **section):

@@ -13,13 +13,7 @@ from engines.store import StoreReader  # noqa: E402
 from schemas import load_config  # noqa: E402
 from tests.test_overflow_check import _session_run  # noqa: E402
 
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def _analyze(path, tmp_path, dtype="float64", fail=True):

@@ -24,12 +24,7 @@ from schemas import load_config  # noqa: E402
 FAULT = {"fp16_overflow": {"layer": 1, "from_step": 2}}
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def _job(tmp_path, level="L1", nums=1, dtype="fp16", faults=None, steps=4):

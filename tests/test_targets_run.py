@@ -11,19 +11,7 @@ import pytest
 from engines import targets
 from engines.targets import TargetError, detect_framework, run_target
 
-
-@pytest.fixture(autouse=True)
-def one_torch_thread():
-    """Two cores shared with other jobs: torch's spinning worker threads make steps 10x slower."""
-    try:
-        import torch
-    except ImportError:
-        yield
-        return
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def _write(path, text):
