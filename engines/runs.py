@@ -9,6 +9,7 @@ others join while that run is still ``running``.
 it, and a run whose process died while ``running`` is reported as ``crashed``.
 """
 
+import errno
 import json
 import os
 import re
@@ -74,15 +75,47 @@ def _pid_alive(pid: int, started_ticks: Optional[int]) -> bool:
 def _write_tmp(path: Path, data: Dict[str, Any]) -> Path:
     """Write ``data`` to a hidden temporary file beside ``path``; the caller renames or links it into place."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(3)}.tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(data, f, indent=2, default=str)
-        f.write("\n")
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump(data, f, indent=2, default=str)
+            f.write("\n")
+    except BaseException:  # a full disk: leave no half-written temporary file behind
+        if tmp.exists():
+            tmp.unlink()
+        raise
     return tmp
 
 
 def write_json_atomic(path: Path, data: Dict[str, Any]) -> None:
-    """Replace ``path`` in one step: readers see the old or the new file, never half of one."""
-    os.replace(_write_tmp(path, data), path)
+    """Replace ``path`` in one step: readers see the old or the new file, never half of one. On a full disk,
+    where no new file can be made, ``path`` is rewritten in its own space when the new text fits there."""
+    try:
+        tmp = _write_tmp(path, data)
+    except OSError as exc:
+        if exc.errno not in (errno.ENOSPC, errno.EDQUOT) or not _rewrite_in_place(path, data):
+            raise
+        return
+    os.replace(tmp, path)
+
+
+def _rewrite_in_place(path: Path, data: Dict[str, Any]) -> bool:
+    """Compact JSON (without the summary when that is what does not fit) over ``path``'s own blocks."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return False
+    room = max(st.st_size, st.st_blocks * 512)
+    for candidate in (data, dict(data, summary={"note": "left out: the disk was full"})):
+        text = (json.dumps(candidate, separators=(",", ":"), default=str) + "\n").encode("utf-8")
+        if len(text) <= room:
+            try:
+                with open(path, "r+b") as f:
+                    f.write(text)
+                    f.truncate()
+            except OSError:
+                return False
+            return True
+    return False
 
 
 def _read_json(path: Path) -> Dict[str, Any]:

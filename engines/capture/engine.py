@@ -44,6 +44,7 @@ def run_collection(job: Any, run: Any, events: Any) -> CollectionResult:
         return {"records": written[step][0], "bytes": written[step][1]}
 
     collection.step_details = step_details
+    collection.run_folder = run
     sinks = dump_sink_factory(run.rank_dir, options, run_meta(job, framework, options), summary, on_written)
     capture = collection.adapter("zero_code").ZeroCodeCapture(options, sinks, summary=summary,
                                                               on_step_end=collection.on_step_end)
@@ -52,7 +53,9 @@ def run_collection(job: Any, run: Any, events: Any) -> CollectionResult:
     out = summary_for_cli(summary, run)
     if not result.ok:
         out["error"] = result.error
-    if summary.bytes == 0 and summary.records == 0:
+    elif summary.store_refused:  # bad environment: another process writes this rank's store (exit code 2)
+        exit_code, out["error"] = EXIT_BAD_INPUT, summary.store_refused
+    if summary.bytes == 0 and summary.records == 0 and not summary.dump_stopped:
         events.emit("message", level="warning",
                     text="nothing was captured: no selected step ran (check rank/step filters and the target)")
     return CollectionResult(exit_code, out)
@@ -81,6 +84,8 @@ def summary_for_cli(summary: CaptureSummary, run: Any = None) -> Dict[str, Any]:
         tables.append({"title": "notes", "columns": ["note"], "rows": [[n] for n in summary.notes]})
     if tables:
         out["tables"] = tables
+    if summary.dump_stopped:
+        out["dump_stopped"] = summary.dump_stopped
     out["capture"] = detail
     return out
 

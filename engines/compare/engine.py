@@ -155,7 +155,7 @@ def run_compare(job: Any, events=None, *, fail_on_findings: bool = True, write: 
     prefetch = start_prefetch(target, golden)  # both msprobe dumps: the target read by a helper process
     try:
         mode = choose_mode(opts.mode, target, golden)
-        notes: List[str] = []
+        notes: List[str] = ["target " + n for n in target.notes()] + ["golden " + n for n in golden.notes()]
         pieces = pair_pieces(target, golden, opts.rank, opts.step, notes)
         if not pieces:
             raise CompareError("compare: no rank/step present in both {} and {}{}".format(

@@ -41,6 +41,7 @@ class StoreReader:
         self._seg_of_commit: List[int] = []
         self._events_offset = 0
         self._status: Optional[str] = None
+        self._unclosed = False
         self._open_event: Dict[str, Any] = {}
         self._bounds_cache: Dict[str, Any] = {}
         if self._single_file is not None:
@@ -75,7 +76,7 @@ class StoreReader:
             self._files.add(self.directory / self._open_event["file"], True,
                             np.zeros(len(self._arrays), dtype=np.int64))
         self._take_events(events)
-        if self._status is not None and self._status != "running":  # its writer closed it
+        if self._status is not None and self._status != "running" and not self._unclosed:  # its writer closed it
             for seg in self._segments:
                 seg.live = False
         self._check_version()
@@ -131,6 +132,7 @@ class StoreReader:
                 new = True
             elif ev.get("event") == "close":
                 self._status = str(ev.get("status", "finished"))
+                self._unclosed = bool(ev.get("unclosed"))  # let go of after a failed write: still SWMR-flagged
         return new
 
     def _add_commit(self, step: int, counts: np.ndarray, info: Any, segment: int) -> None:

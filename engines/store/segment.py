@@ -7,12 +7,12 @@ Per-step segments create only the datasets that receive data, sized to it, and a
 import json
 import time
 import zlib
-from typing import Callable, Dict, List, Optional, Sequence
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import h5py
 import numpy as np
 
-from . import h5io
+from . import h5io, space
 from .spec import FORMAT_VERSION, POOL_DTYPES, STRINGS_KEY, TableSpec, table_key, tables_to_json
 
 #: Bytes per chunk of the string blob, rows per chunk of the commit log.
@@ -40,6 +40,15 @@ class SegmentFile:
         self.string_bytes = 0  # bytes of /strings/data in this file: string offsets are local to it
         self._growing: Dict[str, h5io.Growing] = {}  # dataset path -> its appender, looked up once
         self.file = h5io.open_h5(path, "w-", locking=locking, libver=h5io.LIBVER)
+        try:
+            self._create(tables, arrays, meta_attrs, base)
+        except BaseException:  # e.g. the disk is full: never leave a half-made HDF5 handle behind
+            self.abandon()
+            raise
+
+    def _create(self, tables: Sequence[TableSpec], arrays: List[str], meta_attrs: Dict[str, object],
+                base: np.ndarray) -> None:
+        swmr = self.swmr
         meta = self.file.create_group("meta")
         for key, value in meta_attrs.items():
             meta.attrs[key] = value
@@ -154,6 +163,16 @@ class SegmentFile:
     def close(self) -> None:
         if self.file.id.valid:
             self.file.close()
+
+    def abandon(self) -> None:
+        """Close a file a failed write left unusable, writing nothing more to it (``space.abandon``)."""
+        self._growing.clear()
+        if self.file.id.valid:
+            space.abandon(self.file)
+
+    def extents(self) -> Dict[str, Tuple[int, int]]:
+        """``{dataset path: (rows, rows a chunk)}`` of the datasets appended to so far."""
+        return {path: (g.rows, int(g.dset.chunks[0])) for path, g in self._growing.items()}
 
     def size_on_disk(self) -> Optional[int]:
         try:
