@@ -162,13 +162,16 @@ class SegmentFile:
 
     def close(self) -> None:
         if self.file.id.valid:
+            # Flush first: a flush that fails (a full disk) leaves the file in a state ``abandon`` can close; a
+            # close that fails half-way through closing its objects does not.
+            self.file.flush()
             self.file.close()
 
     def abandon(self) -> None:
         """Close a file a failed write left unusable, writing nothing more to it (``space.abandon``)."""
-        self._growing.clear()
         if self.file.id.valid:
-            space.abandon(self.file)
+            space.abandon(self.file)  # before any dataset handle goes: closing one writes its cached chunks
+        self._growing.clear()
 
     def extents(self) -> Dict[str, Tuple[int, int]]:
         """``{dataset path: (rows, rows a chunk)}`` of the datasets appended to so far."""

@@ -92,10 +92,33 @@ def abandon(h5file) -> None:
             os.dup2(sink, fd)
         finally:
             os.close(sink)
-    try:
-        h5file.close()
-    except Exception:
-        pass
+    with _file_size_limit_lifted():  # a soft RLIMIT_FSIZE (ulimit -S -f) would fail the in-memory file too
+        try:
+            h5file.close()
+        except Exception:
+            pass
+
+
+class _file_size_limit_lifted:
+    """Raise the soft RLIMIT_FSIZE to the hard one for a moment (nothing to do where they are equal)."""
+
+    def __enter__(self) -> None:
+        self.saved = None
+        try:
+            import resource
+
+            soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+            if soft != hard:
+                resource.setrlimit(resource.RLIMIT_FSIZE, (hard, hard))
+                self.saved = (soft, hard)
+        except (ImportError, OSError, ValueError):
+            pass
+
+    def __exit__(self, *exc) -> None:
+        if self.saved is not None:
+            import resource
+
+            resource.setrlimit(resource.RLIMIT_FSIZE, self.saved)
 
 
 def budget_chunks(budget: int, tables, chunk_rows: int, pool_chunk_bytes: int) -> Tuple[int, int]:

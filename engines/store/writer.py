@@ -316,12 +316,14 @@ class StoreWriter:
 
     def _failed(self, exc: BaseException) -> None:
         """A write failed: HDF5's handle of the file is no longer usable. Let go of it and stop."""
+        code = space.errno_of(exc)
+        detail = os.strerror(code) if code is not None else space.one_line(exc)
         if space.is_no_space(exc):
             reason, what = "disk_full", "the disk is full"
         else:
             reason, what = "write_failed", "writing failed"
-        self._stop(reason, f"{self.directory}: {what} ({space.one_line(exc)}): the {self.kind} store "
-                           f"stopped{self._kept()}", abandon=True)
+        self._stop(reason, f"{self.directory}: {what} ({detail}): the {self.kind} store stopped{self._kept()}",
+                   abandon=True)
 
     def _stop(self, reason: str, message: str, abandon: bool = False) -> None:
         if self.stopped:
