@@ -180,6 +180,8 @@ class CollectionRun:
             with capture:
                 result = run_target(self.target, framework=self.framework,
                                     on_step=self.emit_step if self.is_demo else None)
+                if not result.ok and hasattr(capture, "close"):
+                    capture.close("failed")  # the step the target died in is written marked partial
             status = "finished" if result.ok else "failed"
         except KeyboardInterrupt as exc:  # a stop: run.json still gets the steps and records written before it
             status = "stopped"
