@@ -107,3 +107,27 @@ def test_a_stop_signal_exits_128_plus_its_number_and_records_what_was_written(tm
         assert list(partial) == [steps[-1]] and partial[steps[-1]] == "stopped"
         assert per_step[-1] < complete[1]
     dump.close()
+
+
+def test_a_second_writer_for_the_same_rank_folder_exits_2_with_one_line(tmp_path):
+    """Two processes of one run writing the same rank folder: the second is refused; it once exited 0."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT), PROBE_TUI_RUN_ID="launch-7")
+    config = {"task": "statistics", "dump_path": str(tmp_path / "dump"), "level": "L1",
+              "target": {"demo": {"preset": "tiny", "steps": 100000}}}
+    first_cfg, second_cfg = tmp_path / "first.json", tmp_path / "second.json"
+    first_cfg.write_text(json.dumps(config))
+    second_cfg.write_text(json.dumps(dict(config, target={"demo": {"preset": "tiny", "steps": 2}})))
+    first = subprocess.Popen([sys.executable, "-m", "probe_tui", "--run", str(first_cfg), "--events", "-"],
+                             cwd=tmp_path, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                             stderr=subprocess.DEVNULL, text=True)
+    try:
+        _events_until_step(first, 1)  # its rank0 store is open
+        second = subprocess.run([sys.executable, "-m", "probe_tui", "--run", str(second_cfg)], cwd=tmp_path,
+                                env=env, capture_output=True, text=True, timeout=300)
+    finally:
+        first.send_signal(signal.SIGINT)
+        first.wait(timeout=120)
+        first.stdout.close()
+    assert second.returncode == 2, second.stderr
+    said = [line for line in second.stderr.splitlines() if "already holds" in line]
+    assert len(said) == 1 and "Traceback" not in second.stderr, second.stderr

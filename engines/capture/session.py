@@ -286,9 +286,8 @@ class CaptureSession:
         """The store could not be opened at the first step; training goes on without it. A store another process
         already writes (two writers for one rank folder) fails the run at its end with exit code 2."""
         reason = getattr(exc, "reason", "")
-        if reason == "exists":
+        if reason == "exists":  # said once, at the end (engines.capture.engine)
             self.summary.store_refused = str(exc)
-            self.summary.note("nothing is dumped on rank %d: %s" % (self.rank, exc))
         elif reason == "disk_full":
             self.summary.dump_stopped = "disk_full"
             self.summary.note("the dump stopped at step %d: %s; training continues" % (self.step, exc))
