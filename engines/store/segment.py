@@ -39,12 +39,23 @@ class SegmentFile:
         self.compression = compression
         self.string_bytes = 0  # bytes of /strings/data in this file: string offsets are local to it
         self._growing: Dict[str, h5io.Growing] = {}  # dataset path -> its appender, looked up once
-        self.file = h5io.open_h5(path, "w-", locking=locking, libver=h5io.LIBVER)
+        self.file = h5io.open_h5(path, "w-", locking=locking, libver=h5io.LIBVER,
+                                 rdcc_nbytes=self._chunk_cache_bytes(tables))
         try:
             self._create(tables, arrays, meta_attrs, base)
         except BaseException:  # e.g. the disk is full: never leave a half-made HDF5 handle behind
             self.abandon()
             raise
+
+    def _chunk_cache_bytes(self, tables: Sequence[TableSpec]) -> int:
+        """The writer's chunk cache per dataset. Appends write whole hyperslabs, so a cache only saves reading
+        back the partial last chunk of a compressed dataset: room for that one chunk. Uncompressed chunks are
+        written in place, no cache needed. HDF5's default (8 MiB per dataset in HDF5 2.0) let a SWMR writer, whose
+        ~60 datasets stay open all run, grow by hundreds of MB over thousands of steps (benchmarks/store_memory.py)."""
+        if not self.compression:
+            return 0
+        widest = max((c.storage_dtype.itemsize * (c.width or 1) for t in tables for c in t.columns), default=8)
+        return max(self.pool_chunk_bytes, self.chunk_rows * widest, STRING_CHUNK_BYTES, 8 * COMMIT_CHUNK_ROWS)
 
     def _create(self, tables: Sequence[TableSpec], arrays: List[str], meta_attrs: Dict[str, object],
                 base: np.ndarray) -> None:
