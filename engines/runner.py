@@ -13,6 +13,7 @@ from typing import Any, Dict, Optional
 
 from engines import registry
 from engines.events import EventSink, NullSink
+from engines.signals import deliver
 
 EXIT_OK = 0
 EXIT_TARGET_FAILED = 1
@@ -69,10 +70,11 @@ def _status_for(exit_code: int, summary: Optional[Dict[str, Any]] = None) -> str
 
 class _TerminateAsInterrupt:
     """Turn SIGTERM and SIGHUP into ``RunStopped`` (a KeyboardInterrupt) for the duration of a headless run, so a
-    stop is clean and run.json says ``stopped``. SIGINT too when it arrives ignored: a shell starts background
-    jobs (``cmd &`` in a script, nohup) with SIGINT ignored, and Python then never installs its handler, so the
-    app's stop key (SIGINT first) would wait for SIGTERM. A SIGHUP that arrives ignored (``nohup``) stays
-    ignored."""
+    stop is clean and run.json says ``stopped``; SIGINT into a KeyboardInterrupt as usual. All three wait for a
+    store commit in progress to end (``engines.signals``). SIGINT is handled even when it arrives ignored: a shell
+    starts background jobs (``cmd &`` in a script, nohup) with SIGINT ignored, and Python then never installs its
+    handler, so the app's stop key (SIGINT first) would wait for SIGTERM. A SIGHUP that arrives ignored
+    (``nohup``) stays ignored; a SIGINT handler the target's caller installed is kept."""
 
     def __enter__(self):
         self._previous: Dict[int, Any] = {}
@@ -80,15 +82,19 @@ class _TerminateAsInterrupt:
             for signum in STOP_SIGNALS:
                 if signum != getattr(signal, "SIGHUP", None) or signal.getsignal(signum) != signal.SIG_IGN:
                     self._previous[signum] = signal.signal(signum, self._raise)
-            if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
-                self._previous[signal.SIGINT] = signal.signal(signal.SIGINT, signal.default_int_handler)
+            if signal.getsignal(signal.SIGINT) in (signal.SIG_IGN, signal.default_int_handler):
+                self._previous[signal.SIGINT] = signal.signal(signal.SIGINT, self._interrupt)
         except ValueError:  # not the main thread
             self._restore()
         return self
 
     @staticmethod
     def _raise(signum, frame):
-        raise RunStopped(signum)
+        deliver(RunStopped(signum))  # at once, or when a store commit in progress has ended (engines.signals)
+
+    @staticmethod
+    def _interrupt(signum, frame):
+        deliver(KeyboardInterrupt())
 
     def _restore(self) -> None:
         for signum, handler in self._previous.items():

@@ -16,11 +16,13 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
 
 import numpy as np
 
+from engines.signals import critical
+
 from . import h5io, space
 from .announce import announce, read_events
 from .errors import StoreError, StoreWarning
 from .fs import SWMR, resolve_mode
-from .segment import COMMIT_CHUNK_ROWS, STRING_CHUNK_BYTES, SegmentFile
+from .segment import SegmentFile
 from .spec import (
     FORMAT_VERSION,
     PER_STEP_STAGE_ROWS,
@@ -33,14 +35,14 @@ from .spec import (
     TensorRef,
     array_keys,
     check_kind,
-    table_key,
 )
 from .staging import PoolStage, StringTable, TableStage
+from .writer_space import SpaceGuard, unlink
 
 _META_KEYS = ("rank", "world_size", "framework", "schema_version")
 
 
-class StoreWriter:
+class StoreWriter(SpaceGuard):
     """Write one store of ``kind`` into ``directory`` (a rank folder).
 
     ``mode``: ``"auto"`` (SWMR on local file systems, per-step files on network ones), ``"swmr"`` or
@@ -174,7 +176,7 @@ class StoreWriter:
             try:
                 self._segment = self._new_segment(partial)
             except BaseException:
-                _unlink(partial)
+                unlink(partial)
                 raise
         return self._segment
 
@@ -226,7 +228,11 @@ class StoreWriter:
     def _write_staged(self, final: bool = False, extra: Optional[Tuple[str, np.ndarray]] = None) -> bool:
         """Hand staged rows, strings and tensors (and ``extra``, ``(pool, elements)`` written straight from the
         caller's memory) to HDF5; ``final`` at commit (sizes per-step chunks to fit). False when they do not fit
-        or the write failed: the store has stopped and dropped them."""
+        or the write failed: the store has stopped and dropped them. A stop signal waits for it to end."""
+        with critical():
+            return self._write_staged_now(final, extra)
+
+    def _write_staged_now(self, final: bool, extra: Optional[Tuple[str, np.ndarray]]) -> bool:
         if self.stopped or not self._room(final, extra):
             self._discard_staged()
             return False
@@ -253,113 +259,6 @@ class StoreWriter:
             return False
         return True
 
-    def fits_budget(self, rows: Dict[str, int], elements: Dict[str, int]) -> bool:
-        """Would a step adding ``rows`` (per table) and tensor ``elements`` (per pool) to what is staged stay
-        within ``disk_budget``? Asks, changes nothing (callers drop a step's tensors before the store stops)."""
-        room = self.room_left()
-        return room is None or self._growth(True, self._pending_writes(None, True, rows, elements)) <= room
-
-    def _growth(self, final: bool, writes: List[space.Write]) -> int:
-        seg = self._segment
-        grow = space.growth(writes, seg.extents() if seg is not None else {}, swmr=self.mode == SWMR,
-                            compressed=bool(self._compression), final=final)
-        return grow + (space.NEW_FILE_BYTES if seg is None and self.mode != SWMR else 0)
-
-    def _room(self, final: bool, extra: Optional[Tuple[str, np.ndarray]]) -> bool:
-        """Does what is staged (and ``extra``) fit in the budget and on the disk? If not, stop the store."""
-        writes = self._pending_writes(extra, final)
-        if not writes:
-            return True
-        grow = self._growth(final, writes)
-        seg = self._segment
-        if self.disk_budget is not None:
-            used = self._closed_bytes + ((seg.size_on_disk() or 0) if seg is not None else 0)
-            if used + grow > self.disk_budget:
-                self._stop("disk_budget", f"{self.directory}: disk_budget of {space.size_text(self.disk_budget)} reached: "
-                                          f"the next step ({space.size_text(grow)}) would pass it, so the {self.kind} "
-                                          f"store stopped{self._kept()}")
-                return False
-        free = space.free_bytes(self.directory)
-        if free is not None and grow + space.RESERVE_BYTES > free:
-            self._stop("disk_full", f"{self.directory}: the disk is full ({space.size_text(free)} free, the next step needs "
-                                    f"{space.size_text(grow)}): the {self.kind} store stopped{self._kept()}")
-            return False
-        return True
-
-    def _pending_writes(self, extra: Optional[Tuple[str, np.ndarray]], final: bool,
-                        more_rows: Optional[Dict[str, int]] = None,
-                        more_elements: Optional[Dict[str, int]] = None) -> List[space.Write]:
-        writes: List[space.Write] = []
-        for t in self.tables:
-            n = self._stages[t.name].staged_rows + (more_rows or {}).get(t.name, 0)
-            if n:
-                writes += [(f"/{table_key(t.name)}/{c.name}", n, c.storage_dtype.itemsize * (c.width or 1),
-                            self._chunk_rows) for c in t.columns]
-        n = self._strings.staged
-        if n:
-            writes += [("/strings/data", self._strings.staged_bytes, 1, STRING_CHUNK_BYTES),
-                       ("/strings/offset", n, 8, self._chunk_rows), ("/strings/length", n, 8, self._chunk_rows)]
-        for name, pool in self._pools.items():
-            n = pool.fill + (extra[1].size if extra is not None and extra[0] == name else 0)
-            n += (more_elements or {}).get(name, 0)
-            if n:
-                size = pool.dtype.itemsize
-                writes.append((f"/pools/{name}", n, size, max(1, self._pool_chunk_bytes // size)))
-        if final:  # the commit row
-            writes.append(("/commits/counts", 1, 8 * len(self._arrays), COMMIT_CHUNK_ROWS))
-        return writes
-
-    def _kept(self) -> str:
-        if not self.commits:
-            return "; no step is complete"
-        return f"; the {self.commits} committed step(s), up to step {self._last_step}, stay readable"
-
-    def _failed(self, exc: BaseException) -> None:
-        """A write failed: HDF5's handle of the file is no longer usable. Let go of it and stop."""
-        code = space.errno_of(exc)
-        detail = os.strerror(code) if code is not None else space.one_line(exc)
-        if space.is_no_space(exc):
-            reason, what = "disk_full", "the disk is full"
-        else:
-            reason, what = "write_failed", "writing failed"
-        self._stop(reason, f"{self.directory}: {what} ({detail}): the {self.kind} store stopped{self._kept()}",
-                   abandon=True)
-
-    def _stop(self, reason: str, message: str, abandon: bool = False) -> None:
-        if self.stopped:
-            return
-        self.stopped, self.stop_message = reason, message
-        self._discard_staged()
-        seg, self._segment = self._segment, None
-        if seg is not None:
-            self._let_go(seg, abandon)
-        if self.on_stop is not None:
-            self.on_stop(reason, message)
-        else:
-            warnings.warn(message, StoreWarning, stacklevel=4)
-
-    def _let_go(self, seg: SegmentFile, abandon: bool) -> None:
-        """Close ``seg`` (without writing to it when ``abandon``); a per-step file in progress is removed."""
-        if not abandon:
-            try:
-                seg.close()
-            except Exception:  # its closing flush failed: the disk filled meanwhile
-                abandon = True
-        if abandon:
-            seg.abandon()
-            self._abandoned = self._abandoned or self.mode == SWMR
-        if seg.path.name.endswith(".partial"):  # a per-step segment never announced: nothing committed in it
-            _unlink(seg.path)
-
-    def _discard_staged(self) -> None:
-        for stage in self._stages.values():
-            if stage.staged_rows:
-                stage.take()
-        if self._strings.staged:
-            self._strings.take()
-        for pool in self._pools.values():
-            pool.fill = 0
-
     def _counts(self) -> np.ndarray:
         counts = [self._stages[t.name].count for t in self.tables] + [self._strings.count]
         counts += [self._pools[d].count for d in POOL_DTYPES]
@@ -369,7 +268,10 @@ class StoreWriter:
         """End ``step``: write what is staged and make it visible and durable. ``info`` (JSON-able) is kept
         with the commit."""
         self._check_open()
-        step = int(step)
+        with critical():  # a stop signal waits for the commit to end: never half a step under a commit row
+            self._commit(int(step), info)
+
+    def _commit(self, step: int, info: Dict[str, Any]) -> None:
         if self.stopped:
             self._discard_staged()
             return
@@ -408,7 +310,7 @@ class StoreWriter:
                 "step": step, "base": [int(x) for x in self._committed], "counts": [int(x) for x in counts],
                 "info": json.loads(json.dumps(info, default=str)), "time": time.time()})
         except OSError:
-            _unlink(final)  # never announced, so never committed: give its space back
+            unlink(final)  # never announced, so never committed: give its space back
             raise
         self._segment_index += 1
         try:
@@ -460,17 +362,6 @@ class StoreWriter:
         """Rows appended per table."""
         return {name: stage.count for name, stage in self._stages.items()}
 
-    def room_left(self) -> Optional[int]:
-        """Bytes ``disk_budget`` still allows the store's files (None: no budget)."""
-        if self.disk_budget is None:
-            return None
-        seg = self._segment
-        return self.disk_budget - self._closed_bytes - ((seg.size_on_disk() or 0) if seg is not None else 0)
-
-    @property
-    def budget_exhausted(self) -> bool:
-        return self.stopped == "disk_budget"
-
     def file_bytes(self) -> int:
         """Bytes on disk of this store's files so far."""
         total = 0
@@ -490,11 +381,4 @@ class StoreWriter:
 
     def __repr__(self) -> str:
         return f"StoreWriter({str(self.directory)!r}, kind={self.kind!r}, mode={self.mode!r})"
-
-
-def _unlink(path: Path) -> None:
-    try:
-        os.unlink(path)
-    except OSError:
-        pass
 
