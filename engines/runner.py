@@ -200,7 +200,10 @@ def _run_collection(job, events: EventSink, fail_on_findings: bool) -> RunOutcom
         except OSError as exc:  # e.g. the disk is full: say so in one line; the run's exit code stands
             events.emit("message", level="error",
                         text=f"{run.json_path}: could not record the end of the run ({exc.strerror or exc})")
-    events.emit("run_finished", status=status, exit_code=exit_code, run_dir=str(run.path), summary=summary)
+    try:
+        events.emit("run_finished", status=status, exit_code=exit_code, run_dir=str(run.path), summary=summary)
+    except OSError:  # the terminal went away (SIGHUP): run.json holds the outcome
+        pass
     return RunOutcome(exit_code, status, str(run.path), summary)
 
 
