@@ -137,3 +137,10 @@ def test_an_empty_store_left_by_a_full_disk_reads_as_no_complete_step(tmp_path, 
     assert outcome.summary["rows"] == 0
     assert "rank 0: no complete step" in outcome.summary["notes"]
     assert any("the disk filled" in n for n in outcome.summary["notes"])
+    from engines.compare.engine import CompareError, run_compare
+    from schemas import load_config
+
+    job = load_config({"task": "compare", "dump_path": str(tmp_path / "c"),
+                       "compare": {"target_path": str(tmp_path / "run"), "golden_path": str(tmp_path / "run")}})
+    with pytest.raises(CompareError, match="holds no complete step .*the disk filled"):
+        run_compare(job, write=False)
