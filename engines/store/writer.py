@@ -128,8 +128,9 @@ class StoreWriter(SpaceGuard):
             os.unlink(path)
         except OSError:
             pass
-        full = space.is_no_space(exc)
-        raise StoreError(f"{path}: {'the disk is full' if full else 'cannot create it'} ({space.one_line(exc)})",
+        full, code = space.is_no_space(exc), space.errno_of(exc)
+        detail = os.strerror(code) if code is not None else space.one_line(exc)
+        raise StoreError(f"{path}: {'the disk is full' if full else 'cannot create it'} ({detail})",
                          reason="disk_full" if full else "") from None
 
     # -- set-up --------------------------------------------------------------------------------------------

@@ -36,18 +36,17 @@ class SpaceGuard:
         if not writes:
             return True
         grow = self._growth(final, writes)
-        seg = self._segment
-        if self.disk_budget is not None:
-            used = self._closed_bytes + ((seg.size_on_disk() or 0) if seg is not None else 0)
-            if used + grow > self.disk_budget:
-                self._stop("disk_budget", f"{self.directory}: disk_budget of {space.size_text(self.disk_budget)} reached: "
-                                          f"the next step ({space.size_text(grow)}) would pass it, so the {self.kind} "
-                                          f"store stopped{self._kept()}")
-                return False
+        size = space.size_text
+        room = self.room_left()
+        if room is not None and grow > room:
+            self._stop("disk_budget", f"{self.directory}: disk_budget of {size(self.disk_budget)} reached: the next "
+                                      f"step ({size(grow)}) would pass it, so the {self.kind} store "
+                                      f"stopped{self._kept()}")
+            return False
         free = space.free_bytes(self.directory)
         if free is not None and grow + space.RESERVE_BYTES > free:
-            self._stop("disk_full", f"{self.directory}: the disk is full ({space.size_text(free)} free, the next step needs "
-                                    f"{space.size_text(grow)}): the {self.kind} store stopped{self._kept()}")
+            self._stop("disk_full", f"{self.directory}: the disk is full ({size(free)} free, the next step needs "
+                                    f"{size(grow)}): the {self.kind} store stopped{self._kept()}")
             return False
         return True
 
