@@ -131,6 +131,13 @@ class CollectionRun:
         self.is_demo = self.total_steps is not None
         self.losses: Dict[int, Any] = {}
         self.step_details: Callable[[int], Dict[str, Any]] = lambda step: {}
+        self.run_folder: Any = None  # the engine's run, named in the summary
+
+    def describe(self) -> Dict[str, Any]:
+        """The summary of what was captured so far (steps, records, size), as the CLI prints it."""
+        from engines.capture.engine import summary_for_cli
+
+        return summary_for_cli(self.summary, self.run_folder)
 
     def refuse(self, text: str) -> CollectionResult:
         """The framework has no adapter: one error line, exit code 2."""
@@ -173,7 +180,16 @@ class CollectionRun:
             with capture:
                 result = run_target(self.target, framework=self.framework,
                                     on_step=self.emit_step if self.is_demo else None)
+                if not result.ok and hasattr(capture, "close"):
+                    capture.close("failed")  # the step the target died in is written marked partial
             status = "finished" if result.ok else "failed"
+        except KeyboardInterrupt as exc:  # a stop: run.json still gets the steps and records written before it
+            status = "stopped"
+            try:
+                exc.summary = self.describe()  # type: ignore[attr-defined]
+            except Exception:
+                pass
+            raise
         finally:
             if on_finish is not None:
                 on_finish(status)

@@ -14,12 +14,30 @@ from typing import Any, Dict, Optional
 from engines import registry
 from engines.errors import BadInputError
 from engines.events import EventSink, NullSink
+from engines.signals import deliver
 
 EXIT_OK = 0
 EXIT_TARGET_FAILED = 1
 EXIT_BAD_INPUT = 2
 EXIT_FINDINGS = 3
-EXIT_INTERRUPTED = 130
+#: A run stopped by a signal exits 128 + the signal's number, the shell's convention: 130 for SIGINT (Ctrl-C),
+#: 143 for SIGTERM, 129 for SIGHUP (the terminal or SSH session went away).
+EXIT_INTERRUPTED = 128 + int(signal.SIGINT)
+STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGHUP") if hasattr(signal, name))
+
+
+class RunStopped(KeyboardInterrupt):
+    """A stop signal (SIGTERM, SIGHUP) raised as a KeyboardInterrupt, so that every ``except KeyboardInterrupt``
+    of the target and of the engines stops as cleanly as on Ctrl-C; ``signum`` says which signal came."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = int(signum)
+
+
+def stop_exit_code(exc: BaseException) -> int:
+    """The exit code of a run a KeyboardInterrupt (or a ``RunStopped``) ended: 128 + the signal's number."""
+    return 128 + int(getattr(exc, "signum", signal.SIGINT))
 
 
 class JobError(BadInputError):
@@ -42,35 +60,50 @@ def _normalise_result(result) -> "tuple[int, Dict[str, Any]]":
     return exit_code, summary
 
 
-def _status_for(exit_code: int) -> str:
-    return {EXIT_OK: "finished", EXIT_FINDINGS: "finished", EXIT_INTERRUPTED: "stopped"}.get(exit_code, "failed")
+def _status_for(exit_code: int, summary: Optional[Dict[str, Any]] = None) -> str:
+    if exit_code in (EXIT_OK, EXIT_FINDINGS):
+        # the target ran to its end, but the disk filled and the dump stopped early (docs/CAPTURE.md)
+        return "disk_full" if (summary or {}).get("dump_stopped") == "disk_full" else "finished"
+    if exit_code == EXIT_INTERRUPTED or exit_code - 128 in STOP_SIGNALS:
+        return "stopped"
+    return "failed"
 
 
 class _TerminateAsInterrupt:
-    """Turn SIGTERM into KeyboardInterrupt for the duration of a headless run, so a stop is clean. SIGINT too
-    when it arrives ignored: a shell starts background jobs (``cmd &`` in a script, nohup) with SIGINT ignored,
-    and Python then never installs its handler, so the app's stop key (SIGINT first) would wait for SIGTERM."""
+    """Turn SIGTERM and SIGHUP into ``RunStopped`` (a KeyboardInterrupt) for the duration of a headless run, so a
+    stop is clean and run.json says ``stopped``; SIGINT into a KeyboardInterrupt as usual. All three wait for a
+    store commit in progress to end (``engines.signals``). SIGINT is handled even when it arrives ignored: a shell
+    starts background jobs (``cmd &`` in a script, nohup) with SIGINT ignored, and Python then never installs its
+    handler, so the app's stop key (SIGINT first) would wait for SIGTERM. A SIGHUP that arrives ignored
+    (``nohup``) stays ignored; a SIGINT handler the target's caller installed is kept."""
 
     def __enter__(self):
-        self._previous = None
-        self._previous_int = None
+        self._previous: Dict[int, Any] = {}
         try:
-            self._previous = signal.signal(signal.SIGTERM, self._raise)
-            if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
-                self._previous_int = signal.signal(signal.SIGINT, signal.default_int_handler)
+            for signum in STOP_SIGNALS:
+                if signum != getattr(signal, "SIGHUP", None) or signal.getsignal(signum) != signal.SIG_IGN:
+                    self._previous[signum] = signal.signal(signum, self._raise)
+            if signal.getsignal(signal.SIGINT) in (signal.SIG_IGN, signal.default_int_handler):
+                self._previous[signal.SIGINT] = signal.signal(signal.SIGINT, self._interrupt)
         except ValueError:  # not the main thread
-            self._previous = None
+            self._restore()
         return self
 
     @staticmethod
     def _raise(signum, frame):
-        raise KeyboardInterrupt
+        deliver(RunStopped(signum))  # at once, or when a store commit in progress has ended (engines.signals)
+
+    @staticmethod
+    def _interrupt(signum, frame):
+        deliver(KeyboardInterrupt())
+
+    def _restore(self) -> None:
+        for signum, handler in self._previous.items():
+            signal.signal(signum, handler)
+        self._previous = {}
 
     def __exit__(self, *exc):
-        if self._previous is not None:
-            signal.signal(signal.SIGTERM, self._previous)
-        if self._previous_int is not None:
-            signal.signal(signal.SIGINT, self._previous_int)
+        self._restore()
         return False
 
 
@@ -109,9 +142,10 @@ def _run_analysis(job, events: EventSink, fail_on_findings: bool) -> RunOutcome:
     with _TerminateAsInterrupt():
         try:
             result = engine(job, events)
-        except KeyboardInterrupt:
-            events.emit("run_finished", status="stopped", exit_code=EXIT_INTERRUPTED, run_dir=None, summary={})
-            return RunOutcome(EXIT_INTERRUPTED, "stopped")
+        except KeyboardInterrupt as exc:
+            code = stop_exit_code(exc)
+            events.emit("run_finished", status="stopped", exit_code=code, run_dir=None, summary={})
+            return RunOutcome(code, "stopped")
         except JobError:
             raise
         except BadInputError as exc:  # a damaged store, dump, mapping file...: the job's bad input (exit code 2)
@@ -150,8 +184,9 @@ def _run_collection(job, events: EventSink, fail_on_findings: bool) -> RunOutcom
     with _TerminateAsInterrupt():
         try:
             exit_code, summary = _normalise_result(engine(job, run, events))
-        except KeyboardInterrupt:
-            exit_code = EXIT_INTERRUPTED
+        except KeyboardInterrupt as exc:
+            exit_code = stop_exit_code(exc)
+            summary = dict(getattr(exc, "summary", None) or {})  # what was written before the stop
         except BaseException:
             # A fault of the tool itself (engines catch the target's own failures): leave the run marked failed,
             # not "running" forever, and let the traceback reach the user.
@@ -160,13 +195,20 @@ def _run_collection(job, events: EventSink, fail_on_findings: bool) -> RunOutcom
             raise
     if exit_code == EXIT_FINDINGS and not fail_on_findings:
         exit_code = EXIT_OK
-    status = _status_for(exit_code)
+    status = _status_for(exit_code, summary)
     summary.setdefault("elapsed_s", round(time.monotonic() - started, 3))
     if run.owner:  # the other ranks of a launch joined this run; its run.json has one writer
-        if events.steps:
-            run.update(steps=len(events.steps))
-        run.finish(status=status, exit_code=exit_code, summary=summary)
-    events.emit("run_finished", status=status, exit_code=exit_code, run_dir=str(run.path), summary=summary)
+        try:
+            if events.steps:
+                run.update(steps=len(events.steps))
+            run.finish(status=status, exit_code=exit_code, summary=summary)
+        except OSError as exc:  # e.g. the disk is full: say so in one line; the run's exit code stands
+            events.emit("message", level="error",
+                        text=f"{run.json_path}: could not record the end of the run ({exc.strerror or exc})")
+    try:
+        events.emit("run_finished", status=status, exit_code=exit_code, run_dir=str(run.path), summary=summary)
+    except OSError:  # the terminal went away (SIGHUP): run.json holds the outcome
+        pass
     return RunOutcome(exit_code, status, str(run.path), summary)
 
 

@@ -13,11 +13,13 @@ may be or contain a link (the user's choice); the run folder, ``rank<R>/`` and `
 a link or another user's folder found there is refused (docs/SECURITY.md).
 """
 
+import errno
 import json
 import os
 import re
 import secrets
 import socket
+import stat
 import sys
 import time
 from dataclasses import dataclass
@@ -80,15 +82,49 @@ def _pid_alive(pid: int, started_ticks: Optional[int]) -> bool:
 def _write_tmp(path: Path, data: Dict[str, Any]) -> Path:
     """Write ``data`` to a hidden temporary file beside ``path``; the caller renames or links it into place."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(3)}.tmp")
-    with safe_fs.create_file(tmp, "w", encoding="utf-8") as f:
-        json.dump(data, f, indent=2, default=str)
-        f.write("\n")
+    try:
+        with safe_fs.create_file(tmp, "w", encoding="utf-8") as f:
+            json.dump(data, f, indent=2, default=str)
+            f.write("\n")
+    except BaseException:  # a full disk: leave no half-written temporary file behind
+        if tmp.exists() and not tmp.is_symlink():
+            tmp.unlink()
+        raise
     return tmp
 
 
 def write_json_atomic(path: Path, data: Dict[str, Any]) -> None:
-    """Replace ``path`` in one step: readers see the old or the new file, never half of one."""
-    os.replace(_write_tmp(path, data), path)
+    """Replace ``path`` in one step: readers see the old or the new file, never half of one. On a full disk,
+    where no new file can be made, ``path`` is rewritten in its own space when the new text fits there."""
+    try:
+        tmp = _write_tmp(path, data)
+    except OSError as exc:
+        if exc.errno not in (errno.ENOSPC, errno.EDQUOT) or not _rewrite_in_place(path, data):
+            raise
+        return
+    os.replace(tmp, path)
+
+
+def _rewrite_in_place(path: Path, data: Dict[str, Any]) -> bool:
+    """Compact JSON (without the summary when that is what does not fit) over ``path``'s own blocks."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return False
+    if not stat.S_ISREG(st.st_mode):  # never write through a planted link (docs/SECURITY.md)
+        return False
+    room = max(st.st_size, st.st_blocks * 512)
+    for candidate in (data, dict(data, summary={"note": "left out: the disk was full"})):
+        text = (json.dumps(candidate, separators=(",", ":"), default=str) + "\n").encode("utf-8")
+        if len(text) <= room:
+            try:
+                with os.fdopen(os.open(path, os.O_RDWR | getattr(os, "O_NOFOLLOW", 0)), "r+b") as f:
+                    f.write(text)
+                    f.truncate()
+            except OSError:
+                return False
+            return True
+    return False
 
 
 def _read_json(path: Path) -> Dict[str, Any]:

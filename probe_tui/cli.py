@@ -136,8 +136,8 @@ def _dispatch(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
 
             return cmd_parse(args)
         return getattr(cli_run, "cmd_" + args.command.replace("-", "_"))(args)
-    except KeyboardInterrupt:
-        return 130
+    except KeyboardInterrupt as exc:  # 130 on Ctrl-C, 143 on SIGTERM, 129 on SIGHUP (engines.runner)
+        return 128 + int(getattr(exc, "signum", 2))
 
 
 def _open_app(path: Optional[str]) -> int:

@@ -14,7 +14,8 @@ from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedCo
 from rich.text import Text
 
 LEVEL_STYLES = {"debug": "dim", "info": "", "warning": "yellow", "error": "bold red"}
-STATUS_STYLES = {"done": "green", "finished": "green", "stopped": "yellow", "interrupted": "yellow"}
+STATUS_STYLES = {"done": "green", "finished": "green", "stopped": "yellow", "interrupted": "yellow",
+                 "disk_full": "yellow"}
 
 
 def format_loss(loss: Any) -> str:

@@ -68,3 +68,40 @@ def test_async_dump_writes_the_same_records(tmp_path):
     a, b = asyn._tensors, sync._tensors
     for col in ("slot", "max", "min", "mean", "norm", "crc32", "xhash", "valid"):
         np.testing.assert_array_equal(a[col], b[col])  # NaN where a statistic is absent counts as equal
+
+
+def test_the_step_a_failing_script_dies_in_is_marked_partial_and_readers_say_so(tmp_path):
+    """The records of the step in progress when the script raised were committed as if the step were whole."""
+    from engines.compare.engine import run_compare
+    from engines.parse.inspect import parse
+    from engines.runner import run_job
+    from engines.store import DumpReader
+    from schemas import load_config
+
+    script = tmp_path / "boom.py"
+    script.write_text(textwrap.dedent('''
+        import torch
+        model = torch.nn.Sequential(torch.nn.Linear(3, 3), torch.nn.ReLU(), torch.nn.Linear(3, 3))
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        for step in range(3):
+            hidden = model[1](model[0](torch.ones(2, 3)))
+            if step == 2:
+                raise RuntimeError("loss went NaN")  # half-way through the forward
+            model[2](hidden).sum().backward()
+            opt.step()
+    '''))
+    job = load_config({"task": "statistics", "level": "L1", "dump_path": str(tmp_path / "d"),
+                       "target": {"script": str(script)}})
+    outcome = run_job(job)
+    assert outcome.exit_code == 1
+    rank0 = Path(outcome.run_dir) / "rank0"
+    dump = DumpReader(rank0)
+    assert dump.steps() == [0, 1, 2] and dump.partial_steps() == {2: "failed"}
+    assert len(dump.records(step=2)["name"]) < len(dump.records(step=1)["name"])
+    dump.close()
+    notes = parse(outcome.run_dir).summary["notes"]
+    assert notes == ["rank 0 step 2: partial, the run failed during it"]
+    result = run_compare(load_config({"task": "compare", "dump_path": str(tmp_path / "c"),
+                                      "compare": {"target_path": outcome.run_dir, "golden_path": outcome.run_dir}}),
+                         write=False)
+    assert "target rank 0 step 2: partial, the run failed during it" in result.summary["notes"]

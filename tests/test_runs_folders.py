@@ -187,3 +187,24 @@ def test_a_run_whose_process_died_is_crashed(tmp_path):
 def test_new_run_id_format():
     assert new_run_id(datetime(2026, 3, 4, 5, 6, 7)).startswith("20260304-050607-")
     assert new_run_id() != new_run_id()
+
+
+def test_run_json_is_still_finished_when_the_disk_is_full(tmp_path, monkeypatch):
+    """On a full disk the temporary file of an atomic replace cannot be made: run.json once stayed ``running`` and
+    a temporary file was left. It is rewritten in its own space instead (compact, the summary left out if needed)."""
+    import errno
+
+    run = create_run(tmp_path, task="statistics", config={"task": "statistics", "note": "x" * 2000},
+                     framework="pytorch")
+
+    def no_space(path, data):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(runs, "_write_tmp", no_space)
+    run.finish(status="disk_full", exit_code=0, summary={"records": 12, "steps": "0-2"})
+    data = json.loads((run.path / "run.json").read_text())
+    assert data["status"] == "disk_full" and data["exit_code"] == 0 and data["summary"]["records"] == 12
+    run.finish(status="disk_full", exit_code=0, summary={"detail": "y" * 100_000})  # does not fit: summary dropped
+    data = json.loads((run.path / "run.json").read_text())
+    assert data["status"] == "disk_full" and "detail" not in data["summary"]
+    assert not [p for p in run.path.iterdir() if p.name.endswith(".tmp")]

@@ -57,7 +57,7 @@ while True:
 
 ns = {}
 exec(COMMON, ns)
-step_data = ns["step_data"]
+step_data, write_step = ns["step_data"], ns["write_step"]
 
 
 def start_writer(directory, mode, plan):
@@ -131,3 +131,38 @@ def test_kill_at_any_moment_keeps_a_consistent_prefix(tmp_path, mode):
     r.close()
     assert steps == list(range(len(steps))) and len(steps) > last
     check_steps(tmp_path, steps)
+
+
+@pytest.mark.parametrize("mode", ["swmr", "per_step"])
+def test_a_stop_signal_during_a_commit_waits_for_the_commit(tmp_path, monkeypatch, mode):
+    """SIGTERM (or Ctrl-C) raised in the middle of a commit once left some columns of the step written and others
+    not, and close() then committed the rest under a commit row that claimed them all."""
+    from engines.runner import RunStopped, _TerminateAsInterrupt
+    from engines.store import DumpWriter
+    from engines.store.segment import SegmentFile
+
+    original = SegmentFile.write_table
+    calls = []
+
+    def write_table(self, table, columns, final=False):
+        calls.append(table)
+        if len(calls) == 3:  # step 1, half-way through its tables
+            os.kill(os.getpid(), signal.SIGTERM)
+        return original(self, table, columns, final)
+
+    monkeypatch.setattr(SegmentFile, "write_table", write_table)
+    w = DumpWriter(tmp_path, meta={"framework": "test"}, mode=mode)
+    with _TerminateAsInterrupt():
+        write_step(w, 0)
+        w.commit_step(0)
+        write_step(w, 1)
+        with pytest.raises(RunStopped):
+            w.commit_step(1)
+    assert w.store.commits == 2  # the stop came after the commit it arrived in
+    w.close("stopped")
+    r = DumpReader(tmp_path)
+    assert r.steps() == [0, 1] and r.status == "stopped"
+    rec, t = r.records(), r.tensors()
+    assert len(rec["name"]) == len(rec["seq"]) == sum(len(step_data(s)[0]) for s in (0, 1))
+    assert np.array_equal(t["record"], rec["row"])
+    r.close()

@@ -44,18 +44,38 @@ def run_collection(job: Any, run: Any, events: Any) -> CollectionResult:
         return {"records": written[step][0], "bytes": written[step][1]}
 
     collection.step_details = step_details
+    collection.run_folder = run
     sinks = dump_sink_factory(run.rank_dir, options, run_meta(job, framework, options), summary, on_written)
     capture = collection.adapter("zero_code").ZeroCodeCapture(options, sinks, summary=summary,
                                                               on_step_end=collection.on_step_end)
+    _refuse_a_second_writer(run, getattr(getattr(capture, "session", None), "rank", None))
     result = collection.run(capture)
+    if summary.store_refused:  # the same, found at the first step (the rank known only then): after training
+        _refuse_a_second_writer(run, None, summary.store_refused)
     exit_code = EXIT_OK if result.ok else EXIT_TARGET_FAILED
     out = summary_for_cli(summary, run)
     if not result.ok:
         out["error"] = result.error
-    if summary.bytes == 0 and summary.records == 0:
+    if summary.bytes == 0 and summary.records == 0 and not summary.dump_stopped:
         events.emit("message", level="warning",
                     text="nothing was captured: no selected step ran (check rank/step filters and the target)")
     return CollectionResult(exit_code, out)
+
+
+def _refuse_a_second_writer(run: Any, rank: Any, message: str = "") -> None:
+    """Two processes for one rank folder of a run (a launch that started a rank twice): the second is bad
+    environment, one line and exit code 2 (``JobError``). Checked before the target runs when the rank is known."""
+    from engines.runner import JobError
+
+    if not message and isinstance(rank, int) and getattr(run, "joined", False):
+        from engines.store import store_kinds
+
+        folder = run.path / ("rank%d" % rank)
+        if folder.is_dir() and "dump" in store_kinds(folder):
+            message = "%s: already holds a 'dump' store: another process writes rank %d of this run" % (folder,
+                                                                                                      rank)
+    if message:
+        raise JobError(message)
 
 
 def summary_for_cli(summary: CaptureSummary, run: Any = None) -> Dict[str, Any]:
@@ -81,6 +101,8 @@ def summary_for_cli(summary: CaptureSummary, run: Any = None) -> Dict[str, Any]:
         tables.append({"title": "notes", "columns": ["note"], "rows": [[n] for n in summary.notes]})
     if tables:
         out["tables"] = tables
+    if summary.dump_stopped:
+        out["dump_stopped"] = summary.dump_stopped
     out["capture"] = detail
     return out
 

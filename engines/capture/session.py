@@ -71,6 +71,7 @@ class CaptureSession:
         self.finished = False
         self.closed = False
         self._busy = Busy(self)
+        self.partial: Optional[str] = None  # why the step being flushed is incomplete (close() sets it)
         self._save_handles: List[Any] = []
 
     # -- what the adapter brings -----------------------------------------------------------------------------
@@ -156,6 +157,9 @@ class CaptureSession:
         if self.closed:
             return self.summary
         self.stop()
+        # A run that ends other than by finishing (a stop signal, the script failing) ends in the middle of a step:
+        # what it captured is written, marked partial (docs/FORMAT.md, "Partial steps").
+        self.partial = None if status == "finished" else status
         self.flush()
         self.closed = True
         self.modules.remove_param_hooks()
@@ -278,6 +282,18 @@ class CaptureSession:
         except Exception as exc:
             self.summary.failed("gradient of save(%s)" % name, exc)
 
+    def _store_not_opened(self, exc: Exception) -> None:
+        """The store could not be opened at the first step; training goes on without it. A store another process
+        already writes (two writers for one rank folder) fails the run at its end with exit code 2."""
+        reason = getattr(exc, "reason", "")
+        if reason == "exists":  # said once, at the end (engines.capture.engine)
+            self.summary.store_refused = str(exc)
+        elif reason == "disk_full":
+            self.summary.dump_stopped = "disk_full"
+            self.summary.note("the dump stopped at step %d: %s; training continues" % (self.step, exc))
+        else:
+            self.summary.failed("opening the dump store", exc)
+
     # -- writing ---------------------------------------------------------------------------------------------
     def complete_pending_backward(self) -> None:
         """Complete the backward records whose hooks have not all fired (at step end)."""
@@ -308,7 +324,7 @@ class CaptureSession:
             self.entries.clear()
             self.buffer = StepBuffer()
             payload = StepPayload(self.step, buffer, entries, host_data, self.stacks.drain_new(),
-                                  self.modules.take_new_modules())
+                                  self.modules.take_new_modules(), self.partial)
             if self.sink is None:
                 if self.sink_factory is None:
                     return
@@ -316,7 +332,7 @@ class CaptureSession:
                 try:
                     self.sink = self.sink_factory(self.rank)
                 except Exception as exc:  # e.g. a read-only dump path: report it, never stop training
-                    self.summary.failed("opening the dump store", exc)
+                    self._store_not_opened(exc)
                     self.sink_factory = None
                     return
             try:

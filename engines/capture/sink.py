@@ -18,11 +18,12 @@ from engines.capture.summary import CaptureSummary
 class StepPayload:
     """Everything the writer needs for one step (the session hands it over and starts a fresh buffer)."""
 
-    __slots__ = ("step", "buffer", "entries", "host_data", "stacks", "modules")
+    __slots__ = ("step", "buffer", "entries", "host_data", "stacks", "modules", "partial")
 
     def __init__(self, step: int, buffer: StepBuffer, entries: EntryColumns,
                  host_data: Dict[int, Tuple[np.ndarray, str]], stacks: List[Tuple[int, List[str]]],
-                 modules: List[Tuple[str, str, str]]) -> None:
+                 modules: List[Tuple[str, str, str]], partial: Optional[str] = None) -> None:
+        self.partial = partial  # the run ended during this step ("stopped", "failed"): its records are incomplete
         self.step = step
         self.buffer = buffer
         self.entries = entries
@@ -40,11 +41,15 @@ class DumpSink:
         self.summary = summary
         self.on_step = on_step
         self.stack_ids: Dict[int, int] = {}
-        self.budget_reached = False
+        self.budget_reached = False  # no more tensors: the budget would be passed, or the store stopped
+        self.stopped: Optional[str] = None  # the store stopped (disk full, budget): steps are no longer written
+        self._step = -1
+        store = getattr(writer, "store", None)
+        if store is not None:
+            store.on_stop = self._on_stop  # one line, from the summary, instead of the store's warning
         self._error: Optional[BaseException] = None
         self._queue: Optional["queue.Queue"] = None
         self._thread: Optional[threading.Thread] = None
-        _one_budget_warning()
         if async_write:
             self._queue = queue.Queue(maxsize=2)
             self._thread = threading.Thread(target=self._run, name="probe-tui-writer", daemon=True)
@@ -71,20 +76,42 @@ class DumpSink:
                 self._error = exc
                 self.summary.failed("writing step %d" % payload.step, exc)
 
+    def _on_stop(self, reason: str, message: str) -> None:
+        self.stopped = self.summary.dump_stopped = reason
+        self.budget_reached = True
+        self.summary.note("the dump stopped at step %d: %s; training continues" % (self._step, message))
+
+    def _tensors_fit(self, payload: StepPayload) -> bool:
+        """Under a disk budget, full tensors stop before the step that would pass it, so that statistics go on;
+        the store itself stops the step whose rows do not fit."""
+        store = getattr(self.writer, "store", None)
+        if store is None or store.disk_budget is None or not payload.host_data:
+            return True
+        elements: Dict[str, int] = {}
+        for arr, _ in payload.host_data.values():
+            elements[arr.dtype.name] = elements.get(arr.dtype.name, 0) + int(arr.size)
+        rows = {"records": payload.buffer.num_records, "tensors": payload.buffer.num_rows}
+        if store.fits_budget(rows, elements):
+            return True
+        self.summary.note("disk budget reached at step %d: tensor dumping stopped, statistics go on" % payload.step)
+        return False
+
     def _write(self, payload: StepPayload) -> None:
         w = self.writer
+        self._step = payload.step
+        if self.stopped:
+            return
         before = w.bytes_written
         entries = payload.entries
         stored = 0
+        if not self.budget_reached and not self._tensors_fit(payload):
+            self.budget_reached = True
         for e, (arr, dtype_name) in payload.host_data.items():
             if self.budget_reached:
                 break
             ref = w.put_tensor(arr, dtype_name)
-            if ref is None:
-                self.budget_reached = True
-                self.summary.note("disk budget reached at step %d: tensor dumping stopped, statistics go on"
-                                  % payload.step)
-                break
+            if ref is None:  # the store stopped (it said so through _on_stop)
+                return
             entries.pool[e] = ref.pool
             entries.offset[e] = ref.offset
             entries.numel[e] = ref.numel
@@ -105,7 +132,12 @@ class DumpSink:
                 tensors = dict(batch.tensors)
                 tensors["record"] = rows[tensors["record"]]
                 w.add_tensors(**tensors)
-        w.commit_step(payload.step, records=batch.num_records, tensors=batch.num_rows)
+        info: Dict[str, Any] = {"records": batch.num_records, "tensors": batch.num_rows}
+        if payload.partial:
+            info["partial"] = payload.partial
+        w.commit_step(payload.step, **info)
+        if self.stopped:  # the step did not fit: it was not written
+            return
         nbytes = w.bytes_written - before
         self.summary.step_written(payload.step, batch.num_records, batch.num_rows, nbytes)
         if self.on_step is not None:
@@ -125,15 +157,6 @@ class DumpSink:
             self._thread = None
             self._queue = None
         self.writer.close(status)
-
-
-def _one_budget_warning() -> None:
-    """The store warns when the budget is reached and so does the summary (naming the step): keep one."""
-    import warnings
-
-    from engines.store import StoreWarning
-
-    warnings.filterwarnings("ignore", message=".*disk budget.*", category=StoreWarning)
 
 
 class _Marker:

@@ -34,6 +34,8 @@ class CaptureSummary:
         self.failure_detail: Dict[str, str] = {}
         self.notes: List[str] = []
         self._noted = set()
+        self.dump_stopped: Optional[str] = None  # why the store stopped taking steps: disk_full, disk_budget, ...
+        self.store_refused: Optional[str] = None  # the store could not be opened: why (exit code 2)
         self.highlights = TensorHighlights()
 
     # -- counting --------------------------------------------------------------------------------------------
@@ -87,6 +89,7 @@ class CaptureSummary:
             "missing": dict(sorted(self.missing.items())),
             "failures": dict(self.failure_detail),
             "notes": list(self.notes),
+            "dump_stopped": self.dump_stopped,
             "highlights": self.highlights.as_dict(),
         }
 

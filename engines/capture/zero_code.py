@@ -46,7 +46,8 @@ class ZeroCode:
 
     def __exit__(self, exc_type, exc, tb) -> None:
         self._remove_hooks()
-        status = "finished" if exc_type is None else ("stopped" if exc_type is KeyboardInterrupt else "failed")
+        status = "finished" if exc_type is None else \
+            ("stopped" if issubclass(exc_type, KeyboardInterrupt) else "failed")
         self.session.close(status)
         return None
 

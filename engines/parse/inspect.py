@@ -146,6 +146,9 @@ def parse(path, *, name: Optional[str] = None, step: Optional[int] = None, rank:
             "exported": len(exported),
             "tables": [_rows_table(rows, limit)],
         }
+        notes = source.notes()
+        if notes:
+            summary["notes"] = notes
         if export_npy:
             summary["export_dir"] = str(export_npy)
         return ParseOutcome(summary=summary, rows=rows, exported=exported)

@@ -262,6 +262,22 @@ class ProbeSource(DumpSource):
         return "probe-tui dump {} (ranks {})".format(self.path, self.ranks())
 
     @guarded
+    def notes(self) -> List[str]:
+        out: List[str] = []
+        for rank in self.ranks():
+            reader = self._reader(rank)
+            status = reader.status
+            if status in ("disk_full", "disk_budget", "write_failed"):
+                why = {"disk_full": "the disk filled", "disk_budget": "disk_budget was reached",
+                       "write_failed": "a write failed"}[status]
+                out.append("rank {}: the dump stopped early ({}): later steps were not written".format(rank, why))
+            if not reader.steps():
+                out.append("rank {}: no complete step".format(rank))
+            for step, why in sorted(reader.partial_steps().items()):
+                out.append("rank {} step {}: partial, the run {} during it".format(rank, step, why))
+        return out
+
+    @guarded
     def tree(self, rank: int, step: int) -> Dict[str, Optional[str]]:
         recs = self._reader(rank).records(step=step, columns=["name", "parent", "kind"])
         mods = recs["kind"] == 1

@@ -87,6 +87,11 @@ class DumpSource:
     def describe(self) -> str:
         return str(self.path)
 
+    def notes(self) -> List[str]:
+        """What a reader should know about the dump's completeness: a dump the disk stopped, a partial last step
+        (docs/FORMAT.md, "Partial steps"), a rank without a complete step."""
+        return []
+
     def close(self) -> None:
         pass
 

@@ -49,6 +49,16 @@ class DumpReader:
         """``tensors`` columns of ``step``; ``"row"`` holds the row numbers ``tensor_data`` takes."""
         return self.store.read("tensors", columns, steps=_steps_arg(step), with_row=True)
 
+    def partial_steps(self) -> Dict[int, str]:
+        """Steps the run ended in the middle of, with how it ended (``stopped``: a signal; ``failed``: the
+        script raised): their records stop where the run did (docs/FORMAT.md, "Partial steps")."""
+        out: Dict[int, str] = {}
+        for commit in self.store.commits():
+            info = commit["info"]
+            if isinstance(info, dict) and info.get("partial"):
+                out[int(commit["step"])] = str(info["partial"])
+        return out
+
     def row_names(self, step: StepSelection = None) -> np.ndarray:
         """``record name + "." + slot`` of every tensor row of ``step`` (msprobe's compare row names), in
         tensor-row order, built once per distinct (name, slot) pair."""

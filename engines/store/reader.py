@@ -44,6 +44,7 @@ class StoreReader:
         self._events_offset = 0
         self._status: Optional[str] = None
         self._closed_commits: Optional[int] = None  # the commits the writer says it made (its close line)
+        self._unclosed = False
         self._open_event: Dict[str, Any] = {}
         self._bounds_cache: Dict[str, Any] = {}
         if self._single_file is not None:
@@ -80,7 +81,7 @@ class StoreReader:
             self._files.add(self.directory / self._open_event["file"], True,
                             np.zeros(len(self._arrays), dtype=np.int64))
         self._take_events(events)
-        if self._status is not None and self._status != "running":  # its writer closed it
+        if self._status is not None and self._status != "running" and not self._unclosed:  # its writer closed it
             for seg in self._segments:
                 seg.live = False
 
@@ -148,6 +149,7 @@ class StoreReader:
                 commits = ev.get("commits")
                 self._closed_commits = commits if isinstance(commits, int) and not isinstance(commits, bool) \
                     else None
+                self._unclosed = bool(ev.get("unclosed"))  # let go of after a failed write: still SWMR-flagged
         return new
 
     def _add_commit(self, step: int, counts: np.ndarray, info: Any, segment: int) -> None:

@@ -7,14 +7,14 @@ Per-step segments create only the datasets that receive data, sized to it, and a
 import json
 import time
 import zlib
-from typing import Callable, Dict, List, Optional, Sequence
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import h5py
 import numpy as np
 
 from engines import safe_fs
 
-from . import h5io
+from . import h5io, space
 from .spec import FORMAT_VERSION, POOL_DTYPES, STRINGS_KEY, TableSpec, table_key, tables_to_json
 
 #: Bytes per chunk of the string blob, rows per chunk of the commit log.
@@ -41,8 +41,28 @@ class SegmentFile:
         self.compression = compression
         self.string_bytes = 0  # bytes of /strings/data in this file: string offsets are local to it
         self._growing: Dict[str, h5io.Growing] = {}  # dataset path -> its appender, looked up once
-        self.file = h5io.open_h5(path, "w-", locking=locking, libver=h5io.LIBVER)  # O_EXCL: never through a link
-        safe_fs.restrict_fd(self.file.id.get_vfd_handle())  # mode 0o640 whatever the umask, before any data
+        self.file = h5io.open_h5(path, "w-", locking=locking, libver=h5io.LIBVER,
+                                 rdcc_nbytes=self._chunk_cache_bytes(tables))  # "w-": O_EXCL, never through a link
+        try:
+            safe_fs.restrict_fd(self.file.id.get_vfd_handle())  # mode 0o640 whatever the umask, before any data
+            self._create(tables, arrays, meta_attrs, base)
+        except BaseException:  # e.g. the disk is full: never leave a half-made HDF5 handle behind
+            self.abandon()
+            raise
+
+    def _chunk_cache_bytes(self, tables: Sequence[TableSpec]) -> int:
+        """The writer's chunk cache per dataset. Appends write whole hyperslabs, so a cache only saves reading
+        back the partial last chunk of a compressed dataset: room for that one chunk. Uncompressed chunks are
+        written in place, no cache needed. HDF5's default (8 MiB per dataset in HDF5 2.0) let a SWMR writer, whose
+        ~60 datasets stay open all run, grow by hundreds of MB over thousands of steps (benchmarks/store_memory.py)."""
+        if not self.compression:
+            return 0
+        widest = max((c.storage_dtype.itemsize * (c.width or 1) for t in tables for c in t.columns), default=8)
+        return max(self.pool_chunk_bytes, self.chunk_rows * widest, STRING_CHUNK_BYTES, 8 * COMMIT_CHUNK_ROWS)
+
+    def _create(self, tables: Sequence[TableSpec], arrays: List[str], meta_attrs: Dict[str, object],
+                base: np.ndarray) -> None:
+        swmr = self.swmr
         meta = self.file.create_group("meta")
         for key, value in meta_attrs.items():
             meta.attrs[key] = value
@@ -156,7 +176,20 @@ class SegmentFile:
 
     def close(self) -> None:
         if self.file.id.valid:
+            # Flush first: a flush that fails (a full disk) leaves the file in a state ``abandon`` can close; a
+            # close that fails half-way through closing its objects does not.
+            self.file.flush()
             self.file.close()
+
+    def abandon(self) -> None:
+        """Close a file a failed write left unusable, writing nothing more to it (``space.abandon``)."""
+        if self.file.id.valid:
+            space.abandon(self.file)  # before any dataset handle goes: closing one writes its cached chunks
+        self._growing.clear()
+
+    def extents(self) -> Dict[str, Tuple[int, int]]:
+        """``{dataset path: (rows, rows a chunk)}`` of the datasets appended to so far."""
+        return {path: (g.rows, int(g.dset.chunks[0])) for path, g in self._growing.items()}
 
     def size_on_disk(self) -> Optional[int]:
         try:

@@ -21,6 +21,7 @@ class StringTable:
         self._ids: Dict[str, int] = {}
         self.count = 0
         self._staged: List[bytes] = []
+        self.staged_bytes = 0
 
     def intern(self, value: str) -> int:
         sid = self._ids.get(value)
@@ -33,7 +34,9 @@ class StringTable:
         return self._new(value)
 
     def _new(self, value: str) -> int:
-        self._staged.append(value.encode("utf-8", "surrogatepass"))
+        encoded = value.encode("utf-8", "surrogatepass")
+        self._staged.append(encoded)
+        self.staged_bytes += len(encoded)
         sid = self.count
         self.count += 1
         return sid
@@ -45,6 +48,7 @@ class StringTable:
     def take(self) -> Tuple[bytes, np.ndarray]:
         """Staged strings as one UTF-8 blob and their byte lengths; clears the stage."""
         parts, self._staged = self._staged, []
+        self.staged_bytes = 0
         lengths = np.fromiter((len(p) for p in parts), dtype=np.int64, count=len(parts))
         return b"".join(parts), lengths
 

@@ -12,13 +12,14 @@ import socket
 import time
 import warnings
 from pathlib import Path
-from typing import Any, Dict, Iterable, List, Optional
+from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
 
 import numpy as np
 
 from engines import safe_fs
+from engines.signals import critical
 
-from . import h5io
+from . import h5io, space
 from .announce import SEGMENTS_FILE, announce, read_events
 from .errors import StoreError, StoreWarning
 from .fs import SWMR, resolve_mode
@@ -37,16 +38,23 @@ from .spec import (
     check_kind,
 )
 from .staging import PoolStage, StringTable, TableStage
+from .writer_space import SpaceGuard, unlink
 
 _META_KEYS = ("rank", "world_size", "framework", "schema_version")
 
 
-class StoreWriter:
+class StoreWriter(SpaceGuard):
     """Write one store of ``kind`` into ``directory`` (a rank folder).
 
     ``mode``: ``"auto"`` (SWMR on local file systems, per-step files on network ones), ``"swmr"`` or
-    ``"per_step"``; the ``PROBE_TUI_STORE_MODE`` environment variable overrides it. ``disk_budget`` (bytes)
-    caps what the store holds: past it ``put_array`` returns None (warning once) while rows keep flowing.
+    ``"per_step"``; the ``PROBE_TUI_STORE_MODE`` environment variable overrides it.
+
+    Before staged data goes to HDF5 the writer checks that it fits: in ``disk_budget`` (bytes of the store's files)
+    and in the free space of the file system (less ``space.RESERVE_BYTES``). Data that would not fit is not
+    written: the store stops (``stopped`` says why: ``disk_budget``, ``disk_full`` or ``write_failed``), says so
+    once (``on_stop(reason, message)``, else a ``StoreWarning``), keeps every committed step readable and ignores
+    later appends and commits; ``close`` records the reason as the store's status. Training code never sees an
+    exception from a full disk.
     """
 
     def __init__(self, directory, kind: str, tables: Iterable[TableSpec], *, meta: Optional[Dict[str, Any]] = None,
@@ -64,6 +72,8 @@ class StoreWriter:
         if disk_budget is not None and (not isinstance(disk_budget, int) or disk_budget < 0):
             raise StoreError(f"disk_budget {disk_budget!r}: expected a number of bytes >= 0")
         self.disk_budget = disk_budget
+        if disk_budget is not None:  # a small budget must not go on first chunks that are mostly empty
+            chunk_rows, pool_chunk_bytes = space.budget_chunks(disk_budget, self.tables, chunk_rows, pool_chunk_bytes)
         self._chunk_rows = int(chunk_rows)
         self._pool_chunk_bytes = int(pool_chunk_bytes)
         try:
@@ -85,7 +95,11 @@ class StoreWriter:
         self._last_step: Optional[int] = None
         self._closed = False
         self._bytes_written = 0
-        self._budget_hit = False
+        self._closed_bytes = 0  # bytes of the per-step segments closed so far
+        self.stopped: Optional[str] = None  # why the store stopped taking data (see the class docstring)
+        self.stop_message = ""
+        self.on_stop: Optional[Callable[[str, str], None]] = None
+        self._abandoned = False  # the SWMR file was let go of without its closing flush (space.abandon)
         self.commits = 0
         open_event = {"event": "open", "kind": self.kind, "mode": self.mode, "pid": os.getpid(),
                       "host": socket.gethostname(), "time": time.time(), "arrays": self._arrays,
@@ -95,12 +109,31 @@ class StoreWriter:
             partial = final.with_name(final.name + ".partial")
             if partial.exists():
                 partial.unlink()  # a writer killed before its file was announced: it holds nothing committed
-            self._segment = self._new_segment(partial)
-            self._segment.start_swmr()
-            os.replace(partial, final)  # readers only ever see a file already in SWMR mode
+            try:
+                self._segment = self._new_segment(partial)
+                self._segment.start_swmr()
+                os.replace(partial, final)  # readers only ever see a file already in SWMR mode
+            except (OSError, RuntimeError) as exc:
+                self._give_up_opening(partial, exc)
             self._segment.path = final
             open_event["file"] = final.name
-        announce(self.directory, open_event)
+        try:
+            announce(self.directory, open_event)
+        except OSError as exc:
+            self._give_up_opening(self.directory / f"{self.kind}.h5", exc)
+
+    def _give_up_opening(self, path: Path, exc: BaseException) -> None:
+        if self._segment is not None:
+            self._segment.abandon()
+            self._segment = None
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
+        full, code = space.is_no_space(exc), space.errno_of(exc)
+        detail = os.strerror(code) if code is not None else space.one_line(exc)
+        raise StoreError(f"{path}: {'the disk is full' if full else 'cannot create it'} ({detail})",
+                         reason="disk_full" if full else "") from None
 
     # -- set-up --------------------------------------------------------------------------------------------
     def _refuse_existing(self) -> None:
@@ -111,7 +144,8 @@ class StoreWriter:
         events, _ = read_events(self.directory)
         if any(ev.get("event") == "open" and ev.get("kind") == self.kind for ev in events) or \
                 (self.directory / f"{self.kind}.h5").exists():
-            raise StoreError(f"{self.directory}: already holds a {self.kind!r} store (runs are never overwritten)")
+            raise StoreError(f"{self.directory}: already holds a {self.kind!r} store (runs are never overwritten; "
+                             f"is another process writing this rank?)", reason="exists")
 
     def _build_meta(self, meta: Dict[str, Any]) -> Dict[str, Any]:
         run_meta = dict(meta.get("run_meta") or {})
@@ -135,20 +169,22 @@ class StoreWriter:
         }
 
     def _new_segment(self, path: Path) -> SegmentFile:
-        try:
-            return SegmentFile(path, swmr=self.mode == SWMR, locking=self._locking, tables=self.tables,
-                               arrays=self._arrays, meta_attrs=self._meta_attrs, base=self._committed.copy(),
-                               chunk_rows=self._chunk_rows, pool_chunk_bytes=self._pool_chunk_bytes,
-                               compression=self._compression)
-        except OSError as exc:
-            raise StoreError(f"{path}: cannot create ({exc})") from None
+        """Raises the OSError/RuntimeError of h5py (the caller decides what a failure means)."""
+        return SegmentFile(path, swmr=self.mode == SWMR, locking=self._locking, tables=self.tables,
+                           arrays=self._arrays, meta_attrs=self._meta_attrs, base=self._committed.copy(),
+                           chunk_rows=self._chunk_rows, pool_chunk_bytes=self._pool_chunk_bytes,
+                           compression=self._compression)
 
     def _open_segment(self) -> SegmentFile:
         if self._segment is None:
             partial = self.directory / f"{self.kind}-seg{self._segment_index}.h5.partial"
             if partial.exists():
                 partial.unlink()  # left by an earlier writer that was killed; it was never announced
-            self._segment = self._new_segment(partial)
+            try:
+                self._segment = self._new_segment(partial)
+            except BaseException:
+                unlink(partial)
+                raise
         return self._segment
 
     # -- appends -------------------------------------------------------------------------------------------
@@ -160,6 +196,9 @@ class StoreWriter:
         if stage is None:
             raise StoreError(f"store {self.kind!r} has no table {table!r} (tables: {', '.join(self._stages)})")
         rows = stage.append(self._strings, columns)
+        if self.stopped:
+            self._discard_staged()
+            return rows
         limit = TABLE_STAGE_ROWS if self.mode == SWMR else PER_STEP_STAGE_ROWS
         if stage.staged_rows >= limit or self._strings.staged >= limit:
             self._write_staged()
@@ -168,8 +207,10 @@ class StoreWriter:
     def put_array(self, array: np.ndarray, dtype_name: Optional[str] = None) -> Optional[TensorRef]:
         """Pack a tensor into the pool of its storage dtype. bfloat16 (and other dtypes numpy lacks) arrive as
         their bits in an unsigned array, with ``dtype_name`` naming the logical dtype. Returns None once the
-        disk budget is reached."""
+        store has stopped (disk budget reached, disk full)."""
         self._check_open()
+        if self.stopped:
+            return None
         arr = np.asarray(array)
         if not arr.dtype.isnative:
             arr = arr.astype(arr.dtype.newbyteorder("="))
@@ -177,47 +218,31 @@ class StoreWriter:
         pool = self._pools.get(pool_name)
         if pool is None:
             raise StoreError(f"put_array: dtype {arr.dtype} has no pool (pools: {', '.join(POOL_DTYPES)})")
-        if self._over_budget(arr.nbytes):
-            return None
         flat = np.ascontiguousarray(arr).reshape(-1)
         offset = pool.count
         if flat.size > pool.capacity // 2:  # large: write it straight from the caller's memory
-            try:
-                self._write_pool(pool_name)
-                self._open_segment().write_pool(pool_name, flat)
-            except OSError as exc:
-                raise StoreError(f"{self.directory}: write failed ({exc})") from None
+            if not self._write_staged(extra=(pool_name, flat)):
+                return None
             pool.count += flat.size
-            self._bytes_written += flat.nbytes
         else:
-            if not pool.fits(flat.size):
-                self._write_pool(pool_name)
+            if not pool.fits(flat.size) and not self._write_staged():
+                return None
             pool.stage(flat)
         return TensorRef(pool_name, int(offset), int(flat.size), tuple(int(s) for s in arr.shape),
                          dtype_name or pool_name)
 
-    def _over_budget(self, nbytes: int) -> bool:
-        if self.disk_budget is None:
-            return False
-        if self._budget_hit:
-            return True
-        if self.bytes_written + nbytes <= self.disk_budget:
-            return False
-        self._budget_hit = True
-        warnings.warn(f"{self.directory}: disk budget of {self.disk_budget} bytes reached; tensors are no longer "
-                      f"stored (statistics continue)", StoreWarning, stacklevel=3)
-        return True
-
     # -- writes and commits --------------------------------------------------------------------------------
-    def _write_pool(self, name: str, final: bool = False) -> None:
-        pool = self._pools[name]
-        if pool.fill:
-            data = pool.take()
-            self._open_segment().write_pool(name, data, final)
-            self._bytes_written += data.nbytes
+    def _write_staged(self, final: bool = False, extra: Optional[Tuple[str, np.ndarray]] = None) -> bool:
+        """Hand staged rows, strings and tensors (and ``extra``, ``(pool, elements)`` written straight from the
+        caller's memory) to HDF5; ``final`` at commit (sizes per-step chunks to fit). False when they do not fit
+        or the write failed: the store has stopped and dropped them. A stop signal waits for it to end."""
+        with critical():
+            return self._write_staged_now(final, extra)
 
-    def _write_staged(self, final: bool = False) -> None:
-        """Hand staged rows, strings and tensors to HDF5; ``final`` at commit (sizes per-step chunks to fit)."""
+    def _write_staged_now(self, final: bool, extra: Optional[Tuple[str, np.ndarray]]) -> bool:
+        if self.stopped or not self._room(final, extra):
+            self._discard_staged()
+            return False
         try:
             for name, stage in self._stages.items():
                 if stage.staged_rows:
@@ -228,10 +253,18 @@ class StoreWriter:
                 blob, lengths = self._strings.take()
                 self._open_segment().write_strings(blob, lengths, final)
                 self._bytes_written += len(blob) + 16 * len(lengths)
-            for name in self._pools:
-                self._write_pool(name, final)
-        except OSError as exc:
-            raise StoreError(f"{self.directory}: write failed ({exc})") from None
+            for name, pool in self._pools.items():
+                if pool.fill:
+                    data = pool.take()
+                    self._open_segment().write_pool(name, data, final)
+                    self._bytes_written += data.nbytes
+            if extra is not None:
+                self._open_segment().write_pool(extra[0], extra[1])
+                self._bytes_written += extra[1].nbytes
+        except (OSError, RuntimeError) as exc:
+            self._failed(exc)
+            return False
+        return True
 
     def _counts(self) -> np.ndarray:
         counts = [self._stages[t.name].count for t in self.tables] + [self._strings.count]
@@ -242,12 +275,19 @@ class StoreWriter:
         """End ``step``: write what is staged and make it visible and durable. ``info`` (JSON-able) is kept
         with the commit."""
         self._check_open()
-        step = int(step)
+        with critical():  # a stop signal waits for the commit to end: never half a step under a commit row
+            self._commit(int(step), info)
+
+    def _commit(self, step: int, info: Dict[str, Any]) -> None:
+        if self.stopped:
+            self._discard_staged()
+            return
         info_id = self._strings.add(json.dumps(info, sort_keys=True, default=str)) if info else -1
-        self._write_staged(final=True)
+        if not self._write_staged(final=True):
+            return
         counts = self._counts()
-        seg = self._open_segment()
         try:
+            seg = self._open_segment()
             if self.mode == SWMR:
                 seg.flush()  # data first, then the commit row that makes it visible
                 seg.write_commit(step, info_id, counts)
@@ -255,8 +295,9 @@ class StoreWriter:
             else:
                 seg.write_commit(step, info_id, counts)
                 self._finish_segment(seg, step, counts, info)
-        except OSError as exc:
-            raise StoreError(f"{seg.path}: commit failed ({exc})") from None
+        except (OSError, RuntimeError) as exc:
+            self._failed(exc)
+            return
         self._committed = counts
         self._last_step = step
         self.commits += 1
@@ -270,11 +311,19 @@ class StoreWriter:
             final = self.directory / f"{self.kind}-s{step}.{k}.h5"
             k += 1
         os.replace(seg.path, final)
-        announce(self.directory, {
-            "event": "segment", "kind": self.kind, "file": final.name, "index": self._segment_index,
-            "step": step, "base": [int(x) for x in self._committed], "counts": [int(x) for x in counts],
-            "info": json.loads(json.dumps(info, default=str)), "time": time.time()})
+        try:
+            announce(self.directory, {
+                "event": "segment", "kind": self.kind, "file": final.name, "index": self._segment_index,
+                "step": step, "base": [int(x) for x in self._committed], "counts": [int(x) for x in counts],
+                "info": json.loads(json.dumps(info, default=str)), "time": time.time()})
+        except OSError:
+            unlink(final)  # never announced, so never committed: give its space back
+            raise
         self._segment_index += 1
+        try:
+            self._closed_bytes += final.stat().st_size
+        except OSError:
+            pass
 
     def close(self, status: str = "finished") -> None:
         """Commit what is pending (under the last committed step, 0 if none), close the file and announce
@@ -284,17 +333,24 @@ class StoreWriter:
         try:
             pending = any(s.staged_rows for s in self._stages.values()) or self._strings.staged or \
                 any(p.fill for p in self._pools.values()) or not np.array_equal(self._counts(), self._committed)
-            if pending:
+            if pending and not self.stopped:
                 self.commit(self._last_step if self._last_step is not None else 0)
         finally:
             self._closed = True
-            if self._segment is not None:
-                self._segment.close()
-                if self._segment.path.name.endswith(".partial"):
-                    os.unlink(self._segment.path)
-                self._segment = None
-            announce(self.directory, {"event": "close", "kind": self.kind, "status": str(status),
-                                      "commits": self.commits, "bytes": self.bytes_written, "time": time.time()})
+            seg, self._segment = self._segment, None
+            if seg is not None:
+                self._let_go(seg, abandon=False)
+            event: Dict[str, Any] = {"event": "close", "kind": self.kind, "status": self.stopped or str(status),
+                                     "commits": self.commits, "bytes": self.bytes_written, "time": time.time()}
+            if self.stopped:
+                event["stopped"] = self.stop_message
+            if self._abandoned:
+                event["unclosed"] = True  # the file keeps HDF5's "open for SWMR write" flag: read it with swmr=True
+            try:
+                announce(self.directory, event)
+            except OSError as exc:
+                warnings.warn(f"{self.directory}: could not record that the {self.kind} store closed "
+                              f"({space.one_line(exc)})", StoreWarning, stacklevel=2)
 
     def _check_open(self) -> None:
         if self._closed:
@@ -312,10 +368,6 @@ class StoreWriter:
     def rows(self) -> Dict[str, int]:
         """Rows appended per table."""
         return {name: stage.count for name, stage in self._stages.items()}
-
-    @property
-    def budget_exhausted(self) -> bool:
-        return self._budget_hit
 
     def file_bytes(self) -> int:
         """Bytes on disk of this store's files so far."""
@@ -336,3 +388,4 @@ class StoreWriter:
 
     def __repr__(self) -> str:
         return f"StoreWriter({str(self.directory)!r}, kind={self.kind!r}, mode={self.mode!r})"
+

@@ -27,7 +27,8 @@ RUN_COLUMNS = ("Run folder", "Task", "Status", "Steps", "Ranks", "Size", "Framew
 CONFIG_COLUMNS = ("File", "Task", "Modified", "Valid")
 #: Widest run folder shown whole; longer ones keep their tail (the run-id), so Task and Status fit at 80 columns.
 FOLDER_WIDTH = 38
-STATUS_STYLES = {"finished": "green", "running": "cyan", "stopped": "yellow", "failed": "red", "crashed": "red",
+STATUS_STYLES = {"finished": "green", "running": "cyan", "stopped": "yellow", "disk_full": "yellow", "failed": "red",
+                 "crashed": "red",
                  "msprobe dump": "magenta"}
 
 

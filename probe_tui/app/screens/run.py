@@ -28,12 +28,13 @@ STATUS_STYLES = {
     "stopping": "bold yellow",
     "finished": "bold green",
     "stopped": "bold yellow",
+    "disk_full": "bold yellow",
     "failed": "bold red",
     "crashed": "bold red",
 }
 
 
-ENDED = ("finished", "stopped", "failed")
+ENDED = ("finished", "stopped", "failed", "disk_full")
 
 
 def parse_event(line: str) -> Optional[Dict[str, Any]]:
