@@ -18,6 +18,19 @@ class Cancelled(Exception):
     """The perturbation does not apply to this call; the message says why (one line)."""
 
 
+class Perturbed:
+    """The perturbed call's arguments, whether anything changed, and the device the re-run happens on (to_cpu;
+    None: the call's own)."""
+
+    __slots__ = ("args", "kwargs", "changed", "device")
+
+    def __init__(self, args: tuple, kwargs: Dict[str, Any], changed: bool, device: Any = None) -> None:
+        self.args = args
+        self.kwargs = kwargs
+        self.changed = changed
+        self.device = device
+
+
 def first_eligible_index(args: tuple, is_tensor: Callable[[Any], bool], eligible: Callable[[Any], bool]
                          ) -> Optional[int]:
     """The first positional argument that is an ``eligible`` tensor or any list/tuple/dict; None: the call

@@ -23,7 +23,7 @@ from mindspore import Tensor, ops
 from engines.adapters.mindspore.tensor_stats import raw
 from engines.free_benchmark import perturb as neutral
 from engines.free_benchmark import structure
-from engines.free_benchmark.perturb import Cancelled
+from engines.free_benchmark.perturb import Cancelled, Perturbed
 from engines.free_benchmark.thresholds import epsilon
 
 LOW_PRECISION = (ms.float16, ms.bfloat16)
@@ -107,17 +107,6 @@ TENSOR_PERTURBATIONS: Dict[str, Callable[[Tensor], Tensor]] = {
 
 def map_tensors(obj: Any, fn: Callable[[Tensor], Tensor]) -> Any:
     return structure.map_tensors(obj, _is_tensor, fn)
-
-
-class Perturbed:
-    """The perturbed call's arguments and whether anything changed."""
-
-    __slots__ = ("args", "kwargs", "changed")
-
-    def __init__(self, args: tuple, kwargs: Dict[str, Any], changed: bool) -> None:
-        self.args = args
-        self.kwargs = kwargs
-        self.changed = changed
 
 
 def perturb(mode: str, args: tuple, kwargs: Dict[str, Any], index: int) -> Perturbed:

@@ -20,7 +20,7 @@ import torch
 
 from engines.free_benchmark import perturb as neutral
 from engines.free_benchmark import structure
-from engines.free_benchmark.perturb import Cancelled
+from engines.free_benchmark.perturb import Cancelled, Perturbed
 from engines.free_benchmark.thresholds import epsilon
 
 LOW_PRECISION = (torch.float16, torch.bfloat16)
@@ -101,18 +101,6 @@ _DETACHED = {mode: _detached(fn) for mode, fn in TENSOR_PERTURBATIONS.items()}
 
 def _map_tensors(obj: Any, fn: Callable[[torch.Tensor], torch.Tensor]) -> Any:
     return structure.map_tensors(obj, _is_tensor, fn)
-
-
-class Perturbed:
-    """The perturbed call's arguments, the dtype the comparison happens in, and whether anything changed."""
-
-    __slots__ = ("args", "kwargs", "changed", "device")
-
-    def __init__(self, args: tuple, kwargs: Dict[str, Any], changed: bool, device: Optional[torch.device] = None):
-        self.args = args
-        self.kwargs = kwargs
-        self.changed = changed
-        self.device = device
 
 
 def perturb(mode: str, args: tuple, kwargs: Dict[str, Any], index: int, autocast_dtype: Optional[torch.dtype] = None,
