@@ -130,3 +130,12 @@ def test_the_calls_that_pass_through_unchecked_are_counted_by_reason(fw):
     assert checks.checked == 0 and checks.finish_step(0) == []
     assert sorted(checks.skipped) == sorted([SKIP_VIEW, SKIP_INPLACE, SKIP_INPUT, checks.ops.skip_nothing])
     assert checks.ops.skip_nothing.startswith("skipped: improve_precision found nothing to raise")
+
+
+def test_preheat_runs_where_the_framework_can_rerun_on_the_cpu(fw):
+    session = fw.session_class(CaptureOptions(level="L1"), FreeBenchmarkOptions(if_preheat=True), rank=0)
+    preheats = session.api_capture.preheat is not None
+    assert preheats == isinstance(fw, _Torch)
+    notes = [n for n in session.summary.notes if "preheat" in n]
+    assert notes == ([] if preheats else ["free_benchmark: preheat is not available on MindSpore (as in msprobe); "
+                                          "the fixed thresholds are used"])

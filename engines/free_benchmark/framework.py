@@ -12,6 +12,8 @@ from engines.free_benchmark.perturb import Perturbed
 
 
 class FrameworkOps(Protocol):
+    #: the framework's name, as messages give it
+    framework: str
     #: calls whose result is random by design (``calls.RANDOM_APIS`` and the framework's own)
     random_apis: FrozenSet[str]
     #: whether preheat can run (it needs ``to_cpu`` and ``single_compare``)

@@ -76,6 +76,7 @@ class MindSporeOps:
     """free_benchmark's ``FrameworkOps`` on MindSpore (``engines.free_benchmark.framework``)."""
 
     random_apis = MINDSPORE_RANDOM_APIS
+    framework = "MindSpore"
     preheat = False
     skip_nothing = SKIP_NOTHING
     is_tensor = staticmethod(_is_tensor)

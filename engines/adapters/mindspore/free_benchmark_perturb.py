@@ -111,20 +111,16 @@ def map_tensors(obj: Any, fn: Callable[[Tensor], Tensor]) -> Any:
 
 def perturb(mode: str, args: tuple, kwargs: Dict[str, Any], index: int) -> Perturbed:
     """Perturbed arguments for ``mode``; ``index`` is the eligible argument (``first_eligible_index``)."""
-    simple = neutral.rearranged(mode, args, kwargs, index, TENSOR_PERTURBATIONS, is_floating)
-    if simple is not None:
-        return Perturbed(simple[0], simple[1], True)
-    kwargs = neutral.no_inplace(kwargs)
-    if mode == "improve_precision":
-        changed = [False]
+    return neutral.perturbed(mode, args, kwargs, index, TENSOR_PERTURBATIONS, is_floating, _WHOLE)
 
-        def up(t: Tensor) -> Tensor:
-            if t.dtype in LOW_PRECISION:
-                changed[0] = True
-                return _cast(t, ms.float32)
-            return t
 
-        return Perturbed(map_tensors(tuple(args), up), map_tensors(kwargs, up), changed[0])
-    if mode == "to_cpu":
-        raise Cancelled("to_cpu is not available on MindSpore (use improve_precision)")
-    raise Cancelled("pert_mode %r is unknown" % mode)
+def _improve_precision(args: tuple, kwargs: Dict[str, Any]) -> Perturbed:
+    return neutral.mapped(args, kwargs, map_tensors,
+                          lambda t: (_cast(t, ms.float32), True) if t.dtype in LOW_PRECISION else (t, False))
+
+
+def _to_cpu(args: tuple, kwargs: Dict[str, Any]) -> Perturbed:
+    raise Cancelled("to_cpu is not available on MindSpore (use improve_precision)")
+
+
+_WHOLE = {"improve_precision": _improve_precision, "to_cpu": _to_cpu}

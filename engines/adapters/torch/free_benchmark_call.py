@@ -117,6 +117,7 @@ class TorchOps:
     """free_benchmark's ``FrameworkOps`` on PyTorch (``engines.free_benchmark.framework``)."""
 
     random_apis = TORCH_RANDOM_APIS
+    framework = "PyTorch"
     preheat = True
     skip_nothing = SKIP_NOTHING
     is_tensor = staticmethod(_is_tensor)
