@@ -18,6 +18,19 @@ class Cancelled(Exception):
     """The perturbation does not apply to this call; the message says why (one line)."""
 
 
+class Perturbed:
+    """The perturbed call's arguments, whether anything changed, and the device the re-run happens on (to_cpu;
+    None: the call's own)."""
+
+    __slots__ = ("args", "kwargs", "changed", "device")
+
+    def __init__(self, args: tuple, kwargs: Dict[str, Any], changed: bool, device: Any = None) -> None:
+        self.args = args
+        self.kwargs = kwargs
+        self.changed = changed
+        self.device = device
+
+
 def first_eligible_index(args: tuple, is_tensor: Callable[[Any], bool], eligible: Callable[[Any], bool]
                          ) -> Optional[int]:
     """The first positional argument that is an ``eligible`` tensor or any list/tuple/dict; None: the call
@@ -29,6 +42,36 @@ def first_eligible_index(args: tuple, is_tensor: Callable[[Any], bool], eligible
         elif isinstance(a, (list, tuple, dict)):
             return i
     return None
+
+
+def perturbed(mode: str, args: tuple, kwargs: Dict[str, Any], index: int,
+              perturbations: Dict[str, Callable[[Any], Any]], eligible: Callable[[Any], bool],
+              whole: Dict[str, Callable[[tuple, Dict[str, Any]], Perturbed]]) -> Perturbed:
+    """The perturbed arguments for ``mode``: ``no_change`` and the tensor ``perturbations`` (of the argument
+    ``index``, ``first_eligible_index``) here; the modes that touch every tensor (``whole``: improve_precision,
+    to_cpu) by the adapter, given the arguments with ``inplace`` off."""
+    simple = rearranged(mode, args, kwargs, index, perturbations, eligible)
+    if simple is not None:
+        return Perturbed(simple[0], simple[1], True)
+    if mode in whole:
+        return whole[mode](tuple(args), no_inplace(kwargs))
+    raise Cancelled("pert_mode %r is unknown" % mode)
+
+
+def mapped(args: tuple, kwargs: Dict[str, Any], map_tensors: Callable[[Any, Callable[[Any], Any]], Any],
+           fn: Callable[[Any], Tuple[Any, bool]]) -> Perturbed:
+    """The arguments with every tensor through ``fn``, which returns ``(tensor, changed)``; the result is changed
+    when one was."""
+    changed = [False]
+
+    def one(t: Any) -> Any:
+        new, did = fn(t)
+        changed[0] = changed[0] or did
+        return new
+
+    new_args = map_tensors(tuple(args), one)
+    new_kwargs = map_tensors(kwargs, one)
+    return Perturbed(new_args, new_kwargs, changed[0])
 
 
 def rearranged(mode: str, args: tuple, kwargs: Dict[str, Any], index: int,

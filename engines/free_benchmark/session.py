@@ -2,25 +2,43 @@
 filters, zero-code steps) with the checks in place of the record builder. Nothing is dumped: each step's rows go
 to ``on_step(step, rows)`` when the step ends.
 
-``FreeBenchmarkSteps`` goes first in the bases (``class FreeBenchmarkSession(FreeBenchmarkSteps,
-TorchCaptureSession)``); the adapter's ``__init__`` builds the session at L1 with no sink and calls
-``init_free_benchmark`` with its ``BackwardChecks`` and ``FreeBenchmarkCall`` classes.
+``FreeBenchmarkSteps`` goes first in the bases and names the adapter's checks::
+
+    class FreeBenchmarkSession(FreeBenchmarkSteps, TorchCaptureSession):
+        backward_class = BackwardChecks
+        call_class = FreeBenchmarkCall
+
+and builds the capture session at L1 with no sink.
 """
 
 from typing import Any, Callable, List, Optional
 
+from engines.capture.options import CaptureOptions
+from engines.capture.summary import CaptureSummary
+from engines.free_benchmark.backward import DEFAULT_HOLD_BYTES
 from engines.free_benchmark.options import FreeBenchmarkOptions
 from engines.free_benchmark.results import CheckRow
 
 
 class FreeBenchmarkSteps:
-    def init_free_benchmark(self, fb: FreeBenchmarkOptions, on_step: Optional[Callable[[int, List[CheckRow]], None]],
-                            backward_checks: Callable[..., Any], call_checks: Callable[..., Any],
-                            hold_bytes: int) -> None:
+    #: the adapter's ``BackwardChecks`` and ``FreeBenchmarkCall`` (a ``calls.CallChecks``)
+    backward_class: Callable[..., Any]
+    call_class: Callable[..., Any]
+
+    def __init__(self, options: CaptureOptions, fb: FreeBenchmarkOptions,
+                 on_step: Optional[Callable[[int, List[CheckRow]], None]] = None,
+                 summary: Optional[CaptureSummary] = None, rank: Optional[int] = None,
+                 hold_bytes: int = DEFAULT_HOLD_BYTES) -> None:
+        # the framework's capture session, next in the bases
+        super().__init__(options.replace(level="L1"), None, summary=summary, rank=rank)  # type: ignore[call-arg]
         self.fb = fb
-        self.backward_checks = backward_checks(self, fb, hold_bytes) if fb.backward else None
-        self.api_capture = call_checks(self, fb, self.backward_checks)
+        self.backward_checks = self.backward_class(self, fb, hold_bytes) if fb.backward else None
+        self.api_capture = self.call_class(self, fb, self.backward_checks)
         self.on_step = on_step
+        ops = self.api_capture.ops
+        if fb.preheat and not ops.preheat:
+            self.summary.note("free_benchmark: preheat is not available on %s (as in msprobe); the fixed "
+                              "thresholds are used" % ops.framework)
 
     @property
     def checks(self) -> Any:

@@ -23,7 +23,7 @@ from mindspore import Tensor, ops
 from engines.adapters.mindspore.tensor_stats import raw
 from engines.free_benchmark import perturb as neutral
 from engines.free_benchmark import structure
-from engines.free_benchmark.perturb import Cancelled
+from engines.free_benchmark.perturb import Cancelled, Perturbed
 from engines.free_benchmark.thresholds import epsilon
 
 LOW_PRECISION = (ms.float16, ms.bfloat16)
@@ -109,33 +109,18 @@ def map_tensors(obj: Any, fn: Callable[[Tensor], Tensor]) -> Any:
     return structure.map_tensors(obj, _is_tensor, fn)
 
 
-class Perturbed:
-    """The perturbed call's arguments and whether anything changed."""
-
-    __slots__ = ("args", "kwargs", "changed")
-
-    def __init__(self, args: tuple, kwargs: Dict[str, Any], changed: bool) -> None:
-        self.args = args
-        self.kwargs = kwargs
-        self.changed = changed
-
-
 def perturb(mode: str, args: tuple, kwargs: Dict[str, Any], index: int) -> Perturbed:
     """Perturbed arguments for ``mode``; ``index`` is the eligible argument (``first_eligible_index``)."""
-    simple = neutral.rearranged(mode, args, kwargs, index, TENSOR_PERTURBATIONS, is_floating)
-    if simple is not None:
-        return Perturbed(simple[0], simple[1], True)
-    kwargs = neutral.no_inplace(kwargs)
-    if mode == "improve_precision":
-        changed = [False]
+    return neutral.perturbed(mode, args, kwargs, index, TENSOR_PERTURBATIONS, is_floating, _WHOLE)
 
-        def up(t: Tensor) -> Tensor:
-            if t.dtype in LOW_PRECISION:
-                changed[0] = True
-                return _cast(t, ms.float32)
-            return t
 
-        return Perturbed(map_tensors(tuple(args), up), map_tensors(kwargs, up), changed[0])
-    if mode == "to_cpu":
-        raise Cancelled("to_cpu is not available on MindSpore (use improve_precision)")
-    raise Cancelled("pert_mode %r is unknown" % mode)
+def _improve_precision(args: tuple, kwargs: Dict[str, Any]) -> Perturbed:
+    return neutral.mapped(args, kwargs, map_tensors,
+                          lambda t: (_cast(t, ms.float32), True) if t.dtype in LOW_PRECISION else (t, False))
+
+
+def _to_cpu(args: tuple, kwargs: Dict[str, Any]) -> Perturbed:
+    raise Cancelled("to_cpu is not available on MindSpore (use improve_precision)")
+
+
+_WHOLE = {"improve_precision": _improve_precision, "to_cpu": _to_cpu}

@@ -14,13 +14,13 @@ first positional argument that is a tensor or a container; ``engines.free_benchm
 a reason, what it cannot perturb.
 """
 
-from typing import Any, Callable, Dict, Optional
+from typing import Any, Callable, Dict, Optional, Tuple
 
 import torch
 
 from engines.free_benchmark import perturb as neutral
 from engines.free_benchmark import structure
-from engines.free_benchmark.perturb import Cancelled
+from engines.free_benchmark.perturb import Cancelled, Perturbed
 from engines.free_benchmark.thresholds import epsilon
 
 LOW_PRECISION = (torch.float16, torch.bfloat16)
@@ -103,18 +103,6 @@ def _map_tensors(obj: Any, fn: Callable[[torch.Tensor], torch.Tensor]) -> Any:
     return structure.map_tensors(obj, _is_tensor, fn)
 
 
-class Perturbed:
-    """The perturbed call's arguments, the dtype the comparison happens in, and whether anything changed."""
-
-    __slots__ = ("args", "kwargs", "changed", "device")
-
-    def __init__(self, args: tuple, kwargs: Dict[str, Any], changed: bool, device: Optional[torch.device] = None):
-        self.args = args
-        self.kwargs = kwargs
-        self.changed = changed
-        self.device = device
-
-
 def perturb(mode: str, args: tuple, kwargs: Dict[str, Any], index: int, autocast_dtype: Optional[torch.dtype] = None,
             keep_graph: bool = False) -> Perturbed:
     """Perturbed arguments for ``mode``. ``index`` is the eligible argument (``first_eligible_index``).
@@ -123,33 +111,31 @@ def perturb(mode: str, args: tuple, kwargs: Dict[str, Any], index: int, autocast
     inputs are first rounded to the autocast dtype, so the check measures the op's own error, not its inputs'
     rounding, and the call counts as changed (it re-runs with autocast off). ``keep_graph`` (fix mode) keeps the
     perturbed tensors in the autograd graph and skips that rounding: the fix is the full float32 call."""
-    simple = neutral.rearranged(mode, args, kwargs, index, _DETACHED, _eligible)
-    if simple is not None:
-        return Perturbed(simple[0], simple[1], True)
-    kwargs = neutral.no_inplace(kwargs)
-    if mode == "improve_precision":
-        changed = [False]
+    whole = {"improve_precision": lambda a, k: _improve_precision(a, k, autocast_dtype, keep_graph), "to_cpu": _to_cpu}
+    return neutral.perturbed(mode, args, kwargs, index, _DETACHED, _eligible, whole)
 
-        def up(t: torch.Tensor) -> torch.Tensor:
-            if t.dtype in LOW_PRECISION:
-                changed[0] = True
-                return t.to(torch.float32) if keep_graph else t.detach().to(torch.float32)
-            if autocast_dtype is not None and t.dtype is torch.float32 and not keep_graph:
-                changed[0] = True
-                return t.detach().to(autocast_dtype).to(torch.float32)
-            return t if keep_graph else t.detach()
 
-        new_args = _map_tensors(tuple(args), up)
-        new_kwargs = _map_tensors(kwargs, up)
-        return Perturbed(new_args, new_kwargs, changed[0] or autocast_dtype is not None)
-    if mode == "to_cpu":
-        cpu = torch.device("cpu")
+def _improve_precision(args: tuple, kwargs: Dict[str, Any], autocast_dtype: Optional[torch.dtype],
+                       keep_graph: bool) -> Perturbed:
+    def up(t: torch.Tensor) -> Tuple[torch.Tensor, bool]:
+        if t.dtype in LOW_PRECISION:
+            return (t.to(torch.float32) if keep_graph else t.detach().to(torch.float32)), True
+        if autocast_dtype is not None and t.dtype is torch.float32 and not keep_graph:
+            return t.detach().to(autocast_dtype).to(torch.float32), True
+        return (t if keep_graph else t.detach()), False
 
-        def move(t: torch.Tensor) -> torch.Tensor:
-            x = t.detach().to(cpu)
-            return x.to(torch.float32) if x.dtype in LOW_PRECISION else x
+    p = neutral.mapped(args, kwargs, _map_tensors, up)
+    p.changed = p.changed or autocast_dtype is not None
+    return p
 
-        new_args = _map_tensors(tuple(args), move)
-        new_kwargs = {k: (cpu if k == "device" else v) for k, v in _map_tensors(kwargs, move).items()}
-        return Perturbed(new_args, new_kwargs, True, cpu)
-    raise Cancelled("pert_mode %r is unknown" % mode)
+
+def _to_cpu(args: tuple, kwargs: Dict[str, Any]) -> Perturbed:
+    cpu = torch.device("cpu")
+
+    def move(t: torch.Tensor) -> torch.Tensor:
+        x = t.detach().to(cpu)
+        return x.to(torch.float32) if x.dtype in LOW_PRECISION else x
+
+    new_args = _map_tensors(args, move)
+    new_kwargs = {k: (cpu if k == "device" else v) for k, v in _map_tensors(kwargs, move).items()}
+    return Perturbed(new_args, new_kwargs, True, cpu)
