@@ -14,11 +14,11 @@ from textual.widgets import DataTable, Footer, Label, Static
 
 from probe_tui.app.actions import bindings_for
 from probe_tui.app.data.check_results import FreeBenchmarkResult, read_free_benchmark
-from probe_tui.app.data.formats import number_text
 from probe_tui.app.screens.base import AppScreen
 from probe_tui.app.screens.path_prompt import relative_text
 from probe_tui.app.tables import fill_table
 from probe_tui.app.widgets.metric_chart import MetricChart
+from probe_tui.formatting import number_text
 
 
 def excess(check: Dict[str, Any]) -> float:

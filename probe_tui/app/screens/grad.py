@@ -16,11 +16,11 @@ from textual.message import Message
 from textual.widgets import DataTable, Footer, Label, Static
 
 from probe_tui.app.actions import bindings_for
-from probe_tui.app.data.formats import number_text
 from probe_tui.app.data.grad_result import GradResult, RankResult
 from probe_tui.app.screens.base import AppScreen
 from probe_tui.app.screens.path_prompt import relative_text
 from probe_tui.app.widgets.metric_chart import MetricChart
+from probe_tui.formatting import number_text
 
 BAR_HALF = 10
 

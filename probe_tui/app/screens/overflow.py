@@ -15,10 +15,10 @@ from textual.widgets import DataTable, Footer, Label, Static
 
 from probe_tui.app.actions import bindings_for
 from probe_tui.app.data.check_results import OverflowResult, read_overflow
-from probe_tui.app.data.formats import number_text
 from probe_tui.app.screens.base import AppScreen
 from probe_tui.app.screens.path_prompt import relative_text
 from probe_tui.app.tables import fill_table
+from probe_tui.formatting import number_text
 
 ORIGIN_STYLES = {"produced": "bold red", "inputs": "yellow", "mask": "dim"}
 CATEGORY_STYLES = {"range": "bold red", "precision": "bold yellow", "not reproduced": "cyan", "inherited": "dim",

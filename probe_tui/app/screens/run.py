@@ -21,6 +21,7 @@ from probe_tui.app.actions import bindings_for
 from probe_tui.app.child import ChildRun, child_env, run_command
 from probe_tui.app.screens.base import AppScreen
 from probe_tui.app.screens.path_prompt import relative_text
+from probe_tui.formatting import format_bytes, format_clock
 
 STATUS_STYLES = {
     "starting": "yellow",
@@ -43,24 +44,6 @@ def parse_event(line: str) -> Optional[Dict[str, Any]]:
     if event is None:
         return None
     return {"kind": event.kind, **event.fields}
-
-
-def format_elapsed(seconds: float) -> str:
-    seconds = int(max(0, seconds))
-    hours, rest = divmod(seconds, 3600)
-    minutes, secs = divmod(rest, 60)
-    return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"
-
-
-def format_bytes(size: Optional[float]) -> str:
-    if size is None:
-        return "—"
-    value = float(size)
-    for unit in ("B", "KB", "MB", "GB", "TB"):
-        if value < 1000 or unit == "TB":
-            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1000
-    return f"{value:.1f} TB"
 
 
 class RunScreen(AppScreen):
@@ -256,7 +239,7 @@ class RunScreen(AppScreen):
 
     def _tick(self) -> None:
         if self.finished_at is None and self.child is not None:
-            self.query_one("#info-elapsed", Static).update(format_elapsed(self._elapsed()))
+            self.query_one("#info-elapsed", Static).update(format_clock(self._elapsed()))
 
     def _update_info(self) -> None:
         total = self.total_steps
@@ -266,7 +249,7 @@ class RunScreen(AppScreen):
         self.query_one("#info-dump", Static).update(Text(dump, style="bold"))
         self.query_one("#info-loss", Static).update(f"{self.loss:.4f}" if isinstance(self.loss, (int, float))
                                                     else "—")
-        self.query_one("#info-elapsed", Static).update(format_elapsed(self._elapsed()))
+        self.query_one("#info-elapsed", Static).update(format_clock(self._elapsed()))
         written = format_bytes(self.bytes) if self.bytes is not None else "—"
         if self.records is not None:
             written = f"{self.records:,} records · {written}"
