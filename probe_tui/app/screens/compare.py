@@ -440,9 +440,7 @@ class CompareScreen(AppScreen):
             self.call_after_refresh(self._set_view, self.view, self.current_row())
 
     def action_files(self) -> None:
-        from probe_tui.app.screens.summary import RunSummaryScreen
-
-        self.app.push_screen(RunSummaryScreen(self.path))
+        self.app.open_path(self.path, kind="run")
 
     def action_back(self) -> None:
         search = self.query_one("#cmp-search", Input)

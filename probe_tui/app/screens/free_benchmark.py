@@ -153,9 +153,7 @@ class FreeBenchmarkScreen(AppScreen):
             self._fill()
 
     def action_files(self) -> None:
-        from probe_tui.app.screens.summary import RunSummaryScreen
-
-        self.app.push_screen(RunSummaryScreen(self.path))
+        self.app.open_path(self.path, kind="run")
 
     def action_back(self) -> None:
         self.dismiss()

@@ -215,9 +215,7 @@ class GradScreen(AppScreen):
             self._show_rank()
 
     def action_files(self) -> None:
-        from probe_tui.app.screens.summary import RunSummaryScreen
-
-        self.app.push_screen(RunSummaryScreen(self.path))
+        self.app.open_path(self.path, kind="run")
 
     def action_back(self) -> None:
         self.dismiss()

@@ -363,9 +363,7 @@ class MonitorScreen(AppScreen):
 
     # ---- leaving ------------------------------------------------------------------------------------------
     def action_files(self) -> None:
-        from probe_tui.app.screens.summary import RunSummaryScreen
-
-        self.app.push_screen(RunSummaryScreen(self.path))
+        self.app.open_path(self.path, kind="run")
 
     def action_back(self) -> None:
         focused = self.app.focused

@@ -201,17 +201,14 @@ class OverflowScreen(AppScreen):
 
     def action_open_dump(self) -> None:
         from probe_tui.app.data.dump_index import is_dump
-        from probe_tui.app.screens.dump import DumpScreen
 
         if not is_dump(self.path):
             self.notify("No kept tensors here (a clean run keeps none).", timeout=3)
             return
-        self.app.push_screen(DumpScreen(self.path))
+        self.app.open_path(self.path, kind="dump")
 
     def action_files(self) -> None:
-        from probe_tui.app.screens.summary import RunSummaryScreen
-
-        self.app.push_screen(RunSummaryScreen(self.path))
+        self.app.open_path(self.path, kind="run")
 
     def action_back(self) -> None:
         self.dismiss()

@@ -13,6 +13,7 @@ from textual import on, work
 from textual.app import ComposeResult
 from textual.containers import Grid, Horizontal
 from textual.message import Message
+from textual.reactive import reactive
 from textual.widgets import Footer, Label, ProgressBar, RichLog, Static
 from textual.worker import get_current_worker
 
@@ -53,6 +54,10 @@ class RunScreen(AppScreen):
     CSS_PATH = "run.tcss"
     BINDINGS = bindings_for("run")
 
+    status: reactive[str] = reactive("starting", init=False, always_update=True, bindings=True)
+    """Drives the status badge, the hint line and which keys the footer offers; set once mounted (the run's
+    events and the child's exit set it)."""
+
     class ChildOutput(Message):
         """New lines from the child: parsed events and log lines."""
 
@@ -76,7 +81,6 @@ class RunScreen(AppScreen):
         self.command = list(command) if command else run_command(self.config_path)
         self.env = env
         self.child: Optional[ChildRun] = None
-        self.status = "starting"
         self.run_dir: Optional[Path] = None
         self.run_task = ""
         self.step = 0
@@ -107,7 +111,7 @@ class RunScreen(AppScreen):
         yield Footer()
 
     def on_mount(self) -> None:
-        self._set_status("starting")
+        self.status = "starting"
         if self.autostart:
             self.start_child()
         self.set_interval(1.0, self._tick)
@@ -121,7 +125,7 @@ class RunScreen(AppScreen):
         except OSError as exc:
             self.child = None
             self.finished_at = time.monotonic()
-            self._set_status("failed")
+            self.status = "failed"
             self.notify(f"Could not start the run: {exc}", severity="error", title="Run")
             self._log(f"could not start {' '.join(self.command)}: {exc}", "red")
             return
@@ -164,7 +168,7 @@ class RunScreen(AppScreen):
             self.run_dir = Path(str(event["run_dir"])) if event.get("run_dir") else None
             self.run_task = str(event.get("task") or "")
             self.total_steps = event.get("total_steps")
-            self._set_status("running")
+            self.status = "running"
             self._log(f"run folder: {self.run_dir}", "bold")
         elif kind == "step":
             # ``step`` is the 0-based index of the step that just finished.
@@ -177,7 +181,7 @@ class RunScreen(AppScreen):
             if isinstance(event.get("bytes"), int):
                 self.bytes = (self.bytes or 0) + event["bytes"]
             if self.status == "starting":
-                self._set_status("running")
+                self.status = "running"
         elif kind == "message":
             # The child's log (stderr) already prints each message; errors also get a notification here.
             self.messages.append((str(event.get("level", "info")), str(event.get("text", ""))))
@@ -190,7 +194,7 @@ class RunScreen(AppScreen):
             self.summary = event.get("summary") or {}
             if event.get("run_dir"):
                 self.run_dir = Path(str(event["run_dir"]))
-            self._set_status(str(event.get("status") or "finished"))
+            self.status = str(event.get("status") or "finished")
         self._update_info()
 
     @on(ChildExited)
@@ -200,9 +204,9 @@ class RunScreen(AppScreen):
         if self.status in ("starting", "running", "stopping"):
             # The child ended without a run_finished event: it crashed, or was killed.
             if code == 0:
-                self._set_status("finished")
+                self.status = "finished"
             else:
-                self._set_status("stopped" if self.child and self.child.stop_requested_at else "failed")
+                self.status = "stopped" if self.child and self.child.stop_requested_at else "failed"
         if self.exit_code is None:
             self.exit_code = code
         self._log(f"process exited with code {code}", "dim")
@@ -216,8 +220,7 @@ class RunScreen(AppScreen):
     def _log(self, line: str, style: str = "") -> None:
         self.query_one("#run-log", RichLog).write(Text(line, style=style))
 
-    def _set_status(self, status: str) -> None:
-        self.status = status
+    def watch_status(self, status: str) -> None:
         label = self.query_one("#run-status", Label)
         label.update(Text(f" {status} ", style=STATUS_STYLES.get(status, "bold")))
         hint = {
@@ -229,7 +232,6 @@ class RunScreen(AppScreen):
             "stopped": "Stopped · o opens what was written · e edits the config · esc goes back",
         }.get(status, "The run failed: the log above says why · e edits the config · esc goes back")
         self.query_one("#run-hint", Static).update(Text(hint, style="italic"))
-        self.refresh_bindings()
 
     def _elapsed(self) -> float:
         if self.child is None or self.child.started_at is None:
@@ -276,7 +278,7 @@ class RunScreen(AppScreen):
         if self.child is None or not self.child.stop():
             return
         if self.status != "stopping":
-            self._set_status("stopping")
+            self.status = "stopping"
             self._log("stop requested: SIGINT sent", "yellow")
         else:
             self._log("SIGTERM sent", "yellow")
@@ -286,12 +288,8 @@ class RunScreen(AppScreen):
             self.notify("This run wrote no run folder.", severity="warning")
             return
         path = self.run_dir if self.run_dir.is_absolute() else self.cwd / self.run_dir
-        if self.run_task == "monitor":  # its live view, even before the first step is written
-            from probe_tui.app.screens.monitor import MonitorScreen
-
-            self.app.push_screen(MonitorScreen(path))
-            return
-        self.app.open_path(path)
+        # a monitor run opens its live view, even before the first step is written
+        self.app.open_path(path, kind="monitor" if self.run_task == "monitor" else None)
 
     def action_edit_config(self) -> None:
         self.app.load_into_builder(self.config_path, screen=None)

@@ -1,7 +1,7 @@
 """The run summary: run.json's fields, the rank folders, and every file with its size.
 
-What opening a run shows until the richer views of part 2 (dump browser, compare browser) register for it.
-Any folder opens here too (without the run fields).
+What a run folder no richer view claims opens as, any other folder too (without the run fields), and what every
+view's ``i`` key shows for its own folder (``open_path(path, kind="run")``).
 """
 
 import json
@@ -15,6 +15,7 @@ from textual import on, work
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
 from textual.message import Message
+from textual.reactive import reactive
 from textual.widgets import DataTable, Footer, Label, Static
 
 from probe_tui.app.actions import bindings_for
@@ -97,10 +98,12 @@ class RunSummaryScreen(AppScreen):
             super().__init__()
             self.summary = summary
 
+    summary: reactive[Optional[FolderSummary]] = reactive(None, init=False, always_update=True, bindings=True)
+    """What the worker read: fills both tables and decides whether ``e`` (edit the run's config) is offered."""
+
     def __init__(self, path: Path) -> None:
         super().__init__()
         self.path = Path(path)
-        self.summary: Optional[FolderSummary] = None
 
     def compose(self) -> ComposeResult:
         yield Static(Text.assemble(("Run summary", "bold"), f" · {relative_text(self.path, self.app.root)}"),
@@ -124,8 +127,11 @@ class RunSummaryScreen(AppScreen):
 
     @on(Loaded)
     def _loaded(self, message: "RunSummaryScreen.Loaded") -> None:
-        summary = message.summary
-        self.summary = summary
+        self.summary = message.summary
+
+    def watch_summary(self, summary: Optional[FolderSummary]) -> None:
+        if summary is None:
+            return
         field_rows: List[Tuple[List[Any], str]] = []
         run = summary.run
         for key in RUN_FIELDS:
