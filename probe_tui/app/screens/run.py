@@ -22,7 +22,7 @@ from probe_tui.app.actions import bindings_for
 from probe_tui.app.child import ChildRun, child_env, run_command
 from probe_tui.app.screens.base import AppScreen
 from probe_tui.app.screens.path_prompt import relative_text
-from probe_tui.formatting import format_bytes, format_clock
+from probe_tui.formatting import count_text, format_bytes, format_clock, format_loss
 
 STATUS_STYLES = {
     "starting": "yellow",
@@ -249,12 +249,12 @@ class RunScreen(AppScreen):
         self.query_one("#info-step", Static).update(f"{self.step} / {total}" if total else str(self.step))
         dump = relative_text(self.run_dir, self.cwd) if self.run_dir else "—"
         self.query_one("#info-dump", Static).update(Text(dump, style="bold"))
-        self.query_one("#info-loss", Static).update(f"{self.loss:.4f}" if isinstance(self.loss, (int, float))
+        self.query_one("#info-loss", Static).update(format_loss(self.loss) if isinstance(self.loss, (int, float))
                                                     else "—")
         self.query_one("#info-elapsed", Static).update(format_clock(self._elapsed()))
-        written = format_bytes(self.bytes) if self.bytes is not None else "—"
+        written = format_bytes(self.bytes)
         if self.records is not None:
-            written = f"{self.records:,} records · {written}"
+            written = f"{count_text(self.records)} records · {written}"
         self.query_one("#info-written", Static).update(written)
         bar = self.query_one("#run-progress", ProgressBar)
         if total:
