@@ -34,7 +34,8 @@ from benchmarks._workload import Workload, arm_rounds, peak_rss_mb, reset_peak_r
 from engines.adapters.torch.session import TorchCaptureSession  # noqa: E402
 from engines.capture.options import CaptureOptions  # noqa: E402
 from engines.capture.sink import dump_sink_factory  # noqa: E402
-from engines.capture.summary import CaptureSummary, human_bytes  # noqa: E402
+from engines.capture.summary import CaptureSummary  # noqa: E402
+from probe_tui.formatting import format_bytes  # noqa: E402
 
 ARMS = {
     "disabled": None,
@@ -104,7 +105,7 @@ def _print_row(preset: str, arm: str, r) -> None:
     target = 1 + (ms - 1) / 3 if ms else None
     print("%-8s %-19s %6.2fx (%5.2f-%5.2f)  cpu %5.2fx  %6.0f rec  %9s  %4.1f files  %7.1f us/rec  peak %6.0f MB%s"
           % (preset, arm, r["ratio"], r["ratio_min"], r["ratio_max"], r["cpu_ratio"], r["records_per_step"],
-             human_bytes(r["bytes_per_step"]), r["files_per_step"], r["us_per_record"], r["peak_rss_mb"],
+             format_bytes(r["bytes_per_step"]), r["files_per_step"], r["us_per_record"], r["peak_rss_mb"],
              ("   target <= %.2fx (msprobe %.2fx)" % (target, ms)) if target and arm != "disabled" else
              "   target <= 1.02x" if arm == "disabled" else ""), flush=True)
 

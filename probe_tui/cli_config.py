@@ -6,6 +6,7 @@ from pathlib import Path
 
 from engines import safe_fs
 from probe_tui.cli_output import fail, print_json
+from probe_tui.formatting import format_bytes
 
 
 def load_or_report(source, *, label: str = ""):
@@ -52,7 +53,7 @@ def cmd_validate(args) -> int:
         if estimate is None:
             print(f"probe-tui: no size estimate for task {job.task!r}", file=sys.stderr)
         else:
-            print(f"estimated output: {_human_bytes(estimate)} per step per rank", file=sys.stderr)
+            print(f"estimated output: {format_bytes(estimate)} per step per rank", file=sys.stderr)
     print(f"probe-tui: {args.config}: valid {job.task} config", file=sys.stderr)
     return 0
 
@@ -62,14 +63,6 @@ def _estimate(job):
 
     estimator = registry.estimator(job.task)
     return None if estimator is None else int(estimator(job))
-
-
-def _human_bytes(n: float) -> str:
-    for unit in ("B", "KB", "MB", "GB", "TB"):
-        if abs(n) < 1000 or unit == "TB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1000.0
-    return f"{n} B"
 
 
 def cmd_schema(args) -> int:

@@ -22,6 +22,8 @@ import logging
 import sys
 from typing import Any, Callable, Dict, Optional
 
+from probe_tui.formatting import format_bytes
+
 log = logging.getLogger("probe_tui.debugger")
 
 ADAPTERS = {"pytorch": "engines.adapters.torch", "mindspore": "engines.adapters.mindspore"}
@@ -104,7 +106,7 @@ class CaptureTask(SessionTask):
     def headline(self, summary: Dict[str, Any]) -> str:
         return "%s records in %d step%s, %s" % (summary.get("records", 0), summary.get("steps_written", 0),
                                                 "" if summary.get("steps_written") == 1 else "s",
-                                                summary.get("size", "0 B"))
+                                                format_bytes(summary.get("size_bytes", 0)))
 
 
 class _RankLazy:

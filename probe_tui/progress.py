@@ -13,29 +13,11 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 from rich.text import Text
 
+from probe_tui.formatting import format_bytes, format_duration, format_loss
+
 LEVEL_STYLES = {"debug": "dim", "info": "", "warning": "yellow", "error": "bold red"}
 STATUS_STYLES = {"done": "green", "finished": "green", "stopped": "yellow", "interrupted": "yellow",
                  "disk_full": "yellow"}
-
-
-def format_loss(loss: Any) -> str:
-    if loss is None:
-        return "-"
-    try:
-        value = float(loss)
-    except (TypeError, ValueError):
-        return str(loss)
-    return f"{value:.4f}" if math.isfinite(value) else str(value)
-
-
-def format_bytes(n: Optional[float]) -> str:
-    if n is None:
-        return ""
-    for unit in ("B", "KB", "MB", "GB"):
-        if abs(n) < 1024 or unit == "GB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n:.1f} GB"  # pragma: no cover
 
 
 def _loss_label(loss: Any) -> str:
@@ -109,7 +91,7 @@ class RichProgressSink:
             self._progress.update(self._task, completed=step + 1, total=total, step=_step_label(step, total),
                                   loss=_loss_label(fields.get("loss")), extra=_extras(fields))
             return
-        parts = [_step_label(step, total), _loss_label(fields.get("loss")), f"{float(fields.get('elapsed_s', 0.0)):.1f}s"]
+        parts = [_step_label(step, total), _loss_label(fields.get("loss")), format_duration(fields.get('elapsed_s', 0.0))]
         line = "  ".join(part for part in parts if part)
         extra = _extras(fields)
         line = f"{line}  {extra}" if extra else line

@@ -2,9 +2,12 @@
 
 Engines return a summary dict; scalar entries become a key/value grid, ``tables`` (a list of
 ``{"title", "columns", "rows"}``) become tables cut to ``MAX_ROWS`` rows, and ``error`` shows its last lines.
+Values are raw numbers; labels and text come from :mod:`probe_tui.formatting` (``size_bytes`` reads "size 1.5 MB").
 """
 
 from typing import Any, Dict, TextIO
+
+from probe_tui.formatting import format_value, summary_field
 
 MAX_ROWS = 10
 
@@ -31,7 +34,8 @@ def print_mapping(summary: Dict[str, Any], stream: TextIO) -> None:
     for key, value in summary.items():
         if key in ("tables", "error", "run_dir") or not _scalar(value):
             continue
-        grid.add_row(key.replace("_", " "), _format(value))
+        name, text = summary_field(key, value)
+        grid.add_row(name.replace("_", " "), text)
     if grid.row_count:
         console.print(grid)
 
@@ -39,7 +43,7 @@ def print_mapping(summary: Dict[str, Any], stream: TextIO) -> None:
         table = Table(title=spec.get("title"), title_justify="left", show_edge=False, pad_edge=False)
         columns = [str(c) for c in spec.get("columns", [])]
         rows = list(spec.get("rows", []))
-        cells = [[_format(cell) for cell in row] for row in rows[:MAX_ROWS]]
+        cells = [[format_value(cell) for cell in row] for row in rows[:MAX_ROWS]]
         first_max = _first_column_width(console.width, columns, cells)
         for index, column in enumerate(columns):
             # The first column names the row: kept on one line, and on a narrow terminal it gives way (ellipsised)
@@ -65,8 +69,3 @@ def _first_column_width(width: int, columns, cells) -> int:
         others += max([len(columns[index])] + [len(row[index]) for row in cells if index < len(row)]) + 3
     return max(20, width - others - 1)
 
-
-def _format(value: Any) -> str:
-    if isinstance(value, float):
-        return f"{value:.6g}"
-    return str(value)

@@ -291,7 +291,9 @@ async def test_a_run_that_cannot_start_is_reported(tmp_path):
     async with app.run_test(size=(100, 30)) as pilot:
         screen = await start(pilot, app, config)
         assert screen.status == "failed" and screen.child is None
-        assert any("Could not start the run" in str(n.message) for n in app._notifications)
+        # notify() posts a message: the toast arrives on a later turn of the loop
+        await wait_until(pilot, lambda: any("Could not start the run" in str(n.message) for n in app._notifications),
+                         what="the notification")
         await pilot.press("escape")
         await wait_until(pilot, lambda: not isinstance(app.screen, RunScreen))
 

@@ -220,6 +220,37 @@ async def test_a_failing_background_task_is_a_notification(tmp_path, monkeypatch
         assert app.is_running
 
 
+@pilot_test
+async def test_opening_a_folder_detects_its_view_off_the_ui_thread(tmp_path, monkeypatch):
+    """The detectors read files: they run on a worker thread, and the view opens from the message it posts."""
+    import threading
+
+    from probe_tui.app import openers
+
+    seen = []
+
+    def detect(path):
+        seen.append(threading.current_thread() is threading.main_thread())
+        return path == tmp_path
+
+    monkeypatch.setattr(openers, "_OPENERS", list(openers.openers()))
+    openers.register_opener("probe-test", detect, RunSummaryScreen)
+    app = ProbeApp(tmp_path, root_label="~/exp")
+    async with app.run_test(size=(100, 30)) as pilot:
+        await wait_until(pilot, lambda: isinstance(app.screen, HomeScreen))
+        app.open_path(tmp_path)
+        await wait_until(pilot, lambda: isinstance(app.screen, RunSummaryScreen) and app.screen.summary is not None,
+                         what="the summary open")
+        assert seen == [False]
+        # a view named by kind opens without detection (the "files" key of every result view)
+        app.pop_screen()
+        await wait_until(pilot, lambda: isinstance(app.screen, HomeScreen))
+        app.open_path(tmp_path, kind="run")
+        await wait_until(pilot, lambda: isinstance(app.screen, RunSummaryScreen) and app.screen.summary is not None,
+                         what="the summary by kind")
+        assert seen == [False]
+
+
 def test_open_on_a_missing_path_is_bad_input(tmp_path, capsys):
     from probe_tui.app import run_app
 

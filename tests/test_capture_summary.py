@@ -1,5 +1,6 @@
 """The one-screen summary after a capture: where non-finite values start (masks and what follows them set apart),
-else the largest magnitudes; one size, human readable; under 20 lines at 80 columns; strict JSON in run.json."""
+else the largest magnitudes; one size, a number in run.json and the same text in the CLI and the app; under 20
+lines at 80 columns; strict JSON in run.json."""
 
 import io
 import json
@@ -54,7 +55,8 @@ def _render(summary):
 def test_a_healthy_run_lists_its_largest_magnitudes(tmp_path):
     outcome = _run(tmp_path, dict(TINY, steps=2))
     summary = outcome.summary
-    assert "bytes" not in summary and summary["size"].endswith("KB")
+    assert "bytes" not in summary and "size" not in summary
+    assert summary["size_bytes"] == summary["capture"]["bytes"] > 0
     # the demo's causal mask is -inf: filled on purpose, and the softmax input after it inherits it
     assert re.fullmatch(r"\d+ rows: \d+ mask, \d+ inherited", summary["non_finite"])
     table = summary["tables"][0]
@@ -74,6 +76,15 @@ def test_a_healthy_run_lists_its_largest_magnitudes(tmp_path):
     assert len(lines) <= 20 and max(len(line) for line in lines) <= 80, "\n".join(lines)
     meta = _strict((Path(outcome.run_dir) / "run.json").read_text())
     assert meta["summary"]["capture"]["highlights"]["nonfinite_rows"]["produced"] == 0
+    # run.json keeps the size as a number; the CLI's summary and the app's run summary print the same text
+    size = meta["summary"]["size_bytes"]
+    assert isinstance(size, int) and size == summary["size_bytes"]
+    from probe_tui.app.screens.summary import _summary_items
+    from probe_tui.formatting import format_bytes
+
+    app_size = dict(_summary_items(meta["summary"]))["size"]
+    cli_size = [line.split(None, 1)[1].strip() for line in lines if line.split()[:1] == ["size"]]
+    assert cli_size == [app_size] == [format_bytes(size)], (cli_size, app_size)
 
 
 def test_an_overflow_is_named_where_it_starts(tmp_path):

@@ -21,7 +21,7 @@ from engines.events import (
     check_event,
     parse_event_line,
 )
-from probe_tui.progress import RichProgressSink, format_bytes
+from probe_tui.progress import RichProgressSink
 
 ROOT = str(Path(__file__).resolve().parents[1])
 
@@ -155,7 +155,7 @@ def test_plain_lines_are_throttled_but_keep_first_and_last():
     sink.emit("run_finished", status="failed", exit_code=1, run_dir="r", summary={})
     lines = out.getvalue().splitlines()
     assert [line.split("  ")[0] for line in lines if line.startswith("step")] == ["step 1/100", "step 100/100"]
-    assert "99 records  198.0 KB" in lines[2]
+    assert "99 records  202.8 KB" in lines[2]  # 202,752 bytes in decimal units, as the app shows them
     assert lines[3] == "warning: careful" and lines[4] == "failed (exit 1) → r"
 
 
@@ -198,7 +198,3 @@ def test_analysis_runs_have_no_run_dir():
     sink.emit("run_started", run_dir=None, task="compare", total_steps=None)
     sink.emit("run_finished", status="finished", exit_code=0, run_dir=None, summary={})
     assert out.getvalue().splitlines() == ["probe-tui compare", "finished (exit 0)"]
-
-
-def test_format_bytes():
-    assert [format_bytes(n) for n in (None, 512, 2048, 5 * 1024 ** 3)] == ["", "512 B", "2.0 KB", "5.0 GB"]

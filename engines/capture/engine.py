@@ -9,7 +9,7 @@ from typing import Any, Dict, List
 
 from engines.capture.options import CaptureOptions
 from engines.capture.sink import dump_sink_factory
-from engines.capture.summary import CaptureSummary, compact_steps, human_bytes
+from engines.capture.summary import CaptureSummary, compact_steps
 from engines.collection import (  # noqa: F401 (CollectionResult, run_meta: this module's interface)
     EXIT_BAD_INPUT,
     EXIT_OK,
@@ -91,7 +91,7 @@ def summary_for_cli(summary: CaptureSummary, run: Any = None) -> Dict[str, Any]:
         out["steps_left_out"] = compact_steps(summary.steps_skipped)
     out["records"] = summary.records
     out["tensor_rows"] = summary.rows
-    out["size"] = human_bytes(summary.bytes)  # the exact count: capture.bytes
+    out["size_bytes"] = summary.bytes  # a number: the CLI and the app format it
     out["non_finite"] = summary.highlights.describe()
     tables: List[Dict[str, Any]] = list(summary.highlights.tables())
     if summary.missing:

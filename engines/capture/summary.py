@@ -2,15 +2,15 @@
 
 Reasons fall in three families: *filtered* (the config asked for it: scope, list, data_mode, apis, step, rank),
 *failed* (a hook raised: logged once per reason, the record skipped, training untouched) and *unsupported* (a value
-the tool cannot summarise, such as a meta or sparse tensor). ``as_dict()`` is the ``run_finished`` summary;
-``lines()`` is the one-screen text the CLI prints.
+the tool cannot summarise, such as a meta or sparse tensor). ``as_dict()`` is the ``run_finished`` summary, in raw
+numbers (bytes as an int): the CLI and the app format them (``probe_tui.formatting``).
 """
 
 import logging
 import threading
 import traceback
 from collections import Counter
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List
 
 from engines.capture.highlights import TensorHighlights
 
@@ -92,31 +92,6 @@ class CaptureSummary:
             "dump_stopped": self.dump_stopped,
             "highlights": self.highlights.as_dict(),
         }
-
-    def lines(self, location: Optional[str] = None) -> List[str]:
-        out = []
-        if location:
-            out.append("dump: %s" % location)
-        steps = _compact_steps(self.steps)
-        out.append("steps written: %s   records: %d   tensor rows: %d   size: %s"
-                   % (steps or "none", self.records, self.rows, human_bytes(self.bytes)))
-        if self.steps_skipped:
-            out.append("steps left out by the step filter: %s" % _compact_steps(self.steps_skipped))
-        if self.missing:
-            out.append("not written:")
-            for reason, n in sorted(self.missing.items(), key=lambda kv: (-kv[1], kv[0]))[:12]:
-                out.append("  %7d  %s" % (n, reason))
-        for note in self.notes[:6]:
-            out.append("note: %s" % note)
-        return out
-
-
-def human_bytes(n: float) -> str:
-    for unit in ("B", "KB", "MB", "GB", "TB"):
-        if abs(n) < 1024 or unit == "TB":
-            return ("%d %s" % (n, unit)) if unit == "B" else ("%.1f %s" % (n, unit))
-        n /= 1024.0
-    return "%d B" % n
 
 
 def compact_steps(steps: List[int]) -> str:

@@ -10,7 +10,7 @@ from typing import Any, Dict, List, Optional
 from engines.capture.options import CaptureOptions
 from engines.capture.options import field_of as _get
 from engines.capture.sink import dump_sink_factory
-from engines.capture.summary import CaptureSummary, human_bytes
+from engines.capture.summary import CaptureSummary
 from engines.collection import (
     EXIT_FINDINGS,
     EXIT_OK,
@@ -111,7 +111,7 @@ def summarise(steps: List[StepFindings], capture: CaptureSummary, run: Any, limi
     out["flagged_calls"] = sum(s.flagged for s in steps)
     out["calls_kept"] = len(kept)
     out["masked_calls"] = sum(s.masks for s in steps)
-    out["size"] = human_bytes(capture.bytes)
+    out["size_bytes"] = capture.bytes
     tables: List[Dict[str, Any]] = []
     if flagged_steps:
         tables.append({

@@ -7,14 +7,16 @@ command palette. Errors are shown as notifications; nothing a user does (a bad f
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
-from textual import events
+from textual import events, on, work
 from textual.app import App
+from textual.message import Message
+from textual.worker import get_current_worker
 
 from probe_tui.app.actions import SCOPE_TITLES, bindings_for, keymap_path, load_keymap
 from probe_tui.app.child import ChildRun
 from probe_tui.app.commands import ActionCommands
 from probe_tui.app.config_backend import SchemaBackend, sample_configs
-from probe_tui.app.openers import screen_for
+from probe_tui.app.openers import detect_kind, factory_for
 
 
 def resolve_start(path: Optional[Union[str, Path]]) -> Tuple[Path, Optional[Path]]:
@@ -100,19 +102,57 @@ class ProbeApp(App):
         while len(self.screen_stack) > 2 and not isinstance(self.screen, HomeScreen):
             self.pop_screen()
 
-    def open_path(self, path: Path) -> None:
-        """Open a run (or any folder) with the screen registered for its kind."""
+    class ViewDetected(Message):
+        """What :meth:`open_path`'s detection found: the kind of view for ``path`` (None: no view knows it), or
+        the error that stopped it."""
+
+        def __init__(self, path: Path, kind: Optional[str], error: str = "") -> None:
+            super().__init__()
+            self.path = path
+            self.kind = kind
+            self.error = error
+
+    def open_path(self, path: Union[str, Path], kind: Optional[str] = None) -> None:
+        """Open a folder in the view registered for it: the one way every screen opens a path
+        (``probe_tui.app.openers``). With ``kind`` ("run" for the run summary, "dump", "monitor"...) that view
+        opens at once; without, the detectors (which read files) run on a worker thread and the view opens when
+        :class:`ViewDetected` arrives."""
         path = Path(path)
+        if kind is not None:
+            self._push_view(path, kind)
+            return
         if not path.exists():
             self.notify(f"{path}: no such file or folder", severity="error")
             return
+        self._detect_view(path)
+
+    @work(thread=True, exclusive=True, group="open-path", exit_on_error=False)
+    def _detect_view(self, path: Path) -> None:
         try:
-            screen = screen_for(path)
+            message = self.ViewDetected(path, detect_kind(path))
+        except Exception as exc:  # a detector that fails on a strange folder is a notification
+            message = self.ViewDetected(path, None, f"{path}: cannot open: {exc}")
+        if not get_current_worker().is_cancelled:  # a later open_path wins
+            self.post_message(message)
+
+    @on(ViewDetected)
+    def _view_detected(self, message: "ProbeApp.ViewDetected") -> None:
+        if message.error:
+            self.notify(message.error, severity="error")
+        elif message.kind is None:
+            self.notify(f"{message.path}: no view knows this kind of file", severity="warning")
+        else:
+            self._push_view(message.path, message.kind)
+
+    def _push_view(self, path: Path, kind: str) -> None:
+        factory = factory_for(kind)
+        if factory is None:
+            self.notify(f"{path}: no view of kind {kind!r}", severity="error")
+            return
+        try:
+            screen = factory(path)
         except Exception as exc:
             self.notify(f"{path}: cannot open: {exc}", severity="error")
-            return
-        if screen is None:
-            self.notify(f"{path}: no view knows this kind of file", severity="warning")
             return
         self.push_screen(screen)
 

@@ -5,9 +5,10 @@ import os
 import re
 import stat
 from dataclasses import dataclass
-from datetime import datetime
 from pathlib import Path
 from typing import Any, Dict, List, Optional
+
+from probe_tui.formatting import format_bytes, format_time
 
 CONFIG_MAX_BYTES = 1_000_000
 SKIP_DIRS = {".git", ".venv", "venv", "node_modules", "__pycache__", ".mypy_cache", ".ruff_cache",
@@ -135,8 +136,6 @@ def find_msprobe_dumps(root: Path, max_depth: int = 3) -> List[Dict[str, Any]]:
 
 
 def _dump_row(folder: Path, root: Path, files: List[Any], size: int) -> Dict[str, Any]:
-    from probe_tui.app.screens.run import format_bytes
-
     head = _dump_json_head(files[0].path)
     try:
         modified = folder.stat().st_mtime
@@ -162,28 +161,8 @@ def _relative(path: Path, root: Path) -> str:
         return str(path)
 
 
-def format_time(value: Any) -> str:
-    """A time as local ``YYYY-mm-dd HH:MM`` (ISO strings, datetimes and epoch seconds accepted)."""
-    if value in (None, ""):
-        return "—"
-    if isinstance(value, (int, float)):
-        return datetime.fromtimestamp(value).strftime("%Y-%m-%d %H:%M")
-    if isinstance(value, datetime):
-        moment = value
-    else:
-        try:
-            moment = datetime.fromisoformat(str(value).replace("Z", "+00:00"))
-        except ValueError:
-            return str(value)[:16]
-    if moment.tzinfo is not None:
-        moment = moment.astimezone()  # run.json keeps UTC; people read local time
-    return moment.strftime("%Y-%m-%d %H:%M")
-
-
 def run_row(info: Any, root: Path) -> Dict[str, Any]:
     """The cells of one run in the home table."""
-    from probe_tui.app.screens.run import format_bytes
-
     shown = _relative(Path(info.path), root)
     ranks = getattr(info, "ranks", None)
     steps = getattr(info, "steps", None)

@@ -1,8 +1,11 @@
 """Which screen opens which kind of folder.
 
-Home (and ``probe-tui open PATH``) hand a path to :func:`screen_for`; the first registered opener whose ``detect``
-accepts the path builds the screen. Part 2's views (live monitor, dump browser, compare browser, result views)
-register themselves in front with :func:`register_opener`; until then a run opens as a run summary.
+Every way into a folder (home, ``probe-tui open PATH``, a finished run, a view's "summary" or "dump" key) goes
+through ``ProbeApp.open_path``. Without a kind, :func:`detect_kind` asks the registered openers in turn (the first
+whose ``detect`` accepts the path wins) on a worker thread, since detectors read files; with one (``kind="run"``
+for the run summary), :func:`factory_for` builds that view at once. :func:`register_opener` puts a view in front
+of the built-in ones (compare, grad-compare, overflow, free-benchmark, monitor, dump; then run and folder, which
+both open the run summary).
 """
 
 from dataclasses import dataclass
@@ -48,9 +51,20 @@ def opener_for(path: Path) -> Optional[Opener]:
     return None
 
 
-def screen_for(path: Path) -> Optional[Screen]:
+def detect_kind(path: Path) -> Optional[str]:
+    """The kind of the first opener that accepts ``path`` (None: no view knows it). Reads files: call it off the
+    UI thread."""
     opener = opener_for(path)
-    return opener.factory(path) if opener else None
+    return opener.kind if opener else None
+
+
+def factory_for(kind: str) -> Optional[Callable[[Path], Screen]]:
+    """The screen factory registered for ``kind`` (the first one, as detection would pick)."""
+    for opener in openers():
+        if opener.kind == kind:
+            return opener.factory
+    return None
+
 
 
 def is_run_folder(path: Path) -> bool:

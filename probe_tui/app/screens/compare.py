@@ -20,7 +20,6 @@ from textual.widgets import Footer, Input, Label, Static, TabbedContent, TabPane
 from engines.compare.verdicts import VERDICTS
 from probe_tui.app.actions import bindings_for
 from probe_tui.app.data.compare_result import FILTER_CYCLE, SORT_LABELS, CompareResult, ResultView
-from probe_tui.app.data.formats import count_text
 from probe_tui.app.screens.base import AppScreen
 from probe_tui.app.screens.compare_detail import node_detail, row_detail, suspect_detail
 from probe_tui.app.screens.compare_rows import (
@@ -33,6 +32,7 @@ from probe_tui.app.screens.compare_rows import (
 from probe_tui.app.screens.path_prompt import relative_text
 from probe_tui.app.widgets.result_tree import NodeRef, ResultTree
 from probe_tui.app.widgets.virtual_table import VirtualTable
+from probe_tui.formatting import count_text
 
 DETAIL_DELAY_S = 0.08
 TABS = {"results": "tab-results", "divergence": "tab-divergence", "tree": "tab-tree"}
@@ -440,9 +440,7 @@ class CompareScreen(AppScreen):
             self.call_after_refresh(self._set_view, self.view, self.current_row())
 
     def action_files(self) -> None:
-        from probe_tui.app.screens.summary import RunSummaryScreen
-
-        self.app.push_screen(RunSummaryScreen(self.path))
+        self.app.open_path(self.path, kind="run")
 
     def action_back(self) -> None:
         search = self.query_one("#cmp-search", Input)

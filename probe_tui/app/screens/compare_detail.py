@@ -12,7 +12,7 @@ from engines.compare.suspects import suspect_record
 from engines.compare.verdicts import VERDICTS
 from engines.parse.rows import DIR_NAMES, IO_NAMES, KIND_NAMES
 from probe_tui.app.data.compare_result import VERDICT_STYLES
-from probe_tui.app.data.formats import number_text
+from probe_tui.formatting import number_text
 
 STATS = ("max", "min", "mean", "norm")
 NOTES = ("", "N/A", "Diff")

@@ -13,8 +13,8 @@ from engines.compare.divergence import PHASES, SUSPECT_KINDS
 from engines.compare.suspects import suspect_record
 from engines.compare.verdicts import VERDICTS
 from probe_tui.app.data.compare_result import VERDICT_STYLES, CompareResult, ResultView
-from probe_tui.app.data.formats import number_text
 from probe_tui.app.widgets.virtual_table import Column, RowSource
+from probe_tui.formatting import number_text
 
 ROW_STYLES = {2: "red", 1: "yellow", 3: "bright_black", 4: "dim"}
 METRIC_LABELS = {"rel_err": "rel_err", "cosine": "cosine", "max_abs_err": "max_abs", "max_rel_err": "max_rel_e",

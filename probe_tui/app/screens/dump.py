@@ -360,9 +360,7 @@ class DumpScreen(AppScreen):
 
     # ---- leaving ------------------------------------------------------------------------------------------
     def action_files(self) -> None:
-        from probe_tui.app.screens.summary import RunSummaryScreen
-
-        self.app.push_screen(RunSummaryScreen(self.path))
+        self.app.open_path(self.path, kind="run")
 
     def action_back(self) -> None:
         field = self.query_one("#dump-input", Input)

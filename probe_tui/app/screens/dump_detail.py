@@ -10,10 +10,10 @@ from rich.text import Text
 
 from engines.parse.rows import IO_NAMES, STAT_BITS
 from probe_tui.app.data.dump_index import DumpIndex, Piece
-from probe_tui.app.data.formats import number_text
 from probe_tui.app.data.tensor_preview import Preview
 from probe_tui.app.widgets.dump_tree import record_kind_text
 from probe_tui.app.widgets.histogram import histogram_text
+from probe_tui.formatting import number_text
 
 ROWS_SHOWN = 40
 STACK_LINES = 6

@@ -14,11 +14,11 @@ from textual.widgets import DataTable, Footer, Label, Static
 
 from probe_tui.app.actions import bindings_for
 from probe_tui.app.data.check_results import FreeBenchmarkResult, read_free_benchmark
-from probe_tui.app.data.formats import number_text
 from probe_tui.app.screens.base import AppScreen
 from probe_tui.app.screens.path_prompt import relative_text
 from probe_tui.app.tables import fill_table
 from probe_tui.app.widgets.metric_chart import MetricChart
+from probe_tui.formatting import number_text
 
 
 def excess(check: Dict[str, Any]) -> float:
@@ -153,9 +153,7 @@ class FreeBenchmarkScreen(AppScreen):
             self._fill()
 
     def action_files(self) -> None:
-        from probe_tui.app.screens.summary import RunSummaryScreen
-
-        self.app.push_screen(RunSummaryScreen(self.path))
+        self.app.open_path(self.path, kind="run")
 
     def action_back(self) -> None:
         self.dismiss()

@@ -16,11 +16,11 @@ from textual.message import Message
 from textual.widgets import DataTable, Footer, Label, Static
 
 from probe_tui.app.actions import bindings_for
-from probe_tui.app.data.formats import number_text
 from probe_tui.app.data.grad_result import GradResult, RankResult
 from probe_tui.app.screens.base import AppScreen
 from probe_tui.app.screens.path_prompt import relative_text
 from probe_tui.app.widgets.metric_chart import MetricChart
+from probe_tui.formatting import number_text
 
 BAR_HALF = 10
 
@@ -215,9 +215,7 @@ class GradScreen(AppScreen):
             self._show_rank()
 
     def action_files(self) -> None:
-        from probe_tui.app.screens.summary import RunSummaryScreen
-
-        self.app.push_screen(RunSummaryScreen(self.path))
+        self.app.open_path(self.path, kind="run")
 
     def action_back(self) -> None:
         self.dismiss()

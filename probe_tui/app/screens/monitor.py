@@ -19,11 +19,11 @@ from textual.widgets import DataTable, Footer, Input, Label, SelectionList, Stat
 from textual.widgets.selection_list import Selection
 
 from probe_tui.app.actions import bindings_for
-from probe_tui.app.data.formats import number_text
 from probe_tui.app.data.monitor_feed import MonitorFeed, MonitorSnapshot, SeriesData
 from probe_tui.app.screens.base import AppScreen
 from probe_tui.app.screens.path_prompt import relative_text
 from probe_tui.app.widgets.metric_chart import MAX_LINES, MetricChart
+from probe_tui.formatting import number_text
 
 POLL_S = 0.5
 QUIET_S = 30.0
@@ -363,9 +363,7 @@ class MonitorScreen(AppScreen):
 
     # ---- leaving ------------------------------------------------------------------------------------------
     def action_files(self) -> None:
-        from probe_tui.app.screens.summary import RunSummaryScreen
-
-        self.app.push_screen(RunSummaryScreen(self.path))
+        self.app.open_path(self.path, kind="run")
 
     def action_back(self) -> None:
         focused = self.app.focused

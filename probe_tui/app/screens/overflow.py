@@ -15,10 +15,10 @@ from textual.widgets import DataTable, Footer, Label, Static
 
 from probe_tui.app.actions import bindings_for
 from probe_tui.app.data.check_results import OverflowResult, read_overflow
-from probe_tui.app.data.formats import number_text
 from probe_tui.app.screens.base import AppScreen
 from probe_tui.app.screens.path_prompt import relative_text
 from probe_tui.app.tables import fill_table
+from probe_tui.formatting import number_text
 
 ORIGIN_STYLES = {"produced": "bold red", "inputs": "yellow", "mask": "dim"}
 CATEGORY_STYLES = {"range": "bold red", "precision": "bold yellow", "not reproduced": "cyan", "inherited": "dim",
@@ -201,17 +201,14 @@ class OverflowScreen(AppScreen):
 
     def action_open_dump(self) -> None:
         from probe_tui.app.data.dump_index import is_dump
-        from probe_tui.app.screens.dump import DumpScreen
 
         if not is_dump(self.path):
             self.notify("No kept tensors here (a clean run keeps none).", timeout=3)
             return
-        self.app.push_screen(DumpScreen(self.path))
+        self.app.open_path(self.path, kind="dump")
 
     def action_files(self) -> None:
-        from probe_tui.app.screens.summary import RunSummaryScreen
-
-        self.app.push_screen(RunSummaryScreen(self.path))
+        self.app.open_path(self.path, kind="run")
 
     def action_back(self) -> None:
         self.dismiss()

@@ -13,6 +13,7 @@ from textual import on, work
 from textual.app import ComposeResult
 from textual.containers import Grid, Horizontal
 from textual.message import Message
+from textual.reactive import reactive
 from textual.widgets import Footer, Label, ProgressBar, RichLog, Static
 from textual.worker import get_current_worker
 
@@ -21,6 +22,7 @@ from probe_tui.app.actions import bindings_for
 from probe_tui.app.child import ChildRun, child_env, run_command
 from probe_tui.app.screens.base import AppScreen
 from probe_tui.app.screens.path_prompt import relative_text
+from probe_tui.formatting import count_text, format_bytes, format_clock, format_loss
 
 STATUS_STYLES = {
     "starting": "yellow",
@@ -46,30 +48,16 @@ def parse_event(line: str) -> Optional[Dict[str, Any]]:
     return {"kind": event.kind, **event.fields}
 
 
-def format_elapsed(seconds: float) -> str:
-    seconds = int(max(0, seconds))
-    hours, rest = divmod(seconds, 3600)
-    minutes, secs = divmod(rest, 60)
-    return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"
-
-
-def format_bytes(size: Optional[float]) -> str:
-    if size is None:
-        return "—"
-    value = float(size)
-    for unit in ("B", "KB", "MB", "GB", "TB"):
-        if value < 1000 or unit == "TB":
-            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1000
-    return f"{value:.1f} TB"
-
-
 class RunScreen(AppScreen):
     """Runs one saved config and shows how it goes."""
 
     SCOPE = "run"
     CSS_PATH = "run.tcss"
     BINDINGS = bindings_for("run")
+
+    status: reactive[str] = reactive("starting", init=False, always_update=True, bindings=True)
+    """Drives the status badge, the hint line and which keys the footer offers; set once mounted (the run's
+    events and the child's exit set it)."""
 
     class ChildOutput(Message):
         """New lines from the child: parsed events and log lines."""
@@ -94,7 +82,6 @@ class RunScreen(AppScreen):
         self.command = list(command) if command else run_command(self.config_path)
         self.env = env
         self.child: Optional[ChildRun] = None
-        self.status = "starting"
         self.run_dir: Optional[Path] = None
         self.run_task = ""
         self.step = 0
@@ -125,7 +112,7 @@ class RunScreen(AppScreen):
         yield Footer()
 
     def on_mount(self) -> None:
-        self._set_status("starting")
+        self.status = "starting"
         if self.autostart:
             self.start_child()
         self.set_interval(1.0, self._tick)
@@ -139,7 +126,7 @@ class RunScreen(AppScreen):
         except OSError as exc:
             self.child = None
             self.finished_at = time.monotonic()
-            self._set_status("failed")
+            self.status = "failed"
             self.notify(f"Could not start the run: {exc}", severity="error", title="Run")
             self._log(f"could not start {' '.join(self.command)}: {exc}", "red")
             return
@@ -182,7 +169,7 @@ class RunScreen(AppScreen):
             self.run_dir = Path(str(event["run_dir"])) if event.get("run_dir") else None
             self.run_task = str(event.get("task") or "")
             self.total_steps = event.get("total_steps")
-            self._set_status("running")
+            self.status = "running"
             self._log(f"run folder: {self.run_dir}", "bold")
         elif kind == "step":
             # ``step`` is the 0-based index of the step that just finished.
@@ -195,7 +182,7 @@ class RunScreen(AppScreen):
             if isinstance(event.get("bytes"), int):
                 self.bytes = (self.bytes or 0) + event["bytes"]
             if self.status == "starting":
-                self._set_status("running")
+                self.status = "running"
         elif kind == "message":
             # The child's log (stderr) already prints each message; errors also get a notification here.
             self.messages.append((str(event.get("level", "info")), str(event.get("text", ""))))
@@ -208,7 +195,7 @@ class RunScreen(AppScreen):
             self.summary = event.get("summary") or {}
             if event.get("run_dir"):
                 self.run_dir = Path(str(event["run_dir"]))
-            self._set_status(str(event.get("status") or "finished"))
+            self.status = str(event.get("status") or "finished")
         self._update_info()
 
     @on(ChildExited)
@@ -218,9 +205,9 @@ class RunScreen(AppScreen):
         if self.status in ("starting", "running", "stopping"):
             # The child ended without a run_finished event: it crashed, or was killed.
             if code == 0:
-                self._set_status("finished")
+                self.status = "finished"
             else:
-                self._set_status("stopped" if self.child and self.child.stop_requested_at else "failed")
+                self.status = "stopped" if self.child and self.child.stop_requested_at else "failed"
         if self.exit_code is None:
             self.exit_code = code
         self._log(f"process exited with code {code}", "dim")
@@ -234,8 +221,7 @@ class RunScreen(AppScreen):
     def _log(self, line: str, style: str = "") -> None:
         self.query_one("#run-log", RichLog).write(Text(line, style=style))
 
-    def _set_status(self, status: str) -> None:
-        self.status = status
+    def watch_status(self, status: str) -> None:
         label = self.query_one("#run-status", Label)
         label.update(Text(f" {status} ", style=STATUS_STYLES.get(status, "bold")))
         hint = {
@@ -247,7 +233,6 @@ class RunScreen(AppScreen):
             "stopped": "Stopped · o opens what was written · e edits the config · esc goes back",
         }.get(status, "The run failed: the log above says why · e edits the config · esc goes back")
         self.query_one("#run-hint", Static).update(Text(hint, style="italic"))
-        self.refresh_bindings()
 
     def _elapsed(self) -> float:
         if self.child is None or self.child.started_at is None:
@@ -257,7 +242,7 @@ class RunScreen(AppScreen):
 
     def _tick(self) -> None:
         if self.finished_at is None and self.child is not None:
-            self.query_one("#info-elapsed", Static).update(format_elapsed(self._elapsed()))
+            self.query_one("#info-elapsed", Static).update(format_clock(self._elapsed()))
 
     def _update_info(self) -> None:
         total = self.total_steps
@@ -265,12 +250,12 @@ class RunScreen(AppScreen):
         self.query_one("#info-step", Static).update(f"{self.step} / {total}" if total else str(self.step))
         dump = relative_text(self.run_dir, self.cwd) if self.run_dir else "—"
         self.query_one("#info-dump", Static).update(Text(dump, style="bold"))
-        self.query_one("#info-loss", Static).update(f"{self.loss:.4f}" if isinstance(self.loss, (int, float))
+        self.query_one("#info-loss", Static).update(format_loss(self.loss) if isinstance(self.loss, (int, float))
                                                     else "—")
-        self.query_one("#info-elapsed", Static).update(format_elapsed(self._elapsed()))
-        written = format_bytes(self.bytes) if self.bytes is not None else "—"
+        self.query_one("#info-elapsed", Static).update(format_clock(self._elapsed()))
+        written = format_bytes(self.bytes)
         if self.records is not None:
-            written = f"{self.records:,} records · {written}"
+            written = f"{count_text(self.records)} records · {written}"
         self.query_one("#info-written", Static).update(written)
         bar = self.query_one("#run-progress", ProgressBar)
         if total:
@@ -294,7 +279,7 @@ class RunScreen(AppScreen):
         if self.child is None or not self.child.stop():
             return
         if self.status != "stopping":
-            self._set_status("stopping")
+            self.status = "stopping"
             self._log("stop requested: SIGINT sent", "yellow")
         else:
             self._log("SIGTERM sent", "yellow")
@@ -304,12 +289,8 @@ class RunScreen(AppScreen):
             self.notify("This run wrote no run folder.", severity="warning")
             return
         path = self.run_dir if self.run_dir.is_absolute() else self.cwd / self.run_dir
-        if self.run_task == "monitor":  # its live view, even before the first step is written
-            from probe_tui.app.screens.monitor import MonitorScreen
-
-            self.app.push_screen(MonitorScreen(path))
-            return
-        self.app.open_path(path)
+        # a monitor run opens its live view, even before the first step is written
+        self.app.open_path(path, kind="monitor" if self.run_task == "monitor" else None)
 
     def action_edit_config(self) -> None:
         self.app.load_into_builder(self.config_path, screen=None)

@@ -1,7 +1,7 @@
 """The run summary: run.json's fields, the rank folders, and every file with its size.
 
-What opening a run shows until the richer views of part 2 (dump browser, compare browser) register for it.
-Any folder opens here too (without the run fields).
+What a run folder no richer view claims opens as, any other folder too (without the run fields), and what every
+view's ``i`` key shows for its own folder (``open_path(path, kind="run")``).
 """
 
 import json
@@ -15,14 +15,14 @@ from textual import on, work
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
 from textual.message import Message
+from textual.reactive import reactive
 from textual.widgets import DataTable, Footer, Label, Static
 
 from probe_tui.app.actions import bindings_for
-from probe_tui.app.discovery import format_time
 from probe_tui.app.screens.base import AppScreen
 from probe_tui.app.screens.path_prompt import relative_text
-from probe_tui.app.screens.run import format_bytes
 from probe_tui.app.tables import fill_table
+from probe_tui.formatting import format_bytes, format_time, summary_field
 
 MAX_FILES = 2000
 RUN_FIELDS = ("run_id", "task", "framework", "status", "exit_code", "started", "finished", "duration_s", "steps",
@@ -72,18 +72,19 @@ def summarise_folder(path: Path) -> FolderSummary:
 
 
 def _summary_items(summary: Any) -> List[Tuple[str, str]]:
-    """The run summary's scalar entries (one level of nesting flattened; long lists and tables left out)."""
+    """The run summary's scalar entries, named and formatted as the CLI's summary (``probe_tui.formatting``); one
+    level of nesting flattened; long lists and tables left out."""
     out: List[Tuple[str, str]] = []
     if not isinstance(summary, dict):
         return out
     for key, value in summary.items():
         if isinstance(value, dict):
-            out += [(f"{key}.{k}", str(v)) for k, v in value.items() if isinstance(v, (str, int, float, bool))]
+            out += [summary_field(f"{key}.{k}", v) for k, v in value.items() if isinstance(v, (str, int, float, bool))]
         elif isinstance(value, list):
             if len(value) <= 8 and all(isinstance(v, (str, int, float)) for v in value):
                 out.append((key, ", ".join(map(str, value)) or "none"))
         elif value is not None:
-            out.append((key, str(value)))
+            out.append(summary_field(key, value))
     return out
 
 
@@ -97,10 +98,12 @@ class RunSummaryScreen(AppScreen):
             super().__init__()
             self.summary = summary
 
+    summary: reactive[Optional[FolderSummary]] = reactive(None, init=False, always_update=True, bindings=True)
+    """What the worker read: fills both tables and decides whether ``e`` (edit the run's config) is offered."""
+
     def __init__(self, path: Path) -> None:
         super().__init__()
         self.path = Path(path)
-        self.summary: Optional[FolderSummary] = None
 
     def compose(self) -> ComposeResult:
         yield Static(Text.assemble(("Run summary", "bold"), f" · {relative_text(self.path, self.app.root)}"),
@@ -124,8 +127,11 @@ class RunSummaryScreen(AppScreen):
 
     @on(Loaded)
     def _loaded(self, message: "RunSummaryScreen.Loaded") -> None:
-        summary = message.summary
-        self.summary = summary
+        self.summary = message.summary
+
+    def watch_summary(self, summary: Optional[FolderSummary]) -> None:
+        if summary is None:
+            return
         field_rows: List[Tuple[List[Any], str]] = []
         run = summary.run
         for key in RUN_FIELDS:
@@ -136,7 +142,7 @@ class RunSummaryScreen(AppScreen):
                 elif isinstance(value, list):
                     text = ", ".join(map(str, value)) or "none"
                 else:
-                    text = str(value)
+                    text = summary_field(key, value)[1]
                 field_rows.append(([key, text], key))
         field_rows.append((["folder", relative_text(self.path, self.app.root)], "folder"))
         field_rows.append((["rank folders", ", ".join(summary.ranks) or "none"], "rank folders"))

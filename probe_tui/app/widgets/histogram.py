@@ -5,7 +5,7 @@ from typing import Sequence
 import numpy as np
 from rich.text import Text
 
-from probe_tui.app.data.formats import number_text
+from probe_tui.formatting import number_text
 
 BLOCKS = " ▁▂▃▄▅▆▇█"
 

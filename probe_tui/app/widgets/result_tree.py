@@ -17,7 +17,7 @@ from engines.compare.verdicts import ERROR, PASS, SKIPPED, UNMATCHED, WARNING
 from engines.parse.names import parse_record
 from engines.parse.rows import DIR_BACKWARD, KIND_MODULE, KIND_PARAM_GRAD
 from probe_tui.app.data.compare_result import TreeIndex
-from probe_tui.app.data.formats import number_text
+from probe_tui.formatting import number_text
 
 CHILD_PAGE = 400
 GLYPHS = {ERROR: ("✗", "bold red"), WARNING: ("!", "yellow"), PASS: ("✓", "green"),
