@@ -10,7 +10,7 @@ import logging
 import threading
 import traceback
 from collections import Counter
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional
 
 from engines.capture.highlights import TensorHighlights
 
