@@ -86,40 +86,56 @@ def find_probe_dump(path: Path) -> Optional["ProbeSource"]:
 
 @dataclass(frozen=True)
 class ProbeTensorSpec:
-    """Picklable: worker processes reopen the rank's store."""
+    """Picklable: worker processes reopen the rank's store. ``step``: the piece whose tensors are read (its
+    ``tensors`` rows only); None for the whole store."""
 
     rank_dir: str
+    step: Optional[int] = None
 
     def open(self) -> "ProbeTensorReader":
-        return ProbeTensorReader(self.rank_dir)
+        return ProbeTensorReader(self.rank_dir, self.step)
 
 
 class ProbeTensorReader:
-    """Element ranges of stored tensors (``tensors`` table rows); bfloat16 comes back as float32."""
+    """Element ranges of stored tensors (``tensors`` table rows, by global row number); bfloat16 comes back as
+    float32. Only the locating columns of ``step``'s rows are read (all rows when ``step`` is None)."""
 
-    def __init__(self, rank_dir: str):
+    def __init__(self, rank_dir: str, step: Optional[int] = None):
         store = _store()
         self._to_float = store.to_float
         self.reader = store.StoreReader(rank_dir, DUMP_KIND)
-        cols = self.reader.read("tensors", ["pool", "offset", "numel", "dtype", "shape"])
+        cols = self.reader.read("tensors", ["pool", "offset", "numel", "dtype", "shape"],
+                                steps=None if step is None else [int(step)], with_row=True)
+        self._rows = cols["row"]
+        self._dense = step is None  # rows 0..n-1: a row is its own position
         self.pool, self.offset, self.numel = cols["pool"], cols["offset"], cols["numel"]
         self.dtype, self.shape = cols["dtype"], cols["shape"]
 
+    def _at(self, loc: int) -> int:
+        if self._dense:
+            return loc
+        i = int(np.searchsorted(self._rows, loc))
+        if i >= len(self._rows) or int(self._rows[i]) != loc:
+            raise ValueError("tensor row {} is not in this step".format(loc))
+        return i
+
     def info(self, loc: int) -> Tuple[np.dtype, int, tuple]:
-        pool = str(self.pool[loc])
+        i = self._at(loc)
+        pool = str(self.pool[i])
         if not pool:
             raise ValueError("tensor row {} has no stored data".format(loc))
-        dt = np.dtype(np.float32) if "bfloat16" in str(self.dtype[loc]) else np.dtype(pool)
-        return dt, int(self.numel[loc]), ()
+        dt = np.dtype(np.float32) if "bfloat16" in str(self.dtype[i]) else np.dtype(pool)
+        return dt, int(self.numel[i]), ()
 
     def read(self, loc: int, start: int, stop: int) -> np.ndarray:
-        ref = {"pool": str(self.pool[loc]), "offset": int(self.offset[loc]) + start, "numel": stop - start,
+        i = self._at(loc)
+        ref = {"pool": str(self.pool[i]), "offset": int(self.offset[i]) + start, "numel": stop - start,
                "shape": [stop - start]}
         try:
             data = self.reader.read_array(ref)
         except Exception as exc:  # StoreError and h5py's OSError
             raise ValueError(str(exc)) from None
-        return self._to_float(data, str(self.dtype[loc]))
+        return self._to_float(data, str(self.dtype[i]))
 
     def close(self) -> None:
         self.reader.close()
@@ -220,7 +236,7 @@ class ProbeSource(DumpSource):
                 "md5": bool(len(valid)) and bool(np.all((valid & (V_CRC32 | V_XHASH)) != 0))}
 
     def tensor_spec(self, rank: int, step: int) -> ProbeTensorSpec:
-        return ProbeTensorSpec(str(self.rank_dirs[rank]))
+        return ProbeTensorSpec(str(self.rank_dirs[rank]), int(step))
 
     def describe(self) -> str:
         return "probe-tui dump {} (ranks {})".format(self.path, self.ranks())
