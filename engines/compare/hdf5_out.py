@@ -129,41 +129,80 @@ class TextDictionary:
     def texts(self) -> List[str]:
         return list(self.index)
 
+    def forget_objects(self) -> None:
+        """Drop the objects remembered by id (their codes stay known by text)."""
+        self._keep = []
+        self._ids = np.empty(0, dtype=np.int64)
+        self._codes = np.empty(0, dtype=np.int32)
+
 
 def _plain(values: np.ndarray, kind: str):
     return np.asarray(values).astype(kind, copy=False)
 
 
-def write_hdf5(out_dir: Path, mode: str, table: Dict[str, np.ndarray], div: Dict[str, np.ndarray],
-               tree: Dict[str, np.ndarray], golden_only: Dict[str, np.ndarray], summary: Dict[str, Any]) -> Path:
-    """Write ``<out_dir>/compare.h5`` (or its per-step segment on a network file system)."""
-    from engines.store import StoreWriter
+class ResultStore:
+    """The result store being written: tables appended a chunk at a time (:meth:`append`, text columns coded
+    through dictionaries shared by every chunk), then the dictionaries and code tables and one commit
+    (:meth:`finish`). ``summary`` known up front goes to ``run_meta``; one known only at the end (a compare
+    written chunk by chunk) goes to the commit's info, where :func:`summary_of` finds it."""
 
-    classic = "classic_colour" in table
-    layout = _layout(classic)
-    meta = {"framework": "", "schema_version": SCHEMA_VERSION,
-            "run_meta": {"mode": mode, "summary": _jsonable(summary)}}
-    dicts: Dict[str, TextDictionary] = {}
-    with StoreWriter(out_dir, KIND, _specs(layout), meta=meta) as w:
-        for name, data in (("results", table), ("divergence", div), ("tree", tree), ("golden_only", golden_only)):
-            if not data or not len(next(iter(data.values()))):
+    def __init__(self, out_dir: Path, mode: str, classic: bool, summary: Optional[Dict[str, Any]] = None):
+        from engines.store import StoreWriter
+
+        self.layout = _layout(classic)
+        meta = {"framework": "", "schema_version": SCHEMA_VERSION,
+                "run_meta": {"mode": mode, "summary": _jsonable(summary or {})}}
+        self.dicts: Dict[str, TextDictionary] = {}
+        self.path = Path(out_dir) / (KIND + ".h5")
+        self.writer = StoreWriter(out_dir, KIND, _specs(self.layout), meta=meta)
+
+    def append(self, name: str, data: Dict[str, np.ndarray]) -> None:
+        if not data or not len(next(iter(data.values()))):
+            return
+        values = {}
+        for c, kind, d in self.layout[name]:
+            if d is None:
+                values[c] = _plain(data[c], kind)
                 continue
-            values = {}
-            for c, kind, d in layout[name]:
-                if d is None:
-                    values[c] = _plain(data[c], kind)
-                    continue
-                same = data["target_name"] if (name == "results" and c == "golden_name") else None
-                values[c] = dicts.setdefault(d, TextDictionary()).encode(data[c], same)
-            w.append(name, **values)
-        for d, dictionary in dicts.items():
+            same = data["target_name"] if (name == "results" and c == "golden_name") else None
+            values[c] = self.dicts.setdefault(d, TextDictionary()).encode(data[c], same)
+        self.writer.append(name, **values)
+
+    def forget_objects(self) -> None:
+        """Let the strings of the chunks written so far go (the dictionaries keep their texts)."""
+        for dictionary in self.dicts.values():
+            dictionary.forget_objects()
+
+    def finish(self, summary: Optional[Dict[str, Any]] = None) -> Path:
+        w = self.writer
+        for d, dictionary in self.dicts.items():
             texts = dictionary.texts()
             if texts:
                 w.append(d, text=texts)
         for name, names in CODE_TABLES.items():
             w.append(name, code=np.arange(len(names), dtype=np.int64), name=list(names))
-        w.commit(0)
-    return Path(out_dir) / (KIND + ".h5")
+        if summary is None:
+            w.commit(0)
+        else:
+            w.commit(0, summary=_jsonable(summary))
+        w.close()
+        return self.path
+
+    def abort(self) -> None:
+        self.writer.close("failed")
+
+
+def write_hdf5(out_dir: Path, mode: str, table: Dict[str, np.ndarray], div: Dict[str, np.ndarray],
+               tree: Dict[str, np.ndarray], golden_only: Dict[str, np.ndarray], summary: Dict[str, Any]) -> Path:
+    """Write ``<out_dir>/compare.h5`` (or its per-step segment on a network file system) in one go."""
+    store = ResultStore(out_dir, mode, "classic_colour" in table, summary)
+    try:
+        for name, data in (("results", table), ("divergence", div), ("tree", tree), ("golden_only", golden_only)):
+            store.append(name, data)
+        return store.finish()
+    except BaseException:
+        store.abort()
+        raise
 
 
 def _jsonable(value: Any) -> Any:
@@ -229,9 +268,20 @@ def _join(records: np.ndarray, slots: np.ndarray) -> np.ndarray:
     return out
 
 
+def summary_of(reader) -> Dict[str, Any]:
+    """The summary a result store holds (a ``StoreReader`` of it): its commit's info when the results were written
+    chunk by chunk, else ``run_meta``."""
+    for commit in reversed(reader.commits()):
+        info = commit.get("info")
+        if isinstance(info, dict) and isinstance(info.get("summary"), dict):
+            return info["summary"]
+    meta = reader.meta.get("run_meta") or {}
+    summary = meta.get("summary", {}) if isinstance(meta, dict) else {}
+    return summary if isinstance(summary, dict) else {}
+
+
 def read_summary(path) -> Dict[str, Any]:
     from engines.store import StoreReader
 
     with StoreReader(Path(path), KIND) as r:
-        meta = r.meta.get("run_meta") or {}
-    return meta.get("summary", {}) if isinstance(meta, dict) else {}
+        return summary_of(r)
