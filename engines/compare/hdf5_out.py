@@ -13,6 +13,7 @@ column; codes cost milliseconds and each distinct text is stored once. :func:`re
 
 from __future__ import annotations
 
+import itertools
 import json
 from pathlib import Path
 from typing import Any, Dict, List, Optional
@@ -39,6 +40,7 @@ NAME_COLUMNS = {"results": ("record", "parent", "golden_name"),
                 "tree": ("node", "parent"), "golden_only": ("golden_name",)}
 DERIVED = ("target_name",)
 _UNKNOWN = -3  # not yet coded
+DICT_INDEX = 1 << 18  # distinct texts a dictionary indexes before it starts afresh
 
 
 def _layout(classic: bool):
@@ -67,20 +69,29 @@ def _specs(layout):
     tables = [TableSpec(t, [Column(c, typ) for c, typ, _ in cols]) for t, cols in layout.items()]
     tables += [TableSpec(name, [Column("code", "int64"), Column("name", "str")]) for name in CODE_TABLES]
     dicts = sorted({d for cols in layout.values() for _, _, d in cols if d})
-    tables += [TableSpec(d, [Column("text", "str")]) for d in dicts]
+    # "json": each text stored as given; "str" would intern it again in the writer, whose index then grows with
+    # every distinct text of the result (a per-row hash column has millions)
+    tables += [TableSpec(d, [Column("text", "json")]) for d in dicts]
     return tables
 
 
 class TextDictionary:
-    """Distinct texts in first-seen order; :meth:`encode` gives int32 codes (-1 for ""/None).
+    """Distinct texts in first-seen order; :meth:`encode` gives int32 codes (-1 for ""/None), code = row of the
+    text in its dictionary table.
 
     Tables share objects (the divergence and tree tables name the same record strings as the results), so the
     codes of objects already seen are remembered by object id (the dictionary keeps those objects alive, so
     their ids stay theirs) and found again with one vectorised search instead of a dict lookup per row.
+
+    Memory stays bounded on any result size: :meth:`take_new` hands out the texts coded since its last call (the
+    store appends them as they come), and past :data:`DICT_INDEX` distinct texts the text index starts afresh
+    (codes go on counting; a text seen again after that gets a second code, which decodes the same).
     """
 
     def __init__(self):
         self.index: Dict[str, int] = {}
+        self._base = 0  # codes handed out before the current index
+        self._taken = 0  # codes whose texts take_new has handed out
         self._keep: List[object] = []
         self._ids = np.empty(0, dtype=np.int64)  # sorted
         self._codes = np.empty(0, dtype=np.int32)
@@ -98,7 +109,8 @@ class TextDictionary:
     def _code(self, value) -> int:
         if value is None or value == "":
             return -1
-        return self.index.setdefault(value if isinstance(value, str) else json.dumps(value), len(self.index))
+        return self._base + self.index.setdefault(value if isinstance(value, str) else json.dumps(value),
+                                                  len(self.index))
 
     def _codes_of(self, values: np.ndarray) -> np.ndarray:
         n = values.shape[0]
@@ -113,9 +125,9 @@ class TextDictionary:
         miss = np.flatnonzero(codes == _UNKNOWN)
         if miss.size:
             sub, uniques = factorize(values[miss])
-            index, code = self.index, self._code
+            index, code, base = self.index, self._code, self._base
             setdefault = index.setdefault
-            mapped = np.fromiter((setdefault(u, len(index)) if type(u) is str and u else code(u)
+            mapped = np.fromiter((base + setdefault(u, len(index)) if type(u) is str and u else code(u)
                                   for u in uniques.tolist()), dtype=np.int32, count=len(uniques))
             codes[miss] = mapped[sub]
             objs = uniques.tolist()
@@ -126,8 +138,15 @@ class TextDictionary:
             self._codes = np.concatenate([self._codes, mapped])[order]
         return codes
 
-    def texts(self) -> List[str]:
-        return list(self.index)
+    def take_new(self) -> List[str]:
+        """Texts coded since the last call, in code order (the rows to append to the dictionary table)."""
+        start = self._taken - self._base
+        new = list(itertools.islice(self.index, start, None)) if start else list(self.index)
+        self._taken = self._base + len(self.index)
+        if len(self.index) > DICT_INDEX:
+            self._base += len(self.index)
+            self.index = {}
+        return new
 
     def forget_objects(self) -> None:
         """Drop the objects remembered by id (their codes stay known by text)."""
@@ -168,17 +187,21 @@ class ResultStore:
             values[c] = self.dicts.setdefault(d, TextDictionary()).encode(data[c], same)
         self.writer.append(name, **values)
 
+    def _append_texts(self) -> None:
+        for d, dictionary in self.dicts.items():
+            texts = dictionary.take_new()
+            if texts:
+                self.writer.append(d, text=texts)
+
     def forget_objects(self) -> None:
-        """Let the strings of the chunks written so far go (the dictionaries keep their texts)."""
+        """After a chunk: append the texts it coded to their dictionary tables and let its strings go."""
+        self._append_texts()
         for dictionary in self.dicts.values():
             dictionary.forget_objects()
 
     def finish(self, summary: Optional[Dict[str, Any]] = None) -> Path:
         w = self.writer
-        for d, dictionary in self.dicts.items():
-            texts = dictionary.texts()
-            if texts:
-                w.append(d, text=texts)
+        self._append_texts()
         for name, names in CODE_TABLES.items():
             w.append(name, code=np.arange(len(names), dtype=np.int64), name=list(names))
         if summary is None:

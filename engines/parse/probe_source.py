@@ -264,10 +264,22 @@ class ProbeSource(DumpSource):
         self._readers.clear()
 
 
+STACK_CACHE = 4096  # stack texts a reader keeps (the writer stores each distinct stack once; steps share them)
+
+
 def _stack_texts(reader, ids: np.ndarray) -> np.ndarray:
+    """Call-stack texts of ``records.stack`` ids; each distinct stack is read once per reader (kept on it), so
+    the steps of a long dump, which share their stacks, do not read them again."""
+    cache = reader.__dict__.setdefault("_stack_texts", {})
     codes, uniq = factorize(ids)
-    texts = np.array(["\n".join(reader.stack(int(s))) if int(s) >= 0 else "" for s in uniq.tolist()] or [""],
-                     dtype=object)
+    wanted = [int(s) for s in uniq.tolist()]
+    missing = [s for s in wanted if s >= 0 and s not in cache]
+    if missing:
+        if len(cache) + len(missing) > STACK_CACHE:
+            cache.clear()
+        rows = reader.store.read("stacks", ["frames"], rows=missing)["frames"]
+        cache.update((s, "\n".join(json.loads(f))) for s, f in zip(missing, rows.tolist()))
+    texts = np.array([cache[s] if s >= 0 else "" for s in wanted] or [""], dtype=object)
     return texts[codes] if len(uniq) else np.full(ids.shape[0], "", dtype=object)
 
 
