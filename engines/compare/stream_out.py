@@ -21,7 +21,7 @@ from engines.compare.hdf5_out import ResultStore
 from engines.compare.verdicts import VERDICTS
 from engines.compare.xlsx_out import XlsxAppender, XlsxRefused
 
-CHUNK_ROWS = 1 << 18  # result rows held before a chunk is written (a chunk never splits a piece)
+CHUNK_ROWS = 1 << 17  # result rows held before a chunk is written (a chunk never splits a piece)
 
 
 def concat(tables: List[Dict[str, np.ndarray]]) -> Dict[str, np.ndarray]:
