@@ -148,7 +148,11 @@ def main() -> int:
     ap.add_argument("--dir", help="cache folder for the dump (default: $TMPDIR/probe-tui-reader-scale)")
     ap.add_argument("--skip-compare", action="store_true")
     ap.add_argument("--rebuild", action="store_true")
+    ap.add_argument("--build-only", metavar="RANK_DIR", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.build_only:
+        build_dump(Path(args.build_only), args.steps, args.records, args.tensor_every)
+        return 0
     cache = Path(args.dir or Path(tempfile.gettempdir()) / "probe-tui-reader-scale")
     dump = cache / "s{}-r{}-t{}".format(args.steps, args.records, args.tensor_every)
     rank_dir = dump / "rank0"
@@ -160,7 +164,9 @@ def main() -> int:
         rank_dir.mkdir(parents=True)
         print("building {} ({} steps x {} records)".format(dump, args.steps, args.records), flush=True)
         t0 = time.time()
-        build_dump(rank_dir, args.steps, args.records, args.tensor_every)
+        # in a child process: a child's peak RSS counts the memory of the process it was forked from
+        subprocess.run([sys.executable, __file__, "--build-only", str(rank_dir), "--steps", str(args.steps),
+                        "--records", str(args.records), "--tensor-every", str(args.tensor_every)], check=True)
         print("built in {:.1f} s".format(time.time() - t0))
     tpl = step_template(args.records)
     print("dump {}: {} steps, {} records and {} tensor rows a step, {:.0f} MB".format(
