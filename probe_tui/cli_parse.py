@@ -29,7 +29,10 @@ def cmd_parse(args) -> int:
     summary = dict(outcome.summary)
     summary.pop("listed", None)
     print_mapping(summary, stream=sys.stdout)
-    if summary["rows"] > args.limit:
+    if not summary.get("complete", True):
+        print(f"(listed the first {args.limit} rows; reading stopped there, after {summary['read_pieces']} of "
+              f"{summary['pieces']} rank/step pieces: narrow with --name/--step/--rank or raise --limit)")
+    elif summary["rows"] > args.limit:
         print(f"(listed {args.limit} of {summary['rows']} rows; narrow with --name/--step/--rank or raise --limit)")
     return 0
 

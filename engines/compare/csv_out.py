@@ -181,3 +181,33 @@ def start_csv(path: Path, cols: Dict[str, np.ndarray], mode: str, *, stack: bool
     proc.start()
     child_conn.close()
     return CsvJob(path, tmp, proc, parent_conn, claims, (cols, mode, stack, classic))
+
+
+class CsvAppender:
+    """The report written a chunk of result rows at a time (a compare too large to hold at once): the header
+    first, then each chunk's rows as they come; the file appears under its name at :meth:`finish`."""
+
+    def __init__(self, path: Path, mode: str, *, stack: bool, classic: bool):
+        self.path = Path(path)
+        self.tmp = self.path.with_name(self.path.name + ".partial")
+        self.mode, self.stack, self.classic = mode, stack, classic
+        self.fh = safe_fs.create_file(self.tmp, "wb", replace=True)
+        self.fh.write(_header(mode, stack, classic))
+
+    def add(self, cols: Dict[str, np.ndarray]) -> None:
+        n = int(cols["verdict"].shape[0])
+        fields = csv_fields(cols, self.mode, stack=self.stack, classic=self.classic)
+        for block in range(_n_blocks(n)):
+            self.fh.write(rows_bytes(fields, block * BLOCK_ROWS, min(n, (block + 1) * BLOCK_ROWS)))
+
+    def finish(self) -> Path:
+        self.fh.close()
+        self.tmp.replace(self.path)
+        return self.path
+
+    def abort(self) -> None:
+        self.fh.close()
+        try:
+            self.tmp.unlink()
+        except FileNotFoundError:
+            pass

@@ -20,6 +20,7 @@ from engines.compare import divergence, suspects, tensor_metrics
 from engines.compare.options import CompareError, CompareOptions, summary_options
 from engines.compare.piece import PieceSettings, compare_piece
 from engines.compare.prefetch import start_prefetch
+from engines.compare.stream_out import ResultChunks, StreamingReport, concat
 from engines.compare.verdicts import VERDICTS
 from engines.parse.names import direction_word
 from engines.parse.sources import DumpSource, DumpSourceError, open_dump, require_steps
@@ -113,17 +114,8 @@ def pair_pieces(target: DumpSource, golden: DumpSource, ranks: List[int], steps:
     return out
 
 
-def _concat(tables: List[Dict[str, np.ndarray]]) -> Dict[str, np.ndarray]:
-    if not tables:
-        return {}
-    if len(tables) == 1:
-        return tables[0]
-    keys = [k for k in tables[0] if all(k in t for t in tables)]
-    return {k: np.concatenate([t[k] for t in tables]) for k in keys}
-
-
-def _suspect(div: Dict[str, np.ndarray], i: int, results: Dict[str, np.ndarray]) -> Dict[str, Any]:
-    row = int(div["first_row"][i])
+def _suspect(div: Dict[str, np.ndarray], i: int) -> Dict[str, Any]:
+    stack = str(div["stack"][i] or "")
     return {
         "position": int(div["position"][i]), "record": str(div["record"][i]), "rank": int(div["rank"][i]),
         "step": int(div["step"][i]), "kind": divergence.SUSPECT_KINDS[int(div["kind"][i])],
@@ -132,7 +124,7 @@ def _suspect(div: Dict[str, np.ndarray], i: int, results: Dict[str, np.ndarray])
         "out_err": _num(div["out_err"][i]), "in_err": _num(div["in_err"][i]),
         "verdict": VERDICTS[int(div["worst_verdict"][i])], "changed_args": str(div["changed_args"][i]),
         "note": str(div["note"][i]),
-        "stack": str(results["stack"][row]).splitlines()[-1] if str(results["stack"][row]) else "",
+        "stack": stack.splitlines()[-1] if stack else "",
     }
 
 
@@ -176,64 +168,53 @@ def run_compare(job: Any, events=None, *, fail_on_findings: bool = True, write: 
             thresholds=opts.thresholds, highlight=opts.highlight, workers=opts.workers)
         _say(events, "compare {} ({}) against {} ({}), mode {}, {} piece(s)".format(
             target.path, target.origin, golden.path, golden.origin, mode, len(pieces)))
-        results, golden_only, sides = [], [], []
-        for n, (rank, t_step, g_step) in enumerate(pieces):
-            try:
-                t_rows, g_rows = target.rows(rank, t_step), golden.rows(rank, g_step)
-                t_spec = target.tensor_spec(rank, t_step) if mode == "tensor" else None
-                g_spec = golden.tensor_spec(rank, g_step) if mode == "tensor" else None
-            except DumpSourceError as exc:
-                raise CompareError(str(exc)) from None
-            cols, match = compare_piece(t_rows, g_rows, t_spec, g_spec, settings)
-            results.append(cols)
-            sides.append((rank, t_step))
-            _note_unmatched_records(cols, rank, t_step, opts.fuzzy_match, notes)
-            golden_only.append({"rank": np.full(match.golden_only.shape[0], rank, dtype=np.int64),
-                                "step": np.full(match.golden_only.shape[0], g_step, dtype=np.int64),
-                                "golden_name": g_rows.name[match.golden_only],
-                                "golden_dtype": g_rows.dtype[match.golden_only],
-                                "golden_shape": g_rows.shape[match.golden_only]})
-            _emit(events, "step", step=n, total_steps=len(pieces), elapsed_s=round(time.time() - started, 3),
-                  records=len(t_rows))
+        out = _Output(opts, job, target.framework)
+        chunks = ResultChunks(opts.first_divergence, target.tree,
+                              (lambda first: StreamingReport(out.folder(), opts, mode, first, out.stamp))
+                              if write else None)
+        unreadable = _Unreadable(mode)
+        try:
+            for n, (rank, t_step, g_step) in enumerate(pieces):
+                try:
+                    t_rows, g_rows = target.rows(rank, t_step), golden.rows(rank, g_step)
+                    t_spec = target.tensor_spec(rank, t_step) if mode == "tensor" else None
+                    g_spec = golden.tensor_spec(rank, g_step) if mode == "tensor" else None
+                except DumpSourceError as exc:
+                    raise CompareError(str(exc)) from None
+                cols, match = compare_piece(t_rows, g_rows, t_spec, g_spec, settings)
+                _note_unmatched_records(cols, rank, t_step, opts.fuzzy_match, notes)
+                only = {"rank": np.full(match.golden_only.shape[0], rank, dtype=np.int64),
+                        "step": np.full(match.golden_only.shape[0], g_step, dtype=np.int64),
+                        "golden_name": g_rows.name[match.golden_only],
+                        "golden_dtype": g_rows.dtype[match.golden_only],
+                        "golden_shape": g_rows.shape[match.golden_only]}
+                del t_rows, g_rows, match
+                unreadable.add(cols)
+                # no chunk is written while no tensor pair could be compared yet: if that stays so, the compare
+                # is bad input and nothing may be half-written
+                chunks.add(cols, rank, t_step, only, more=n + 1 < len(pieces) and not unreadable.nothing_compared)
+                del cols, only
+                _emit(events, "step", step=n, total_steps=len(pieces), elapsed_s=round(time.time() - started, 3),
+                      records=chunks.rows)
+            unreadable.check(notes)  # before anything is written: nothing compared is bad input
+        except BaseException as exc:
+            chunks.abort()
+            _failed(out.run, exc)
+            raise
     except DumpSourceError as exc:  # a dump.json that is not one, read while choosing the mode or pairing
         raise CompareError(str(exc)) from None
     finally:
         if prefetch is not None:
             prefetch.shutdown(wait=False, cancel_futures=True)
-    table = _concat(results)
-    _note_unreadable(table, mode, notes)  # before anything is written: nothing compared is bad input
-    if len(results) > 1:  # record codes count on across pieces
-        sizes = [int(c["record_code"].max()) + 1 if len(c["record_code"]) else 0 for c in results]
-        table["record_code"] = np.concatenate([c["record_code"] + off for c, off in
-                                               zip(results, np.cumsum([0] + sizes[:-1]))])
-    only = _concat(golden_only)
-    writer = run = None
-    if write:
-        from engines.compare.outputs import ReportWriter, output_folder
-
-        outcome_dir, run = output_folder(opts, job, target.framework)
-        try:
-            writer = ReportWriter(outcome_dir, opts, mode, table)  # a large CSV starts in the background
-        except BaseException as exc:
-            _failed(run, exc)
-            raise
     try:
-        outcome = _rank_and_summarise(opts, mode, target, golden, pieces, sides, results, table, only, notes,
-                                      fail_on_findings)
-        if writer is not None:
-            outcome.output_dir = outcome_dir
-            summary = outcome.summary
-            summary["run_dir"] = str(outcome_dir)
-            outcome.files = writer.finish(outcome.divergence, outcome.tree, only, summary, events)
-            summary["files"] = outcome.files
-            summary["elapsed_s"] = round(time.time() - started, 3)
-            if run is not None:
-                run.finish("finished", outcome.exit_code, _run_summary(summary))
+        outcome = _finish(opts, mode, target, golden, pieces, notes, chunks, out.folder() if write else None,
+                          fail_on_findings, events, started)
     except BaseException as exc:
-        if writer is not None:
-            writer.abort()
-        _failed(run, exc)
+        chunks.abort()
+        _failed(out.run, exc)
         raise
+    if out.run is not None:
+        out.run.finish("finished", outcome.exit_code, _run_summary(outcome.summary))
     summary = outcome.summary
     counts = summary["verdicts"]
     summary["elapsed_s"] = round(time.time() - started, 3)
@@ -244,71 +225,134 @@ def run_compare(job: Any, events=None, *, fail_on_findings: bool = True, write: 
     return outcome
 
 
+def _finish(opts: CompareOptions, mode: str, target: DumpSource, golden: DumpSource, pieces, notes: List[str],
+            chunks: ResultChunks, out_dir: Optional[Path], fail_on_findings: bool, events,
+            started: float) -> CompareOutcome:
+    """Rank what is left, summarise, write the reports: in one go when every result row is still held (the CSV
+    starts in the background before the ranking), else the last chunk and the ranking."""
+    streamed = chunks.stream is not None
+    writer = None
+    table: Dict[str, np.ndarray] = {}
+    if streamed:
+        chunks.flush()
+    else:
+        table = chunks.table()
+        if out_dir is not None:
+            from engines.compare.outputs import ReportWriter
+
+            writer = ReportWriter(out_dir, opts, mode, table)  # a large CSV starts in the background
+    try:
+        chunks.rank_pending()
+        outcome = _summarise(opts, mode, target, golden, pieces, notes, chunks, fail_on_findings)
+        if not streamed:
+            outcome.results = table
+            outcome.tree = concat(chunks.trees)
+        summary = outcome.summary
+        if out_dir is not None:
+            outcome.output_dir = out_dir
+            summary["run_dir"] = str(out_dir)
+            if streamed:
+                outcome.files = chunks.stream.finish(outcome.divergence, summary, events)
+            else:
+                outcome.files = writer.finish(outcome.divergence, outcome.tree, chunks.golden_only(), summary,
+                                              events)
+            summary["files"] = outcome.files
+            summary["elapsed_s"] = round(time.time() - started, 3)
+    except BaseException:
+        if writer is not None:
+            writer.abort()
+        raise
+    return outcome
+
+
+class _Output:
+    """The result folder, made when the first report is written (a compare that fails before leaves none)."""
+
+    def __init__(self, opts: CompareOptions, job: Any, framework: str):
+        self.opts, self.job, self.framework = opts, job, framework
+        self.dir: Optional[Path] = None
+        self.run = None
+        self.stamp = time.strftime("%Y%m%d%H%M%S")
+
+    def folder(self) -> Path:
+        if self.dir is None:
+            from engines.compare.outputs import output_folder
+
+            self.dir, self.run = output_folder(self.opts, self.job, self.framework)
+        return self.dir
+
+
 def _failed(run, exc: BaseException) -> None:
     if run is not None:
         run.finish("failed", 1, {"error": str(exc)})
 
 
-def _rank_and_summarise(opts: CompareOptions, mode: str, target: DumpSource, golden: DumpSource, pieces, sides,
-                        results: List[Dict[str, np.ndarray]], table: Dict[str, np.ndarray],
-                        only: Dict[str, np.ndarray], notes: List[str], fail_on_findings: bool) -> CompareOutcome:
-    """First divergence and module roll-up of each piece, then the summary."""
-    divs, trees = [], []
-    naive = {"first_differing": [], "largest_error": []}
-    if opts.first_divergence:
-        for cols, (rank, t_step) in zip(results, sides):
-            frame = divergence.record_frame(cols)
-            div = divergence.rank_records(cols, frame=frame)
-            divs.append(div)
-            trees.append(divergence.module_rollup(cols, div, target.tree(rank, t_step), frame=frame))
-            naive["first_differing"].append(divergence.first_differing(cols, frame))
-            naive["largest_error"].append(divergence.largest_error(cols, frame))
-    offsets = np.cumsum([0] + [len(c["verdict"]) for c in results[:-1]])
-    for div, off in zip(divs, offsets):
-        div["first_row"] = div["first_row"] + off
-    for tree, off in zip(trees, offsets):
-        tree["first_row"] = np.where(tree["first_row"] >= 0, tree["first_row"] + off, -1)
-    div_all = _merge_divergence(divs)
-    tree_all = _concat(trees)
-    top = [_suspect(div_all, i, table) for i in range(min(opts.top, len(div_all.get("record", []))))]
-    groups = suspects.group_suspects(div_all, table, opts.top)
-    counts = {name: int((table["verdict"] == code).sum()) for code, name in enumerate(VERDICTS)}
+def _summarise(opts: CompareOptions, mode: str, target: DumpSource, golden: DumpSource, pieces,
+               notes: List[str], chunks: ResultChunks, fail_on_findings: bool) -> CompareOutcome:
+    """The merged first-divergence ranking and the summary (from the counts and ranking entries the chunks
+    kept; the result rows themselves may be written and gone)."""
+    div_all = _merge_divergence(chunks.divs)
+    top = [_suspect(div_all, i) for i in range(min(opts.top, len(div_all.get("record", []))))]
+    groups = suspects.group_suspects(div_all, {}, opts.top)
+    counts = {name: int(chunks.counts[code]) for code, name in enumerate(VERDICTS)}
     summary = {
         "mode": mode, "target": str(opts.target_path), "golden": str(opts.golden_path),
         "target_origin": target.origin, "golden_origin": golden.origin,
         "pieces": [{"rank": r, "target_step": a, "golden_step": b} for r, a, b in pieces],
-        "rows": int(table["verdict"].shape[0]), "verdicts": counts,
-        "golden_only_rows": int(len(only.get("golden_name", []))), "notes": notes,
-        "first_differing_op": next((x for x in naive["first_differing"] if x), None),
-        "largest_error_op": next((x for x in naive["largest_error"] if x), None),
+        "rows": int(chunks.rows), "verdicts": counts,
+        "golden_only_rows": int(chunks.golden_only_rows), "notes": notes,
+        "first_differing_op": chunks.first_differing,
+        "largest_error_op": chunks.largest_error,
         "errors": counts["error"], "warnings": counts["warning"], "unmatched": counts["unmatched"],
         "top_suspects": top, "suspect_groups": groups, "options": summary_options(opts),
         "tables": [suspects.suspects_table(groups, len({r for r, _, _ in pieces}) > 1)] if groups else [],
     }
     exit_code = EXIT_FINDINGS if (fail_on_findings and counts["error"] > 0) else EXIT_OK
-    return CompareOutcome(summary=summary, top_suspects=top, exit_code=exit_code, results=table,
-                          divergence=div_all, tree=tree_all)
+    return CompareOutcome(summary=summary, top_suspects=top, exit_code=exit_code, divergence=div_all)
 
 
-def _note_unreadable(table: Dict[str, np.ndarray], mode: str, notes: List[str]) -> None:
-    """Tensor mode: say how many row pairs could not be compared because a tensor could not be read, and why;
-    when that is every pair with data on both sides, nothing was compared: bad input (exit code 2)."""
-    if mode != "tensor" or not len(table.get("status", ())):
-        return
-    status = table["status"]
-    failed = np.flatnonzero(status == tensor_metrics.ST_READ_ERROR)
-    if not failed.size:
-        return
-    tried = int(np.isin(status, (tensor_metrics.ST_OK, tensor_metrics.ST_NONFINITE, tensor_metrics.ST_EMPTY,
-                                 tensor_metrics.ST_UNREADABLE, tensor_metrics.ST_READ_ERROR)).sum())
-    names = ["{}.{}".format(table["record"][i], table["slot"][i]) for i in failed[:3]]
-    why = str(table["reasons"][failed[0]]).rpartition("read failed: ")[2]
-    detail = "first: {}{}: {}".format(", ".join(names), ", ..." if failed.size > 3 else "", why)
-    if failed.size == tried:
-        raise CompareError("no tensor pair could be compared: all {} could not be read ({})".format(
-            failed.size, detail))
-    notes.append("{} of {} tensor pair(s) could not be compared: their tensor data could not be read ({})".format(
-        failed.size, tried, detail))
+class _Unreadable:
+    """Tensor mode: the row pairs that could not be compared because a tensor could not be read, counted piece by
+    piece (the result rows may be written and gone by the end)."""
+
+    _TRIED = (tensor_metrics.ST_OK, tensor_metrics.ST_NONFINITE, tensor_metrics.ST_EMPTY,
+              tensor_metrics.ST_UNREADABLE, tensor_metrics.ST_READ_ERROR)
+
+    def __init__(self, mode: str):
+        self.on = mode == "tensor"
+        self.failed = self.tried = 0
+        self.names: List[str] = []
+        self.why = ""
+
+    def add(self, cols: Dict[str, np.ndarray]) -> None:
+        if not self.on or not len(cols.get("status", ())):
+            return
+        status = cols["status"]
+        self.tried += int(np.isin(status, self._TRIED).sum())
+        failed = np.flatnonzero(status == tensor_metrics.ST_READ_ERROR)
+        if not failed.size:
+            return
+        if not self.failed:
+            self.why = str(cols["reasons"][failed[0]]).rpartition("read failed: ")[2]
+        self.names += ["{}.{}".format(cols["record"][i], cols["slot"][i]) for i in failed[:max(0, 3 - len(self.names))]]
+        self.failed += int(failed.size)
+
+    @property
+    def nothing_compared(self) -> bool:
+        """Tensor mode, and every pair with data on both sides so far could not be read (or none was seen yet)."""
+        return self.on and self.failed == self.tried
+
+    def check(self, notes: List[str]) -> None:
+        """Say how many pairs could not be compared, and why; when that is every pair with data on both sides,
+        nothing was compared: bad input (exit code 2)."""
+        if not self.failed:
+            return
+        detail = "first: {}{}: {}".format(", ".join(self.names), ", ..." if self.failed > 3 else "", self.why)
+        if self.failed == self.tried:
+            raise CompareError("no tensor pair could be compared: all {} could not be read ({})".format(
+                self.failed, detail))
+        notes.append("{} of {} tensor pair(s) could not be compared: their tensor data could not be read ({})"
+                     .format(self.failed, self.tried, detail))
 
 
 def _note_unmatched_records(cols: Dict[str, np.ndarray], rank: int, step: int, fuzzy: bool,
@@ -340,7 +384,7 @@ def _run_summary(summary: Dict[str, Any]) -> Dict[str, Any]:
 def _merge_divergence(divs: List[Dict[str, np.ndarray]]) -> Dict[str, np.ndarray]:
     """All pieces' rankings in one list: tier (update-phase ops after a model that shows a signal), then best
     score first (positions renumbered)."""
-    table = _concat(divs)
+    table = concat(divs)
     if not table or len(table["record"]) == 0:
         return table
     order = np.lexsort((table["order"], table["step"], table["rank"], -table["score"], table["tier"]))

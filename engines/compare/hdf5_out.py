@@ -13,6 +13,7 @@ column; codes cost milliseconds and each distinct text is stored once. :func:`re
 
 from __future__ import annotations
 
+import itertools
 import json
 from pathlib import Path
 from typing import Any, Dict, List, Optional
@@ -39,6 +40,7 @@ NAME_COLUMNS = {"results": ("record", "parent", "golden_name"),
                 "tree": ("node", "parent"), "golden_only": ("golden_name",)}
 DERIVED = ("target_name",)
 _UNKNOWN = -3  # not yet coded
+DICT_INDEX = 1 << 18  # distinct texts a dictionary indexes before it starts afresh
 
 
 def _layout(classic: bool):
@@ -67,20 +69,29 @@ def _specs(layout):
     tables = [TableSpec(t, [Column(c, typ) for c, typ, _ in cols]) for t, cols in layout.items()]
     tables += [TableSpec(name, [Column("code", "int64"), Column("name", "str")]) for name in CODE_TABLES]
     dicts = sorted({d for cols in layout.values() for _, _, d in cols if d})
-    tables += [TableSpec(d, [Column("text", "str")]) for d in dicts]
+    # "json": each text stored as given; "str" would intern it again in the writer, whose index then grows with
+    # every distinct text of the result (a per-row hash column has millions)
+    tables += [TableSpec(d, [Column("text", "json")]) for d in dicts]
     return tables
 
 
 class TextDictionary:
-    """Distinct texts in first-seen order; :meth:`encode` gives int32 codes (-1 for ""/None).
+    """Distinct texts in first-seen order; :meth:`encode` gives int32 codes (-1 for ""/None), code = row of the
+    text in its dictionary table.
 
     Tables share objects (the divergence and tree tables name the same record strings as the results), so the
     codes of objects already seen are remembered by object id (the dictionary keeps those objects alive, so
     their ids stay theirs) and found again with one vectorised search instead of a dict lookup per row.
+
+    Memory stays bounded on any result size: :meth:`take_new` hands out the texts coded since its last call (the
+    store appends them as they come), and past :data:`DICT_INDEX` distinct texts the text index starts afresh
+    (codes go on counting; a text seen again after that gets a second code, which decodes the same).
     """
 
     def __init__(self):
         self.index: Dict[str, int] = {}
+        self._base = 0  # codes handed out before the current index
+        self._taken = 0  # codes whose texts take_new has handed out
         self._keep: List[object] = []
         self._ids = np.empty(0, dtype=np.int64)  # sorted
         self._codes = np.empty(0, dtype=np.int32)
@@ -98,7 +109,8 @@ class TextDictionary:
     def _code(self, value) -> int:
         if value is None or value == "":
             return -1
-        return self.index.setdefault(value if isinstance(value, str) else json.dumps(value), len(self.index))
+        return self._base + self.index.setdefault(value if isinstance(value, str) else json.dumps(value),
+                                                  len(self.index))
 
     def _codes_of(self, values: np.ndarray) -> np.ndarray:
         n = values.shape[0]
@@ -113,9 +125,9 @@ class TextDictionary:
         miss = np.flatnonzero(codes == _UNKNOWN)
         if miss.size:
             sub, uniques = factorize(values[miss])
-            index, code = self.index, self._code
+            index, code, base = self.index, self._code, self._base
             setdefault = index.setdefault
-            mapped = np.fromiter((setdefault(u, len(index)) if type(u) is str and u else code(u)
+            mapped = np.fromiter((base + setdefault(u, len(index)) if type(u) is str and u else code(u)
                                   for u in uniques.tolist()), dtype=np.int32, count=len(uniques))
             codes[miss] = mapped[sub]
             objs = uniques.tolist()
@@ -126,44 +138,94 @@ class TextDictionary:
             self._codes = np.concatenate([self._codes, mapped])[order]
         return codes
 
-    def texts(self) -> List[str]:
-        return list(self.index)
+    def take_new(self) -> List[str]:
+        """Texts coded since the last call, in code order (the rows to append to the dictionary table)."""
+        start = self._taken - self._base
+        new = list(itertools.islice(self.index, start, None)) if start else list(self.index)
+        self._taken = self._base + len(self.index)
+        if len(self.index) > DICT_INDEX:
+            self._base += len(self.index)
+            self.index = {}
+        return new
+
+    def forget_objects(self) -> None:
+        """Drop the objects remembered by id (their codes stay known by text)."""
+        self._keep = []
+        self._ids = np.empty(0, dtype=np.int64)
+        self._codes = np.empty(0, dtype=np.int32)
 
 
 def _plain(values: np.ndarray, kind: str):
     return np.asarray(values).astype(kind, copy=False)
 
 
-def write_hdf5(out_dir: Path, mode: str, table: Dict[str, np.ndarray], div: Dict[str, np.ndarray],
-               tree: Dict[str, np.ndarray], golden_only: Dict[str, np.ndarray], summary: Dict[str, Any]) -> Path:
-    """Write ``<out_dir>/compare.h5`` (or its per-step segment on a network file system)."""
-    from engines.store import StoreWriter
+class ResultStore:
+    """The result store being written: tables appended a chunk at a time (:meth:`append`, text columns coded
+    through dictionaries shared by every chunk), then the dictionaries and code tables and one commit
+    (:meth:`finish`). ``summary`` known up front goes to ``run_meta``; one known only at the end (a compare
+    written chunk by chunk) goes to the commit's info, where :func:`summary_of` finds it."""
 
-    classic = "classic_colour" in table
-    layout = _layout(classic)
-    meta = {"framework": "", "schema_version": SCHEMA_VERSION,
-            "run_meta": {"mode": mode, "summary": _jsonable(summary)}}
-    dicts: Dict[str, TextDictionary] = {}
-    with StoreWriter(out_dir, KIND, _specs(layout), meta=meta) as w:
-        for name, data in (("results", table), ("divergence", div), ("tree", tree), ("golden_only", golden_only)):
-            if not data or not len(next(iter(data.values()))):
+    def __init__(self, out_dir: Path, mode: str, classic: bool, summary: Optional[Dict[str, Any]] = None):
+        from engines.store import StoreWriter
+
+        self.layout = _layout(classic)
+        meta = {"framework": "", "schema_version": SCHEMA_VERSION,
+                "run_meta": {"mode": mode, "summary": _jsonable(summary or {})}}
+        self.dicts: Dict[str, TextDictionary] = {}
+        self.path = Path(out_dir) / (KIND + ".h5")
+        self.writer = StoreWriter(out_dir, KIND, _specs(self.layout), meta=meta)
+
+    def append(self, name: str, data: Dict[str, np.ndarray]) -> None:
+        if not data or not len(next(iter(data.values()))):
+            return
+        values = {}
+        for c, kind, d in self.layout[name]:
+            if d is None:
+                values[c] = _plain(data[c], kind)
                 continue
-            values = {}
-            for c, kind, d in layout[name]:
-                if d is None:
-                    values[c] = _plain(data[c], kind)
-                    continue
-                same = data["target_name"] if (name == "results" and c == "golden_name") else None
-                values[c] = dicts.setdefault(d, TextDictionary()).encode(data[c], same)
-            w.append(name, **values)
-        for d, dictionary in dicts.items():
-            texts = dictionary.texts()
+            same = data["target_name"] if (name == "results" and c == "golden_name") else None
+            values[c] = self.dicts.setdefault(d, TextDictionary()).encode(data[c], same)
+        self.writer.append(name, **values)
+
+    def _append_texts(self) -> None:
+        for d, dictionary in self.dicts.items():
+            texts = dictionary.take_new()
             if texts:
-                w.append(d, text=texts)
+                self.writer.append(d, text=texts)
+
+    def forget_objects(self) -> None:
+        """After a chunk: append the texts it coded to their dictionary tables and let its strings go."""
+        self._append_texts()
+        for dictionary in self.dicts.values():
+            dictionary.forget_objects()
+
+    def finish(self, summary: Optional[Dict[str, Any]] = None) -> Path:
+        w = self.writer
+        self._append_texts()
         for name, names in CODE_TABLES.items():
             w.append(name, code=np.arange(len(names), dtype=np.int64), name=list(names))
-        w.commit(0)
-    return Path(out_dir) / (KIND + ".h5")
+        if summary is None:
+            w.commit(0)
+        else:
+            w.commit(0, summary=_jsonable(summary))
+        w.close()
+        return self.path
+
+    def abort(self) -> None:
+        self.writer.close("failed")
+
+
+def write_hdf5(out_dir: Path, mode: str, table: Dict[str, np.ndarray], div: Dict[str, np.ndarray],
+               tree: Dict[str, np.ndarray], golden_only: Dict[str, np.ndarray], summary: Dict[str, Any]) -> Path:
+    """Write ``<out_dir>/compare.h5`` (or its per-step segment on a network file system) in one go."""
+    store = ResultStore(out_dir, mode, "classic_colour" in table, summary)
+    try:
+        for name, data in (("results", table), ("divergence", div), ("tree", tree), ("golden_only", golden_only)):
+            store.append(name, data)
+        return store.finish()
+    except BaseException:
+        store.abort()
+        raise
 
 
 def _jsonable(value: Any) -> Any:
@@ -229,9 +291,20 @@ def _join(records: np.ndarray, slots: np.ndarray) -> np.ndarray:
     return out
 
 
+def summary_of(reader) -> Dict[str, Any]:
+    """The summary a result store holds (a ``StoreReader`` of it): its commit's info when the results were written
+    chunk by chunk, else ``run_meta``."""
+    for commit in reversed(reader.commits()):
+        info = commit.get("info")
+        if isinstance(info, dict) and isinstance(info.get("summary"), dict):
+            return info["summary"]
+    meta = reader.meta.get("run_meta") or {}
+    summary = meta.get("summary", {}) if isinstance(meta, dict) else {}
+    return summary if isinstance(summary, dict) else {}
+
+
 def read_summary(path) -> Dict[str, Any]:
     from engines.store import StoreReader
 
     with StoreReader(Path(path), KIND) as r:
-        meta = r.meta.get("run_meta") or {}
-    return meta.get("summary", {}) if isinstance(meta, dict) else {}
+        return summary_of(r)

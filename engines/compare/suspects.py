@@ -122,7 +122,10 @@ def group_suspects(div: Dict[str, np.ndarray], results: Dict[str, np.ndarray], l
         rows = np.array(members[key], dtype=np.int64)
         record = key[1]
         row = int(div["first_row"][best])
-        stack = str(stacks[row]) if stacks is not None and 0 <= row < len(stacks) else ""
+        if "stack" in div:  # the entry's own stack text (the compare engine keeps it with the ranking)
+            stack = str(div["stack"][best] or "")
+        else:
+            stack = str(stacks[row]) if stacks is not None and 0 <= row < len(stacks) else ""
         out.append({
             "position": int(div["position"][best]), "record": record, "kind": SUSPECT_KINDS[key[0]],
             "direction": direction_word(int(div["direction"][best])), "phase": PHASES[int(div["phase"][best])],

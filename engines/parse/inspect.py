@@ -12,13 +12,13 @@ import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 import numpy as np
 
 from engines import safe_fs
 from engines.parse.names import direction_word
-from engines.parse.rows import IO_NAMES, KIND_NAMES, STAT_BITS, RowTable
+from engines.parse.rows import IO_NAMES, KIND_NAMES, STAT_BITS, RowTable, factorize
 from engines.parse.sources import DumpSource, DumpSourceError, open_dump, require_steps
 from engines.runner import JobError
 
@@ -69,12 +69,10 @@ def _nonfinite_mask(rows: RowTable) -> np.ndarray:
     return mask
 
 
-def select_rows(source: DumpSource, *, name: Optional[str] = None, step: Optional[int] = None,
-                rank: Optional[int] = None, nonfinite: bool = False) -> RowTable:
-    """Rows of every (rank, step) of ``source`` that pass the filters, in rank, step, dump order."""
-    match = name_matcher(name)
+def _pieces(source: DumpSource, step: Optional[int], rank: Optional[int]) -> List[Tuple[int, int]]:
+    """(rank, step) pieces the filters select, in rank and step order; nothing is read but the step lists."""
     try:
-        require_steps(source)
+        require_steps(source)  # a dump the disk stopped before its first step: one line, before anything is read
     except DumpSourceError as exc:
         raise ParseError(str(exc)) from None
     ranks = source.ranks()
@@ -82,28 +80,49 @@ def select_rows(source: DumpSource, *, name: Optional[str] = None, step: Optiona
         if rank not in ranks:
             raise ParseError("--rank {}: the dump has ranks {}".format(rank, ranks))
         ranks = [rank]
-    tables = []
+    out = []
     for r in ranks:
         steps = source.steps(r)
         if step is not None:
             if step not in steps:
                 continue
             steps = [step]
-        for s in steps:
-            try:
-                rows = source.rows(r, s)
-            except DumpSourceError as exc:
-                raise ParseError(str(exc)) from None
-            keep = np.ones(len(rows), dtype=bool)
-            if match is not None:
-                keep &= np.fromiter((match(n) for n in rows.name.tolist()), bool, len(rows))
-            if nonfinite:
-                keep &= _nonfinite_mask(rows)
-            tables.append(rows.take(keep))
-    if step is not None and not tables:
+        out.extend((r, s) for s in steps)
+    if step is not None and not out:
         raise ParseError("--step {}: not in the dump (steps: {})".format(
             step, sorted({s for r in source.ranks() for s in source.steps(r)})))
-    return RowTable.concat(tables)
+    return out
+
+
+def iter_selected(source: DumpSource, *, name: Optional[str] = None, step: Optional[int] = None,
+                  rank: Optional[int] = None, nonfinite: bool = False) -> Iterator[RowTable]:
+    """The rows of each selected (rank, step) piece that pass the filters, one piece at a time (a piece is read
+    only when the caller asks for it, so stopping early reads no more of the dump)."""
+    match = name_matcher(name)
+    for r, s in _pieces(source, step, rank):
+        try:
+            rows = source.rows(r, s)
+        except DumpSourceError as exc:
+            raise ParseError(str(exc)) from None
+        keep = np.ones(len(rows), dtype=bool)
+        if match is not None:
+            keep &= _name_mask(rows, match)
+        if nonfinite:
+            keep &= _nonfinite_mask(rows)
+        yield rows.take(keep)
+
+
+def _name_mask(rows: RowTable, match) -> np.ndarray:
+    """Rows whose name matches, testing each distinct name once (a name repeats in every step)."""
+    codes, uniq = factorize(rows.name)
+    hit = np.fromiter((match(n) for n in uniq.tolist()), bool, len(uniq))
+    return hit[codes] if len(uniq) else np.zeros(0, dtype=bool)
+
+
+def select_rows(source: DumpSource, *, name: Optional[str] = None, step: Optional[int] = None,
+                rank: Optional[int] = None, nonfinite: bool = False) -> RowTable:
+    """Rows of every (rank, step) of ``source`` that pass the filters, in rank, step, dump order."""
+    return RowTable.concat(list(iter_selected(source, name=name, step=step, rank=rank, nonfinite=nonfinite)))
 
 
 def _stat(v: float) -> Optional[float]:
@@ -129,21 +148,47 @@ def row_dict(rows: RowTable, i: int) -> Dict[str, Any]:
 
 def parse(path, *, name: Optional[str] = None, step: Optional[int] = None, rank: Optional[int] = None,
           nonfinite: bool = False, export_npy=None, limit: int = LIST_LIMIT) -> ParseOutcome:
-    """List (and optionally export) the rows of the dump at ``path`` that pass the filters."""
+    """List (and optionally export) the rows of the dump at ``path`` that pass the filters.
+
+    The dump is read one (rank, step) piece at a time, and only as far as needed: once more than ``limit`` rows
+    are selected the listing is full and reading stops (``summary["complete"]`` is then False and the counts cover
+    the pieces read; ``read_pieces`` says how many of ``pieces``). ``export_npy`` reads every selected piece and
+    exports its tensors as it goes. Memory holds one piece and the listed rows, whatever the dump's length."""
     source = _open(path)
     try:
-        rows = select_rows(source, name=name, step=step, rank=rank, nonfinite=nonfinite)
+        pieces = _pieces(source, step, rank)
+        kept: List[RowTable] = []
+        n_kept = n_rows = n_records = n_nonfinite = read = 0
         exported: List[str] = []
-        if export_npy:
-            exported = export_rows(source, rows, Path(export_npy))
-        records = len(dict.fromkeys(zip(rows.rank.tolist(), rows.step.tolist(), rows.record.tolist())))
+        exported_pieces = set()
+        complete = True
+        for rows in iter_selected(source, name=name, step=step, rank=rank, nonfinite=nonfinite):
+            read += 1
+            n_rows += len(rows)
+            n_records += len(rows.record_order())
+            n_nonfinite += int(_nonfinite_mask(rows).sum())
+            if export_npy and len(rows):
+                done = export_rows(source, rows, Path(export_npy), multi=len(pieces) > 1)
+                if done:
+                    exported_pieces.add((int(rows.rank[0]), int(rows.step[0])))
+                exported += done
+            if n_kept <= limit and len(rows):
+                part = rows if n_kept + len(rows) <= limit + 1 else rows.take(np.arange(limit + 1 - n_kept))
+                kept.append(part)
+                n_kept += len(part)
+            if n_kept > limit and not export_npy and read < len(pieces):
+                complete = False
+                break
+        if len(exported_pieces) == 1 and len(pieces) > 1:  # everything came from one piece: no sub-folders
+            exported = _flatten_export(Path(export_npy), exported)
+        rows = RowTable.concat(kept)
         listed = [row_dict(rows, i) for i in range(min(len(rows), limit))]
         summary = {
             "path": str(path), "origin": source.origin, "framework": source.framework,
             "ranks": source.ranks(), "steps": sorted({s for r in source.ranks() for s in source.steps(r)}),
-            "holds": source.holds(), "rows": len(rows), "records": records,
-            "nonfinite_rows": int(_nonfinite_mask(rows).sum()), "listed": listed,
-            "exported": len(exported),
+            "holds": source.holds(), "rows": n_rows, "records": n_records,
+            "nonfinite_rows": n_nonfinite, "listed": listed, "complete": complete,
+            "pieces": len(pieces), "read_pieces": read, "exported": len(exported),
             "tables": [_rows_table(rows, limit)],
         }
         notes = source.notes()
@@ -173,12 +218,14 @@ def _reader(source: DumpSource, rows: RowTable, i: int):
 
 def find_row(source: DumpSource, row_name: str, *, rank: Optional[int] = None,
              step: Optional[int] = None) -> Tuple[RowTable, int]:
-    rows = select_rows(source, rank=rank, step=step)
-    hits = np.flatnonzero(rows.name == row_name)
-    if hits.size == 0:
-        raise ParseError("{}: no row named {!r}{}".format(source.path, row_name,
-                                                          "" if step is None else " at step {}".format(step)))
-    return rows, int(hits[0])
+    """The first piece (rank, step order) holding a row named ``row_name``, and the row's position in it; pieces
+    after it are not read."""
+    for rows in iter_selected(source, rank=rank, step=step):
+        hits = np.flatnonzero(rows.name == row_name)
+        if hits.size:
+            return rows, int(hits[0])
+    raise ParseError("{}: no row named {!r}{}".format(source.path, row_name,
+                                                      "" if step is None else " at step {}".format(step)))
 
 
 def read_tensor(path, row_name: str, *, rank: Optional[int] = None, step: Optional[int] = None) -> np.ndarray:
@@ -307,14 +354,16 @@ def _safe_file_name(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]", "_", name)[:240]
 
 
-def export_rows(source: DumpSource, rows: RowTable, folder: Path) -> List[str]:
+def export_rows(source: DumpSource, rows: RowTable, folder: Path, multi: Optional[bool] = None) -> List[str]:
     """Write each selected row that has tensor data to ``folder/<row name>.npy`` (streamed; bfloat16 as float32).
-    Several ranks or steps get ``rank<R>/step<S>/`` sub-folders."""
+    Several ranks or steps (``multi``; by default: whether ``rows`` span several) get ``rank<R>/step<S>/``
+    sub-folders."""
     try:
         safe_fs.make_dirs(folder)
     except OSError as exc:
         raise ParseError("--export-npy {}".format(safe_fs.describe_os_error(folder, exc))) from None
-    multi = len(set(zip(rows.rank.tolist(), rows.step.tolist()))) > 1
+    if multi is None:
+        multi = len(set(zip(rows.rank.tolist(), rows.step.tolist()))) > 1
     written = []
     readers: Dict[Tuple[int, int], Any] = {}
     try:
@@ -351,6 +400,23 @@ def _write_npy(fh, dtype: np.dtype, shape: Tuple[int, ...], numel: int, reader: 
     for lo in range(0, numel, CHUNK):
         hi = min(numel, lo + CHUNK)
         fh.write(np.ascontiguousarray(np.asarray(reader.read(loc, lo, hi)).reshape(-1), dtype=dtype).tobytes())
+
+
+def _flatten_export(folder: Path, files: List[str]) -> List[str]:
+    """Move the files of a one-piece export from its ``rank<R>/step<S>/`` sub-folder up into ``folder``."""
+    out = []
+    for f in files:
+        src = Path(f)
+        dst = folder / src.name
+        src.replace(dst)
+        out.append(str(dst))
+    for sub in {Path(f).parent for f in files}:
+        for d in (sub, sub.parent):
+            try:
+                d.rmdir()
+            except OSError:
+                pass
+    return out
 
 
 # -- comparing two arbitrary tensors -------------------------------------------------------------------------

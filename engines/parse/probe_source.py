@@ -112,47 +112,63 @@ def _check_run_json(run_dir: Path) -> None:
 
 @dataclass(frozen=True)
 class ProbeTensorSpec:
-    """Picklable: worker processes reopen the rank's store."""
+    """Picklable: worker processes reopen the rank's store. ``step``: the piece whose tensors are read (its
+    ``tensors`` rows only); None for the whole store."""
 
     rank_dir: str
+    step: Optional[int] = None
 
     def open(self) -> "ProbeTensorReader":
-        return ProbeTensorReader(self.rank_dir)
+        return ProbeTensorReader(self.rank_dir, self.step)
 
 
 class ProbeTensorReader:
-    """Element ranges of stored tensors (``tensors`` table rows); bfloat16 comes back as float32."""
+    """Element ranges of stored tensors (``tensors`` table rows, by global row number); bfloat16 comes back as
+    float32. Only the locating columns of ``step``'s rows are read (all rows when ``step`` is None)."""
 
-    def __init__(self, rank_dir: str):
+    def __init__(self, rank_dir: str, step: Optional[int] = None):
         store = _store()
         self._to_float = store.to_float
         self._pools = store.POOL_DTYPES
         self.path = rank_dir
         with reading(rank_dir):
             self.reader = store.StoreReader(rank_dir, DUMP_KIND)
-            cols = self.reader.read("tensors", ["pool", "offset", "numel", "dtype", "shape"])
+            cols = self.reader.read("tensors", ["pool", "offset", "numel", "dtype", "shape"],
+                                    steps=None if step is None else [int(step)], with_row=True)
+        self._rows = cols["row"]
+        self._dense = step is None  # rows 0..n-1: a row is its own position
         self.pool, self.offset, self.numel = cols["pool"], cols["offset"], cols["numel"]
         self.dtype, self.shape = cols["dtype"], cols["shape"]
 
+    def _at(self, loc: int) -> int:
+        if self._dense:
+            return loc
+        i = int(np.searchsorted(self._rows, loc))
+        if i >= len(self._rows) or int(self._rows[i]) != loc:
+            raise DumpSourceError("{}: tensor row {} is not in this step".format(self.path, loc))
+        return i
+
     def info(self, loc: int) -> Tuple[np.dtype, int, tuple]:
-        pool = str(self.pool[loc])
+        i = self._at(loc)
+        pool = str(self.pool[i])
         if not pool:
             raise DumpSourceError("{}: tensor row {} has no stored data".format(self.path, loc))
-        numel = int(self.numel[loc])
+        numel = int(self.numel[i])
         if pool not in self._pools or numel < 0:
             raise DumpSourceError("{}: tensor row {} is damaged (pool {!r}, numel {})".format(
                 self.path, loc, pool[:40], numel))
-        dt = np.dtype(np.float32) if "bfloat16" in str(self.dtype[loc]) else np.dtype(pool)
+        dt = np.dtype(np.float32) if "bfloat16" in str(self.dtype[i]) else np.dtype(pool)
         return dt, numel, ()
 
     def read(self, loc: int, start: int, stop: int) -> np.ndarray:
-        ref = {"pool": str(self.pool[loc]), "offset": int(self.offset[loc]) + start, "numel": stop - start,
+        i = self._at(loc)
+        ref = {"pool": str(self.pool[i]), "offset": int(self.offset[i]) + start, "numel": stop - start,
                "shape": [stop - start]}
         try:
             data = self.reader.read_array(ref)
         except Exception as exc:  # StoreError and h5py's OSError
             raise DumpSourceError("{}: {}".format(self.path, exc)) from None
-        return self._to_float(data, str(self.dtype[loc]))
+        return self._to_float(data, str(self.dtype[i]))
 
     def close(self) -> None:
         self.reader.close()
@@ -256,7 +272,7 @@ class ProbeSource(DumpSource):
                 "md5": bool(len(valid)) and bool(np.all((valid & (V_CRC32 | V_XHASH)) != 0))}
 
     def tensor_spec(self, rank: int, step: int) -> ProbeTensorSpec:
-        return ProbeTensorSpec(str(self.rank_dirs[rank]))
+        return ProbeTensorSpec(str(self.rank_dirs[rank]), int(step))
 
     def describe(self) -> str:
         return "probe-tui dump {} (ranks {})".format(self.path, self.ranks())
@@ -313,10 +329,22 @@ def _check_refs(rank_dir: Path, recs: Dict[str, np.ndarray], ts: Dict[str, np.nd
                 rank_dir, bad))
 
 
+STACK_CACHE = 4096  # stack texts a reader keeps (the writer stores each distinct stack once; steps share them)
+
+
 def _stack_texts(reader, ids: np.ndarray) -> np.ndarray:
+    """Call-stack texts of ``records.stack`` ids; each distinct stack is read once per reader (kept on it), so
+    the steps of a long dump, which share their stacks, do not read them again."""
+    cache = reader.__dict__.setdefault("_stack_texts", {})
     codes, uniq = factorize(ids)
-    texts = np.array(["\n".join(reader.stack(int(s))) if int(s) >= 0 else "" for s in uniq.tolist()] or [""],
-                     dtype=object)
+    wanted = [int(s) for s in uniq.tolist()]
+    missing = [s for s in wanted if s >= 0 and s not in cache]
+    if missing:
+        if len(cache) + len(missing) > STACK_CACHE:
+            cache.clear()
+        rows = reader.store.read("stacks", ["frames"], rows=missing)["frames"]
+        cache.update((s, "\n".join(json.loads(f))) for s, f in zip(missing, rows.tolist()))
+    texts = np.array([cache[s] if s >= 0 else "" for s in wanted] or [""], dtype=object)
     return texts[codes] if len(uniq) else np.full(ids.shape[0], "", dtype=object)
 
 

@@ -21,6 +21,7 @@ from .segment_files import SegmentFiles
 from .spec import FORMAT_VERSION, STRINGS_KEY, TableSpec, TensorRef, pool_key, table_key
 
 RowSelection = Union[None, slice, Sequence[int], np.ndarray]
+TEXT_CACHE = 1 << 16  # decoded strings a reader keeps (cleared when full)
 
 
 class StoreReader:
@@ -47,6 +48,7 @@ class StoreReader:
         self._unclosed = False
         self._open_event: Dict[str, Any] = {}
         self._bounds_cache: Dict[str, Any] = {}
+        self._text_cache: Dict[int, str] = {}
         if self._single_file is not None:
             self._init_single_file(kind)
         else:
@@ -386,8 +388,21 @@ class StoreReader:
         if good.size:
             if good[-1] >= self._committed(STRINGS_KEY):
                 raise StoreError(f"{self.directory}: string id {int(good[-1])} is not committed")
-            texts[valid] = self._decode_ids(good)
+            texts[valid] = self._cached_texts(good)
         return texts[inverse].reshape(ids.shape)
+
+    def _cached_texts(self, ids: np.ndarray) -> List[str]:
+        """Texts of sorted distinct ids, through a bounded cache: the steps of a dump name the same records,
+        slots and dtypes (one interned id each), so reading step after step decodes them once and hands out the
+        same ``str`` objects (which later grouping by identity relies on)."""
+        cache = self._text_cache
+        keys = ids.tolist()
+        missing = [i for i in keys if i not in cache]
+        if missing:
+            if len(cache) + len(missing) > TEXT_CACHE:
+                cache.clear()
+            cache.update(zip(missing, self._decode_ids(np.array(missing, dtype=np.int64))))
+        return [cache[i] for i in keys]
 
     def _decode_ids(self, ids: np.ndarray) -> List[str]:
         base, end = self._bounds(STRINGS_KEY)

@@ -13,8 +13,12 @@ from .errors import StoreError
 
 MAX_OPEN = 32
 #: Chunk cache of an open pool: several pool chunks, so tensors read one by one out of a compressed pool do not
-#: decompress the same chunk again for each tensor. Table columns keep HDF5's 1 MiB (many chunks of theirs).
+#: decompress the same chunk again for each tensor.
 POOL_CACHE_BYTES = 8 << 20
+#: Chunk cache of every other dataset (table columns, strings, the commit log): several of their chunks (16,384
+#: rows, 128 KiB for 8-byte columns), enough for reading step after step. Set explicitly: HDF5 2.0 raised its
+#: default to 8 MiB a dataset, so a reader of a long dump held up to 8 MiB for each of its ~35 columns.
+TABLE_CACHE_BYTES = 1 << 20
 
 
 class Segment:
@@ -49,6 +53,7 @@ class SegmentFiles:
 
     def open_file(self, path: Path, swmr: bool) -> h5py.File:
         kwargs: Dict[str, Any] = {"swmr": True} if swmr else {}
+        kwargs["rdcc_nbytes"] = TABLE_CACHE_BYTES
         try:
             return h5io.open_h5(path, "r", locking=self.locking, **kwargs)
         except OSError as exc:

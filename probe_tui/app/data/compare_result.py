@@ -17,7 +17,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from engines.compare.columns import CLASSIC_COLUMNS, DIVERGENCE_COLUMNS, RESULT_COLUMNS, TREE_COLUMNS
-from engines.compare.hdf5_out import KIND, NAME_COLUMNS, SAME_AS_TARGET
+from engines.compare.hdf5_out import KIND, NAME_COLUMNS, SAME_AS_TARGET, summary_of
 from engines.compare.verdicts import ERROR, PASS, SKIPPED, UNMATCHED, VERDICTS, WARNING
 
 # how bad a verdict is (higher is worse): skipped < pass < unmatched < warning < error
@@ -196,7 +196,7 @@ class CompareResult:
         self._lock = threading.RLock()
         self._dicts: Dict[str, np.ndarray] = {}
         run_meta = self._store.meta.get("run_meta") or {}
-        self.summary: Dict[str, Any] = dict(run_meta.get("summary") or {}) if isinstance(run_meta, dict) else {}
+        self.summary: Dict[str, Any] = dict(summary_of(self._store))  # run_meta, or the commit of a chunked write
         self.mode = str(run_meta.get("mode") or self.summary.get("mode") or "statistics")
         stored = set(self._store.table_spec("results").column_names) if "results" in self._store.tables() else set()
         wanted = [c for c in TABLE_NUMBERS + TABLE_CODES + MODE_COLUMNS.get(self.mode, ()) if c in stored]
