@@ -19,9 +19,10 @@ class OutputSpec(ConfigModel):
     compression_level: Optional[int] = field(
         None, "gzip level 1-9 (default 4). Only with compression gzip.", ge=1, le=9, advanced=True)
     disk_budget: SizeBytes = field(
-        None, 'Stop writing tensor data once the run has written this many bytes: a number, or a string such as '
-              '"20GB" (powers of 1000) or "512MiB" (powers of 1024). Statistics keep being recorded and the run '
-              'says what was skipped. Unset: unlimited.')
+        None, 'The most bytes each rank\'s store files may take on disk: a number, or a string such as "20GB" '
+              '(powers of 1000) or "512MiB" (powers of 1024). Checked before each step is written: a step whose '
+              'tensors would pass it keeps its statistics and drops its tensors (the run says so); when even '
+              'statistics no longer fit, the dump stops and training goes on. Unset: unlimited.')
     store_mode: Literal["auto", "swmr", "per_step"] = field(
         "auto", "How the store is written while the run goes on: swmr (one file, readable live), per_step (one "
                 "file a step, closed then announced; for NFS/Lustre where HDF5 locking fails), auto (swmr, or "
