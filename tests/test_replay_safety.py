@@ -146,3 +146,17 @@ def test_a_crafted_name_lands_in_the_xlsx_report_as_text_not_a_formula(tmp_path)
     cells = [c for row in sheet.iter_rows() for c in row]
     assert any(isinstance(c.value, str) and c.value.startswith("'=HYPERLINK") for c in cells)
     assert not [c.coordinate for c in cells if c.data_type == "f"]
+
+
+def test_an_operator_the_capture_named_on_the_way_still_replays():
+    """The capture's table learns ``torch.ops`` packets as calls meet them (``Demo.naive_softmax``); replay must
+    resolve them as operators whatever ran first in the process."""
+    import engines.adapters.torch.demo_model  # noqa: F401 (registers torch.ops.demo)
+    from engines.adapters.torch import api_table, replay_table
+
+    api_table.resolve(torch.ops.demo.naive_softmax)  # what a capture of the demo does
+    replay_table._by_name = None  # rebuilt from the table as it is now
+    try:
+        assert overflow_replay.resolve_callable("Demo.naive_softmax.0.forward") is torch.ops.demo.naive_softmax
+    finally:
+        replay_table._by_name = None

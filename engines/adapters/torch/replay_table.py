@@ -74,6 +74,8 @@ def resolve(prefix: str, api: str) -> Callable:
     found = table.get((prefix, api))
     if found is None and prefix == naming.PREFIX_VF:
         found = table.get((naming.PREFIX_TORCH, api))  # torch._VF holds torch's own bindings
+    if isinstance(found, (torch._ops.OpOverloadPacket, torch._ops.OpOverload)):
+        return _operator(prefix, api)  # an operator the capture named on the way (``Demo.x``): checked as one
     if found is not None:
         if not is_compute(found, api):
             raise NotReplayable("%s.%s is not a compute op (files, threads, seeds, global settings, Python "
