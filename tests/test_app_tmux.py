@@ -111,7 +111,8 @@ def test_new_user_finds_the_injected_fault_and_watches_the_monitor(tmp_path):
             assert time.monotonic() < deadline, pane
             time.sleep(0.2)
             pane = term.screen()
-        term.wait_for("target-only op(s) Tensor.to.0.forward,")  # the note lists the region's ops
+        pane = term.wait_for("target-only op(s)")  # the note lists the region's ops (wrapped as the pane's width
+        assert "Tensor.to.0.forward," in pane  # and the score's digits fall: the comma marks the note's list)
         term.send("1")
         term.wait_for("filter: all")
         problem = r"\d+ r0 s\d\s+\S+\s+(error|warning)\s"
