@@ -155,8 +155,8 @@ def test_an_operator_the_capture_named_on_the_way_still_replays():
     from engines.adapters.torch import api_table, replay_table
 
     api_table.resolve(torch.ops.demo.naive_softmax)  # what a capture of the demo does
-    replay_table._by_name = None  # rebuilt from the table as it is now
+    replay_table._named_callables.cache_clear()  # rebuilt from the table as it is now
     try:
         assert overflow_replay.resolve_callable("Demo.naive_softmax.0.forward") is torch.ops.demo.naive_softmax
     finally:
-        replay_table._by_name = None
+        replay_table._named_callables.cache_clear()

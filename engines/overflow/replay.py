@@ -64,6 +64,16 @@ def split_api_name(name: str) -> Tuple[str, str]:
     return parts[0], parts[1]
 
 
+def resolve_named(name: str, resolve: Callable[[str, str], Callable], not_replayable: type) -> Callable:
+    """The callable of a record name through an adapter's ``replay_table.resolve``: the name's grammar first
+    (``UnsafeApiName``), then the table; a name the table does not replay is a ``ReplayError``."""
+    prefix, api = split_api_name(name)
+    try:
+        return resolve(prefix, api)
+    except not_replayable as exc:
+        raise ReplayError("%s: %s" % (name, exc)) from None
+
+
 def _clip(text: str, limit: int = 120) -> str:
     return text if len(text) <= limit else text[:limit] + "..."
 

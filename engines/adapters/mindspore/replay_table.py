@@ -6,7 +6,8 @@ resolved with ``getattr`` on a namespace (which reaches classes such as ``ops.Cu
 ``tensor_methods``) is inverted once; what it names and what computes is replayable, and nothing else.
 """
 
-from typing import Any, Callable, Dict, Optional, Tuple
+import functools
+from typing import Any, Callable, Dict, Tuple
 
 import mindspore as ms
 
@@ -20,24 +21,20 @@ _NOT_COMPUTE_MODULES = ("mindspore.ops.function.debug_func", "mindspore.ops.func
                         "mindspore.ops.operations._ms_kernel", "mindspore.ops.composite.base", "mindspore.graph._utils")
 _COMPUTE_ROOTS = ("mindspore.", "engines.adapters.mindspore.demo_ops")
 
-_by_name: Optional[Dict[Tuple[str, str], Any]] = None
-
-
 class NotReplayable(Exception):
     """The name is well formed but names no compute callable of this MindSpore (the message says why)."""
 
 
+@functools.lru_cache(maxsize=None)
 def _named_callables() -> Dict[Tuple[str, str], Any]:
-    global _by_name
-    if _by_name is None:
-        inverse: Dict[Tuple[str, str], Any] = {}
-        for module, prefix in api_table.namespaces():
-            for _attr, original, pfx, api in api_table.module_functions(module, prefix):
-                inverse.setdefault((pfx, api), original)
-        for _attr, original, pfx, api in api_table.tensor_methods():
+    """(prefix, api) -> the callable the capture's table names so, built once."""
+    inverse: Dict[Tuple[str, str], Any] = {}
+    for module, prefix in api_table.namespaces():
+        for _attr, original, pfx, api in api_table.module_functions(module, prefix):
             inverse.setdefault((pfx, api), original)
-        _by_name = inverse
-    return _by_name
+    for _attr, original, pfx, api in api_table.tensor_methods():
+        inverse.setdefault((pfx, api), original)
+    return inverse
 
 
 def is_compute(obj: Any, prefix: str, api: str) -> bool:

@@ -29,13 +29,8 @@ _REPLAY_DTYPES = {"float32": torch.float32, "float64": torch.float64}
 
 
 def resolve_callable(name: str) -> Callable:
-    """The callable of a record name (``Torch.exp.0.forward`` or just ``Torch.exp``), from the capture's own API
-    table only (``replay_table``); a name that is no API at all raises ``UnsafeApiName``."""
-    prefix, api = rp.split_api_name(name)
-    try:
-        return replay_table.resolve(prefix, api)
-    except replay_table.NotReplayable as exc:
-        raise ReplayError("%s: %s" % (name, exc)) from None
+    """The callable of a record name (``Torch.exp.0.forward`` or just ``Torch.exp``), from the capture's own API table only."""
+    return rp.resolve_named(name, replay_table.resolve, replay_table.NotReplayable)
 
 
 def tensor_from_saved(data: np.ndarray, dtype_name: str, shape: List[int]) -> torch.Tensor:

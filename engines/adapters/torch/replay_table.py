@@ -9,8 +9,9 @@ torch's compute modules, or a registered ``torch.ops`` operator packet that the 
 that touch files, threads, seeds or global settings are never replayed even though the capture names them.
 """
 
+import functools
 import types
-from typing import Any, Callable, Dict, Optional, Tuple
+from typing import Any, Callable, Dict, Tuple
 
 import torch
 
@@ -31,22 +32,18 @@ NEVER_REPLAYED = frozenset((
 ))
 _NEVER_PREFIXES = ("set_", "get_", "init_", "import_")
 
-_by_name: Optional[Dict[Tuple[str, str], Any]] = None
-
-
 class NotReplayable(Exception):
     """The name is well formed but no compute callable of this torch has it (the message says why)."""
 
 
+@functools.lru_cache(maxsize=None)
 def _named_callables() -> Dict[Tuple[str, str], Any]:
-    global _by_name
-    if _by_name is None:
-        inverse: Dict[Tuple[str, str], Any] = {}
-        for obj, entry in api_table.table().items():
-            if entry is not None:
-                inverse.setdefault(entry, obj)
-        _by_name = inverse
-    return _by_name
+    """(prefix, api) -> the callable the capture's table names so, built once."""
+    inverse: Dict[Tuple[str, str], Any] = {}
+    for obj, entry in api_table.table().items():
+        if entry is not None:
+            inverse.setdefault(entry, obj)
+    return inverse
 
 
 def is_compute(obj: Any, api: str) -> bool:
