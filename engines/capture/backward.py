@@ -179,7 +179,7 @@ def find_boundary(out_nodes: NodePairs, match_all: Callable[[Any, int], Optional
         if frontier is not None:
             frontier.extend((single, k, nxt, nr) for k, (nxt, nr) in enumerate(single.next_functions)
                             if nxt is not None)
-    if frontier is not None and complete:
+    if memo is not None and frontier is not None and complete:
         # A parent module's walk jumps from this call's output node straight to the edges that leave it.
         (node, _), = out_nodes.values()
         memo[id(node)] = (node, frontier)

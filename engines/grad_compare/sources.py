@@ -135,7 +135,10 @@ class MsprobeGrads:
     @_guarded
     def load(self, rank: int, step: int) -> StepGrads:
         rank_dir = self._dirs[rank]
-        names, numels, norms, packed = [], [], [], []
+        names: List[str] = []
+        numels: List[int] = []
+        norms: List[float] = []
+        packed: List[Optional[np.ndarray]] = []
         with open(rank_dir / f"grad_summary_{step}.csv", newline="", encoding="utf-8") as handle:
             rows = list(csv.reader(handle))
         header = [h.strip().lower() for h in rows[0]] if rows else []

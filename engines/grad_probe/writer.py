@@ -65,7 +65,7 @@ class GradStoreWriter:
         if has_histogram(self.level):
             columns["hist"] = stats.hist
             columns["zero_frac"] = stats.zero_frac
-        if has_direction(self.level) and n:
+        if has_direction(self.level) and n and stats.directions is not None and stats.dir_offsets is not None:
             ref = self._store.put_array(stats.directions)
             columns["dir_offset"] = (stats.dir_offsets + ref.offset) if ref is not None else [-1] * n
         if n:

@@ -119,12 +119,13 @@ class AlertEngine:
                     hit |= finite & (magnitude > rule.threshold)
                 kinds = np.where(np.isnan(values), "nan", np.where(np.isinf(values), "inf", np.where(counts, "count", "threshold")))
             else:
+                threshold = rule.threshold if rule.threshold is not None else 0.0  # from_config requires one
                 judged = np.array([m in TURBULENCE_METRICS for m in metrics]) & seen & finite
-                up = judged & (magnitude > baseline * (1.0 + rule.threshold))
-                down = judged & (magnitude < baseline * (1.0 - rule.threshold))
+                up = judged & (magnitude > baseline * (1.0 + threshold))
+                down = judged & (magnitude < baseline * (1.0 - threshold))
                 hit = {"up": up, "down": down, "both": up | down}[rule.direction]
                 kinds = np.where(up, "up", "down")
-                band_hi, band_lo = baseline * (1.0 + rule.threshold), baseline * max(0.0, 1.0 - rule.threshold)
+                band_hi, band_lo = baseline * (1.0 + threshold), baseline * max(0.0, 1.0 - threshold)
                 clipped = np.where(hit & up, band_hi, np.where(hit & down, band_lo, clipped))
             new = hit & ~fired
             fired |= hit

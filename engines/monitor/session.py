@@ -17,7 +17,7 @@ The adapter brings its hooks (optimizer pre/post, activations), how it measures,
 import contextlib
 import logging
 import weakref
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Protocol
 
 from engines.monitor.alerts import RuleSpec
 from engines.monitor.metrics import normalise_ops
@@ -45,7 +45,15 @@ def alert_rules(section: Any) -> List[RuleSpec]:
     return [RuleSpec.from_config(rule) for rule in (rules or [])]
 
 
+class RootFinder(Protocol):
+    """What an adapter's model finder gives the session (it finds the model's root modules/cells)."""
+
+    def remove(self) -> None: ...
+
+
 class MonitorSessionBase:
+    _finder: RootFinder  # set by the adapter's ``__init__``
+
     def __init__(self, section: Any, writer: Any, *, rank: int = 0, loss_from_target: bool = False, watcher=None,
                  on_message: Optional[Callable[[str, str], None]] = None,
                  on_step: Optional[Callable[[int], None]] = None, on_alerts: Optional[Callable] = None) -> None:
@@ -71,6 +79,10 @@ class MonitorSessionBase:
         self.rank_dir = getattr(writer, "rank_dir", None)
 
     # -- what the adapter brings -----------------------------------------------------------------------------
+    def _configure(self, section: Any, not_before: int) -> None:
+        """Apply ``section`` (at start and when the watched config changes), collecting from ``not_before`` on."""
+        raise NotImplementedError
+
     def _new_metrics(self) -> Any:
         """An empty ``StepMetrics`` of the adapter."""
         raise NotImplementedError

@@ -146,7 +146,7 @@ class MetricsWriter:
         alerts = self.alert_engine.check(step, ids, values, self._describe) if self.alert_engine.rules else []
         if alerts:
             self._record_alerts(alerts)
-        entries = None
+        entries: List[Tuple[str, str, str, float]] = []
         if self.csv is not None or self.tensorboard is not None:
             entries = [(k[0], k[1], k[2], float(v)) for k, v in zip(keys, values)]
         try:

@@ -15,7 +15,7 @@ import re
 import zlib
 from typing import Any, Callable, Dict, Optional
 
-from engines.parse.names import parse_record
+from engines.parse.names import RecordName, parse_record
 from engines.parse.rows import (
     IO_INPUT,
     IO_OUTPUT,
@@ -87,7 +87,7 @@ class Flattener:
         self.rows = RowBuilder()
         self.order = 0
         self._record = ""
-        self._rec = None
+        self._rec: Optional[RecordName] = None
         self._parent = ""
         self._stack = ""
         self._shapes: Dict[tuple, tuple] = {}
@@ -106,7 +106,7 @@ class Flattener:
 
     def add_record(self, record: str, entry: Any) -> None:
         self._record = record
-        self._rec = parse_record(record)
+        self._rec = rec = parse_record(record)
         parent = self.parents.get(record)
         if isinstance(parent, list):  # Megatron: [parent, micro_step]
             parent = parent[0] if parent else None
@@ -114,7 +114,7 @@ class Flattener:
         self._stack = self.stacks.get(record, "")
         if not isinstance(entry, dict):
             raise FieldError(None, "", "expected an object (a record), got {}".format(_shown(entry)))
-        if self._rec.kind == KIND_PARAM_GRAD:
+        if rec.kind == KIND_PARAM_GRAD:
             for key, value in entry.items():
                 self._walk(value, key, IO_PARAM_GRAD, 0, index_lists=False)
             return
@@ -235,6 +235,7 @@ class Flattener:
             if valid:  # msprobe dumps have no NaN/inf counts: 1 when a statistic is non-finite
                 nonfinite = int(any(not math.isfinite(v) for v, bit in zip(vals, (1, 2, 4, 8)) if valid & bit))
         rec = self._rec
+        assert rec is not None, "add_record sets the record first"
         record = self._record
         self.rows.append((record + "." + slot, record, slot, io, rec.kind, rec.direction, dtype, shape, numel,
                           mx, mn, mean, norm, valid, text, requires_grad, crc, nonfinite, is_tensor, self.step,

@@ -8,7 +8,7 @@ import os
 import threading
 import warnings
 from pathlib import Path
-from typing import Callable, List, Optional, Tuple
+from typing import Callable, List, Optional, Set, Tuple
 
 from .errors import StoreError, StoreWarning
 
@@ -100,7 +100,7 @@ def is_network_fs(fstype: str) -> bool:
     return fstype in NETWORK_FS or fstype.startswith("nfs")
 
 
-_warned = set()
+_warned: Set[str] = set()
 _warn_lock = threading.Lock()
 
 

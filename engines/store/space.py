@@ -135,8 +135,9 @@ def one_line(exc: BaseException) -> str:
 
 
 def size_text(n: int) -> str:
+    x = float(n)
     for unit in ("B", "KB", "MB", "GB"):
-        if abs(n) < 1000 or unit == "GB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1000
-    return str(n)
+        if abs(x) < 1000 or unit == "GB":
+            return f"{x:.0f} {unit}" if unit == "B" else f"{x:.1f} {unit}"
+        x /= 1000
+    return str(x)

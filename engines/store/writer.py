@@ -12,7 +12,7 @@ import socket
 import time
 import warnings
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
+from typing import Any, Callable, Dict, Iterable, List, NoReturn, Optional, Tuple
 
 import numpy as np
 
@@ -122,7 +122,7 @@ class StoreWriter(SpaceGuard):
         except OSError as exc:
             self._give_up_opening(self.directory / f"{self.kind}.h5", exc)
 
-    def _give_up_opening(self, path: Path, exc: BaseException) -> None:
+    def _give_up_opening(self, path: Path, exc: BaseException) -> NoReturn:
         if self._segment is not None:
             self._segment.abandon()
             self._segment = None
