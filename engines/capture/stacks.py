@@ -7,7 +7,7 @@ stack (file, line, function, source line) is produced only the first time that s
 import linecache
 import os
 import sys
-from types import FrameType
+from types import CodeType, FrameType
 from typing import Dict, List, Optional, Sequence, Tuple  # noqa: F401
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
@@ -90,7 +90,7 @@ class StackTable:
         return len(self._frames)
 
 
-def _line_of(code, lasti: int) -> int:
+def _line_of(code: CodeType, lasti: int) -> int:
     for start, end, line in code.co_lines() if hasattr(code, "co_lines") else ():
         if start <= lasti < end and line is not None:
             return line

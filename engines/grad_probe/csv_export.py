@@ -6,11 +6,12 @@ gradient as 8 hex digits; interval columns and ``=0`` are fractions of elements;
 
 import csv
 from pathlib import Path
-from typing import List
+from typing import List, Sequence
 
 from engines import safe_fs
 from engines.grad_probe.levels import csv_header, has_hash, has_histogram
 from engines.grad_probe.records import GradStepStats
+from engines.safe_fs import PathLike
 
 
 def summary_rows(stats: GradStepStats, level: str) -> List[list]:
@@ -28,7 +29,7 @@ def summary_rows(stats: GradStepStats, level: str) -> List[list]:
     return rows
 
 
-def write_grad_summary(directory, stats: GradStepStats, level: str, bounds) -> Path:
+def write_grad_summary(directory: PathLike, stats: GradStepStats, level: str, bounds: Sequence[float]) -> Path:
     """Write ``<directory>/grad_summary_{step}.csv`` atomically (a killed run never leaves half a file)."""
     directory = Path(directory)
     safe_fs.make_dirs(directory)

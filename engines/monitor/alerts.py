@@ -15,7 +15,7 @@ does not make the next normal steps look like a drop, while a lasting change of 
 """
 
 from dataclasses import asdict, dataclass
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -93,7 +93,8 @@ class AlertEngine:
             self._ema = np.concatenate([self._ema, np.zeros(extra)])
             self._seen = np.concatenate([self._seen, np.zeros(extra, dtype=bool)])
 
-    def check(self, step: int, ids: np.ndarray, values: np.ndarray, describe) -> List[Alert]:
+    def check(self, step: int, ids: np.ndarray, values: np.ndarray,
+              describe: Callable[[int], Tuple[str, str, str, str]]) -> List[Alert]:
         """``describe(series_id) -> (tag, name, module, metric)``. Returns alerts in series order."""
         ids = np.asarray(ids, dtype=np.int64)
         values = np.asarray(values, dtype=np.float64)

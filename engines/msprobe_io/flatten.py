@@ -13,7 +13,7 @@ import json
 import math
 import re
 import zlib
-from typing import Any, Callable, Dict, Optional
+from typing import Any, Callable, Dict, Optional, Tuple
 
 from engines.parse.names import RecordName, parse_record
 from engines.parse.rows import (
@@ -210,12 +210,12 @@ class Flattener:
         else:
             self._add_text_row(slot, io, str(type(value)), "[]", str(value), scalar_crc32(value))
 
-    def _add_text_row(self, slot, io, dtype, shape, text, crc) -> None:
+    def _add_text_row(self, slot: str, io: int, dtype: str, shape: str, text: Optional[str], crc: str) -> None:
         self._add(slot, io, dtype=dtype, shape=shape, numel=-1, stats=None, text=text, crc=crc,
                   requires_grad=-1, is_tensor=False, data=-1, data_name="")
 
-    def _add(self, slot, io, *, dtype, shape, numel, stats, text, crc, requires_grad, is_tensor, data,
-             data_name) -> None:
+    def _add(self, slot: str, io: int, *, dtype: str, shape: str, numel: int, stats: Optional[Tuple[Any, ...]],
+             text: Optional[str], crc: str, requires_grad: int, is_tensor: bool, data: int, data_name: str) -> None:
         nan = math.nan
         mx = mn = mean = norm = nan
         valid = 0

@@ -15,7 +15,7 @@ that step.
 """
 
 import os
-from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple
 
 from engines.capture import naming
 from engines.capture.records import StepBuffer
@@ -200,7 +200,8 @@ class OverflowChecks(_Session):
             self.findings.stopped = True
             self.running = False  # the function mode and module hooks pass calls through from now on
 
-    def _verdict(self, r: int, rows: List[int], exact: bool):
+    def _verdict(self, r: int, rows: List[int], exact: bool
+                 ) -> Tuple[og.Verdict, Tuple[List[og.TensorFacts], List[og.TensorFacts], List[int]]]:
         b = self.buffer
         entries = self.entries
         kind = b.rec_kind[r]
