@@ -47,11 +47,11 @@ class BackgroundWriter:
     def set_rules(self, rules: Sequence[RuleSpec]) -> None:
         self._queue.put(("rules", rules))
 
-    def write_step(self, step: int, keys: Sequence[SeriesKey], values: np.ndarray,
+    def write_step(self, step: int, keys: Sequence["SeriesKey"], values: np.ndarray,
                    shapes: Optional[Sequence[str]] = None, dtypes: Optional[Sequence[str]] = None) -> None:
         self._queue.put(("step", step, list(keys), values, shapes and list(shapes), dtypes and list(dtypes)))
 
-    def write_late(self, step: int, keys: Sequence[SeriesKey], values: np.ndarray) -> None:
+    def write_late(self, step: int, keys: Sequence["SeriesKey"], values: np.ndarray) -> None:
         self._queue.put(("late", step, list(keys), values))
 
     def drain_alerts(self) -> List[Alert]:
