@@ -29,7 +29,7 @@ import json
 import logging
 import os
 import re
-from typing import Any, Callable, List, Optional, Tuple
+from typing import Any, Callable, List, Optional, Set, Tuple
 
 log = logging.getLogger("engines.launch")
 
@@ -127,7 +127,7 @@ def ranks_from_env() -> Optional[List[int]]:
     if not isinstance(items, list) or not items:
         raise LaunchError("%s: %s is not a rank list (write 0,4-6 or [0, \"4-6\"])" % (RANKS_ENV, echo(raw)))
 
-    ranks = set()
+    ranks: Set[int] = set()
     for item in items:
         try:
             low, high = parse_rank_item(item)

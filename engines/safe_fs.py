@@ -21,7 +21,7 @@ import secrets
 import stat
 from contextlib import contextmanager
 from pathlib import Path
-from typing import IO, Any, Iterator, Union
+from typing import IO, Any, Iterator, Optional, Union
 
 FILE_MODE = 0o640
 DIR_MODE = 0o750
@@ -233,7 +233,7 @@ def temp_name(path: PathLike) -> Path:
 
 
 @contextmanager
-def atomic_file(path: PathLike, mode: str = "w", *, tmp: PathLike = None, **kwargs: Any) -> Iterator[IO[Any]]:
+def atomic_file(path: PathLike, mode: str = "w", *, tmp: Optional[PathLike] = None, **kwargs: Any) -> Iterator[IO[Any]]:
     """Write ``path`` through a fresh temporary file renamed over it at the end (readers see the old or the new
     file; a planted link at ``path`` is replaced, never written through). ``tmp`` names the temporary file
     (replaced if present); by default a hidden unique name. On an exception the temporary file is removed."""
@@ -249,7 +249,7 @@ def atomic_file(path: PathLike, mode: str = "w", *, tmp: PathLike = None, **kwar
         raise
 
 
-def write_atomic(path: PathLike, data: Union[str, bytes], *, tmp: PathLike = None, encoding: str = "utf-8") -> Path:
+def write_atomic(path: PathLike, data: Union[str, bytes], *, tmp: Optional[PathLike] = None, encoding: str = "utf-8") -> Path:
     """Replace ``path`` with ``data`` in one step (see :func:`atomic_file`)."""
     if isinstance(data, bytes):
         with atomic_file(path, "wb", tmp=tmp) as fh:

@@ -8,6 +8,7 @@ ends. Pure Python, no framework: the store and the runner both use it.
 """
 
 import threading
+from types import TracebackType
 from typing import Optional
 
 _state = threading.local()
@@ -23,7 +24,7 @@ class critical:
     def __enter__(self) -> None:
         _state.depth = _depth() + 1
 
-    def __exit__(self, exc_type, exc, tb) -> None:
+    def __exit__(self, exc_type: Optional[type], exc: Optional[BaseException], tb: Optional[TracebackType]) -> None:
         _state.depth = _depth() - 1
         pending: Optional[BaseException] = getattr(_state, "pending", None)
         if _state.depth == 0 and pending is not None:

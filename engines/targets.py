@@ -23,6 +23,7 @@ import traceback
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 from typing import Any, Callable, Dict, Iterator, List, Optional, Set
 
 FRAMEWORKS = ("pytorch", "mindspore")
@@ -277,7 +278,7 @@ def _run_guarded(body: Callable[[], Any]) -> TargetResult:
     return TargetResult(ok=True, exit_code=0, value=value, elapsed_s=time.perf_counter() - started)
 
 
-def _demo_module(framework: str):
+def _demo_module(framework: str) -> ModuleType:
     module_name = DEMO_MODULES[framework]
     try:
         return importlib.import_module(module_name)

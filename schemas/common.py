@@ -9,7 +9,7 @@ Each concrete job narrows `task` to its literal (the union's discriminator), nar
 task supports, and adds its section named after the task.
 """
 
-from typing import Any, Dict, Literal, Optional, Tuple, get_args
+from typing import Any, ClassVar, Dict, Literal, Optional, Tuple, get_args
 
 from pydantic import ValidationInfo, field_validator, model_validator
 
@@ -20,7 +20,7 @@ from .schema_rules import add_rules, inside, note, nullable
 from .target import TargetSpec, expand_target_shorthand, target_field_schema
 from .types import RankList, config_error, field
 
-__all__ = ["ALL_LEVELS", "MAX_COMMENT_CHARS", "LEVEL_NOTES", "JobBase", "RunJob", "CollectionJob", "DumpJob", "level_field", "level_literal",
+__all__ = ["ALL_LEVELS", "MAX_COMMENT_CHARS", "LEVEL_NOTES", "JobBase", "RunJob", "CollectionJob", "DumpJob", "level_field",
            "section_field"]
 
 ALL_LEVELS = ("L0", "L1", "mix", "L2", "debug")
@@ -40,7 +40,7 @@ MAX_COMMENT_CHARS = 10_000
 class JobBase(ConfigModel):
     """Keys every job has."""
 
-    foreign_scope = ("job",)
+    foreign_scope: ClassVar[Tuple[str, ...]] = ("job",)
 
     @classmethod
     def json_schema_rules(cls, schema: Dict[str, Any]) -> None:
@@ -177,10 +177,6 @@ class DumpJob(CollectionJob):
 def level_field(default: str, levels: Tuple[str, ...]) -> Any:
     lines = "; ".join(f"{lv}: {LEVEL_NOTES[lv]}" for lv in levels)
     return field(default, f"Capture level. {lines}.")
-
-
-def level_literal(levels: Tuple[str, ...]) -> Any:
-    return Literal[levels]  # type: ignore[valid-type]
 
 
 def section_field(model: type, description: str) -> Any:

@@ -1,11 +1,11 @@
 """statistics, tensor and overflow_check jobs, with the rules that tie the level to the section."""
 
-from typing import Any, Dict, Literal, Tuple
+from typing import Any, Dict, Literal, Tuple, get_args
 
 from pydantic import ValidationInfo, field_validator, model_validator
 
 from .base import ConfigModel
-from .common import DumpJob, level_field, level_literal, section_field
+from .common import DumpJob, level_field, section_field
 from .dump_sections import (
     API_NAME,
     MODULE_NAME,
@@ -20,9 +20,12 @@ from .types import config_error, field
 
 __all__ = ["StatisticsJob", "TensorJob", "OverflowCheckSection", "OverflowCheckJob"]
 
-STATISTICS_LEVELS = ("L0", "L1", "mix", "debug")
-TENSOR_LEVELS = ("L0", "L1", "mix", "L2", "debug")
-OVERFLOW_LEVELS = ("L0", "L1", "mix")
+StatisticsLevel = Literal["L0", "L1", "mix", "debug"]
+TensorLevel = Literal["L0", "L1", "mix", "L2", "debug"]
+OverflowLevel = Literal["L0", "L1", "mix"]
+STATISTICS_LEVELS: Tuple[str, ...] = get_args(StatisticsLevel)
+TENSOR_LEVELS: Tuple[str, ...] = get_args(TensorLevel)
+OVERFLOW_LEVELS: Tuple[str, ...] = get_args(OverflowLevel)
 
 
 def check_dump_rules(job: DumpJob, section: DumpSection, info: ValidationInfo) -> None:
@@ -89,7 +92,7 @@ class StatisticsJob(DumpJob):
     """Capture statistics (max, min, mean, norm; optionally checksums) of every tensor at API and/or module level."""
 
     task: Literal["statistics"] = field("statistics", "Capture per-tensor statistics.")
-    level: level_literal(STATISTICS_LEVELS) = level_field("L1", STATISTICS_LEVELS)
+    level: StatisticsLevel = level_field("L1", STATISTICS_LEVELS)
     statistics: StatisticsSection = section_field(StatisticsSection, "Options of the statistics task.")
 
     @classmethod
@@ -107,7 +110,7 @@ class TensorJob(DumpJob):
     """Save real tensors (plus their statistics) for the selected APIs and modules."""
 
     task: Literal["tensor"] = field("tensor", "Save real tensors.")
-    level: level_literal(TENSOR_LEVELS) = level_field("L1", TENSOR_LEVELS)
+    level: TensorLevel = level_field("L1", TENSOR_LEVELS)
     tensor: TensorSection = section_field(TensorSection, "Options of the tensor task.")
 
     @classmethod
@@ -140,7 +143,7 @@ class OverflowCheckJob(DumpJob):
     """Find the calls whose outputs (or inputs) hold inf or nan, and keep their tensors."""
 
     task: Literal["overflow_check"] = field("overflow_check", "Detect inf/nan overflows.")
-    level: level_literal(OVERFLOW_LEVELS) = level_field("L1", OVERFLOW_LEVELS)
+    level: OverflowLevel = level_field("L1", OVERFLOW_LEVELS)
     overflow_check: OverflowCheckSection = section_field(OverflowCheckSection, "Options of the overflow check.")
 
     @model_validator(mode="after")

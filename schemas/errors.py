@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 
 from pydantic import ValidationError
-from pydantic_core import PydanticCustomError
+from pydantic_core import ErrorDetails, PydanticCustomError
 
 __all__ = [
     "ConfigIssue",
@@ -197,7 +197,7 @@ def _limit_message(kind: str, ctx: dict, value: Any) -> str:
     return f"{text} {ctx.get(key)} (got {show(value)})"
 
 
-def _message_for(err: dict) -> Tuple[str, str]:
+def _message_for(err: ErrorDetails) -> Tuple[str, str]:
     """(message, hint) for one pydantic error dict."""
     kind = err["type"]
     ctx = err.get("ctx") or {}

@@ -10,7 +10,7 @@ from typing import Any, Dict, List, Literal
 from pydantic import ValidationInfo, field_validator, model_validator
 
 from .base import ConfigModel
-from .common import DumpJob, level_field, level_literal, section_field
+from .common import DumpJob, level_field, section_field
 from .dump_sections import API_NAME
 from .errors import RuleCollector, echo
 from .schema_rules import add_rules, inside, is_true, when
@@ -110,7 +110,7 @@ class FreeBenchmarkJob(DumpJob):
     """Check API precision without a reference run by perturbing inputs and re-running (API level only)."""
 
     task: Literal["free_benchmark"] = field("free_benchmark", "Check APIs without a reference run.")
-    level: level_literal(("L1",)) = level_field("L1", ("L1",))
+    level: Literal["L1"] = level_field("L1", ("L1",))
     free_benchmark: FreeBenchmarkSection = section_field(FreeBenchmarkSection, "Options of free_benchmark.")
 
     @model_validator(mode="after")

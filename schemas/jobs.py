@@ -1,6 +1,6 @@
 """The job union: one model per task, joined on `task`."""
 
-from typing import Annotated, Dict, Tuple, Union
+from typing import Annotated, Dict, Tuple, Type, Union
 
 from pydantic import Field, TypeAdapter
 
@@ -21,7 +21,7 @@ JobConfig = Annotated[
 
 _MODELS = (StatisticsJob, TensorJob, OverflowCheckJob, FreeBenchmarkJob, GradProbeJob, MonitorJob, CompareJob,
            GradCompareJob, AnalyzeOverflowJob)
-TASKS: Dict[str, type] = {model.task_name(): model for model in _MODELS}
+TASKS: Dict[str, Type[JobBase]] = {model.task_name(): model for model in _MODELS}
 COLLECTION_TASKS: Tuple[str, ...] = ("statistics", "tensor", "overflow_check", "free_benchmark", "grad_probe",
                                      "monitor")
 ANALYSIS_TASKS: Tuple[str, ...] = ("compare", "grad_compare", "analyze_overflow")

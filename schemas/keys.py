@@ -11,12 +11,15 @@ It walks the JSON alongside the model tree and, for every object:
 """
 
 import typing
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple, Type
 
 from pydantic import BaseModel
 
 from .errors import ConfigIssue, WarnFn, did_you_mean, echo, format_path, join_path
 from .foreign import FOREIGN_SECTIONS, all_foreign_names, foreign_key
+
+if TYPE_CHECKING:
+    from .common import JobBase
 
 __all__ = ["nested_shape", "check_job_keys"]
 
@@ -76,7 +79,7 @@ class _Walk:
             return {k: self.value(inner, v, loc + [k]) for k, v in value.items()}
         return value
 
-    def model(self, model: type, data: Dict[str, Any], loc: List[Any], *, misplaced: Optional[Dict[str, str]] = None,
+    def model(self, model: Type[BaseModel], data: Dict[str, Any], loc: List[Any], *, misplaced: Optional[Dict[str, str]] = None,
               top_level: bool = False, task: str = "") -> Dict[str, Any]:
         fields = model.model_fields
         scopes = getattr(model, "foreign_scope", ())
@@ -125,12 +128,11 @@ class _Walk:
         return False
 
 
-def check_job_keys(job_model: type, data: Dict[str, Any], warn: WarnFn) -> Tuple[Dict[str, Any], List[ConfigIssue]]:
+def check_job_keys(job_model: "Type[JobBase]", data: Dict[str, Any], warn: WarnFn) -> Tuple[Dict[str, Any], List[ConfigIssue]]:
     """Check a whole job config (top level plus its section, with placement hints between the two)."""
     walk = _Walk(warn)
     task = job_model.task_name()
-    section_field = job_model.model_fields.get(task)
-    section_model = section_field.annotation if section_field is not None else None
+    section_model = _section_model(job_model, task)
     top_keys = set(job_model.model_fields)
     section_keys = set(section_model.model_fields) if section_model else set()
 
@@ -151,6 +153,13 @@ def check_job_keys(job_model: type, data: Dict[str, Any], warn: WarnFn) -> Tuple
     return cleaned, walk.issues
 
 
+def _section_model(job_model: "Type[JobBase]", task: str) -> Optional[Type[BaseModel]]:
+    """The model of the job's section named ``task`` (None: the job has no such section)."""
+    info = job_model.model_fields.get(task)
+    model = info.annotation if info is not None else None
+    return model if isinstance(model, type) and issubclass(model, BaseModel) else None
+
+
 def _other_task_options(task: str, own: set) -> Dict[str, str]:
     """Hints for keys that are options of another task: "tensor_list is an option of task statistics"."""
     from .jobs import TASKS
@@ -159,10 +168,10 @@ def _other_task_options(task: str, own: set) -> Dict[str, str]:
     for other, model in TASKS.items():
         if other == task:
             continue
-        section = model.model_fields.get(other)
+        section = _section_model(model, other)
         if section is None:
             continue
-        for key in section.annotation.model_fields:
+        for key in section.model_fields:
             if key not in own and key not in hints:
                 hints[key] = f"'{key}' is an option of task {other}, not {task}"
     return hints

@@ -4,7 +4,7 @@ import copy
 import re
 import weakref
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Tuple, Union
+from typing import Any, Dict, List, Optional, Tuple, Type, Union
 
 from pydantic import ValidationError
 
@@ -54,7 +54,7 @@ def read_config_source(source: Source, warn: WarnFn = default_warn) -> Dict[str,
     return data
 
 
-def _job_model(data: Dict[str, Any]) -> type:
+def _job_model(data: Dict[str, Any]) -> Type[JobBase]:
     task = data.get("task")
     if not isinstance(task, str):
         raise ConfigError([ConfigIssue("task", f"must be a string naming the task (got {echo(task)})",
@@ -80,12 +80,12 @@ def load_config(source: Source, *, on_warning: Optional[WarnFn] = None) -> JobBa
     data = normalise_shape(raw, warn)
     model = _job_model(data)
     cleaned, issues = check_job_keys(model, data, warn)
+    job: Optional[JobBase] = None
     try:
         job = model.model_validate(cleaned, context={"warn": warn})
     except ValidationError as exc:
         issues.extend(issues_from_validation_error(exc))
-        job = None
-    if issues:
+    if issues or job is None:
         raise ConfigError(_in_document_order(issues, data))
     if isinstance(source, (str, Path)) and not (isinstance(source, str) and source.lstrip().startswith("{")):
         _SOURCES[id(job)] = (weakref.ref(job), str(Path(source).resolve()))

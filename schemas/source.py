@@ -9,7 +9,7 @@ import json
 import os
 import stat
 from pathlib import Path
-from typing import Any, Dict, List, Tuple, Union
+from typing import Any, Callable, Dict, List, Tuple, Union
 
 from .errors import ConfigError, ConfigIssue, WarnFn, echo, format_path
 
@@ -103,7 +103,7 @@ def _parse_int(text: str) -> int:
     return int(text)
 
 
-def _object_pairs(duplicates: List[str]):
+def _object_pairs(duplicates: List[str]) -> Callable[[List[Tuple[str, Any]]], Dict[str, Any]]:
     def hook(pairs: List[Tuple[str, Any]]) -> Dict[str, Any]:
         out: Dict[str, Any] = {}
         for key, value in pairs:

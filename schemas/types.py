@@ -5,7 +5,7 @@ Every list of ranks or steps goes through `RankList`: ints and `"a"`/`"a-b"` str
 """
 
 import re
-from typing import Annotated, Any, Dict, List, Optional, Tuple
+from typing import Annotated, Any, Dict, List, Optional, Set, Tuple
 
 from pydantic import AfterValidator, BeforeValidator, Field, PlainSerializer, PlainValidator, WithJsonSchema
 from pydantic_core import PydanticCustomError
@@ -114,7 +114,7 @@ def _check_list(value: Any) -> Any:
 
 
 def _flatten(spans: List[Tuple[int, int]]) -> List[int]:
-    values = set()
+    values: Set[int] = set()
     for low, high in spans:
         values.update(range(low, high + 1))
     return sorted(values)

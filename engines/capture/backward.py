@@ -16,7 +16,7 @@ matched to an input (torch's leaves are ``AccumulateGrad`` nodes holding the var
 the call (created before it), and reading tensors' nodes.
 """
 
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from engines.capture import naming
 
@@ -179,7 +179,7 @@ def find_boundary(out_nodes: NodePairs, match_all: Callable[[Any, int], Optional
         if frontier is not None:
             frontier.extend((single, k, nxt, nr) for k, (nxt, nr) in enumerate(single.next_functions)
                             if nxt is not None)
-    if frontier is not None and complete:
+    if memo is not None and frontier is not None and complete:
         # A parent module's walk jumps from this call's output node straight to the edges that leave it.
         (node, _), = out_nodes.values()
         memo[id(node)] = (node, frontier)
@@ -249,7 +249,13 @@ def _fire(pending: PendingBackward, deliver: Callable[..., None], *grads: Any) -
     return None
 
 
-def _node_grads(pending: PendingBackward, grad_inputs, grad_outputs, in_pairs, out_pairs) -> None:
+Grads = Sequence[Any]  # the gradients autograd hands a hook (None where there is none)
+EdgeSlots = Sequence[Tuple[int, str]]  # (edge number, slot name)
+IdentityEdges = List[Tuple[int, str, List[str]]]  # (edge number, output slot, the input slots it is)
+
+
+def _node_grads(pending: PendingBackward, grad_inputs: Grads, grad_outputs: Grads, in_pairs: EdgeSlots,
+                out_pairs: EdgeSlots) -> None:
     for nr, slot in out_pairs:
         if nr < len(grad_outputs):
             pending.grad_of_output(slot, grad_outputs[nr])
@@ -258,7 +264,7 @@ def _node_grads(pending: PendingBackward, grad_inputs, grad_outputs, in_pairs, o
             pending.grad_of_input(slot, grad_inputs[k])
 
 
-def _identity_grads(pending: PendingBackward, grad_outputs, items, want_outputs: bool) -> None:
+def _identity_grads(pending: PendingBackward, grad_outputs: Grads, items: IdentityEdges, want_outputs: bool) -> None:
     for nr, slot, same in items:
         grad = grad_outputs[nr] if nr < len(grad_outputs) else None
         if grad is None:
@@ -269,9 +275,10 @@ def _identity_grads(pending: PendingBackward, grad_outputs, items, want_outputs:
             pending.session.backward_row(pending, "output" + in_slot[len("input"):], grad)
 
 
-def node_hook(pending: PendingBackward, in_pairs, out_pairs, keep_alive: Any = None):
+def node_hook(pending: PendingBackward, in_pairs: EdgeSlots, out_pairs: EdgeSlots, keep_alive: Any = None
+              ) -> Callable[[Grads, Grads], None]:
     """A node hook: gradients w.r.t. the node's inputs (edges ``in_pairs``) and outputs (``out_pairs``)."""
-    def hook(grad_inputs, grad_outputs):
+    def hook(grad_inputs: Grads, grad_outputs: Grads) -> None:
         return _fire(pending, _node_grads, grad_inputs, grad_outputs, in_pairs, out_pairs)
 
     if keep_alive is not None:
@@ -279,16 +286,16 @@ def node_hook(pending: PendingBackward, in_pairs, out_pairs, keep_alive: Any = N
     return hook
 
 
-def pre_hook(pending: PendingBackward, out_pairs):
+def pre_hook(pending: PendingBackward, out_pairs: EdgeSlots) -> Callable[[Grads], None]:
     """A node pre-hook: gradients w.r.t. the node's outputs (``out_pairs``)."""
-    def hook(grad_outputs):
+    def hook(grad_outputs: Grads) -> None:
         return _fire(pending, _node_grads, (), grad_outputs, (), out_pairs)
 
     return hook
 
 
-def identity_hook(pending: PendingBackward, items, want_outputs: bool):
-    def hook(grad_outputs):
+def identity_hook(pending: PendingBackward, items: IdentityEdges, want_outputs: bool) -> Callable[[Grads], None]:
+    def hook(grad_outputs: Grads) -> None:
         return _fire(pending, _identity_grads, grad_outputs, items, want_outputs)
 
     return hook

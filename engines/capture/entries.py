@@ -18,13 +18,15 @@ from engines.capture.summary import CaptureSummary
 # Positions in a statistics row: max, min, sum, norm, numel, valid bits, nan, +inf and -inf counts.
 MAX, MIN, SUM, NORM, NUMEL, VALID, NAN, POSINF, NEGINF = range(9)
 
+StatsColumns = Tuple[np.ndarray, np.ndarray, np.ndarray]  # (stats[n,4] = max,min,mean,norm; valid[n]; counts[n,3])
+
 
 def new_row(numel: int) -> List[Any]:
     """A statistics row with nothing known yet."""
     return [math.nan, math.nan, math.nan, math.nan, numel, 0, 0, 0, 0]
 
 
-def stats_columns(rows: Dict[int, List[Any]], n_entries: int):
+def stats_columns(rows: Dict[int, List[Any]], n_entries: int) -> StatsColumns:
     """Host arrays for entries 0..n-1 from their statistics rows: (stats[n,4] = max,min,mean,norm; valid[n];
     counts[n,3]). A NaN anywhere makes max and min NaN (some device kernels skip NaN; numpy and torch do not)."""
     stats = np.full((n_entries, 4), np.nan, dtype=np.float64)
@@ -75,7 +77,7 @@ class StatsBatchBase:
         """One group's values on the host (one transfer)."""
         raise NotImplementedError
 
-    def finish(self, n_entries: int):
+    def finish(self, n_entries: int) -> StatsColumns:
         """Host arrays for entries 0..n-1: (stats[n,4] = max,min,mean,norm; valid[n]; counts[n,3])."""
         for values, targets in self.pending.values():
             for (entry, col), v in zip(targets, self._host_values(values)):

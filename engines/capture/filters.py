@@ -48,7 +48,8 @@ class ScopeRange:
     BEFORE, INSIDE, AFTER = 0, 1, 2
 
     def __init__(self, scope: Tuple[str, ...]) -> None:
-        self.start, self.end = (scope[0], scope[1]) if scope else (None, None)
+        self.start: Optional[str] = scope[0] if scope else None
+        self.end: Optional[str] = scope[1] if scope else None
         self.state = self.INSIDE if not scope else self.BEFORE
 
     @property

@@ -18,7 +18,7 @@ row: the op that produced it.
 """
 
 import threading
-from typing import Any, Dict, List, Tuple
+from typing import Any, Dict, List, Mapping, Tuple
 
 import numpy as np
 
@@ -27,6 +27,8 @@ DIRECTION_FORWARD, DIRECTION_BACKWARD = 0, 1  # docs/FORMAT.md records.direction
 _FLOAT_DTYPE_WORDS = ("float", "half", "double", "bfloat")
 KINDS = ("produced", "mask", "inherited")
 Row = Tuple[str, int, str, float, float]  # name, step, values ("nan", "-inf", "nan +inf"...), max, min
+
+Columns = Mapping[str, np.ndarray]  # a table read as one array per column
 
 
 def _is_float(dtype: str) -> bool:
@@ -82,7 +84,8 @@ class TensorHighlights:
                 self._classify(step, records, tensors, record, bad, counts, mx, mn)
             self._add_largest(step, records, tensors, record, has_stats & finite, mx, mn)
 
-    def _classify(self, step, records, tensors, record, bad, counts, mx, mn) -> None:
+    def _classify(self, step: int, records: Columns, tensors: Columns, record: np.ndarray, bad: np.ndarray,
+                  counts: np.ndarray, mx: np.ndarray, mn: np.ndarray) -> None:
         slots = tensors["slot"]
         names = records["name"]
         args = records["args"]
@@ -112,7 +115,8 @@ class TensorHighlights:
                     self.produced.append((name, step, _values(counts[:, i], mx[i], mn[i]), float(mx[i]),
                                           float(mn[i])))
 
-    def _add_largest(self, step, records, tensors, record, usable, mx, mn) -> None:
+    def _add_largest(self, step: int, records: Columns, tensors: Columns, record: np.ndarray, usable: np.ndarray,
+                     mx: np.ndarray, mn: np.ndarray) -> None:
         # Constant tensors (single values among them: a loss, a learning rate, the optimizer's step counts) are
         # fills, not what this table is for.
         idx = np.flatnonzero(usable & (mx != mn))

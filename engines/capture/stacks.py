@@ -7,7 +7,8 @@ stack (file, line, function, source line) is produced only the first time that s
 import linecache
 import os
 import sys
-from typing import Dict, List, Sequence, Tuple  # noqa: F401
+from types import CodeType, FrameType
+from typing import Dict, List, Optional, Sequence, Tuple  # noqa: F401
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 _ENGINES = os.path.dirname(_HERE)
@@ -47,6 +48,7 @@ class StackTable:
         The key is the flat tuple (code, last instruction offset, code, offset, ...): no per-frame objects and no
         line-number lookups on the hot path; line numbers are worked out only for a stack seen the first time.
         """
+        frame: Optional[FrameType]
         try:
             frame = sys._getframe(skip + 1)
         except ValueError:
@@ -88,7 +90,7 @@ class StackTable:
         return len(self._frames)
 
 
-def _line_of(code, lasti: int) -> int:
+def _line_of(code: CodeType, lasti: int) -> int:
     for start, end, line in code.co_lines() if hasattr(code, "co_lines") else ():
         if start <= lasti < end and line is not None:
             return line

@@ -10,7 +10,7 @@ import logging
 import threading
 import traceback
 from collections import Counter
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Set
 
 from engines.capture.highlights import TensorHighlights
 
@@ -33,7 +33,7 @@ class CaptureSummary:
         self.missing: Counter = Counter()
         self.failure_detail: Dict[str, str] = {}
         self.notes: List[str] = []
-        self._noted = set()
+        self._noted: Set[str] = set()
         self.dump_stopped: Optional[str] = None  # why the store stopped taking steps: disk_full, disk_budget, ...
         self.store_refused: Optional[str] = None  # the store could not be opened: why (exit code 2)
         self.highlights = TensorHighlights()
@@ -120,4 +120,4 @@ def _last_frame(exc: BaseException) -> str:
     if not tb:
         return ""
     f = tb[-1]
-    return "(at %s:%d)" % (f.filename, f.lineno)
+    return "(at %s:%s)" % (f.filename, f.lineno)

@@ -67,6 +67,6 @@ def describe(faults: DemoFaults) -> List[str]:
     if faults.wrong_eps is not None:
         lines.append(f"wrong_eps: blocks.{faults.wrong_eps.layer}.ln1 uses eps={WRONG_EPS:g}")
     if faults.grad_explosion is not None:
-        f = faults.grad_explosion
-        lines.append(f"grad_explosion: block {f.layer}'s gradients x{f.scale:g} at step {f.step}")
+        g = faults.grad_explosion
+        lines.append(f"grad_explosion: block {g.layer}'s gradients x{g.scale:g} at step {g.step}")
     return lines

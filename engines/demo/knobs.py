@@ -7,7 +7,7 @@ one-line ``DemoKnobError`` naming the field.
 """
 
 from dataclasses import asdict, dataclass, field, fields
-from typing import Any, Dict, Optional
+from typing import Any, Dict, Iterable, Optional
 
 # The reference workload of DECISIONS 21 (3,688,936 parameters), and a size where per-op overhead dominates.
 PRESETS: Dict[str, Dict[str, int]] = {
@@ -111,7 +111,7 @@ def _float(value: Any, where: str) -> float:
     return float(value)
 
 
-def _check_keys(data: Dict[str, Any], allowed, where: str) -> None:
+def _check_keys(data: Dict[str, Any], allowed: Iterable[str], where: str) -> None:
     unknown = sorted(set(data) - set(allowed))
     if unknown:
         raise DemoKnobError(f"{where}.{unknown[0]}: unknown key (expected one of {', '.join(sorted(allowed))})")

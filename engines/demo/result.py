@@ -1,7 +1,7 @@
 """What a demo run returns, the same for the PyTorch and the MindSpore build."""
 
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Union
 
 from engines.demo.faults import describe
 from engines.demo.knobs import DemoKnobs
@@ -25,7 +25,7 @@ class DemoResult:
 
     def summary(self) -> Dict[str, Any]:
         """JSON-ready facts for run.json and the CLI (NaN/inf losses become strings)."""
-        def plain(x: float):
+        def plain(x: float) -> Union[float, str]:
             return x if x == x and abs(x) != float("inf") else str(x)
 
         out = {

@@ -160,8 +160,12 @@ class CallChecks:
             if lowered is None and not ops.has_low_precision(args, kwargs):
                 self.skipped[ops.skip_nothing] += 1
                 return None
+        index = ops.first_eligible(args)
+        if index is None:  # skip_reason let the call through: not reached
+            self.skipped[SKIP_INPUT] += 1
+            return None
         try:
-            p = ops.perturb(fb.pert_mode, args, kwargs, ops.first_eligible(args), lowered, fb.fix)
+            p = ops.perturb(fb.pert_mode, args, kwargs, index, lowered, fb.fix)
         except Cancelled as exc:
             self.skipped["skipped: %s" % exc] += 1
             return None
@@ -208,7 +212,9 @@ class CallChecks:
     def _preheat_sample(self, api: str, func: Any, args: tuple, kwargs: Dict[str, Any], out: Any, new: Any,
                         out_dtype: str) -> None:
         """A preheat sample: the perturbation ratio, and whether the call agrees with a CPU float32 re-run."""
-        ops = self.ops
+        ops, preheat = self.ops, self.preheat
+        if preheat is None:  # only called in preheat
+            return
         cpu = ops.perturb("to_cpu", args, kwargs, 0, None, False)
         golden = ops.rerun(func, cpu, False, None)
         for (_, a), (_, b), (_, g) in zip(ops.output_items(out), ops.output_items(new), ops.output_items(golden)):
@@ -218,7 +224,7 @@ class CallChecks:
                 continue
             ratio = ops.resolve([ops.tensor_ratio(a, b, th.forward_abs_tol(str(b.dtype)))])[0]
             ok, _ = ops.single_compare(a, g)
-            self.preheat.add(api, out_dtype, ratio, ok)
+            preheat.add(api, out_dtype, ratio, ok)
             break
 
     def _replacement(self, api: str, out: Any, new: Any) -> Any:

@@ -17,7 +17,7 @@ dtype that got no sample).
 """
 
 import math
-from typing import Dict, List, Optional, Set, Tuple
+from typing import Callable, Dict, List, Optional, Set, Tuple
 
 from engines.free_benchmark.thresholds import PREHEAT_START
 
@@ -65,7 +65,7 @@ class Preheat:
         self.step_samples.setdefault((api, dtype), []).append((float(ratio), bool(consistent)))
         self.sampled += 1
 
-    def end_step(self, default_threshold) -> None:
+    def end_step(self, default_threshold: Callable[[str], float]) -> None:
         """Move the thresholds with this step's samples; ``default_threshold(dtype)`` is the floor."""
         for key, samples in self.step_samples.items():
             if key in self.frozen:

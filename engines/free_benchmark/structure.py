@@ -131,8 +131,10 @@ def output_items(out: Any, is_tensor: IsTensor, values_field: bool = False, size
     tensor ``.values`` (torch's ``(values, indices)`` results) compares its values only; ``sizes``: tuple types
     that are one value (``torch.Size``)."""
     items: List[Tuple[int, Any]] = []
-    if values_field and isinstance(out, tuple) and is_tensor(getattr(out, "values", None)):
-        return [(0, out.values)]
+    if values_field and isinstance(out, tuple):
+        values = getattr(out, "values", None)
+        if is_tensor(values):
+            return [(0, values)]
 
     def flatten(v: Any) -> None:
         if isinstance(v, (list, tuple)) and not isinstance(v, sizes):

@@ -9,7 +9,7 @@
 """
 
 from pathlib import Path
-from typing import List, Optional
+from typing import Any, List, Optional
 
 import numpy as np
 
@@ -19,7 +19,7 @@ from engines.grad_compare.rule import RuleVerdict
 from engines.grad_compare.similarity import SimilarityTable
 
 
-def matplotlib_or_none():
+def matplotlib_or_none() -> Any:
     try:
         import matplotlib
 
@@ -93,7 +93,7 @@ def draw(directory: Path, table: SimilarityTable, verdict: RuleVerdict, layers: 
     return written
 
 
-def _save(fig, path: Path, plt) -> Path:
+def _save(fig: Any, path: Path, plt: Any) -> Path:
     try:
         with safe_fs.atomic_file(path, "wb") as fh:
             fig.savefig(fh, format="png", dpi=110)

@@ -1,11 +1,14 @@
 """One rank of a grad compare: match steps and parameters, compute similarities and the norm tables."""
 
 from dataclasses import dataclass, field
-from typing import List, Optional, Sequence
+from typing import TYPE_CHECKING, List, Optional, Sequence
 
 import numpy as np
 
 from engines.grad_compare.similarity import SimilarityTable, direction_similarity
+
+if TYPE_CHECKING:
+    from engines.grad_compare.sources import GradSource
 
 
 @dataclass
@@ -18,7 +21,7 @@ class RankComparison:
     no_direction: List[str] = field(default_factory=list)  # compared by norm only (an L0 dump)
 
 
-def compare_rank(target, golden, rank: int, steps: Optional[Sequence[int]] = None) -> RankComparison:
+def compare_rank(target: "GradSource", golden: "GradSource", rank: int, steps: Optional[Sequence[int]] = None) -> RankComparison:
     common = sorted(set(target.steps(rank)) & set(golden.steps(rank)))
     if steps:
         wanted = set(int(s) for s in steps)

@@ -7,13 +7,16 @@ Output (per rank, in ``output_path`` or a new run folder under ``dump_path``): `
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 from engines import safe_fs
+from engines.events import EventSink
 from engines.grad_compare.compute import compare_rank
-from engines.grad_compare.layers import layer_ratios
-from engines.grad_compare.rule import apply_rule
-from engines.grad_compare.sources import SourceError, open_grads
+from engines.grad_compare.layers import LayerRatios, layer_ratios
+from engines.grad_compare.rule import RuleVerdict, apply_rule
+from engines.grad_compare.similarity import SimilarityTable
+from engines.grad_compare.sources import GradSource, SourceError, open_grads
+from schemas.analysis import GradCompareJob, GradCompareSection
 
 EXIT_OK, EXIT_BAD_INPUT, EXIT_FINDINGS = 0, 2, 3
 DEFAULT_LAYER_TOLERANCE = 0.1
@@ -26,8 +29,8 @@ class GradCompareResult:
     run_dir: Optional[str] = None
 
 
-def _output_dir(job, section) -> "tuple[Path, Any]":
-    if getattr(section, "output_path", None):
+def _output_dir(job: GradCompareJob, section: GradCompareSection) -> Tuple[Path, Any]:
+    if section.output_path:
         path = Path(section.output_path)
         safe_fs.make_dirs(path)
         return path, None
@@ -44,13 +47,13 @@ def _output_dir(job, section) -> "tuple[Path, Any]":
     return Path(run.path), run
 
 
-def layer_tolerance(section) -> float:
+def layer_tolerance(section: GradCompareSection) -> float:
     """Relative deviation of a layer's norm ratio from 1 that marks it; unset (or 0) means 0.1."""
     value = getattr(section, "layer_tolerance", None)
     return DEFAULT_LAYER_TOLERANCE if not value else float(value)
 
 
-def run_grad_compare(job, events) -> GradCompareResult:
+def run_grad_compare(job: GradCompareJob, events: EventSink) -> GradCompareResult:
     """Raises :class:`SourceError` (bad input, exit code 2: the runner makes it the job's one-line error) for a
     path that holds no grad dump, a damaged one, or two dumps with no rank in common; nothing is written then."""
     section = job.grad_compare
@@ -67,14 +70,15 @@ def run_grad_compare(job, events) -> GradCompareResult:
         golden.close()
 
 
-def _open(path, field_name: str):
+def _open(path: str, field_name: str) -> GradSource:
     try:
         return open_grads(path)
     except SourceError as exc:
         raise SourceError(f"{field_name}: {exc}") from None
 
 
-def _compare(job, section, target, golden, events) -> GradCompareResult:
+def _compare(job: GradCompareJob, section: GradCompareSection, target: GradSource, golden: GradSource,
+             events: EventSink) -> GradCompareResult:
     ranks = sorted(set(target.ranks()) & set(golden.ranks()))
     wanted_ranks = list(getattr(section, "rank", None) or [])
     if wanted_ranks:
@@ -150,7 +154,7 @@ def _compare(job, section, target, golden, events) -> GradCompareResult:
     return GradCompareResult(exit_code, summary, str(out_dir))
 
 
-def _layer_step(table, verdict, layers) -> Optional[int]:
+def _layer_step(table: SimilarityTable, verdict: RuleVerdict, layers: LayerRatios) -> Optional[int]:
     """The step the layer view reports: the rule's verdict step, else the first step with a layer over
     tolerance, else the last step."""
     if not table.steps:
@@ -161,13 +165,13 @@ def _layer_step(table, verdict, layers) -> Optional[int]:
     return first if first is not None else len(table.steps) - 1
 
 
-def _violations_table(rank, verdict, threshold, drop) -> Dict[str, Any]:
+def _violations_table(rank: int, verdict: RuleVerdict, threshold: float, drop: float) -> Dict[str, Any]:
     rows = [[v.step, v.param, round(v.similarity, 6), v.describe(threshold, drop)] for v in verdict.violations]
     return {"title": f"rank {rank}: 0.97 / 0.03 rule violations", "columns": ["step", "param", "similarity", "why"],
             "rows": rows}
 
 
-def _layers_table(rank, layers, s) -> Dict[str, Any]:
+def _layers_table(rank: int, layers: LayerRatios, s: int) -> Dict[str, Any]:
     first = layers.first_over(s)
     rows = []
     for depth, layer in enumerate(layers.layers):

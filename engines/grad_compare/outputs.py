@@ -10,6 +10,7 @@
 import csv
 import math
 from pathlib import Path
+from typing import Any, Iterable, Sequence
 
 from engines import safe_fs
 from engines.grad_compare.layers import LayerRatios
@@ -17,7 +18,7 @@ from engines.grad_compare.rule import RuleVerdict
 from engines.grad_compare.similarity import SimilarityTable
 
 
-def _write(path: Path, header, rows) -> Path:
+def _write(path: Path, header: Sequence[Any], rows: Iterable[Sequence[Any]]) -> Path:
     with safe_fs.atomic_file(path, "w", tmp=path.with_name(path.name + ".partial"), newline="",
                              encoding="utf-8") as handle:
         writer = csv.writer(handle)
@@ -26,7 +27,7 @@ def _write(path: Path, header, rows) -> Path:
     return path
 
 
-def _num(value):
+def _num(value: Any) -> Any:
     return "" if value is None or (isinstance(value, float) and math.isnan(value)) else value
 
 

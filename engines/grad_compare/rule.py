@@ -24,7 +24,8 @@ class Violation:
     def describe(self, threshold: float, drop: float) -> str:
         if self.reason == "below_threshold":
             return f"{self.similarity:.4f} < {threshold} at its first step"
-        return f"dropped {self.previous - self.similarity:.4f} > {drop} (from {self.previous:.4f})"
+        previous = self.previous if self.previous is not None else float("nan")  # set for every "drop"
+        return f"dropped {previous - self.similarity:.4f} > {drop} (from {previous:.4f})"
 
 
 @dataclass

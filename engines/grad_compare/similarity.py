@@ -6,7 +6,7 @@ The per-step ``summary`` is the element-weighted mean over the parameters compar
 """
 
 from dataclasses import dataclass
-from typing import List
+from typing import List, Union
 
 import numpy as np
 
@@ -47,5 +47,5 @@ class SimilarityTable:
         return out
 
 
-def _cell(value: float):
+def _cell(value: float) -> Union[float, str]:
     return "" if np.isnan(value) else float(value)

@@ -11,11 +11,12 @@ import functools
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, TypeVar, Union, cast
 
 import numpy as np
 
 from engines.errors import BadInputError
+from engines.safe_fs import PathLike
 from engines.store.errors import StoreError
 
 _CSV = re.compile(r"^grad_summary_(\d+)\.csv$")
@@ -25,12 +26,15 @@ class SourceError(BadInputError):
     """A path that holds no grad dump, or a damaged one (one line naming it)."""
 
 
-def _guarded(method):
+_Method = TypeVar("_Method", bound=Callable[..., Any])
+
+
+def _guarded(method: _Method) -> _Method:
     """Anything a damaged file makes a ``load``/``steps``/``level`` raise becomes a :class:`SourceError` naming the
     rank folder, and loaded directions are checked against their element counts."""
 
     @functools.wraps(method)
-    def wrapper(self, rank, *args):
+    def wrapper(self: Any, rank: int, *args: Any) -> Any:
         from engines.parse.sources import DAMAGE
 
         where = self.folder(rank)
@@ -44,10 +48,10 @@ def _guarded(method):
             _check_step(out, where)
         return out
 
-    return wrapper
+    return cast(_Method, wrapper)
 
 
-def _check_step(step: "StepGrads", where) -> None:
+def _check_step(step: "StepGrads", where: Path) -> None:
     if not (len(step.names) == len(step.numels) == len(step.norms) == len(step.packed)):
         raise SourceError(f"{where}: damaged grad dump (columns of different lengths)")
     for name, numel, packed in zip(step.names, step.numels.tolist(), step.packed):
@@ -135,7 +139,10 @@ class MsprobeGrads:
     @_guarded
     def load(self, rank: int, step: int) -> StepGrads:
         rank_dir = self._dirs[rank]
-        names, numels, norms, packed = [], [], [], []
+        names: List[str] = []
+        numels: List[int] = []
+        norms: List[float] = []
+        packed: List[Optional[np.ndarray]] = []
         with open(rank_dir / f"grad_summary_{step}.csv", newline="", encoding="utf-8") as handle:
             rows = list(csv.reader(handle))
         header = [h.strip().lower() for h in rows[0]] if rows else []
@@ -160,7 +167,10 @@ class MsprobeGrads:
         pass
 
 
-def open_grads(path) -> "OurGrads | MsprobeGrads":
+GradSource = Union[OurGrads, MsprobeGrads]
+
+
+def open_grads(path: PathLike) -> GradSource:
     path = Path(path)
     if not path.exists():
         raise SourceError(f"{path}: no such file or folder")

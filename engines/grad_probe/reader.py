@@ -7,6 +7,7 @@ from typing import Dict, List, Optional
 import numpy as np
 
 from engines.grad_probe.store_layout import KIND, TABLE
+from engines.safe_fs import PathLike
 
 
 @dataclass
@@ -38,7 +39,7 @@ class GradStep:
 class GradReader:
     """``GradReader(rank_dir)``: the grads store of one rank."""
 
-    def __init__(self, rank_dir):
+    def __init__(self, rank_dir: PathLike) -> None:
         from engines.store import StoreReader
 
         self._store = StoreReader(rank_dir, KIND)
@@ -87,8 +88,8 @@ class GradReader:
     def close(self) -> None:
         self._store.close()
 
-    def __enter__(self):
+    def __enter__(self) -> "GradReader":
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         self.close()

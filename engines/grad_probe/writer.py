@@ -2,12 +2,16 @@
 
 import json
 from pathlib import Path
-from typing import Any, Dict, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Dict, Optional, Sequence
 
 from engines.grad_probe.csv_export import write_grad_summary
 from engines.grad_probe.levels import has_direction, has_hash, has_histogram
 from engines.grad_probe.records import GradStepStats
 from engines.grad_probe.store_layout import KIND, SCHEMA_VERSION, TABLE, table_specs
+from engines.safe_fs import PathLike
+
+if TYPE_CHECKING:
+    from engines.store import StoreWriter
 
 
 class GradStoreWriter:
@@ -15,7 +19,7 @@ class GradStoreWriter:
 
     def __init__(
         self,
-        rank_dir,
+        rank_dir: PathLike,
         *,
         level: str,
         bounds: Sequence[float],
@@ -25,7 +29,7 @@ class GradStoreWriter:
         framework: str = "pytorch",
         csv_dir: Optional[Path] = None,
         store_options: Optional[Dict[str, Any]] = None,
-    ):
+    ) -> None:
         from engines.store import StoreWriter
 
         self.level = level
@@ -45,7 +49,7 @@ class GradStoreWriter:
         self.rows = 0
 
     @property
-    def store(self):
+    def store(self) -> "StoreWriter":
         return self._store
 
     def write(self, stats: GradStepStats) -> None:
@@ -65,7 +69,7 @@ class GradStoreWriter:
         if has_histogram(self.level):
             columns["hist"] = stats.hist
             columns["zero_frac"] = stats.zero_frac
-        if has_direction(self.level) and n:
+        if has_direction(self.level) and n and stats.directions is not None and stats.dir_offsets is not None:
             ref = self._store.put_array(stats.directions)
             columns["dir_offset"] = (stats.dir_offsets + ref.offset) if ref is not None else [-1] * n
         if n:

@@ -15,7 +15,7 @@ does not make the next normal steps look like a drop, while a lasting change of 
 """
 
 from dataclasses import asdict, dataclass
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -93,7 +93,8 @@ class AlertEngine:
             self._ema = np.concatenate([self._ema, np.zeros(extra)])
             self._seen = np.concatenate([self._seen, np.zeros(extra, dtype=bool)])
 
-    def check(self, step: int, ids: np.ndarray, values: np.ndarray, describe) -> List[Alert]:
+    def check(self, step: int, ids: np.ndarray, values: np.ndarray,
+              describe: Callable[[int], Tuple[str, str, str, str]]) -> List[Alert]:
         """``describe(series_id) -> (tag, name, module, metric)``. Returns alerts in series order."""
         ids = np.asarray(ids, dtype=np.int64)
         values = np.asarray(values, dtype=np.float64)
@@ -119,12 +120,13 @@ class AlertEngine:
                     hit |= finite & (magnitude > rule.threshold)
                 kinds = np.where(np.isnan(values), "nan", np.where(np.isinf(values), "inf", np.where(counts, "count", "threshold")))
             else:
+                threshold = rule.threshold if rule.threshold is not None else 0.0  # from_config requires one
                 judged = np.array([m in TURBULENCE_METRICS for m in metrics]) & seen & finite
-                up = judged & (magnitude > baseline * (1.0 + rule.threshold))
-                down = judged & (magnitude < baseline * (1.0 - rule.threshold))
+                up = judged & (magnitude > baseline * (1.0 + threshold))
+                down = judged & (magnitude < baseline * (1.0 - threshold))
                 hit = {"up": up, "down": down, "both": up | down}[rule.direction]
                 kinds = np.where(up, "up", "down")
-                band_hi, band_lo = baseline * (1.0 + rule.threshold), baseline * max(0.0, 1.0 - rule.threshold)
+                band_hi, band_lo = baseline * (1.0 + threshold), baseline * max(0.0, 1.0 - threshold)
                 clipped = np.where(hit & up, band_hi, np.where(hit & down, band_lo, clipped))
             new = hit & ~fired
             fired |= hit

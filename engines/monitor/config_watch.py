@@ -5,7 +5,9 @@ never rewritten (msprobe writes ``dynamic_on: false`` back into it)."""
 import logging
 import os
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, Tuple
+
+from engines.safe_fs import PathLike
 
 log = logging.getLogger(__name__)
 
@@ -17,16 +19,16 @@ class ConfigWatcher:
     ``on_error(message)`` is told once per bad version of the file.
     """
 
-    def __init__(self, path, *, load: Optional[Callable[[Path], Any]] = None,
-                 on_error: Optional[Callable[[str], None]] = None):
+    def __init__(self, path: PathLike, *, load: Optional[Callable[[Path], Any]] = None,
+                 on_error: Optional[Callable[[str], None]] = None) -> None:
         self.path = Path(path)
         self._load = load or _load_monitor_section
         self._on_error = on_error or (lambda message: log.warning("probe-tui monitor: %s", message))
         self._stamp = self._read_stamp()
-        self._bad_stamp = None
+        self._bad_stamp: Optional[Tuple[int, int]] = None
         self.reloads = 0
 
-    def _read_stamp(self):
+    def _read_stamp(self) -> Optional[Tuple[int, int]]:
         try:
             st = os.stat(self.path)
         except OSError:
@@ -54,7 +56,7 @@ def _one_line(exc: Exception) -> str:
     return "; ".join(line.strip() for line in text[:3]) if text else type(exc).__name__
 
 
-def _load_monitor_section(path: Path):
+def _load_monitor_section(path: Path) -> Any:
     from schemas import load_config
 
     job = load_config(str(path))

@@ -17,12 +17,13 @@ from pathlib import Path
 from typing import Dict, List, Sequence, Tuple
 
 from engines import safe_fs
+from engines.safe_fs import PathLike
 
 CSV_PREFIX = {"mg_direction": "other"}
 
 
 class CsvExporter:
-    def __init__(self, directory, *, step_count_per_record: int = 1, ndigits: int = 6):
+    def __init__(self, directory: PathLike, *, step_count_per_record: int = 1, ndigits: int = 6) -> None:
         self.directory = Path(directory)
         self.k = max(1, int(step_count_per_record))
         self.ndigits = int(ndigits)
@@ -64,7 +65,7 @@ class CsvExporter:
 class TensorBoardExporter:
     """Scalar event files; ``available`` is False (and nothing is written) when tensorboard is not installed."""
 
-    def __init__(self, directory, rank: int = 0):
+    def __init__(self, directory: PathLike, rank: int = 0) -> None:
         self.rank = rank
         self.available = False
         self._writer = None

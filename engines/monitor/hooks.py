@@ -16,7 +16,7 @@ def flatten_tensors(value: Any, is_tensor: Callable[[Any], bool], limit: int = 6
     """Tensors in ``value`` (nested tuples/lists/dicts; dataclass-like outputs with ``__dict__`` skipped)."""
     out: List[Any] = []
 
-    def walk(v):
+    def walk(v: Any) -> None:
         if len(out) >= limit:
             return
         if is_tensor(v):
@@ -62,10 +62,10 @@ class ActivationHooksBase:
         self._calls[id(module)] = call + 1
         return ":%d" % call if call else ""
 
-    def _grad_hook(self, slot: str):
+    def _grad_hook(self, slot: str) -> Callable[[Any], Any]:
         returns_grad = self.grad_hook_returns_grad
 
-        def on_grad(grad):
+        def on_grad(grad: Any) -> Any:
             if grad is not None:
                 self._sink("actv_grad", slot, grad)
             return grad if returns_grad else None

@@ -19,45 +19,66 @@ def strip_wrappers(name: str) -> str:
     return ".".join(parts)
 
 
-def _compile_one(pattern: str) -> Callable[[str], bool]:
-    pattern = pattern.strip()
-    checks: List[Callable[[str], bool]] = [lambda name, p=pattern: name == p or name.startswith(p + ".")]
-    if any(ch in pattern for ch in "*?["):
-        checks.append(lambda name, p=pattern: fnmatch.fnmatchcase(name, p) or fnmatch.fnmatchcase(name, p + ".*"))
-    try:
-        regex = re.compile(f"(?:{pattern})(?:\\..*)?")
-    except re.error:
-        regex = None
-    if regex is not None:
-        checks.append(lambda name, r=regex: r.fullmatch(name) is not None)
+Check = Callable[[str], bool]
+
+
+def _is_or_under(p: str) -> Check:
+    return lambda name: name == p or name.startswith(p + ".")
+
+
+def _is(p: str) -> Check:
+    return lambda name: name == p
+
+
+def _glob(p: str, children: bool) -> Check:
+    if children:
+        return lambda name: fnmatch.fnmatchcase(name, p) or fnmatch.fnmatchcase(name, p + ".*")
+    return lambda name: fnmatch.fnmatchcase(name, p)
+
+
+def _regex(r: "re.Pattern[str]") -> Check:
+    return lambda name: r.fullmatch(name) is not None
+
+
+def _any(checks: List[Check]) -> Check:
     return lambda name: any(check(name) for check in checks)
 
 
-def name_filter(patterns: Optional[Iterable[str]]) -> Callable[[str], bool]:
+def _compile_one(pattern: str) -> Check:
+    pattern = pattern.strip()
+    checks: List[Check] = [_is_or_under(pattern)]
+    if any(ch in pattern for ch in "*?["):
+        checks.append(_glob(pattern, children=True))
+    try:
+        checks.append(_regex(re.compile(f"(?:{pattern})(?:\\..*)?")))
+    except re.error:
+        pass
+    return _any(checks)
+
+
+def name_filter(patterns: Optional[Iterable[str]]) -> Check:
     """A predicate for names; no patterns (None or empty) selects everything."""
     compiled = [_compile_one(p) for p in (patterns or []) if str(p).strip()]
     if not compiled:
         return lambda name: True
-    return lambda name: any(match(name) for match in compiled)
+    return _any(compiled)
 
 
-def module_filter(patterns: Optional[Iterable[str]]) -> Callable[[str], bool]:
+def module_filter(patterns: Optional[Iterable[str]]) -> Check:
     """Like :func:`name_filter` but without the prefix rule: ``blocks.0`` selects that module, not its children
     (use ``blocks.0.*`` or ``blocks\\.0\\..*`` for those). No patterns selects every module."""
-    compiled = []
+    checks: List[Check] = []
     for pattern in (p.strip() for p in (patterns or []) if str(p).strip()):
-        checks: List[Callable[[str], bool]] = [lambda name, p=pattern: name == p]
+        checks.append(_is(pattern))
         if any(ch in pattern for ch in "*?["):
-            checks.append(lambda name, p=pattern: fnmatch.fnmatchcase(name, p))
+            checks.append(_glob(pattern, children=False))
         try:
-            regex = re.compile(pattern)
-            checks.append(lambda name, r=regex: r.fullmatch(name) is not None)
+            checks.append(_regex(re.compile(pattern)))
         except re.error:
             pass
-        compiled.append(checks)
-    if not compiled:
+    if not checks:
         return lambda name: True
-    return lambda name: any(check(name) for checks in compiled for check in checks)
+    return _any(checks)
 
 
 _SQUASH = [re.compile(p) for p in (r".*\.(layers?\..*)", r".*?(embeddings?\..*)", r".*?(final.*)", r".*?(output.*)",

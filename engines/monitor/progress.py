@@ -7,10 +7,12 @@ steps are announced by the hook. One reporter serves both without announcing a s
 import time
 from typing import Callable, Optional
 
+from engines.events import EventSink
+
 
 class StepReporter:
-    def __init__(self, events, total_steps: Optional[int], *, target_reports_steps: bool,
-                 extra: Optional[Callable[[], dict]] = None):
+    def __init__(self, events: EventSink, total_steps: Optional[int], *, target_reports_steps: bool,
+                 extra: Optional[Callable[[], dict]] = None) -> None:
         self._events = events
         self._total = total_steps
         self._from_target = target_reports_steps

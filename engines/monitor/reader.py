@@ -20,6 +20,7 @@ import numpy as np
 
 from engines.monitor.metrics import series_key
 from engines.monitor.store_layout import ALERTS, KIND, SERIES, VALUES
+from engines.safe_fs import PathLike
 
 
 class MetricsError(Exception):
@@ -85,14 +86,14 @@ def _resolve_rank_dir(path: Path, rank: Optional[int]) -> Path:
     raise MetricsError(f"{path}: no rank{rank} folder (ranks: {', '.join(str(r) for r, _ in ranks)})")
 
 
-def open_metrics(path, rank: Optional[int] = None) -> "MetricsReader":
+def open_metrics(path: PathLike, rank: Optional[int] = None) -> "MetricsReader":
     """Open the metrics store of ``path``: a dump folder (its ``latest`` run), a run folder (``rank`` or the
     lowest rank), a rank folder or a ``metrics.h5`` file."""
     return MetricsReader(_resolve_rank_dir(Path(path), rank))
 
 
 class MetricsReader:
-    def __init__(self, rank_dir):
+    def __init__(self, rank_dir: PathLike) -> None:
         from engines.store import StoreError, StoreReader
 
         try:
@@ -169,7 +170,7 @@ class MetricsReader:
         return info
 
     # -- reading -----------------------------------------------------------------------------------------------
-    def _window_rows(self, steps: Optional[Tuple[Optional[int], Optional[int]]]):
+    def _window_rows(self, steps: Optional[Tuple[Optional[int], Optional[int]]]) -> Union[slice, np.ndarray]:
         """The committed values rows of a step window: a slice when rows are in step order, else indices."""
         col = self._load_steps()
         if steps is None:
@@ -228,7 +229,8 @@ class MetricsReader:
             callback(update)
         return None
 
-    def _follow(self, poll_s, from_start, timeout_s, stop) -> Iterator[StepUpdate]:
+    def _follow(self, poll_s: float, from_start: bool, timeout_s: Optional[float],
+                stop: Optional[threading.Event]) -> Iterator[StepUpdate]:
         with self._lock:
             self._store.refresh()
             self._load_series()
@@ -279,7 +281,7 @@ class MetricsReader:
     def __enter__(self) -> "MetricsReader":
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
 

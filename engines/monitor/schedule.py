@@ -3,7 +3,7 @@
 ``start_step`` is already behind, and ``collect_times`` counts from zero again."""
 
 from dataclasses import dataclass
-from typing import Optional, Sequence
+from typing import Any, Optional, Sequence
 
 
 @dataclass
@@ -15,7 +15,7 @@ class Schedule:
     collected: int = 0
 
     @classmethod
-    def from_section(cls, section, *, not_before: int = 0) -> "Schedule":
+    def from_section(cls, section: Any, *, not_before: int = 0) -> "Schedule":
         start = max(int(getattr(section, "start_step", 0) or 0), int(not_before))
         ranks = list(getattr(section, "module_ranks", None) or []) or None
         return cls(start, max(1, int(getattr(section, "step_interval", 1) or 1)),

@@ -17,9 +17,10 @@ The adapter brings its hooks (optimizer pre/post, activations), how it measures,
 import contextlib
 import logging
 import weakref
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Protocol
 
-from engines.monitor.alerts import RuleSpec
+from engines.monitor.alerts import Alert, RuleSpec
+from engines.monitor.config_watch import ConfigWatcher
 from engines.monitor.metrics import normalise_ops
 from engines.monitor.naming import module_filter, name_filter, squash, strip_wrappers
 from engines.monitor.schedule import Schedule
@@ -45,8 +46,17 @@ def alert_rules(section: Any) -> List[RuleSpec]:
     return [RuleSpec.from_config(rule) for rule in (rules or [])]
 
 
+class RootFinder(Protocol):
+    """What an adapter's model finder gives the session (it finds the model's root modules/cells)."""
+
+    def remove(self) -> None: ...
+
+
 class MonitorSessionBase:
-    def __init__(self, section: Any, writer: Any, *, rank: int = 0, loss_from_target: bool = False, watcher=None,
+    _finder: RootFinder  # set by the adapter's ``__init__``
+
+    def __init__(self, section: Any, writer: Any, *, rank: int = 0, loss_from_target: bool = False,
+                 watcher: Optional["ConfigWatcher"] = None,
                  on_message: Optional[Callable[[str, str], None]] = None,
                  on_step: Optional[Callable[[int], None]] = None, on_alerts: Optional[Callable] = None) -> None:
         """The adapter's ``__init__`` calls this, sets up its own state, then ``self._configure(section, 0)``."""
@@ -71,6 +81,10 @@ class MonitorSessionBase:
         self.rank_dir = getattr(writer, "rank_dir", None)
 
     # -- what the adapter brings -----------------------------------------------------------------------------
+    def _configure(self, section: Any, not_before: int) -> None:
+        """Apply ``section`` (at start and when the watched config changes), collecting from ``not_before`` on."""
+        raise NotImplementedError
+
     def _new_metrics(self) -> Any:
         """An empty ``StepMetrics`` of the adapter."""
         raise NotImplementedError
@@ -197,7 +211,7 @@ class MonitorSessionBase:
         self._poll_config()
         self._begin_step()
 
-    def _report(self, alerts=None) -> None:
+    def _report(self, alerts: Optional[List[Alert]] = None) -> None:
         """Alerts found by the writer (at once, or a step later from the background writer) to ``on_alerts``."""
         found = list(alerts or [])
         drain = getattr(self.writer, "drain_alerts", None)

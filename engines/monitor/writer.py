@@ -9,7 +9,7 @@ the demo reports after ``optimizer.step()``) goes through ``write_late`` and is 
 import json
 import logging
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -24,11 +24,14 @@ ANOMALY_FILE = "anomalies.jsonl"
 
 SeriesKey = Tuple[str, str, str]  # (tag, name, metric)
 
+if TYPE_CHECKING:
+    from engines.store import StoreWriter
+
 
 class MetricsWriter:
     def __init__(
         self,
-        rank_dir,
+        rank_dir: safe_fs.PathLike,
         *,
         rank: int = 0,
         world_size: int = 1,
@@ -40,7 +43,7 @@ class MetricsWriter:
         store_options: Optional[Dict[str, Any]] = None,
         run_meta: Optional[Dict[str, Any]] = None,
         on_alert: Optional[Callable[[Alert], None]] = None,
-    ):
+    ) -> None:
         from engines.store import StoreWriter
 
         self.rank_dir = Path(rank_dir)
@@ -70,7 +73,7 @@ class MetricsWriter:
         self.first_alert: Optional[Alert] = None
 
     @property
-    def store(self):
+    def store(self) -> "StoreWriter":
         return self._store
 
     def set_rules(self, rules: Sequence[RuleSpec]) -> None:
@@ -98,7 +101,7 @@ class MetricsWriter:
             self._store.append(SERIES, **new_rows)
         return out
 
-    def _describe(self, sid: int):
+    def _describe(self, sid: int) -> Tuple[str, str, str, str]:
         tag, name, metric = self._keys[sid]
         return tag, name, self._modules[sid], metric
 
@@ -137,7 +140,8 @@ class MetricsWriter:
         self._pending_step = None
         self.commits += 1
 
-    def _append(self, step, keys, values, shapes, dtypes) -> List[Alert]:
+    def _append(self, step: int, keys: Sequence[SeriesKey], values: np.ndarray, shapes: Optional[Sequence[str]],
+                dtypes: Optional[Sequence[str]]) -> List[Alert]:
         values = np.asarray(values, dtype=np.float64)
         if not len(keys):
             return []
@@ -146,7 +150,7 @@ class MetricsWriter:
         alerts = self.alert_engine.check(step, ids, values, self._describe) if self.alert_engine.rules else []
         if alerts:
             self._record_alerts(alerts)
-        entries = None
+        entries: List[Tuple[str, str, str, float]] = []
         if self.csv is not None or self.tensorboard is not None:
             entries = [(k[0], k[1], k[2], float(v)) for k, v in zip(keys, values)]
         try:

@@ -13,9 +13,14 @@ import logging
 import queue
 import threading
 import time
-from typing import List
+from typing import TYPE_CHECKING, Any, List, Optional, Sequence
 
-from engines.monitor.alerts import Alert
+import numpy as np
+
+from engines.monitor.alerts import Alert, RuleSpec
+
+if TYPE_CHECKING:
+    from engines.monitor.writer import MetricsWriter, SeriesKey
 
 log = logging.getLogger(__name__)
 _STOP = object()
@@ -25,7 +30,8 @@ COMMIT_INTERVAL_S = 1.0
 class BackgroundWriter:
     """Wraps a MetricsWriter; same ``write_step`` / ``write_late`` / ``close`` interface."""
 
-    def __init__(self, writer, max_pending: int = 64, commit_interval: float = COMMIT_INTERVAL_S):
+    def __init__(self, writer: "MetricsWriter", max_pending: int = 64,
+                 commit_interval: float = COMMIT_INTERVAL_S) -> None:
         self.writer = writer
         self.commit_interval = float(commit_interval)
         self._queue: "queue.Queue" = queue.Queue(maxsize=max_pending)
@@ -35,16 +41,17 @@ class BackgroundWriter:
         self._thread = threading.Thread(target=self._run, name="probe-tui-monitor-writer", daemon=True)
         self._thread.start()
 
-    def __getattr__(self, name):  # counters and settings of the wrapped writer
+    def __getattr__(self, name: str) -> Any:  # counters and settings of the wrapped writer
         return getattr(self.writer, name)
 
-    def set_rules(self, rules) -> None:
+    def set_rules(self, rules: Sequence[RuleSpec]) -> None:
         self._queue.put(("rules", rules))
 
-    def write_step(self, step, keys, values, shapes=None, dtypes=None) -> None:
+    def write_step(self, step: int, keys: Sequence["SeriesKey"], values: np.ndarray,
+                   shapes: Optional[Sequence[str]] = None, dtypes: Optional[Sequence[str]] = None) -> None:
         self._queue.put(("step", step, list(keys), values, shapes and list(shapes), dtypes and list(dtypes)))
 
-    def write_late(self, step, keys, values) -> None:
+    def write_late(self, step: int, keys: Sequence["SeriesKey"], values: np.ndarray) -> None:
         self._queue.put(("late", step, list(keys), values))
 
     def drain_alerts(self) -> List[Alert]:

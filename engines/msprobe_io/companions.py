@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Dict, Optional
+from typing import Any, Dict, Optional
 
 from engines.parse.sources import DumpSourceError
 
 
-def read_json(path: Path, what: str):
+def read_json(path: Path, what: str) -> Any:
     try:
         with open(path, "rb") as fh:
             return json.load(fh)
@@ -42,7 +42,7 @@ def read_stacks(folder: Path) -> Dict[str, str]:
     return out
 
 
-def _stack_text(value) -> str:
+def _stack_text(value: Any) -> str:
     if isinstance(value, list):
         return "\n".join(str(v) for v in value)
     return str(value)

@@ -13,9 +13,9 @@ import json
 import math
 import re
 import zlib
-from typing import Any, Callable, Dict, Optional
+from typing import Any, Callable, Dict, Optional, Tuple
 
-from engines.parse.names import parse_record
+from engines.parse.names import RecordName, parse_record
 from engines.parse.rows import (
     IO_INPUT,
     IO_OUTPUT,
@@ -87,7 +87,7 @@ class Flattener:
         self.rows = RowBuilder()
         self.order = 0
         self._record = ""
-        self._rec = None
+        self._rec: Optional[RecordName] = None
         self._parent = ""
         self._stack = ""
         self._shapes: Dict[tuple, tuple] = {}
@@ -106,7 +106,7 @@ class Flattener:
 
     def add_record(self, record: str, entry: Any) -> None:
         self._record = record
-        self._rec = parse_record(record)
+        self._rec = rec = parse_record(record)
         parent = self.parents.get(record)
         if isinstance(parent, list):  # Megatron: [parent, micro_step]
             parent = parent[0] if parent else None
@@ -114,7 +114,7 @@ class Flattener:
         self._stack = self.stacks.get(record, "")
         if not isinstance(entry, dict):
             raise FieldError(None, "", "expected an object (a record), got {}".format(_shown(entry)))
-        if self._rec.kind == KIND_PARAM_GRAD:
+        if rec.kind == KIND_PARAM_GRAD:
             for key, value in entry.items():
                 self._walk(value, key, IO_PARAM_GRAD, 0, index_lists=False)
             return
@@ -210,12 +210,12 @@ class Flattener:
         else:
             self._add_text_row(slot, io, str(type(value)), "[]", str(value), scalar_crc32(value))
 
-    def _add_text_row(self, slot, io, dtype, shape, text, crc) -> None:
+    def _add_text_row(self, slot: str, io: int, dtype: str, shape: str, text: Optional[str], crc: str) -> None:
         self._add(slot, io, dtype=dtype, shape=shape, numel=-1, stats=None, text=text, crc=crc,
                   requires_grad=-1, is_tensor=False, data=-1, data_name="")
 
-    def _add(self, slot, io, *, dtype, shape, numel, stats, text, crc, requires_grad, is_tensor, data,
-             data_name) -> None:
+    def _add(self, slot: str, io: int, *, dtype: str, shape: str, numel: int, stats: Optional[Tuple[Any, ...]],
+             text: Optional[str], crc: str, requires_grad: int, is_tensor: bool, data: int, data_name: str) -> None:
         nan = math.nan
         mx = mn = mean = norm = nan
         valid = 0
@@ -235,6 +235,7 @@ class Flattener:
             if valid:  # msprobe dumps have no NaN/inf counts: 1 when a statistic is non-finite
                 nonfinite = int(any(not math.isfinite(v) for v, bit in zip(vals, (1, 2, 4, 8)) if valid & bit))
         rec = self._rec
+        assert rec is not None, "add_record sets the record first"
         record = self._record
         self.rows.append((record + "." + slot, record, slot, io, rec.kind, rec.direction, dtype, shape, numel,
                           mx, mn, mean, norm, valid, text, requires_grad, crc, nonfinite, is_tensor, self.step,

@@ -85,7 +85,7 @@ class MsprobeSource(DumpSource):
         return "msprobe dump {} ({} file(s))".format(self.path, len(self._files))
 
     # -- loading ------------------------------------------------------------------------------------------
-    def _head(self, key) -> dict:
+    def _head(self, key: Tuple[int, int]) -> dict:
         head = self._heads.get(key)
         if head is None:
             self._load(key)
@@ -102,7 +102,7 @@ class MsprobeSource(DumpSource):
             if key not in self._rows and key not in self._pending:
                 self._pending[key] = executor.submit(load_piece, info)
 
-    def _load(self, key) -> RowTable:
+    def _load(self, key: Tuple[int, int]) -> RowTable:
         if key not in self._files:
             raise DumpSourceError("{}: no dump for rank {} step {}".format(self.path, key[0], key[1]))
         piece = None

@@ -318,7 +318,7 @@ def short_verdict(j: Judgement) -> str:
 _ORDER = {"range": 0, "precision": 1, "not reproduced": 2, "inherited": 3, "not replayed": 4}
 
 
-def _output_folder(job: Any, output_path: Optional[str]):
+def _output_folder(job: Any, output_path: Optional[str]) -> Tuple[Path, Any]:
     if output_path:
         out = Path(output_path).expanduser()
         if out.exists() and not out.is_dir():

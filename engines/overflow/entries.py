@@ -61,6 +61,18 @@ class OverflowEntriesBase:
         self.deferred = False  # some sum waited on the device for a batch transfer
 
     # -- what the adapter brings -----------------------------------------------------------------------------
+    def entry(self, t: Any, save: bool = False, fresh: bool = False) -> int:
+        """The entry of tensor ``t`` (the cached one while its version is unchanged; ``fresh``: always a new one)."""
+        raise NotImplementedError
+
+    def resolve(self) -> None:
+        """Move the pending finiteness tests to the host (one transfer per device and dtype)."""
+        raise NotImplementedError
+
+    def save(self, e: int) -> bool:
+        """Host copy of the entry as it was when the call ran; False (and a reason in ``lost``) if impossible."""
+        raise NotImplementedError
+
     def _nbytes(self, t: Any) -> int:
         raise NotImplementedError
 

@@ -100,7 +100,7 @@ def decode(obj: Any, tensors: Dict[str, Any], framework_value: Callable[[str, An
             raise ReplayError("tensor %s was not saved" % slot)
         return tensors[slot]
     kind = obj.get("type")
-    value = obj.get("value")
+    value: Any = obj.get("value")
     if kind == "float":
         return float(value)
     if kind == "slice":

@@ -15,19 +15,30 @@ that step.
 """
 
 import os
-from typing import Any, Callable, Dict, List, Optional
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple
 
 from engines.capture import naming
 from engines.capture.records import StepBuffer
 from engines.capture.summary import CaptureSummary
 from engines.overflow import origin as og
+from engines.overflow.entries import OverflowEntriesBase
 from engines.overflow.report import FlaggedCall, StepFindings, code_line
 
 DEFAULT_HOLD_BYTES = int(float(os.environ.get("PROBE_TUI_OVERFLOW_HOLD_MB", "512")) * (1 << 20))
 DEFAULT_BATCH_RECORDS = 4096
 
 
-class OverflowChecks:
+if TYPE_CHECKING:  # the mixin's type checks see the capture session it goes in front of
+    from engines.capture.session import CaptureSession as _Session
+else:
+    _Session = object
+
+
+class OverflowChecks(_Session):
+    # What the adapter brings (declarations only: they must not shadow the adapter's own).
+    entries: OverflowEntriesBase  # its OverflowEntries
+    requires_grad_flag: Callable[[Any], int]  # the flag column of a tensor
+
     def init_overflow(self, overflow_nums: int = 1, on_step: Optional[Callable[[StepFindings], None]] = None,
                       hold_bytes: int = DEFAULT_HOLD_BYTES, batch_records: int = DEFAULT_BATCH_RECORDS) -> None:
         self.overflow_nums = overflow_nums
@@ -189,7 +200,8 @@ class OverflowChecks:
             self.findings.stopped = True
             self.running = False  # the function mode and module hooks pass calls through from now on
 
-    def _verdict(self, r: int, rows: List[int], exact: bool):
+    def _verdict(self, r: int, rows: List[int], exact: bool
+                 ) -> Tuple[og.Verdict, Tuple[List[og.TensorFacts], List[og.TensorFacts], List[int]]]:
         b = self.buffer
         entries = self.entries
         kind = b.rec_kind[r]

@@ -5,6 +5,8 @@ from typing import Any, Dict, Iterator, List, Optional, Sequence, Union
 
 import numpy as np
 
+from engines.safe_fs import PathLike
+
 from .dtypes import to_float
 from .dump_schema import DUMP_KIND, DUMP_SCHEMA_VERSION
 from .gather import unique_inverse
@@ -21,7 +23,7 @@ def _steps_arg(step: StepSelection) -> Optional[List[int]]:
 
 
 class DumpReader:
-    def __init__(self, rank_dir):
+    def __init__(self, rank_dir: PathLike) -> None:
         self.store = StoreReader(rank_dir, DUMP_KIND)
         try:
             schema_version(self.store.meta, DUMP_SCHEMA_VERSION, f"{self.store.directory}: the dump store")
@@ -112,5 +114,5 @@ class DumpReader:
     def __enter__(self) -> "DumpReader":
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()

@@ -5,9 +5,12 @@ which only stages them in memory until the step is committed.
 """
 
 import json
+from types import TracebackType
 from typing import Any, Dict, Optional, Sequence
 
 import numpy as np
+
+from engines.safe_fs import PathLike
 
 from .dump_schema import DUMP_KIND, DUMP_SCHEMA_VERSION, DUMP_TABLES
 from .errors import StoreError
@@ -16,7 +19,7 @@ from .writer import StoreWriter
 
 
 class DumpWriter:
-    def __init__(self, rank_dir, *, meta: Optional[Dict[str, Any]] = None, mode: str = "auto",
+    def __init__(self, rank_dir: PathLike, *, meta: Optional[Dict[str, Any]] = None, mode: str = "auto",
                  compression: str = "none", compression_level: Optional[int] = None,
                  disk_budget: Optional[int] = None, **store_options: Any):
         meta = dict(meta or {})
@@ -118,7 +121,7 @@ class DumpWriter:
     def __enter__(self) -> "DumpWriter":
         return self
 
-    def __exit__(self, exc_type, exc, tb) -> None:
+    def __exit__(self, exc_type: Optional[type], exc: Optional[BaseException], tb: Optional[TracebackType]) -> None:
         self.close("failed" if exc_type is not None else "finished")
 
 

@@ -8,7 +8,9 @@ import os
 import threading
 import warnings
 from pathlib import Path
-from typing import Callable, List, Optional, Tuple
+from typing import Callable, List, Optional, Set, Tuple
+
+from engines.safe_fs import PathLike
 
 from .errors import StoreError, StoreWarning
 
@@ -80,7 +82,7 @@ def _resolved(path: Path) -> Path:
     return Path(os.path.realpath(p)).joinpath(*reversed(rest))
 
 
-def filesystem_type(path, mountinfo: Optional[Tuple[str, str]] = None) -> str:
+def filesystem_type(path: PathLike, mountinfo: Optional[Tuple[str, str]] = None) -> str:
     """The fs type of the mount holding ``path`` (the longest matching mount point; later mounts win ties).
 
     ``mountinfo`` is ``(text, format)`` as from :func:`read_mountinfo`; tests inject fake tables here.
@@ -100,7 +102,7 @@ def is_network_fs(fstype: str) -> bool:
     return fstype in NETWORK_FS or fstype.startswith("nfs")
 
 
-_warned = set()
+_warned: Set[str] = set()
 _warn_lock = threading.Lock()
 
 
@@ -118,7 +120,7 @@ def _reset_warnings_for_tests() -> None:
         _warned.clear()
 
 
-def resolve_mode(directory, requested: str = "auto",
+def resolve_mode(directory: PathLike, requested: str = "auto",
                  detector: Optional[Callable[[Path], str]] = None) -> Tuple[str, bool]:
     """Pick the store mode for ``directory``: returns ``(mode, network_fs)``.
 

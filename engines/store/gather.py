@@ -5,7 +5,7 @@ Every table column, the string table and each pool is one global array. Segment 
 so a reader visits each segment once for all the columns it wants (per-step stores have thousands of files).
 """
 
-from typing import List, NamedTuple, Sequence, Tuple
+from typing import List, NamedTuple, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -16,8 +16,8 @@ class Piece(NamedTuple):
     segment: int
     lo: int  # local span to read
     hi: int
-    take: np.ndarray  # local positions wanted, relative to lo (None: the whole span, in order)
-    dest: np.ndarray  # where they go in the output (None: appended in order)
+    take: Optional[np.ndarray]  # local positions wanted, relative to lo (None: the whole span, in order)
+    dest: Optional[np.ndarray]  # where they go in the output (None: appended in order)
 
 
 def unique_inverse(values: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:

@@ -1,10 +1,13 @@
 """Thin h5py helpers: opening files with or without file locking, creating extendible datasets."""
 
 import os
-from typing import Optional, Tuple
+from typing import Any, Optional, Tuple
 
 import h5py
 import numpy as np
+from numpy.typing import DTypeLike
+
+from engines.safe_fs import PathLike
 
 from .errors import StoreError
 
@@ -16,7 +19,7 @@ COMPRESSIONS = ("none", "lzf", "gzip")
 LOCKING_ENV = "HDF5_USE_FILE_LOCKING"
 
 
-def open_h5(path, mode: str, *, locking: bool = True, **kwargs) -> h5py.File:
+def open_h5(path: PathLike, mode: str, *, locking: bool = True, **kwargs: Any) -> h5py.File:
     """Open an HDF5 file; ``locking=False`` turns HDF5 file locking off for this file only (network file
     systems). Where the HDF5 build cannot take the per-file switch, fall back to the process-wide
     ``HDF5_USE_FILE_LOCKING=FALSE`` (it must be set before HDF5 opens the file)."""
@@ -49,7 +52,7 @@ def compression_args(compression: str, level: Optional[int]) -> dict:
     return {"compression": "gzip", "compression_opts": level}
 
 
-def create_extendible(group: h5py.Group, name: str, dtype, *, width: Optional[int], chunk_rows: int,
+def create_extendible(group: h5py.Group, name: str, dtype: DTypeLike, *, width: Optional[int], chunk_rows: int,
                       compression: dict) -> h5py.Dataset:
     """An empty dataset that grows along its first axis (``n`` or ``n x width``)."""
     if width is None:

@@ -4,13 +4,15 @@ import re
 from pathlib import Path
 from typing import Dict, List
 
+from engines.safe_fs import PathLike
+
 from .announce import kinds_in
 from .errors import StoreError
 
 _RANK_RE = re.compile(r"^rank(\d+)$")
 
 
-def open_rank_dirs(run_dir) -> Dict[int, Path]:
+def open_rank_dirs(run_dir: PathLike) -> Dict[int, Path]:
     """``{rank: folder}`` for the ``rank<R>`` folders of a run, in rank order."""
     run = Path(run_dir)
     if not run.is_dir():
@@ -25,7 +27,7 @@ def open_rank_dirs(run_dir) -> Dict[int, Path]:
     return dict(sorted(found.items()))
 
 
-def store_kinds(directory) -> List[str]:
+def store_kinds(directory: PathLike) -> List[str]:
     """Kinds of store a rank folder holds (``dump``, ``metrics``, ...); empty when it holds none."""
     d = Path(directory)
     if not d.is_dir():

@@ -7,10 +7,12 @@ Per-step segments create only the datasets that receive data, sized to it, and a
 import json
 import time
 import zlib
+from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import h5py
 import numpy as np
+from numpy.typing import DTypeLike
 
 from engines import safe_fs
 
@@ -29,7 +31,7 @@ def commit_check(step: int, info: int, counts: np.ndarray) -> int:
 
 
 class SegmentFile:
-    def __init__(self, path, *, swmr: bool, locking: bool, tables: Sequence[TableSpec], arrays: List[str],
+    def __init__(self, path: Path, *, swmr: bool, locking: bool, tables: Sequence[TableSpec], arrays: List[str],
                  meta_attrs: Dict[str, object], base: np.ndarray, chunk_rows: int, pool_chunk_bytes: int,
                  compression: dict):
         self.path = path
@@ -108,7 +110,8 @@ class SegmentFile:
             grow = self._growing[path] = h5io.Growing(dset)
         return grow
 
-    def _extendible(self, name: str, dtype, configured: int, first: int, final: bool):
+    def _extendible(self, name: str, dtype: DTypeLike, configured: int, first: int, final: bool
+                    ) -> Callable[[h5py.Group], h5py.Dataset]:
         """A maker of a one-dimensional extendible dataset for :meth:`_appender`."""
         return lambda group: h5io.create_extendible(group, name, dtype, width=None,
                                                     chunk_rows=self._chunk(configured, first, final),
@@ -127,7 +130,8 @@ class SegmentFile:
 
         return self._appender(table_key(table), column, create)
 
-    def _strings(self, first_rows: int, first_bytes: int = 0, final: bool = False):
+    def _strings(self, first_rows: int, first_bytes: int = 0, final: bool = False
+                 ) -> Tuple[h5io.Growing, h5io.Growing, h5io.Growing]:
         data = self._appender(STRINGS_KEY, "data",
                               self._extendible("data", "uint8", STRING_CHUNK_BYTES, first_bytes, final))
         offset, length = (self._appender(STRINGS_KEY, name,

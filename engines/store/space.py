@@ -13,7 +13,11 @@ after its last successful flush, which is every committed step (the commit log h
 import errno
 import os
 import re
-from typing import Dict, Iterable, Optional, Tuple
+from typing import Any, Dict, Iterable, Optional, Sequence, Tuple
+
+from engines.safe_fs import PathLike
+
+from .spec import TableSpec
 
 #: Errors that mean "no room": the disk or a quota is full, or the file may not grow (RLIMIT_FSIZE).
 NO_SPACE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
@@ -46,7 +50,7 @@ def is_no_space(exc: BaseException) -> bool:
     return errno_of(exc) in NO_SPACE_ERRNOS
 
 
-def free_bytes(directory) -> Optional[int]:
+def free_bytes(directory: PathLike) -> Optional[int]:
     """Bytes an unprivileged writer may still use on the file system holding ``directory`` (None: unknown)."""
     try:
         st = os.statvfs(directory)
@@ -77,7 +81,7 @@ def growth(writes: Iterable[Write], extents: Dict[str, Tuple[int, int]], *, swmr
     return total + METADATA_PER_WRITE
 
 
-def abandon(h5file) -> None:
+def abandon(h5file: Any) -> None:
     """Close ``h5file`` (an open ``h5py.File``) without writing to its file again: see the module docstring."""
     try:
         fd = int(h5file.id.get_vfd_handle())
@@ -114,14 +118,14 @@ class _file_size_limit_lifted:
         except (ImportError, OSError, ValueError):
             pass
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         if self.saved is not None:
             import resource
 
             resource.setrlimit(resource.RLIMIT_FSIZE, self.saved)
 
 
-def budget_chunks(budget: int, tables, chunk_rows: int, pool_chunk_bytes: int) -> Tuple[int, int]:
+def budget_chunks(budget: int, tables: Sequence[TableSpec], chunk_rows: int, pool_chunk_bytes: int) -> Tuple[int, int]:
     """Chunk sizes for a store under ``disk_budget``: the first chunk of every table column together takes at most
     an eighth of the budget, a pool chunk at most a 32nd (HDF5 allocates whole chunks)."""
     row_bytes = sum(c.storage_dtype.itemsize * (c.width or 1) for t in tables for c in t.columns) + 16
@@ -135,8 +139,9 @@ def one_line(exc: BaseException) -> str:
 
 
 def size_text(n: int) -> str:
+    x = float(n)
     for unit in ("B", "KB", "MB", "GB"):
-        if abs(n) < 1000 or unit == "GB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1000
-    return str(n)
+        if abs(x) < 1000 or unit == "GB":
+            return f"{x:.0f} {unit}" if unit == "B" else f"{x:.1f} {unit}"
+        x /= 1000
+    return str(x)

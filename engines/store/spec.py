@@ -66,7 +66,7 @@ class Column:
     width: Optional[int] = None
     default: Any = None
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         check_name("column", self.name)
         if self.dtype not in (STR, JSON):
             try:
@@ -107,7 +107,7 @@ class TableSpec:
     name: str
     columns: Tuple[Column, ...] = field(default_factory=tuple)
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         check_name("table", self.name)
         cols = tuple(self.columns)
         if not cols:

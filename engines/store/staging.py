@@ -5,7 +5,7 @@ commit (or early, when a step's data grows large), so no HDF5 call is made per r
 """
 
 import json
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -17,7 +17,7 @@ class StringTable:
     """Global string ids: ``str`` values are interned (one id per distinct value for the whole run), ``json``
     values get a fresh id each."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self._ids: Dict[str, int] = {}
         self.count = 0
         self._staged: List[bytes] = []
@@ -143,7 +143,7 @@ def _convert(table: str, col: Column, value: Any, n: int, strings: StringTable) 
     return np.array(arr, dtype=col.dtype, order="C", copy=True)
 
 
-def _text_ids(where: str, value: Any, n: int, new_id, as_json: bool) -> np.ndarray:
+def _text_ids(where: str, value: Any, n: int, new_id: Callable[[str], int], as_json: bool) -> np.ndarray:
     if not _is_batch(value):  # one value for the whole batch: one string, shared by every row
         return np.full(n, new_id(_text(where, value, as_json)), dtype=np.int64)
     values: Sequence[Any] = value.tolist() if isinstance(value, np.ndarray) else value

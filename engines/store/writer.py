@@ -12,7 +12,8 @@ import socket
 import time
 import warnings
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
+from types import TracebackType
+from typing import Any, Callable, Dict, Iterable, List, NoReturn, Optional, Tuple
 
 import numpy as np
 
@@ -57,10 +58,11 @@ class StoreWriter(SpaceGuard):
     exception from a full disk.
     """
 
-    def __init__(self, directory, kind: str, tables: Iterable[TableSpec], *, meta: Optional[Dict[str, Any]] = None,
-                 mode: str = "auto", compression: str = "none", compression_level: Optional[int] = None,
-                 disk_budget: Optional[int] = None, chunk_rows: int = TABLE_CHUNK_ROWS,
-                 pool_chunk_bytes: int = POOL_CHUNK_BYTES, detector=None):
+    def __init__(self, directory: safe_fs.PathLike, kind: str, tables: Iterable[TableSpec], *,
+                 meta: Optional[Dict[str, Any]] = None, mode: str = "auto", compression: str = "none",
+                 compression_level: Optional[int] = None, disk_budget: Optional[int] = None,
+                 chunk_rows: int = TABLE_CHUNK_ROWS, pool_chunk_bytes: int = POOL_CHUNK_BYTES,
+                 detector: Optional[Callable[[Path], str]] = None) -> None:
         self.directory = Path(directory)
         self.kind = check_kind(kind)
         self.tables: List[TableSpec] = list(tables)
@@ -122,7 +124,7 @@ class StoreWriter(SpaceGuard):
         except OSError as exc:
             self._give_up_opening(self.directory / f"{self.kind}.h5", exc)
 
-    def _give_up_opening(self, path: Path, exc: BaseException) -> None:
+    def _give_up_opening(self, path: Path, exc: BaseException) -> NoReturn:
         if self._segment is not None:
             self._segment.abandon()
             self._segment = None
@@ -383,7 +385,7 @@ class StoreWriter(SpaceGuard):
     def __enter__(self) -> "StoreWriter":
         return self
 
-    def __exit__(self, exc_type, exc, tb) -> None:
+    def __exit__(self, exc_type: Optional[type], exc: Optional[BaseException], tb: Optional[TracebackType]) -> None:
         self.close("failed" if exc_type is not None else "finished")
 
     def __repr__(self) -> str:

@@ -4,7 +4,7 @@ the training) when a step does not fit or a write fails (docs/FORMAT.md, "When t
 import os
 import warnings
 from pathlib import Path
-from typing import Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 
@@ -14,11 +14,34 @@ from . import space
 from .errors import StoreWarning
 from .fs import SWMR
 from .segment import COMMIT_CHUNK_ROWS, STRING_CHUNK_BYTES, SegmentFile
-from .spec import table_key
+from .spec import TableSpec, table_key
+from .staging import PoolStage, StringTable, TableStage
 
 
 class SpaceGuard:
     """Mixed into ``StoreWriter``; uses its staging (``_stages``, ``_strings``, ``_pools``), segment and counters."""
+
+    # Set by ``StoreWriter.__init__`` (declared here so that the type checker knows the mixin's state).
+    directory: Path
+    kind: str
+    mode: str
+    tables: List[TableSpec]
+    disk_budget: Optional[int]
+    commits: int
+    stopped: Optional[str]
+    stop_message: str
+    on_stop: Optional[Callable[[str, str], None]]
+    _compression: Dict[str, Any]
+    _chunk_rows: int
+    _pool_chunk_bytes: int
+    _arrays: List[str]
+    _stages: Dict[str, TableStage]
+    _strings: StringTable
+    _pools: Dict[str, PoolStage]
+    _segment: Optional[SegmentFile]
+    _last_step: Optional[int]
+    _closed_bytes: int
+    _abandoned: bool
 
     def fits_budget(self, rows: Dict[str, int], elements: Dict[str, int]) -> bool:
         """Would a step adding ``rows`` (per table) and tensor ``elements`` (per pool) to what is staged stay
@@ -41,7 +64,7 @@ class SpaceGuard:
         size = space.size_text
         room = self.room_left()
         if room is not None and grow > room:
-            self._stop("disk_budget", f"{self.directory}: disk_budget of {size(self.disk_budget)} reached: the next "
+            self._stop("disk_budget", f"{self.directory}: disk_budget of {size(self.disk_budget or 0)} reached: the next "
                                       f"step ({size(grow)}) would pass it, so the {self.kind} store "
                                       f"stopped{self._kept()}")
             return False
