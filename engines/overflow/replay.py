@@ -10,7 +10,7 @@ floating tensor and floating dtype argument raised to the replay dtype (float32 
 
 import json
 import re
-from typing import Any, Callable, Dict, Optional, Tuple
+from typing import Any, Callable, Dict, Optional, Tuple, Type
 
 from engines.overflow import origin as og
 
@@ -64,7 +64,7 @@ def split_api_name(name: str) -> Tuple[str, str]:
     return parts[0], parts[1]
 
 
-def resolve_named(name: str, resolve: Callable[[str, str], Callable], not_replayable: type) -> Callable:
+def resolve_named(name: str, resolve: Callable[[str, str], Callable], not_replayable: Type[Exception]) -> Callable:
     """The callable of a record name through an adapter's ``replay_table.resolve``: the name's grammar first
     (``UnsafeApiName``), then the table; a name the table does not replay is a ``ReplayError``."""
     prefix, api = split_api_name(name)
