@@ -10,12 +10,12 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 from engines import safe_fs
+from engines.errors import EXIT_FINDINGS, EXIT_OK
 from engines.grad_compare.compute import compare_rank
 from engines.grad_compare.layers import layer_ratios
 from engines.grad_compare.rule import apply_rule
 from engines.grad_compare.sources import SourceError, open_grads
 
-EXIT_OK, EXIT_BAD_INPUT, EXIT_FINDINGS = 0, 2, 3
 DEFAULT_LAYER_TOLERANCE = 0.1
 
 

@@ -31,7 +31,7 @@ def _guarded(method):
 
     @functools.wraps(method)
     def wrapper(self, rank, *args):
-        from engines.parse.sources import DAMAGE
+        from engines.dumps.source import DAMAGE
 
         where = self.folder(rank)
         try:
