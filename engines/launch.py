@@ -85,9 +85,9 @@ def shared_run_id(propose: Callable[[], str]) -> Tuple[Optional[str], str]:
 
 def _agree_through_agent_store(key: str, proposal: str) -> Optional[str]:
     try:
-        from engines.adapters.torch.launch import agree_run_id
+        from engines.frameworks import adapter_module
 
-        return agree_run_id(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), key, proposal)
+        return adapter_module("pytorch", "launch").agree_run_id(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), key, proposal)
     except Exception as exc:  # unreachable store, no torch: fall back, say why
         log.warning("probe-tui: could not agree on a run-id through torchrun's store at %s:%s (%s: %s)",
                     os.environ.get("MASTER_ADDR"), os.environ.get("MASTER_PORT"), type(exc).__name__, exc)

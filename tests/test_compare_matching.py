@@ -7,10 +7,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from engines.compare.dtypes import dtype_compatible
 from engines.compare.fuzzy import fuzzy_key, fuzzy_record_key, myers_pairs
 from engines.compare.mapping import KeyOptions, renumber_backward, side_keys, strip_wrappers
-from engines.compare.matching import dtype_compatible, match_rows
-from engines.msprobe_io.flatten import Flattener
+from engines.compare.matching import match_rows
+from engines.dumps.msprobe.flatten import Flattener
 
 
 def tensor(shape=(4,), dtype="torch.float32"):

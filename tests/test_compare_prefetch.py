@@ -12,7 +12,7 @@ import pytest
 from engines.compare import prefetch
 from engines.compare.engine import run_compare
 from engines.compare.options import CompareError
-from engines.msprobe_io.source import MsprobeSource
+from engines.dumps.msprobe.source import MsprobeSource
 from tests.test_compare_probe_dumps import model, write_msprobe
 
 

@@ -10,8 +10,8 @@ import pytest
 
 from engines.compare.engine import run_compare
 from engines.compare.hdf5_out import read_results, read_summary
+from engines.dumps.opener import open_dump
 from engines.parse.inspect import histogram, parse, read_tensor
-from engines.parse.sources import open_dump
 from engines.runs import create_run
 from engines.store import DumpWriter, bfloat16_bits
 

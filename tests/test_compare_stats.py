@@ -14,7 +14,7 @@ from engines.compare.stats_metrics import (
     stat_diff,
     stats_table,
 )
-from engines.parse.rows import IO_INPUT, IO_OUTPUT
+from engines.dumps.rows import IO_INPUT, IO_OUTPUT
 
 NAN, INF = float("nan"), float("inf")
 

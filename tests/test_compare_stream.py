@@ -8,7 +8,7 @@ import pytest
 from engines.compare import tensor_stream
 from engines.compare.tensor_metrics import compare_arrays, finish
 from engines.compare.tensor_stream import PairTask, compare_pairs, plan_units
-from engines.msprobe_io.tensors import MsprobeTensorSpec
+from engines.dumps.msprobe.tensors import MsprobeTensorSpec
 
 
 @pytest.fixture()

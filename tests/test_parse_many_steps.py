@@ -8,7 +8,7 @@ import stat
 import numpy as np
 import pytest
 
-from engines.parse import probe_source
+from engines.dumps import probe_source
 from engines.parse.inspect import parse, read_tensor
 from engines.store import DumpWriter, StoreReader
 

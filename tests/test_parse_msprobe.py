@@ -6,11 +6,13 @@ import pickle
 import numpy as np
 import pytest
 
-from engines.msprobe_io.flatten import Flattener, scalar_crc32
-from engines.msprobe_io.layout import find_dump_files
-from engines.msprobe_io.tensors import TensorFileError, load_tensor_file
-from engines.parse.rows import IO_INPUT, IO_OUTPUT, IO_PARAM, IO_PARAM_GRAD, KIND_MODULE, KIND_PARAM_GRAD
-from engines.parse.sources import DumpSourceError, open_dump
+from engines.dumps.msprobe.flatten import Flattener
+from engines.dumps.msprobe.layout import find_dump_files
+from engines.dumps.msprobe.tensors import TensorFileError, load_tensor_file
+from engines.dumps.opener import open_dump
+from engines.dumps.rows import IO_INPUT, IO_OUTPUT, IO_PARAM, IO_PARAM_GRAD, KIND_MODULE, KIND_PARAM_GRAD
+from engines.dumps.scalars import scalar_crc32
+from engines.dumps.source import DumpSourceError
 
 
 def tensor(shape=(2, 2), dtype="torch.float32", **extra):

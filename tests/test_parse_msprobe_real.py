@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from engines.compare.engine import run_compare
+from engines.dumps.opener import open_dump
 from engines.parse.inspect import parse, read_tensor
-from engines.parse.sources import open_dump
 
 REAL = Path(__file__).parent / "data" / "msprobe" / "real"
 

@@ -257,7 +257,7 @@ def test_analyze_overflow_cli_prints_one_line(overflow_run, tmp_path):
 def test_an_hdf5_message_spanning_lines_is_one_line():
     """h5py and JSON messages quoted in an error may hold newlines; every bad-input error is one line."""
     from engines.compare.mapping import MappingError
-    from engines.parse.sources import DumpSourceError
+    from engines.dumps.source import DumpSourceError
     from engines.store import StoreError
 
     for cls in (StoreError, DumpSourceError, MappingError, JobError):

@@ -12,8 +12,8 @@ from typing import Any, Dict, Optional
 
 import numpy as np
 
-from engines.parse.probe_source import _scalar_fields
-from engines.parse.rows import RowTable
+from engines.dumps.rows import RowTable
+from engines.dumps.scalars import scalar_fields
 
 _NUMERIC_COLUMNS = ("g_max", "g_min", "g_mean", "g_norm")
 
@@ -37,7 +37,7 @@ def flag_changed_defaults(cols: Dict[str, np.ndarray], flags: np.ndarray, t: Row
         key = slot[len("input."):]
         if not defaults or key not in defaults:
             continue
-        _, num, text, _ = _scalar_fields(defaults[key])
+        _, num, text, _ = scalar_fields(defaults[key])
         if text is not None:
             if text == t.text[i]:
                 continue

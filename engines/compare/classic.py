@@ -14,7 +14,7 @@ from typing import Dict, List
 import numpy as np
 
 from engines.compare.tensor_metrics import ST_NONFINITE, ST_OK, ST_SHAPE, classic_accuracy
-from engines.parse.rows import IO_INPUT, IO_OUTPUT, IO_PARAM, V_MAX, V_MIN
+from engines.dumps.rows import IO_INPUT, IO_OUTPUT, IO_PARAM, V_MAX, V_MIN
 
 NONE, YELLOW, RED = 0, 1, 2
 COLOURS = ("", "yellow", "red")

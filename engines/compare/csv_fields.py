@@ -19,7 +19,7 @@ from engines.compare.columns import report_headers
 from engines.compare.float_text import FloatText
 from engines.compare.report_cells import NumCells, cell_builders
 from engines.compare.verdicts import UNMATCHED, VERDICTS
-from engines.parse.rows import factorize
+from engines.dumps.rows import factorize
 
 _SPECIAL = (",", '"', "\n", "\r")
 Block = Tuple[int, Callable[[np.ndarray], None]]

@@ -18,7 +18,7 @@ from typing import Dict, List, Tuple
 
 import numpy as np
 
-from engines.parse.rows import (
+from engines.dumps.rows import (
     IO_INPUT,
     IO_OUTPUT,
     IO_PARAM,

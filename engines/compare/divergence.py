@@ -27,9 +27,9 @@ from typing import Dict, List, Optional
 
 import numpy as np
 
-from engines.compare.matching import dtype_class
+from engines.compare.dtypes import dtype_class
 from engines.compare.verdicts import ERROR, PASS, SKIPPED, UNMATCHED, WARNING, F
-from engines.parse.rows import (
+from engines.dumps.rows import (
     DIR_BACKWARD,
     DIR_FORWARD,
     IO_INPUT,

@@ -21,9 +21,10 @@ from typing import Dict, List, Tuple
 import numpy as np
 
 from engines.capture.naming import MSPROBE_DUNDER_ALIASES
+from engines.compare.dtypes import dtype_class
 from engines.compare.fuzzy import align_records
-from engines.parse.names import parse_record
-from engines.parse.rows import DIR_NONE, KIND_API, RowTable
+from engines.dumps.names import parse_record
+from engines.dumps.rows import DIR_NONE, KIND_API, RowTable
 
 PREFIX = "Tensor"
 FAMILY_APIS = set(MSPROBE_DUNDER_ALIASES.values())
@@ -34,12 +35,6 @@ def family_of(api: str) -> str:
     if api in MSPROBE_DUNDER_ALIASES:
         return MSPROBE_DUNDER_ALIASES[api]
     return api if api in FAMILY_APIS else ""
-
-
-def _dtype_class(dtype: str) -> str:
-    from engines.compare.matching import dtype_class
-
-    return dtype_class(str(dtype))
 
 
 def _members(rows: RowTable, keys: np.ndarray, theirs: bool) -> Dict[Tuple[str, int], List[Tuple[str, tuple]]]:
@@ -65,7 +60,7 @@ def _members(rows: RowTable, keys: np.ndarray, theirs: bool) -> Dict[Tuple[str, 
             where[record] = (fam, rec.direction)
             out.setdefault((fam, rec.direction), []).append((record, ()))
         if tensor:
-            sigs[record].append((slot, shape, _dtype_class(dtype)))
+            sigs[record].append((slot, shape, dtype_class(str(dtype))))
     return {k: [(r, tuple(sigs[r])) for r, _ in v] for k, v in out.items()}
 
 

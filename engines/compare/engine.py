@@ -22,10 +22,10 @@ from engines.compare.piece import PieceSettings, compare_piece
 from engines.compare.prefetch import start_prefetch
 from engines.compare.stream_out import ResultChunks, StreamingReport, concat
 from engines.compare.verdicts import VERDICTS
-from engines.parse.names import direction_word
-from engines.parse.sources import DumpSource, DumpSourceError, open_dump, require_steps
-
-EXIT_OK, EXIT_BAD_INPUT, EXIT_FINDINGS = 0, 2, 3
+from engines.dumps.names import direction_word
+from engines.dumps.opener import open_dump
+from engines.dumps.source import DumpSource, DumpSourceError, require_steps
+from engines.errors import EXIT_BAD_INPUT, EXIT_FINDINGS, EXIT_OK
 
 
 @dataclass

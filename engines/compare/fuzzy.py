@@ -17,8 +17,8 @@ from __future__ import annotations
 
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from engines.parse.names import parse_record
-from engines.parse.rows import DIR_NONE, KIND_API, KIND_MODULE, KIND_PARAM_GRAD
+from engines.dumps.names import parse_record
+from engines.dumps.rows import DIR_NONE, KIND_API, KIND_MODULE, KIND_PARAM_GRAD
 
 Pair = Tuple[int, int]
 

@@ -29,7 +29,7 @@ from engines.compare.columns import (
 )
 from engines.compare.tensor_metrics import STATUS_NAMES
 from engines.compare.verdicts import FINDINGS, VERDICTS
-from engines.parse.rows import factorize, object_ids
+from engines.dumps.rows import factorize, object_ids
 
 KIND = "compare"
 SCHEMA_VERSION = 1

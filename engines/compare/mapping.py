@@ -25,9 +25,9 @@ from typing import Any, Dict, List, Optional, Tuple
 import numpy as np
 
 from engines.compare import ms_pt_names
+from engines.dumps.names import parse_record, with_index
+from engines.dumps.rows import DIR_BACKWARD, DIR_NONE, KIND_API, KIND_MODULE, KIND_PARAM_GRAD, RowTable
 from engines.errors import BadInputError
-from engines.parse.names import parse_record, with_index
-from engines.parse.rows import DIR_BACKWARD, DIR_NONE, KIND_API, KIND_MODULE, KIND_PARAM_GRAD, RowTable
 
 WRAPPER_TOKENS = {"_fsdp_wrapped_module", "_checkpoint_wrapped_module", "_orig_mod"}
 ABANDONED = "abandoned"

@@ -11,14 +11,11 @@ from typing import Dict, List
 
 import numpy as np
 
+from engines.compare.dtypes import dtype_class, dtype_compatible
 from engines.compare.dunders import align_msprobe_dunders
 from engines.compare.fuzzy import align_records, fuzzy_record_key
 from engines.compare.mapping import KeyOptions, side_keys
-from engines.parse.rows import RowTable, factorize
-
-_FLOAT = {"float16", "float32", "bfloat16", "float64", "half", "float", "double"}
-_DTYPE_CLASS = (("complex", "complex"), ("bool", "bool"), ("float", "float"), ("half", "float"),
-                ("double", "float"), ("int", "int"), ("uint", "int"))
+from engines.dumps.rows import RowTable
 
 
 @dataclass
@@ -27,36 +24,6 @@ class Match:
     fuzzy: np.ndarray  # bool: paired by alignment with a different name
     gated: np.ndarray  # bool: names matched but dtypes of incompatible classes (golden treated as unmatched)
     golden_only: np.ndarray  # golden row indices no target row took
-
-
-def dtype_class(dtype: str) -> str:
-    """``torch.float16``/``Float16``/``float16`` -> float; ints -> int; bool; complex; else the text itself."""
-    base = dtype.lower().rsplit(".", 1)[-1]
-    if base.startswith("<class '"):
-        return base
-    for prefix, cls in _DTYPE_CLASS:
-        if base.startswith(prefix) or base.startswith("b" + prefix):
-            return cls
-    return base
-
-
-def neutral_dtypes(dtypes: np.ndarray) -> np.ndarray:
-    """Framework-neutral dtype names: ``torch.float32`` and MindSpore's ``Float32`` are both ``float32``
-    (computed once per distinct dtype: a million rows hold a handful)."""
-    codes, uniques = factorize(np.asarray(dtypes, dtype=object))
-    names = np.empty(len(uniques), dtype=object)
-    names[:] = [str(d).lower().rsplit(".", 1)[-1] for d in uniques.tolist()]
-    return names[codes]
-
-
-def dtype_compatible(a: str, b: str, cross_framework: bool) -> bool:
-    """msprobe's dtype gate: equal, both floating, or (across frameworks) the same class."""
-    if a == b:
-        return True
-    ca, cb = dtype_class(a), dtype_class(b)
-    if ca == "float" and cb == "float":
-        return True
-    return cross_framework and ca == cb and ca in ("int", "bool", "complex")
 
 
 def exact_pairs(t_keys: np.ndarray, g_keys: np.ndarray) -> np.ndarray:

@@ -8,7 +8,7 @@ from typing import Any, Dict, List, Optional, Union
 
 from engines.compare.mapping import KeyOptions, MappingError, load_mapping_file, parse_api_mapping, string_map
 from engines.compare.verdicts import Thresholds
-from engines.runner import JobError
+from engines.errors import JobError
 
 FORMATS = ("hdf5", "csv", "xlsx")
 DEFAULT_SMALL_VALUE = 0.0

@@ -14,8 +14,9 @@ import numpy as np
 
 from engines.compare import classic, stats_metrics, tensor_metrics, verdicts
 from engines.compare.arg_defaults import flag_changed_defaults
+from engines.compare.dtypes import neutral_dtypes
 from engines.compare.mapping import KeyOptions
-from engines.compare.matching import match_rows, neutral_dtypes
+from engines.compare.matching import match_rows
 from engines.compare.stats_metrics import STATS
 from engines.compare.tensor_metrics import (
     ST_DTYPE_GATE,
@@ -27,7 +28,7 @@ from engines.compare.tensor_metrics import (
 )
 from engines.compare.tensor_stream import PairTask, compare_pairs, itemsize_of
 from engines.compare.verdicts import IGNORED_APIS, F, Thresholds
-from engines.parse.rows import V_MAX, V_MIN, RowTable
+from engines.dumps.rows import V_MAX, V_MIN, RowTable
 
 MODES = ("tensor", "statistics", "md5")
 

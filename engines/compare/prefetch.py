@@ -10,8 +10,8 @@ import os
 from concurrent.futures import ProcessPoolExecutor
 from typing import Optional
 
-from engines.msprobe_io.source import MsprobeSource
-from engines.parse.sources import DumpSource
+from engines.dumps.msprobe.source import MsprobeSource
+from engines.dumps.source import DumpSource
 
 #: The target's dump.json bytes from which a helper process pays off.
 PREFETCH_MIN_BYTES = 32 << 20

@@ -25,7 +25,7 @@ from engines.compare.tensor_metrics import (
     round_cosine,
 )
 from engines.compare.verdicts import UNMATCHED, VERDICTS
-from engines.parse.rows import STAT_BITS, factorize
+from engines.dumps.rows import STAT_BITS, factorize
 
 TENSOR_COLS = ("cosine", "euc_dist", "max_abs_err", "max_rel_err", "one_thousandth", "five_thousandths")
 

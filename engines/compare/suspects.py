@@ -18,8 +18,8 @@ import numpy as np
 
 from engines.compare.divergence import KIND_GAP, KIND_REGION, PHASES, SUSPECT_KINDS
 from engines.compare.verdicts import VERDICTS
-from engines.parse.names import direction_word, parse_record
-from engines.parse.rows import DIR_BACKWARD, KIND_API, KIND_MODULE, KIND_PARAM_GRAD
+from engines.dumps.names import direction_word, parse_record
+from engines.dumps.rows import DIR_BACKWARD, KIND_API, KIND_MODULE, KIND_PARAM_GRAD
 
 _FRAME = re.compile(r"File (.+?), line (\d+), in ([^,\n]+)")
 _LIBRARY = re.compile(r"site-packages|dist-packages|<frozen|[\\/]lib[\\/]python\d")  # installed or stdlib code

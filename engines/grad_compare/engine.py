@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
 from engines import safe_fs
+from engines.errors import EXIT_FINDINGS, EXIT_OK
 from engines.events import EventSink
 from engines.grad_compare.compute import compare_rank
 from engines.grad_compare.layers import LayerRatios, layer_ratios
@@ -18,7 +19,6 @@ from engines.grad_compare.similarity import SimilarityTable
 from engines.grad_compare.sources import GradSource, SourceError, open_grads
 from schemas.analysis import GradCompareJob, GradCompareSection
 
-EXIT_OK, EXIT_BAD_INPUT, EXIT_FINDINGS = 0, 2, 3
 DEFAULT_LAYER_TOLERANCE = 0.1
 
 

@@ -35,7 +35,7 @@ def _guarded(method: _Method) -> _Method:
 
     @functools.wraps(method)
     def wrapper(self: Any, rank: int, *args: Any) -> Any:
-        from engines.parse.sources import DAMAGE
+        from engines.dumps.source import DAMAGE
 
         where = self.folder(rank)
         try:

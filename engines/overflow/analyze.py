@@ -18,21 +18,20 @@ Results: ``overflow_analysis.h5`` (table ``replays``) and ``overflow_analysis.cs
 """
 
 import csv
-import importlib
 import json
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
 from engines import safe_fs
 from engines.capture.options import field_of as _get
+from engines.errors import EXIT_FINDINGS, EXIT_OK, JobError
+from engines.frameworks import adapter_module
 from engines.overflow import origin as og
 from engines.overflow.replay import UnsafeApiName
 from engines.overflow.results import KIND as OVERFLOW_KIND
 from engines.overflow.results import read_calls
 from engines.store import Column, DumpReader, StoreError, StoreWriter, TableSpec, open_rank_dirs, store_kinds
 
-EXIT_OK = 0
-EXIT_FINDINGS = 3
 RESULT_KIND = "overflow_analysis"
 CSV_NAME = "overflow_analysis.csv"
 CSV_COLUMNS = ("rank", "step", "name", "origin", "dtype", "replay_dtype", "as_saved", "high_precision",
@@ -51,10 +50,6 @@ REPLAYS = TableSpec("replays", (
     Column("category", "str"),
     Column("verdict", "json", default=""),
 ))
-
-
-class AnalysisError(Exception):
-    """Bad input (exit code 2): the path is not an overflow_check run, the replay dtype is unknown..."""
 
 
 class AnalysisResult:
@@ -89,12 +84,7 @@ class Judgement:
 
 
 def _job_error(text: str) -> Exception:
-    try:
-        from engines.runner import JobError
-
-        return JobError(text)
-    except ImportError:  # pragma: no cover
-        return AnalysisError(text)
+    return JobError(text)
 
 
 def locate_ranks(path: str) -> Dict[int, Path]:
@@ -269,7 +259,7 @@ def _replay_module(rank_dir: Path) -> Any:
             reader.close()
     name, package = ("MindSpore", "mindspore") if framework == "mindspore" else ("PyTorch", "torch")
     try:
-        return importlib.import_module("engines.adapters.%s.overflow_replay" % package)
+        return adapter_module(framework if framework == "mindspore" else "pytorch", "overflow_replay")
     except ImportError as exc:
         raise _job_error("analyze_overflow: replaying calls of this dump needs %s (%s)" % (name, exc)) from None
 

@@ -17,10 +17,11 @@ from typing import Any, Dict, Iterator, List, Optional, Tuple
 import numpy as np
 
 from engines import safe_fs
-from engines.parse.names import direction_word
-from engines.parse.rows import IO_NAMES, KIND_NAMES, STAT_BITS, RowTable, factorize
-from engines.parse.sources import DumpSource, DumpSourceError, open_dump, require_steps
-from engines.runner import JobError
+from engines.dumps.names import direction_word
+from engines.dumps.opener import open_dump
+from engines.dumps.rows import IO_NAMES, KIND_NAMES, STAT_BITS, RowTable, factorize
+from engines.dumps.source import DumpSource, DumpSourceError, require_steps
+from engines.errors import JobError
 
 CHUNK = 1 << 22
 LIST_LIMIT = 200
@@ -248,7 +249,7 @@ def read_tensor(path, row_name: str, *, rank: Optional[int] = None, step: Option
 
 
 def json_shape(text: str) -> Optional[Tuple[int, ...]]:
-    from engines.parse.rows import parse_shape
+    from engines.dumps.rows import parse_shape
 
     return parse_shape(text)
 

@@ -107,7 +107,7 @@ def _dump_json_head(path: Path) -> Dict[str, str]:
 def find_msprobe_dumps(root: Path, max_depth: int = 3) -> List[Dict[str, Any]]:
     """msprobe dump folders (``step<N>/rank<R>/dump.json``) under ``root``, as home-table rows: the folders a
     msprobe user already has, to open and compare. Run folders of ours are not entered."""
-    from engines.msprobe_io.layout import STEP_DIR, find_dump_files
+    from engines.dumps.msprobe.layout import STEP_DIR, find_dump_files
     from engines.runs import folder_size
 
     root = Path(root)

@@ -1,4 +1,4 @@
-"""A dump (ours or msprobe's, through ``engines.parse.sources.open_dump``) indexed for the dump browser.
+"""A dump (ours or msprobe's, through ``engines.dumps.source.open_dump``) indexed for the dump browser.
 
 Steps and ranks come from the source; the rows of one (rank, step) piece are read when that piece is first
 opened and turned into a record tree: modules, the operators inside them, and each record's rows (tensors and
@@ -15,7 +15,7 @@ from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 
-from engines.parse.rows import KIND_MODULE, STAT_BITS, RowTable, factorize
+from engines.dumps.rows import KIND_MODULE, STAT_BITS, RowTable, factorize
 
 
 class DumpError(Exception):
@@ -38,7 +38,7 @@ def is_dump(path: Path) -> bool:
     except Exception:
         pass
     try:
-        from engines.msprobe_io.layout import find_dump_files
+        from engines.dumps.msprobe.layout import find_dump_files
 
         return bool(find_dump_files(path))
     except Exception:
@@ -154,7 +154,8 @@ class DumpIndex:
     """The dump at ``path``: its (rank, step) pieces, each read and indexed once (thread-safe)."""
 
     def __init__(self, path) -> None:
-        from engines.parse.sources import DumpSourceError, open_dump
+        from engines.dumps.opener import open_dump
+        from engines.dumps.source import DumpSourceError
 
         self.path = Path(path)
         try:

@@ -9,8 +9,8 @@ from typing import Optional, Tuple
 
 import numpy as np
 
+from engines.dumps.rows import RowTable
 from engines.parse.inspect import Histogram, json_shape, parse_index, tensor_histogram
-from engines.parse.rows import RowTable
 
 MAX_SLICE_ELEMENTS = 1 << 26  # a slice needs the whole tensor in memory: 64M elements at most
 PREVIEW_VALUES = 48

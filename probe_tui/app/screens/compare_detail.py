@@ -10,7 +10,7 @@ from rich.text import Text
 from engines.compare.divergence import PHASES, SUSPECT_KINDS
 from engines.compare.suspects import suspect_record
 from engines.compare.verdicts import VERDICTS
-from engines.parse.rows import DIR_NAMES, IO_NAMES, KIND_NAMES
+from engines.dumps.rows import DIR_NAMES, IO_NAMES, KIND_NAMES
 from probe_tui.app.data.compare_result import VERDICT_STYLES
 from probe_tui.formatting import number_text
 

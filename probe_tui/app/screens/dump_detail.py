@@ -8,7 +8,7 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from engines.parse.rows import IO_NAMES, STAT_BITS
+from engines.dumps.rows import IO_NAMES, STAT_BITS
 from probe_tui.app.data.dump_index import DumpIndex, Piece
 from probe_tui.app.data.tensor_preview import Preview
 from probe_tui.app.widgets.dump_tree import record_kind_text

@@ -12,7 +12,7 @@ from rich.text import Text
 from textual.widgets import Tree
 from textual.widgets.tree import TreeNode
 
-from engines.parse.rows import DIR_NAMES, KIND_MODULE, KIND_NAMES, STAT_BITS
+from engines.dumps.rows import DIR_NAMES, KIND_MODULE, KIND_NAMES, STAT_BITS
 from probe_tui.app.data.dump_index import DumpIndex, Piece
 from probe_tui.app.widgets.result_tree import short_name
 from probe_tui.formatting import number_text

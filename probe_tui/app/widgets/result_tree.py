@@ -14,8 +14,8 @@ from textual.widgets import Tree
 from textual.widgets.tree import TreeNode
 
 from engines.compare.verdicts import ERROR, PASS, SKIPPED, UNMATCHED, WARNING
-from engines.parse.names import parse_record
-from engines.parse.rows import DIR_BACKWARD, KIND_MODULE, KIND_PARAM_GRAD
+from engines.dumps.names import parse_record
+from engines.dumps.rows import DIR_BACKWARD, KIND_MODULE, KIND_PARAM_GRAD
 from probe_tui.app.data.compare_result import TreeIndex
 from probe_tui.formatting import number_text
 

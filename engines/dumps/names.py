@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import NamedTuple, Optional
 
-from engines.parse.rows import (
+from engines.dumps.rows import (
     DIR_BACKWARD,
     DIR_FORWARD,
     DIR_NONE,

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 from typing import Any, Dict, Optional
 
-from engines.parse.sources import DumpSourceError
+from engines.dumps.source import DumpSourceError
 
 
 def read_json(path: Path, what: str) -> Any:

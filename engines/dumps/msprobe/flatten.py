@@ -12,11 +12,10 @@ from __future__ import annotations
 import json
 import math
 import re
-import zlib
 from typing import Any, Callable, Dict, Optional, Tuple
 
-from engines.parse.names import RecordName, parse_record
-from engines.parse.rows import (
+from engines.dumps.names import RecordName, parse_record
+from engines.dumps.rows import (
     IO_INPUT,
     IO_OUTPUT,
     IO_PARAM,
@@ -26,6 +25,7 @@ from engines.parse.rows import (
     RowTable,
     shape_text,
 )
+from engines.dumps.scalars import scalar_crc32
 
 MAX_DEPTH = 400
 MAX_NUMEL = 1 << 62
@@ -63,11 +63,6 @@ def json_path(root: Any, target: Any, prefix: str = "") -> str:
 def _shown(value: Any) -> str:
     text = json.dumps(value, default=str)
     return text if len(text) <= 60 else text[:60] + "..."
-
-
-def scalar_crc32(value: Any) -> str:
-    """msprobe's "md5" of a scalar argument: CRC-32 of ``str(value)`` as 8 hex digits."""
-    return "{:08x}".format(zlib.crc32(str(value).encode()))
 
 
 class Flattener:

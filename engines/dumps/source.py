@@ -1,6 +1,8 @@
-"""Open any dump as a :class:`DumpSource`: ours (HDF5 run/rank folders) or msprobe's (dump.json trees).
+"""The :class:`DumpSource` interface every dump reader implements (ours: ``probe_source``; msprobe's: ``msprobe``),
+and the one way reading a damaged file fails (:class:`DumpSourceError`). ``engines.dumps.opener.open_dump`` picks
+the reader for a path.
 
-A source is a set of (rank, step) pieces. Each piece gives a :class:`~engines.parse.rows.RowTable` and a
+A source is a set of (rank, step) pieces. Each piece gives a :class:`~engines.dumps.rows.RowTable` and a
 picklable tensor spec whose ``open()`` returns a reader with ``info(loc)`` and ``read(loc, start, stop)``, so that
 worker processes stream full tensors without the parent holding them.
 """
@@ -12,8 +14,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Dict, Iterator, List, Optional
 
+from engines.dumps.rows import RowTable
 from engines.errors import BadInputError
-from engines.parse.rows import RowTable
 
 #: What reading a damaged or foreign file raises besides the readers' own errors: HDF5 and file errors
 #: (OSError, and RuntimeError for some of h5py's), missing objects and keys (KeyError), values of the wrong type or size (ValueError, TypeError,
@@ -105,29 +107,3 @@ def require_steps(source: DumpSource) -> None:
     states = ["rank {}: writer {}".format(r, source.status(r)) for r in ranks[:4] if source.status(r)]
     raise DumpSourceError("{}: holds no committed step to read{}".format(
         source.path, " ({})".format(", ".join(states)) if states else ""))
-
-
-def open_dump(path) -> DumpSource:
-    """The dump at ``path``: a probe-tui run folder, ``latest`` link, rank folder or dump_path; a msprobe
-    dump.json, rank dir, step dir or dump_path. Raises :class:`DumpSourceError` (one line naming the path)."""
-    path = Path(path).expanduser()
-    if not path.exists():
-        raise DumpSourceError("{}: no such file or folder".format(path))
-    from engines.msprobe_io.layout import find_dump_files
-
-    try:
-        files = find_dump_files(path)
-    except (OSError, ValueError) as exc:
-        raise DumpSourceError(str(exc)) from None
-    if files:
-        from engines.msprobe_io.source import MsprobeSource
-
-        return MsprobeSource(path, files)
-    from engines.parse.probe_source import find_probe_dump
-
-    with reading(path):
-        found = find_probe_dump(path)
-    if found is not None:
-        return found
-    raise DumpSourceError("{}: neither a probe-tui dump (run or rank folder) nor a msprobe dump (dump.json)"
-                          .format(path))

@@ -1,4 +1,4 @@
-"""A msprobe dump as a :class:`engines.parse.sources.DumpSource`."""
+"""A msprobe dump as a :class:`engines.dumps.source.DumpSource`."""
 
 from __future__ import annotations
 
@@ -6,12 +6,12 @@ from concurrent.futures import Executor, Future
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
-from engines.msprobe_io.companions import read_construct, read_json, read_stacks
-from engines.msprobe_io.flatten import Flattener
-from engines.msprobe_io.layout import MsprobeFile, find_dump_files
-from engines.msprobe_io.tensors import MsprobeTensorSpec
-from engines.parse.rows import RowTable
-from engines.parse.sources import DumpSource, DumpSourceError, guarded
+from engines.dumps.msprobe.companions import read_construct, read_json, read_stacks
+from engines.dumps.msprobe.flatten import Flattener
+from engines.dumps.msprobe.layout import MsprobeFile, find_dump_files
+from engines.dumps.msprobe.tensors import MsprobeTensorSpec
+from engines.dumps.rows import RowTable
+from engines.dumps.source import DumpSource, DumpSourceError, guarded
 
 
 class MsprobeSource(DumpSource):

@@ -1,4 +1,4 @@
-"""A probe-tui dump (HDF5 store, docs/FORMAT.md) as a :class:`~engines.parse.sources.DumpSource`.
+"""A probe-tui dump (HDF5 store, docs/FORMAT.md) as a :class:`~engines.dumps.source.DumpSource`.
 
 Accepts a run folder (``run.json`` + ``rank<R>/``), its ``latest`` pointer, a dump_path holding ``latest``, or one
 rank folder. Rows come from the ``tensors`` table joined to ``records``; non-tensor arguments kept in the records'
@@ -16,8 +16,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 
-from engines.msprobe_io.flatten import scalar_crc32
-from engines.parse.rows import (
+from engines.dumps.rows import (
     IO_INPUT,
     IO_OTHER,
     IO_OUTPUT,
@@ -28,7 +27,8 @@ from engines.parse.rows import (
     RowTable,
     factorize,
 )
-from engines.parse.sources import DumpSource, DumpSourceError, guarded, reading
+from engines.dumps.scalars import scalar_fields
+from engines.dumps.source import DumpSource, DumpSourceError, guarded, reading
 
 DUMP_KIND = "dump"
 V_CRC32, V_XHASH = 16, 32
@@ -211,19 +211,6 @@ def scalar_leaves(args_json: str) -> List[Tuple[str, Any]]:
     for k, v in (skel.get("kwargs") or {}).items():
         walk(v, "input.{}".format(k))
     return out
-
-
-def _scalar_fields(value: Any) -> Tuple[str, Optional[float], Optional[str], str]:
-    """(dtype, numeric value, text, crc32) of a scalar argument, in msprobe's terms (reference §1.5)."""
-    if isinstance(value, dict):
-        kind = str(value.get("type"))
-        inner = value.get("value")
-        if kind == "float" and isinstance(inner, str):  # non-finite floats are kept as text
-            return "<class 'float'>", float(inner), None, scalar_crc32(float(inner))
-        return kind, None, str(inner if "value" in value else value), scalar_crc32(inner)
-    if isinstance(value, bool) or value is None or isinstance(value, str):
-        return str(type(value)), None, str(value), scalar_crc32(value)
-    return str(type(value)), float(value), None, scalar_crc32(value)
 
 
 class ProbeSource(DumpSource):
@@ -414,7 +401,7 @@ def _scalar_rows(recs: Dict[str, np.ndarray], stacks: np.ndarray, rank: int, ste
     b = RowBuilder()
     for pos, code in enumerate(codes.tolist()):
         for slot, value in leaves[code]:
-            dtype, num, text, crc = _scalar_fields(value)
+            dtype, num, text, crc = scalar_fields(value)
             v = np.nan if num is None else num
             rec = recs["name"][pos]
             b.add(name=rec + "." + slot, record=rec, slot=slot, io=IO_INPUT, kind=int(recs["kind"][pos]),

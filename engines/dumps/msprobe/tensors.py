@@ -27,7 +27,9 @@ def load_tensor_file(path: Path, *, mmap: bool = True) -> np.ndarray:
         except Exception as exc:  # a damaged file: numpy raises OSError, ValueError, EOFError, ...
             raise TensorFileError("{}: cannot read ({}: {})".format(path, type(exc).__name__, exc)) from None
     if path.suffix == ".pt":
-        from engines.adapters.torch import ptload
+        from engines.frameworks import adapter_module
+
+        ptload = adapter_module("pytorch", "ptload")
 
         if not ptload.torch_available():
             raise TensorFileError("{}: a .pt file needs torch installed".format(path))
