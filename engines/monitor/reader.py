@@ -20,6 +20,7 @@ import numpy as np
 
 from engines.monitor.metrics import series_key
 from engines.monitor.store_layout import ALERTS, KIND, SERIES, VALUES
+from engines.store.closing import Closing
 
 
 class MetricsError(Exception):
@@ -91,7 +92,7 @@ def open_metrics(path, rank: Optional[int] = None) -> "MetricsReader":
     return MetricsReader(_resolve_rank_dir(Path(path), rank))
 
 
-class MetricsReader:
+class MetricsReader(Closing):
     def __init__(self, rank_dir):
         from engines.store import StoreError, StoreReader
 
@@ -275,12 +276,6 @@ class MetricsReader:
 
     def close(self) -> None:
         self._store.close()
-
-    def __enter__(self) -> "MetricsReader":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
 
 
 def _rows(data: Dict[str, np.ndarray]) -> List[dict]:

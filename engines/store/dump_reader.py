@@ -5,6 +5,7 @@ from typing import Any, Dict, Iterator, List, Optional, Sequence, Union
 
 import numpy as np
 
+from .closing import Closing
 from .dtypes import to_float
 from .dump_schema import DUMP_KIND, DUMP_SCHEMA_VERSION
 from .gather import unique_inverse
@@ -20,7 +21,7 @@ def _steps_arg(step: StepSelection) -> Optional[List[int]]:
     return [int(s) for s in np.atleast_1d(step)]
 
 
-class DumpReader:
+class DumpReader(Closing):
     def __init__(self, rank_dir):
         self.store = StoreReader(rank_dir, DUMP_KIND)
         try:
@@ -108,9 +109,3 @@ class DumpReader:
 
     def close(self) -> None:
         self.store.close()
-
-    def __enter__(self) -> "DumpReader":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
