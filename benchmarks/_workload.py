@@ -4,6 +4,7 @@ autocast). Framework-free at import: the MindSpore benchmark uses the timing wit
 
 import shutil
 import statistics
+import tempfile
 import time
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Tuple
@@ -66,6 +67,42 @@ def timed(fn: Callable[[], Any]) -> Tuple[float, float]:
     w0, c0 = time.perf_counter(), time.process_time()
     fn()
     return time.perf_counter() - w0, time.process_time() - c0
+
+
+def session_step(session: Any, work: Any) -> Callable[[], None]:
+    """One training step of ``work`` under a step-driven session (start, step, step_end)."""
+
+    def step() -> None:
+        session.start(work.model)
+        work.step()
+        session.step_end()
+
+    return step
+
+
+# The statistics arms both capture benchmarks measure (options of CaptureOptions; None: no capture).
+STATISTICS_ARMS: Dict[str, Optional[Dict[str, Any]]] = {
+    "disabled": None,
+    "statistics L0": dict(level="L0"),
+    "statistics L1": dict(level="L1"),
+    "statistics mix": dict(level="mix"),
+    "statistics L1 hash": dict(level="L1", summary_mode="hash"),
+}
+
+
+def each_arm(arms: Any, run: Callable[[str, Path], Any], report: Callable[[str, Any], None],
+             prefix: str) -> Dict[str, Any]:
+    """``run(arm, root)`` for each arm in turn, each result reported as it comes; the arms' dumps go under one
+    temporary folder, removed at the end."""
+    root = Path(tempfile.mkdtemp(prefix=prefix))
+    try:
+        out = {}
+        for arm in arms:
+            out[arm] = run(arm, root)
+            report(arm, out[arm])
+        return out
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
 
 
 def interleaved(work: Any, instrumented: Callable[[], Any], steps: int, warmup: int) -> Dict[str, float]:

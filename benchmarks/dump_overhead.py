@@ -20,17 +20,24 @@ L1 md5 ~137x, tensor L1 ~282x. Our targets: overhead (ratio - 1) at most a third
 
 import argparse
 import json
-import shutil
 import statistics
 import sys
-import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch  # noqa: E402
 
-from benchmarks._workload import Workload, arm_rounds, peak_rss_mb, reset_peak_rss, timed  # noqa: E402
+from benchmarks._workload import (  # noqa: E402
+    STATISTICS_ARMS,
+    Workload,
+    arm_rounds,
+    each_arm,
+    peak_rss_mb,
+    reset_peak_rss,
+    session_step,
+    timed,
+)
 from engines.adapters.torch.session import TorchCaptureSession  # noqa: E402
 from engines.capture.options import CaptureOptions  # noqa: E402
 from engines.capture.sink import dump_sink_factory  # noqa: E402
@@ -38,11 +45,7 @@ from engines.capture.summary import CaptureSummary  # noqa: E402
 from probe_tui.formatting import format_bytes  # noqa: E402
 
 ARMS = {
-    "disabled": None,
-    "statistics L0": dict(level="L0"),
-    "statistics L1": dict(level="L1"),
-    "statistics mix": dict(level="mix"),
-    "statistics L1 hash": dict(level="L1", summary_mode="hash"),
+    **STATISTICS_ARMS,
     "statistics L1 md5": dict(level="L1", summary_mode="md5"),
     "tensor L1": dict(level="L1", task="tensor"),
 }
@@ -66,13 +69,7 @@ def run_arm(work: Workload, arm: str, rounds: int, steps: int, warmup: int, root
         session = TorchCaptureSession(opts, dump_sink_factory(lambda rank: folder / ("rank%d" % rank), opts,
                                                                {"framework": "pytorch"}, summary),
                                       summary=summary, rank=0)
-
-        def captured():
-            session.start(work.model)
-            work.step()
-            session.step_end()
-
-        return captured, session.close, summary, folder
+        return session_step(session, work), session.close, summary, folder
 
     reset_peak_rss()
     base_rss = peak_rss_mb()
@@ -87,16 +84,10 @@ def run_preset(preset: str, arms, rounds: int, steps: int, warmup: int):
     work = Workload(preset)
     for _ in range(warmup):
         work.step()
-    root = Path(tempfile.mkdtemp(prefix="probe-tui-overhead-"))
-    out = {}
-    try:
-        base = statistics.median(timed(work.step)[0] for _ in range(max(steps, 3)))
-        out["baseline_step_ms"] = base * 1e3
-        for arm in arms:
-            out[arm] = run_arm(work, arm, rounds, steps, warmup, root)
-            _print_row(preset, arm, out[arm])
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
+    base = statistics.median(timed(work.step)[0] for _ in range(max(steps, 3)))
+    out = {"baseline_step_ms": base * 1e3}
+    out.update(each_arm(arms, lambda arm, root: run_arm(work, arm, rounds, steps, warmup, root),
+                        lambda arm, r: _print_row(preset, arm, r), "probe-tui-overhead-"))
     return out
 
 

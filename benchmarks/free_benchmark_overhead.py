@@ -19,7 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch  # noqa: E402
 
-from benchmarks._workload import Workload, interleaved, peak_rss_mb, reset_peak_rss  # noqa: E402
+from benchmarks._workload import Workload, interleaved, peak_rss_mb, reset_peak_rss, session_step  # noqa: E402
 from engines.adapters.torch.free_benchmark_session import FreeBenchmarkSession  # noqa: E402
 from engines.capture.options import CaptureOptions  # noqa: E402
 from engines.free_benchmark.options import FreeBenchmarkOptions  # noqa: E402
@@ -40,15 +40,6 @@ def _counter(found):
     return lambda step, rows: found.append(len(rows))
 
 
-def _checked(session, work):
-    def step():
-        session.start(work.model)
-        work.step()
-        session.step_end()
-
-    return step
-
-
 def run_arm(preset: str, arm: dict, rounds: int, steps: int, warmup: int):
     ratios, cpu, rows, base = [], [], [], []
     reset_peak_rss()
@@ -58,8 +49,8 @@ def run_arm(preset: str, arm: dict, rounds: int, steps: int, warmup: int):
         found = []
         session = FreeBenchmarkSession(CaptureOptions(level="L1"), fb, on_step=_counter(found), rank=0)
         if fb.preheat:  # measure sampling steps, not the counting step 0
-            _checked(session, work)()
-        got = interleaved(work, _checked(session, work), steps, warmup)
+            session_step(session, work)()
+        got = interleaved(work, session_step(session, work), steps, warmup)
         session.close()
         ratios.append(got["ratio"])
         cpu.append(got["cpu_ratio"])

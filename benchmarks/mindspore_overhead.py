@@ -17,10 +17,8 @@ mix 13.05x, ~31 ms a record. Target: overhead (ratio - 1) at most a third of msp
 import argparse
 import json
 import os
-import shutil
 import statistics
 import sys
-import tempfile
 from pathlib import Path
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
@@ -29,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import mindspore as ms  # noqa: E402
 from mindspore import Tensor  # noqa: E402
 
-from benchmarks._workload import arm_rounds, timed  # noqa: E402
+from benchmarks._workload import STATISTICS_ARMS, arm_rounds, each_arm, timed  # noqa: E402
 from engines.adapters.mindspore.demo import build_model, ensure_pynative, loss_function, make_optimizer  # noqa: E402
 from engines.adapters.mindspore.session import MindSporeCaptureSession  # noqa: E402
 from engines.capture.options import CaptureOptions  # noqa: E402
@@ -38,13 +36,7 @@ from engines.capture.summary import CaptureSummary  # noqa: E402
 from engines.demo.data import batches  # noqa: E402
 from engines.demo.knobs import resolve_knobs  # noqa: E402
 
-ARMS = {
-    "disabled": None,
-    "statistics L0": dict(level="L0"),
-    "statistics L1": dict(level="L1"),
-    "statistics mix": dict(level="mix"),
-    "statistics L1 hash": dict(level="L1", summary_mode="hash"),
-}
+ARMS = dict(STATISTICS_ARMS)
 MSPROBE = {"default": {"statistics L0": 4.08, "statistics L1": 9.16, "statistics mix": 13.05}}
 # The PyTorch capture on the same workload, for the side-by-side line (benchmarks/dump_overhead.py, docs/CAPTURE.md).
 PYTORCH_FIGURES_NOTE = "PyTorch figures: python benchmarks/dump_overhead.py --preset default"
@@ -108,16 +100,10 @@ def run_preset(preset: str, arms, rounds: int, steps: int, warmup: int):
     work = Workload(preset)
     for _ in range(2):
         work.step()  # compiles the jit optimizer
-    root = Path(tempfile.mkdtemp(prefix="probe-tui-ms-overhead-"))
-    out = {}
-    try:
-        out["baseline_step_ms"] = statistics.median(timed(work.step)[0] for _ in range(3)) * 1e3
-        print("%-8s baseline %.0f ms a step" % (preset, out["baseline_step_ms"]), flush=True)
-        for arm in arms:
-            out[arm] = run_arm(work, arm, rounds, steps, warmup, root)
-            _print_row(preset, arm, out[arm])
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
+    out = {"baseline_step_ms": statistics.median(timed(work.step)[0] for _ in range(3)) * 1e3}
+    print("%-8s baseline %.0f ms a step" % (preset, out["baseline_step_ms"]), flush=True)
+    out.update(each_arm(arms, lambda arm, root: run_arm(work, arm, rounds, steps, warmup, root),
+                        lambda arm, r: _print_row(preset, arm, r), "probe-tui-ms-overhead-"))
     return out
 
 

@@ -20,7 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch  # noqa: E402
 
-from benchmarks._workload import Workload, interleaved, peak_rss_mb, reset_peak_rss  # noqa: E402
+from benchmarks._workload import Workload, interleaved, peak_rss_mb, reset_peak_rss, session_step  # noqa: E402
 from engines.adapters.torch.overflow_session import OverflowSession  # noqa: E402
 from engines.adapters.torch.session import TorchCaptureSession  # noqa: E402
 from engines.capture.options import CaptureOptions  # noqa: E402
@@ -45,15 +45,6 @@ def _session(kind: str, level: str, batched: bool, folder: Path):
     return OverflowSession(options, sinks, summary=summary, overflow_nums=-1, rank=0, batched=batched)
 
 
-def _instrumented(session, work):
-    def step():
-        session.start(work.model)
-        work.step()
-        session.step_end()
-
-    return step
-
-
 def run_arm(preset: str, dtype: str, arm, rounds: int, steps: int, warmup: int):
     kind, level, batched = arm
     ratios, cpu, syncs = [], [], []
@@ -62,7 +53,7 @@ def run_arm(preset: str, dtype: str, arm, rounds: int, steps: int, warmup: int):
         work = Workload(preset, dtype)
         with tempfile.TemporaryDirectory(prefix="probe-ovf-bench-") as tmp:
             session = _session(kind, level, batched, Path(tmp))
-            got = interleaved(work, _instrumented(session, work), steps, warmup)
+            got = interleaved(work, session_step(session, work), steps, warmup)
             session.close()
         ratios.append(got["ratio"])
         cpu.append(got["cpu_ratio"])

@@ -64,22 +64,21 @@ def run_config_file(path: str, args) -> int:
     return run_job_reporting(job, args, label=path)
 
 
-def cmd_compare(args) -> int:
-    section: Dict[str, Any] = {"target_path": args.target, "golden_path": args.golden, "mode": args.mode,
-                               "fuzzy_match": bool(args.fuzzy)}
+def _run_section(task: str, section: Dict[str, Any], args, label: str) -> int:
+    """Run a one-section job built from the command line (``--output`` sets the section's ``output_path``)."""
     if args.output:
         section["output_path"] = args.output
-    job = load_or_report({"task": "compare", "compare": section}, label="compare")
+    job = load_or_report({"task": task, task: section}, label=label)
     if job is None:
         return 2
-    return run_job_reporting(job, args, label="compare")
+    return run_job_reporting(job, args, label=label)
+
+
+def cmd_compare(args) -> int:
+    return _run_section("compare", {"target_path": args.target, "golden_path": args.golden, "mode": args.mode,
+                                    "fuzzy_match": bool(args.fuzzy)}, args, label="compare")
 
 
 def cmd_analyze_overflow(args) -> int:
-    section: Dict[str, Any] = {"path": args.path, "dtype": args.dtype}
-    if args.output:
-        section["output_path"] = args.output
-    job = load_or_report({"task": "analyze_overflow", "analyze_overflow": section}, label="analyze-overflow")
-    if job is None:
-        return 2
-    return run_job_reporting(job, args, label="analyze-overflow")
+    return _run_section("analyze_overflow", {"path": args.path, "dtype": args.dtype}, args,
+                        label="analyze-overflow")

@@ -15,15 +15,21 @@ BYTE_UNITS = ("B", "KB", "MB", "GB", "TB")
 BYTE_BASE = 1000.0  # decimal units (KB = 1000 B), as ``ls --si`` and disk makers count
 
 
+def _finite(value: Any) -> Optional[float]:
+    """``value`` as a finite float; None for None, a bool, or anything that is not a finite number."""
+    if value is None or isinstance(value, bool):
+        return None
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return None
+    return number if math.isfinite(number) else None
+
+
 def format_bytes(size: Optional[float], none: str = NONE) -> str:
     """``512 B``, ``911.4 KB``, ``1.5 MB``; ``none`` for None or a value that is not a number."""
-    if size is None or isinstance(size, bool):
-        return none
-    try:
-        value = float(size)
-    except (TypeError, ValueError):
-        return none
-    if not math.isfinite(value):
+    value = _finite(size)
+    if value is None:
         return none
     for unit in BYTE_UNITS:
         if abs(value) < BYTE_BASE or unit == BYTE_UNITS[-1]:
@@ -42,13 +48,8 @@ def format_clock(seconds: Optional[float]) -> str:
 
 def format_duration(seconds: Optional[float], none: str = NONE) -> str:
     """A duration in seconds: ``0.4s``, ``12.3s``, ``3:25`` from a minute on."""
-    if seconds is None or isinstance(seconds, bool):
-        return none
-    try:
-        value = float(seconds)
-    except (TypeError, ValueError):
-        return none
-    if not math.isfinite(value):
+    value = _finite(seconds)
+    if value is None:
         return none
     if value >= 60:
         return format_clock(value)

@@ -1,6 +1,6 @@
 """statistics, tensor and overflow_check jobs, with the rules that tie the level to the section."""
 
-from typing import Any, Dict, Literal, Tuple, get_args
+from typing import Any, ClassVar, Dict, Literal, Tuple, get_args
 
 from pydantic import ValidationInfo, field_validator, model_validator
 
@@ -88,40 +88,41 @@ def dump_schema_rules(schema: Dict[str, Any], task: str, levels: Tuple[str, ...]
     add_rules(schema, *rules)
 
 
-class StatisticsJob(DumpJob):
+class _DumpTaskJob(DumpJob):
+    """statistics and tensor: the dump rules (`check_dump_rules`) on the job's section (named as its task) and
+    levels."""
+
+    LEVELS: ClassVar[Tuple[str, ...]]
+
+    @classmethod
+    def json_schema_rules(cls, schema: Dict[str, Any]) -> None:
+        super().json_schema_rules(schema)
+        dump_schema_rules(schema, cls.model_fields["task"].default, cls.LEVELS)
+
+    @model_validator(mode="after")
+    def _rules(self, info: ValidationInfo) -> "_DumpTaskJob":
+        check_dump_rules(self, getattr(self, self.task), info)
+        return self
+
+
+class StatisticsJob(_DumpTaskJob):
     """Capture statistics (max, min, mean, norm; optionally checksums) of every tensor at API and/or module level."""
+
+    LEVELS: ClassVar[Tuple[str, ...]] = STATISTICS_LEVELS
 
     task: Literal["statistics"] = field("statistics", "Capture per-tensor statistics.")
     level: StatisticsLevel = level_field("L1", STATISTICS_LEVELS)
     statistics: StatisticsSection = section_field(StatisticsSection, "Options of the statistics task.")
 
-    @classmethod
-    def json_schema_rules(cls, schema: Dict[str, Any]) -> None:
-        super().json_schema_rules(schema)
-        dump_schema_rules(schema, "statistics", STATISTICS_LEVELS)
 
-    @model_validator(mode="after")
-    def _rules(self, info: ValidationInfo) -> "StatisticsJob":
-        check_dump_rules(self, self.statistics, info)
-        return self
-
-
-class TensorJob(DumpJob):
+class TensorJob(_DumpTaskJob):
     """Save real tensors (plus their statistics) for the selected APIs and modules."""
+
+    LEVELS: ClassVar[Tuple[str, ...]] = TENSOR_LEVELS
 
     task: Literal["tensor"] = field("tensor", "Save real tensors.")
     level: TensorLevel = level_field("L1", TENSOR_LEVELS)
     tensor: TensorSection = section_field(TensorSection, "Options of the tensor task.")
-
-    @classmethod
-    def json_schema_rules(cls, schema: Dict[str, Any]) -> None:
-        super().json_schema_rules(schema)
-        dump_schema_rules(schema, "tensor", TENSOR_LEVELS)
-
-    @model_validator(mode="after")
-    def _rules(self, info: ValidationInfo) -> "TensorJob":
-        check_dump_rules(self, self.tensor, info)
-        return self
 
 
 class OverflowCheckSection(ConfigModel):

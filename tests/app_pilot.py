@@ -8,6 +8,7 @@ cores) a mount, a worker or a child process can take longer than one pause.
 import asyncio
 import functools
 import json
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, Callable, Dict, Optional
 
@@ -50,6 +51,16 @@ async def open_view(pilot, path: Path, screen_type: type, timeout: float = 30.0)
                      timeout, "{} open on {}".format(screen_type.__name__, path))
     await pilot.pause()
     return pilot.app.screen
+
+
+@asynccontextmanager
+async def viewing(path: Path, screen_type: type, root: Optional[Path] = None, size=(120, 40)):
+    """The app on ``root`` (default: the path's folder), ``path`` open in ``screen_type``: (pilot, screen)."""
+    from probe_tui.app.app import ProbeApp
+
+    app = ProbeApp(Path(path).parent if root is None else root, root_label="~/exp")
+    async with app.run_test(size=size) as pilot:
+        yield pilot, await open_view(pilot, path, screen_type)
 
 
 def rendered_text(renderable: Any, width: int = 60) -> str:

@@ -87,5 +87,25 @@ def one_line_error(text: str) -> bool:
     return "\n" not in text.strip() and "Traceback" not in text and bool(text.strip())
 
 
+def assert_one_line(exc_info: Any, *words: str) -> None:
+    """The raised error is a one-line bad-input message naming every one of ``words``."""
+    text = str(exc_info.value)
+    assert one_line_error(text), text
+    for word in words:
+        assert word in text, text
+
+
+def run_compare(target: Path, golden: Path, tmp_path: Path, **extra: Any) -> Any:
+    """A compare job of ``target`` against ``golden`` (its section extended by ``extra``), run in-process."""
+    from engines.events import NullSink
+    from engines.runner import run_job
+    from schemas import load_config
+
+    section = {"target_path": str(target), "golden_path": str(golden), "output_path": str(tmp_path / "out")}
+    section.update(extra)
+    return run_job(load_config({"task": "compare", "dump_path": str(tmp_path / "pd"), "compare": section}),
+                   events=NullSink())
+
+
 def np_zeros(n: int, dtype: str = "int64") -> np.ndarray:
     return np.zeros(n, dtype=dtype)

@@ -1,5 +1,7 @@
 """Framework-free helpers shared by the PyTorch and MindSpore capture tests (this module holds no tests)."""
 
+import json
+from collections import Counter
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional
 
@@ -13,6 +15,53 @@ STAT_COLUMNS = ("max", "min", "mean", "norm")
 
 def rank_dirs(root: Path) -> Callable[[int], Path]:
     return lambda rank: Path(root) / ("rank%d" % rank)
+
+
+def capture_sinks(root: Path, framework: str, **options: Any):
+    """(CaptureOptions of ``options``, the dump sinks writing rank folders under ``root``, their CaptureSummary)."""
+    from engines.capture.options import CaptureOptions
+    from engines.capture.sink import dump_sink_factory
+    from engines.capture.summary import CaptureSummary
+
+    opts = CaptureOptions(**options)
+    summary = CaptureSummary()
+    return opts, dump_sink_factory(rank_dirs(root), opts, {"framework": framework}, summary), summary
+
+
+def run_zero_code(root: Path, zero_code: Any, demo: Any, framework: str, knobs: Optional[Dict[str, Any]] = None,
+                  **options: Any):
+    """A framework's demo trained under its zero-code capture: (Dump of rank 0, summary, DemoResult)."""
+    opts, sinks, summary = capture_sinks(root, framework, **options)
+    with zero_code(opts, sinks, summary=summary):
+        result = demo.train(dict(knobs or TINY))
+    written = sorted(Path(root).glob("rank*"))
+    return (Dump(written[0]) if written else None), summary, result
+
+
+def write_config(tmp_path: Path, name: str, **fields: Any) -> Path:
+    """``<name>.json``: a mix-level statistics config dumping to ``tmp_path/<name>``, ``fields`` set over it."""
+    data = {"task": "statistics", "dump_path": str(tmp_path / name), "level": "mix"}
+    data.update(fields)
+    path = tmp_path / (name + ".json")
+    path.write_text(json.dumps(data))
+    return path
+
+
+def only_run(dump_path: Path) -> Path:
+    """The one run folder a dump path holds (``latest`` aside)."""
+    runs = sorted(p for p in dump_path.iterdir() if p.is_dir() and p.name != "latest")
+    assert len(runs) == 1, runs
+    return runs[0]
+
+
+def forward_counts(names: List[str], expected: Dict[str, int]) -> Counter:
+    """How often each API ran forward in ``names``; every API of ``expected`` that often, numbered 0.. in order."""
+    forward = Counter(n.rsplit(".", 2)[0] for n in names if n.endswith(".forward"))
+    for api, n in expected.items():
+        assert forward[api] == n, (api, forward[api])
+        assert ["%s.%d.forward" % (api, i) for i in range(n)] == \
+            [x for x in names if x.startswith(api + ".") and x.endswith(".forward")]
+    return forward
 
 
 def row_stats(row: Dict[str, Any]):

@@ -12,7 +12,7 @@ from probe_tui.app.data.tensor_preview import PreviewError, histogram, read_slic
 from probe_tui.app.screens.dump import DumpScreen
 from probe_tui.app.screens.overflow import OverflowScreen
 from probe_tui.app.widgets.dump_tree import DumpRef, DumpTree
-from tests.app_pilot import open_view, pilot_test, rendered_text, run_sample, wait_until
+from tests.app_pilot import open_view, pilot_test, rendered_text, run_sample, viewing, wait_until
 
 MSPROBE = Path(__file__).resolve().parent / "data" / "msprobe" / "real"
 
@@ -33,10 +33,7 @@ def detail(screen) -> str:
 
 @pilot_test
 async def test_msprobe_tensor_dump_tree_values_histogram_and_slice():
-    path = MSPROBE / "tensor_mix"
-    app = ProbeApp(path.parent, root_label="~/exp")
-    async with app.run_test(size=(120, 40)) as pilot:
-        screen = await open_view(pilot, path, DumpScreen)
+    async with viewing(MSPROBE / "tensor_mix", DumpScreen) as (pilot, screen):
         tree = screen.dump_tree
         await wait_until(pilot, lambda: any(r.kind == "record" for _, r in lines(tree)), what="records listed")
         shown = lines(tree)
@@ -69,10 +66,7 @@ async def test_msprobe_tensor_dump_tree_values_histogram_and_slice():
 
 @pilot_test
 async def test_search_keeps_matching_records_and_their_modules():
-    path = MSPROBE / "tensor_mix"
-    app = ProbeApp(path.parent, root_label="~/exp")
-    async with app.run_test(size=(100, 30)) as pilot:
-        screen = await open_view(pilot, path, DumpScreen)
+    async with viewing(MSPROBE / "tensor_mix", DumpScreen, size=(100, 30)) as (pilot, screen):
         await wait_until(pilot, lambda: screen.index is not None)
         await pilot.press("slash", *"softmax", "enter")
         await wait_until(pilot, lambda: screen.matches > 0)

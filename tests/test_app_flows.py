@@ -71,9 +71,7 @@ def validate_messages(data):
 async def test_build_a_statistics_config_from_the_starter_and_save_it(tmp_path):
     app = ProbeApp(tmp_path, root_label="~/exp")
     async with app.run_test(size=(100, 40)) as pilot:
-        await home(pilot)
-        await pilot.press("n")
-        await wait_until(pilot, lambda: isinstance(app.screen, StartScreen) and app.screen.is_mounted)
+        await new_config(pilot)
         await pilot.press("enter")  # the first task: statistics
         builder = await builder_up(pilot)
         assert builder.task == "statistics"
@@ -164,9 +162,7 @@ async def test_load_an_msprobe_config(tmp_path):
 async def test_a_sample_config_is_a_template(tmp_path):
     app = ProbeApp(tmp_path, root_label="~/exp")
     async with app.run_test(size=(100, 40)) as pilot:
-        await home(pilot)
-        await pilot.press("n")
-        await wait_until(pilot, lambda: isinstance(app.screen, StartScreen) and app.screen.is_mounted)
+        await new_config(pilot)
         start = app.screen
         ids = [start.query_one("#start-options").get_option_at_index(i).id
                for i in range(start.query_one("#start-options").option_count)]
@@ -193,10 +189,18 @@ async def test_a_config_without_a_target_is_not_run(tmp_path):
 
 # ---- running the real `probe-tui --run` on the demo -------------------------------------------------------------
 
-async def _build_and_run(pilot, app, tmp_path, steps):
+async def new_config(pilot):
+    """From the home screen, ``n``: the start screen (a task and a starting point), mounted."""
     await home(pilot)
     await pilot.press("n")
-    await wait_until(pilot, lambda: isinstance(app.screen, StartScreen) and app.screen.is_mounted)
+    await wait_until(pilot, lambda: isinstance(pilot.app.screen, StartScreen) and pilot.app.screen.is_mounted)
+
+
+async def _build_and_run(pilot, app, tmp_path, steps):
+    """Build a statistics config of the demo for ``steps`` steps, save it, run it: the run screen."""
+    from probe_tui.app.screens.run import RunScreen
+
+    await new_config(pilot)
     await pilot.press("enter")  # statistics starter: the tiny demo
     builder = await builder_up(pilot)
     await type_into(pilot, builder, "target.demo.steps", str(steps))
@@ -205,7 +209,8 @@ async def _build_and_run(pilot, app, tmp_path, steps):
     await wait_until(pilot, lambda: isinstance(app.screen, PathPrompt) and app.screen.is_mounted)
     await pilot.press("enter")
     await wait_until(pilot, lambda: app.screen is not builder and not isinstance(app.screen, PathPrompt))
-    return builder
+    assert isinstance(app.screen, RunScreen)
+    return app.screen
 
 
 @pilot_test
@@ -216,9 +221,7 @@ async def test_run_a_config_on_the_demo_see_it_finish_and_find_the_dump(tmp_path
 
     app = ProbeApp(tmp_path, root_label="~/exp")
     async with app.run_test(size=(100, 40)) as pilot:
-        await _build_and_run(pilot, app, tmp_path, 3)
-        run = app.screen
-        assert isinstance(run, RunScreen)
+        run = await _build_and_run(pilot, app, tmp_path, 3)
         assert run.command[1:4] == ["-m", "probe_tui", "--run"]
         await wait_until(pilot, lambda: run.finished_at is not None, timeout=120)
         assert run.status == "finished" and run.exit_code == 0, run.child.log_path.read_text()
@@ -250,13 +253,10 @@ async def test_run_a_config_on_the_demo_see_it_finish_and_find_the_dump(tmp_path
 
 @pilot_test
 async def test_stop_a_demo_run_cleanly(tmp_path):
-    from probe_tui.app.screens.run import RunScreen
 
     app = ProbeApp(tmp_path, root_label="~/exp")
     async with app.run_test(size=(100, 40)) as pilot:
-        await _build_and_run(pilot, app, tmp_path, 5000)
-        run = app.screen
-        assert isinstance(run, RunScreen)
+        run = await _build_and_run(pilot, app, tmp_path, 5000)
         await wait_until(pilot, lambda: run.step >= 2, timeout=120)
         await pilot.press("s")
         await wait_until(pilot, lambda: run.finished_at is not None, timeout=60)

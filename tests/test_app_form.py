@@ -5,6 +5,7 @@ optional fields and sections, dicts, descriptions and advanced fields."""
 import asyncio
 import enum
 import functools
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Dict, List, Literal, Optional, Union
 
@@ -380,11 +381,17 @@ def _toy_app(tmp_path):
     return ProbeApp(tmp_path, backend=ToyBackend(), root_label="~/exp")
 
 
-@pilot_test
-async def test_builder_shows_an_error_at_its_field_and_clears_it(tmp_path):
+@asynccontextmanager
+async def _toy_builder(tmp_path, data):
+    """The toy app with the builder open on ``data``: (app, pilot, builder)."""
     app = _toy_app(tmp_path)
     async with app.run_test(size=(100, 50)) as pilot:
-        builder = await _open_builder(app, pilot, {"task": "toy"})
+        yield app, pilot, await _open_builder(app, pilot, data)
+
+
+@pilot_test
+async def test_builder_shows_an_error_at_its_field_and_clears_it(tmp_path):
+    async with _toy_builder(tmp_path, {"task": "toy"}) as (app, pilot, builder):
         assert builder.validation.ok
         steps = _row(builder, "target.steps")
         steps.query_one(Input).focus()
@@ -405,9 +412,7 @@ async def test_builder_saves_normalised_json_and_loads_it_back(tmp_path):
 
     from probe_tui.app.screens.path_prompt import PathPrompt
 
-    app = _toy_app(tmp_path)
-    async with app.run_test(size=(100, 50)) as pilot:
-        builder = await _open_builder(app, pilot, {"task": "toy"})
+    async with _toy_builder(tmp_path, {"task": "toy"}) as (app, pilot, builder):
         _row(builder, "dump_path").query_one(Input).value = "./dumps"
         await _settle(pilot)
         assert builder.dirty
@@ -431,9 +436,7 @@ async def test_builder_saves_normalised_json_and_loads_it_back(tmp_path):
 
 @pilot_test
 async def test_changing_the_task_keeps_shared_fields(tmp_path):
-    app = _toy_app(tmp_path)
-    async with app.run_test(size=(100, 50)) as pilot:
-        builder = await _open_builder(app, pilot, {"task": "toy", "dump_path": "/kept"})
+    async with _toy_builder(tmp_path, {"task": "toy", "dump_path": "/kept"}) as (app, pilot, builder):
         await pilot.press("ctrl+t")
         assert builder.focused is builder.query_one("#task")
         builder.query_one("#task", Select).value = "other"
@@ -446,9 +449,7 @@ async def test_leaving_with_unsaved_changes_asks_first(tmp_path):
     from probe_tui.app.screens.builder import BuilderScreen
     from probe_tui.app.screens.confirm import ConfirmScreen
 
-    app = _toy_app(tmp_path)
-    async with app.run_test(size=(100, 50)) as pilot:
-        builder = await _open_builder(app, pilot, {"task": "toy"})
+    async with _toy_builder(tmp_path, {"task": "toy"}) as (app, pilot, builder):
         _row(builder, "dump_path").query_one(Input).value = "./x"
         await _settle(pilot)
         await pilot.press("escape")
@@ -463,10 +464,8 @@ async def test_leaving_with_unsaved_changes_asks_first(tmp_path):
 
 @pilot_test
 async def test_next_error_moves_to_each_field_with_an_error(tmp_path):
-    app = _toy_app(tmp_path)
-    async with app.run_test(size=(100, 50)) as pilot:
-        builder = await _open_builder(app, pilot, {"task": "toy", "scale": 50, "target": {"kind": "demo",
-                                                                                            "steps": 0}})
+    data = {"task": "toy", "scale": 50, "target": {"kind": "demo", "steps": 0}}
+    async with _toy_builder(tmp_path, data) as (app, pilot, builder):
         assert len(builder.validation.issues) == 2
         await pilot.press("ctrl+n")
         assert builder.focused in _row(builder, "scale").query(Input)

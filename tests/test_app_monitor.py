@@ -2,6 +2,7 @@
 writer-finished and went-quiet states, zoom, the series picker, and a real monitored demo run."""
 
 import json
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import pytest
@@ -28,14 +29,20 @@ async def monitor(pilot, path, **options):
     return screen
 
 
+@asynccontextmanager
+async def monitoring(tmp_path, size=(120, 40), **options):
+    """The app on ``tmp_path``, the monitor open on ``tmp_path/run`` (polling every 0.1 s): (pilot, screen)."""
+    app = ProbeApp(tmp_path, root_label="~/exp")
+    async with app.run_test(size=size) as pilot:
+        yield pilot, await monitor(pilot, tmp_path / "run", poll_s=0.1, **options)
+
+
 @pilot_test
 async def test_an_alert_appears_while_the_run_writes_and_the_writer_finishing_is_shown(tmp_path):
     run = MetricsRun(tmp_path / "run")
     for _ in range(4):
         run.step()
-    app = ProbeApp(tmp_path, root_label="~/exp")
-    async with app.run_test(size=(120, 40)) as pilot:
-        screen = await monitor(pilot, tmp_path / "run", poll_s=0.1)
+    async with monitoring(tmp_path) as (pilot, screen):
         await wait_until(pilot, lambda: screen.last_step == 3, what="the first four steps")
         assert badge(screen) == "● live"
         assert screen.selected == ["train/loss/value"]  # the default chart: the loss
@@ -58,9 +65,7 @@ async def test_an_alert_appears_while_the_run_writes_and_the_writer_finishing_is
 @pilot_test
 async def test_enter_on_an_alert_charts_its_series_around_its_step(tmp_path):
     make_metrics(tmp_path / "run", steps=40, spike_at=30)
-    app = ProbeApp(tmp_path, root_label="~/exp")
-    async with app.run_test(size=(120, 40)) as pilot:
-        screen = await monitor(pilot, tmp_path / "run", poll_s=0.1)
+    async with monitoring(tmp_path) as (pilot, screen):
         alerts = screen.query_one("#alerts", DataTable)
         await wait_until(pilot, lambda: alerts.row_count == 1 and screen.last_step == 39)
         alerts.focus()
@@ -82,9 +87,7 @@ async def test_enter_on_an_alert_charts_its_series_around_its_step(tmp_path):
 async def test_pause_freezes_the_chart_while_the_header_keeps_counting(tmp_path):
     run = MetricsRun(tmp_path / "run")
     run.step()
-    app = ProbeApp(tmp_path, root_label="~/exp")
-    async with app.run_test(size=(100, 30)) as pilot:
-        screen = await monitor(pilot, tmp_path / "run", poll_s=0.1)
+    async with monitoring(tmp_path, size=(100, 30)) as (pilot, screen):
         await wait_until(pilot, lambda: screen.last_step == 0)
         await pilot.press("space")
         assert screen.paused
@@ -104,9 +107,7 @@ async def test_pause_freezes_the_chart_while_the_header_keeps_counting(tmp_path)
 async def test_a_writer_that_goes_quiet_is_said_so(tmp_path):
     run = MetricsRun(tmp_path / "run")
     run.step()
-    app = ProbeApp(tmp_path, root_label="~/exp")
-    async with app.run_test(size=(100, 30)) as pilot:
-        screen = await monitor(pilot, tmp_path / "run", poll_s=0.1, quiet_s=0.5)
+    async with monitoring(tmp_path, size=(100, 30), quiet_s=0.5) as (pilot, screen):
         await wait_until(pilot, lambda: badge(screen).startswith("quiet"), what="the quiet state")
         run.step()
         await wait_until(pilot, lambda: badge(screen) == "● live")
@@ -116,9 +117,7 @@ async def test_a_writer_that_goes_quiet_is_said_so(tmp_path):
 @pilot_test
 async def test_zoom_pan_log_and_the_series_picker(tmp_path):
     make_metrics(tmp_path / "run", steps=40, spike_at=100)
-    app = ProbeApp(tmp_path, root_label="~/exp")
-    async with app.run_test(size=(120, 40)) as pilot:
-        screen = await monitor(pilot, tmp_path / "run", poll_s=0.1)
+    async with monitoring(tmp_path) as (pilot, screen):
         await wait_until(pilot, lambda: screen.last_step == 39)
         await pilot.press("plus")
         assert screen.window_width == 20 and screen._window() == (19, 39)

@@ -2,6 +2,7 @@
 parameter, layer ratios), overflow_check (the first op per step and its origin, analyze-overflow's replays) and
 free_benchmark (flagged ops with ratio and threshold)."""
 
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import pytest
@@ -20,6 +21,7 @@ from tests.app_pilot import (
     pilot_test,
     rendered_text,
     run_sample,
+    viewing,
     wait_until,
 )
 
@@ -45,16 +47,22 @@ def cells(table: DataTable, row: int):
     return [str(c) for c in table.get_row_at(row)]
 
 
+@asynccontextmanager
+async def result_view(runs, key: str, screen_type: type):
+    """The app on the runs' root, the view of run ``key`` open and its result read: (pilot, screen)."""
+    root, paths = runs
+    async with viewing(paths[key], screen_type, root) as (pilot, screen):
+        await wait_until(pilot, lambda: screen.result is not None)
+        yield pilot, screen
+
+
 @pilot_test
 async def test_grad_compare_verdict_parameters_and_layers(runs):
-    root, paths = runs
+    paths = runs[1]
     result = GradResult.read(paths["grad"])
     rank = result.ranks[0]
     first = rank.violations[0]
-    app = ProbeApp(root, root_label="~/exp")
-    async with app.run_test(size=(120, 40)) as pilot:
-        screen = await open_view(pilot, paths["grad"], GradScreen)
-        await wait_until(pilot, lambda: screen.result is not None)
+    async with result_view(runs, "grad", GradScreen) as (pilot, screen):
         verdict = rendered_text(screen.verdict_renderable, 200)
         assert "0.97 / 0.03 rule broken" in verdict and first.param in verdict
         assert "at step {}".format(first.step) in verdict
@@ -83,11 +91,7 @@ def test_ratio_bars_lean_the_way_the_ratio_goes():
 
 @pilot_test
 async def test_overflow_check_names_the_first_op_of_each_step_and_its_origin(runs):
-    root, paths = runs
-    app = ProbeApp(root, root_label="~/exp")
-    async with app.run_test(size=(120, 40)) as pilot:
-        screen = await open_view(pilot, paths["overflow"], OverflowScreen)
-        await wait_until(pilot, lambda: screen.result is not None)
+    async with result_view(runs, "overflow", OverflowScreen) as (pilot, screen):
         steps = screen.query_one("#ovf-steps", DataTable)
         await wait_until(pilot, lambda: steps.row_count == 3)
         assert cells(steps, 0)[2] == "clean" and cells(steps, 1)[2] == "clean"
@@ -107,11 +111,7 @@ async def test_overflow_check_names_the_first_op_of_each_step_and_its_origin(run
 
 @pilot_test
 async def test_analyze_overflow_replays_say_range_or_precision(runs):
-    root, paths = runs
-    app = ProbeApp(root, root_label="~/exp")
-    async with app.run_test(size=(120, 40)) as pilot:
-        screen = await open_view(pilot, paths["analysis"], OverflowScreen)
-        await wait_until(pilot, lambda: screen.result is not None)
+    async with result_view(runs, "analysis", OverflowScreen) as (pilot, screen):
         table = screen.query_one("#ovf-steps", DataTable)
         row = cells(table, 0)
         assert row[2] == "Torch.exp.0.forward" and row[7] == "precision"
@@ -120,11 +120,7 @@ async def test_analyze_overflow_replays_say_range_or_precision(runs):
 
 @pilot_test
 async def test_free_benchmark_lists_the_flagged_op_with_ratio_and_threshold(runs):
-    root, paths = runs
-    app = ProbeApp(root, root_label="~/exp")
-    async with app.run_test(size=(120, 40)) as pilot:
-        screen = await open_view(pilot, paths["free"], FreeBenchmarkScreen)
-        await wait_until(pilot, lambda: screen.result is not None)
+    async with result_view(runs, "free", FreeBenchmarkScreen) as (pilot, screen):
         table = screen.query_one("#fb-checks", DataTable)
         inconsistent = screen.result.inconsistent
         assert table.row_count == len(inconsistent) > 0

@@ -11,6 +11,7 @@ import signal
 import sys
 import textwrap
 import time
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import pytest
@@ -176,6 +177,14 @@ def _app(tmp_path, fake_run, *args):
     return ProbeApp(tmp_path, root_label="~/exp", run_command=[sys.executable, str(fake_run), *args]), config
 
 
+@asynccontextmanager
+async def _running(tmp_path, fake_run, *args):
+    """The app with the fake run (``args``: its steps, seconds a step, ending) started: (app, pilot, run screen)."""
+    app, config = _app(tmp_path, fake_run, *args)
+    async with app.run_test(size=(100, 30)) as pilot:
+        yield app, pilot, await start(pilot, app, config)
+
+
 def _text(screen, selector):
     return str(screen.query_one(selector).render())
 
@@ -184,9 +193,7 @@ def _text(screen, selector):
 async def test_run_screen_shows_progress_and_opens_the_result(fake_run, tmp_path):
     from probe_tui.app.screens.summary import RunSummaryScreen
 
-    app, config = _app(tmp_path, fake_run, "3", "0.05", "ok")
-    async with app.run_test(size=(100, 30)) as pilot:
-        screen = await start(pilot, app, config)
+    async with _running(tmp_path, fake_run, "3", "0.05", "ok") as (app, pilot, screen):
         await wait_until(pilot, lambda: screen.status == "finished" and screen.finished_at is not None)
         assert _text(screen, "#info-step") == "3 / 3"
         assert _text(screen, "#info-dump") == "probe_dump/20260101-000000-abcdef"
@@ -207,9 +214,7 @@ async def test_run_screen_shows_progress_and_opens_the_result(fake_run, tmp_path
 @pilot_test
 async def test_stop_key_ends_the_run_cleanly(fake_run, tmp_path):
 
-    app, config = _app(tmp_path, fake_run, "1000", "0.05", "ok")
-    async with app.run_test(size=(100, 30)) as pilot:
-        screen = await start(pilot, app, config)
+    async with _running(tmp_path, fake_run, "1000", "0.05", "ok") as (app, pilot, screen):
         await wait_until(pilot, lambda: screen.step >= 1)
         assert screen.check_action("open_result", ()) is None  # not before it ends
         await pilot.press("s")
@@ -224,9 +229,7 @@ async def test_stop_key_ends_the_run_cleanly(fake_run, tmp_path):
 async def test_a_crashing_run_leaves_the_app_running(fake_run, tmp_path):
     from probe_tui.app.screens.run import RunScreen
 
-    app, config = _app(tmp_path, fake_run, "5", "0.02", "crash")
-    async with app.run_test(size=(100, 30)) as pilot:
-        screen = await start(pilot, app, config)
+    async with _running(tmp_path, fake_run, "5", "0.02", "crash") as (app, pilot, screen):
         await wait_until(pilot, lambda: screen.finished_at is not None)
         assert screen.status == "failed" and screen.exit_code == 1
         log = "\n".join(str(line.text) for line in screen.query_one("#run-log").lines)
@@ -236,18 +239,24 @@ async def test_a_crashing_run_leaves_the_app_running(fake_run, tmp_path):
         assert app.is_running
 
 
+async def answer_confirm(pilot, key: str, answer: str) -> None:
+    """Press ``key``, wait for the confirm dialog it opens, press its ``answer`` button."""
+    from probe_tui.app.screens.confirm import ConfirmScreen
+
+    app = pilot.app
+    await pilot.press(key)
+    await wait_until(pilot, lambda: isinstance(app.screen, ConfirmScreen) and app.screen.is_mounted)
+    app.screen.query_one("#answer-" + answer).press()
+
+
 @pilot_test
 async def test_leaving_a_running_run_asks_and_can_leave_it_going(fake_run, tmp_path):
     from probe_tui.app.screens.confirm import ConfirmScreen
     from probe_tui.app.screens.run import RunScreen
 
-    app, config = _app(tmp_path, fake_run, "1000", "0.05", "ok")
-    async with app.run_test(size=(100, 30)) as pilot:
-        screen = await start(pilot, app, config)
+    async with _running(tmp_path, fake_run, "1000", "0.05", "ok") as (app, pilot, screen):
         await wait_until(pilot, lambda: screen.step >= 1)
-        await pilot.press("escape")
-        await wait_until(pilot, lambda: isinstance(app.screen, ConfirmScreen) and app.screen.is_mounted)
-        app.screen.query_one("#answer-leave").press()
+        await answer_confirm(pilot, "escape", "leave")
         await wait_until(pilot, lambda: not isinstance(app.screen, (RunScreen, ConfirmScreen)))
         child = screen.child
         assert child.running
@@ -257,24 +266,16 @@ async def test_leaving_a_running_run_asks_and_can_leave_it_going(fake_run, tmp_p
 
 @pilot_test
 async def test_quitting_while_a_run_goes_asks_and_can_stop_it(fake_run, tmp_path):
-    from probe_tui.app.screens.confirm import ConfirmScreen
-
-    app, config = _app(tmp_path, fake_run, "1000", "0.05", "ok")
-    async with app.run_test(size=(100, 30)) as pilot:
-        screen = await start(pilot, app, config)
+    async with _running(tmp_path, fake_run, "1000", "0.05", "ok") as (app, pilot, screen):
         await wait_until(pilot, lambda: screen.step >= 1)
-        await pilot.press("ctrl+q")
-        await wait_until(pilot, lambda: isinstance(app.screen, ConfirmScreen) and app.screen.is_mounted)
-        app.screen.query_one("#answer-stop").press()
+        await answer_confirm(pilot, "ctrl+q", "stop")
         await wait_until(pilot, lambda: screen.child.stop_requested_at is not None)
     assert screen.child.process.wait(timeout=30) == 130
 
 
 @pilot_test
 async def test_a_run_that_reported_its_end_does_not_hold_up_quitting(fake_run, tmp_path):
-    app, config = _app(tmp_path, fake_run, "2", "0.01", "ok")
-    async with app.run_test(size=(100, 30)) as pilot:
-        screen = await start(pilot, app, config)
+    async with _running(tmp_path, fake_run, "2", "0.01", "ok") as (app, pilot, screen):
         await wait_until(pilot, lambda: screen.ended)
         assert screen.child.reported_end
         assert app.running_children() == []

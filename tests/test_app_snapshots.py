@@ -86,77 +86,66 @@ def home_ready(app):
     return getattr(app.screen, "scanned", False)
 
 
-@pytest.mark.parametrize("size", SIZES)
-def test_home_empty(snap_compare, tmp_path, size):
+def home_then(*steps):
+    """A ``run_before``: the home screen scanned, then each step (a key to press, or a function of the pilot),
+    each followed by a settle."""
+
     async def run_before(pilot):
         await settle(pilot, home_ready)
+        for step in steps:
+            if isinstance(step, str):
+                await pilot.press(step)
+            else:
+                step(pilot)
+            await settle(pilot)
 
-    assert snap_compare(app_for(tmp_path), terminal_size=SIZES[size], run_before=run_before)
+    return run_before
+
+
+def snap(snap_compare, root: Path, size: str, run_before) -> bool:
+    """The app on ``root`` at ``size``, after ``run_before``, against its stored snapshot."""
+    return snap_compare(app_for(root), terminal_size=SIZES[size], run_before=run_before)
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_home_empty(snap_compare, tmp_path, size):
+    assert snap(snap_compare, tmp_path, size, home_then())
 
 
 @pytest.mark.parametrize("size", SIZES)
 def test_home_with_runs_and_configs(snap_compare, tmp_path, size):
-    async def run_before(pilot):
-        await settle(pilot, home_ready)
-
-    assert snap_compare(app_for(make_fixture(tmp_path)), terminal_size=SIZES[size], run_before=run_before)
+    assert snap(snap_compare, make_fixture(tmp_path), size, home_then())
 
 
 @pytest.mark.parametrize("size", SIZES)
 def test_start_a_config(snap_compare, tmp_path, size):
-    async def run_before(pilot):
-        await settle(pilot, home_ready)
-        await pilot.press("n")
-        await settle(pilot)
-
-    assert snap_compare(app_for(tmp_path), terminal_size=SIZES[size], run_before=run_before)
+    assert snap(snap_compare, tmp_path, size, home_then("n"))
 
 
 @pytest.mark.parametrize("size", SIZES)
 def test_builder_statistics(snap_compare, tmp_path, size):
-    async def run_before(pilot):
-        await settle(pilot, home_ready)
-        pilot.app.open_builder(schemas.starter_config("statistics"), path=None, origin="probe-tui init statistics")
-        await settle(pilot)
-
-    assert snap_compare(app_for(tmp_path), terminal_size=SIZES[size], run_before=run_before)
+    assert snap(snap_compare, tmp_path, size, home_then(lambda pilot: pilot.app.open_builder(
+        schemas.starter_config("statistics"), path=None, origin="probe-tui init statistics")))
 
 
 @pytest.mark.parametrize("size", SIZES)
 def test_builder_with_errors(snap_compare, tmp_path, size):
     data = schemas.starter_config("statistics")
     data.update({"dump_path": "", "step": [0, "x"], "level": "L9"})
-
-    async def run_before(pilot):
-        await settle(pilot, home_ready)
-        pilot.app.open_builder(data, path=tmp_path / "stats.json")
-        await settle(pilot)
-        await pilot.press("ctrl+n")
-        await settle(pilot)
-
-    assert snap_compare(app_for(tmp_path), terminal_size=SIZES[size], run_before=run_before)
+    steps = home_then(lambda pilot: pilot.app.open_builder(data, path=tmp_path / "stats.json"), "ctrl+n")
+    assert snap(snap_compare, tmp_path, size, steps)
 
 
 @pytest.mark.parametrize("size", SIZES)
 def test_save_prompt(snap_compare, tmp_path, size):
-    async def run_before(pilot):
-        await settle(pilot, home_ready)
-        pilot.app.open_builder(schemas.starter_config("statistics"), path=None)
-        await settle(pilot)
-        await pilot.press("ctrl+s")
-        await settle(pilot)
-
-    assert snap_compare(app_for(make_fixture(tmp_path)), terminal_size=SIZES[size], run_before=run_before)
+    steps = home_then(lambda pilot: pilot.app.open_builder(schemas.starter_config("statistics"), path=None),
+                      "ctrl+s")
+    assert snap(snap_compare, make_fixture(tmp_path), size, steps)
 
 
 @pytest.mark.parametrize("size", SIZES)
 def test_help(snap_compare, tmp_path, size):
-    async def run_before(pilot):
-        await settle(pilot, home_ready)
-        await pilot.press("f1")
-        await settle(pilot)
-
-    assert snap_compare(app_for(tmp_path), terminal_size=SIZES[size], run_before=run_before)
+    assert snap(snap_compare, tmp_path, size, home_then("f1"))
 
 
 @pytest.mark.parametrize("size", SIZES)

@@ -42,8 +42,34 @@ async def open_on(pilot, path: Path, ready):
     return pilot.app.screen
 
 
+def snap_app(snap_compare, root: Path, size: str, run_before) -> bool:
+    """The app on ``root`` at ``size``, after ``run_before``, against its stored snapshot."""
+    return snap_compare(ProbeApp(root, root_label="~/exp"), terminal_size=SIZES[size], run_before=run_before)
+
+
+def snap_view(snap_compare, root: Path, size: str, path: Path, ready) -> bool:
+    """The view of ``path`` once ``ready(screen)``, against its stored snapshot."""
+
+    async def run_before(pilot):
+        await open_on(pilot, path, ready)
+
+    return snap_app(snap_compare, root, size, run_before)
+
+
 def compare_ready(screen) -> bool:
     return getattr(screen, "divergence", None) is not None and getattr(screen, "detail_renderable", None) is not None
+
+
+def snap_compare_key(snap_compare, compare_result: Path, size: str, key: str, shown) -> bool:
+    """The compare browser after ``key``, once ``shown(screen)``, against its stored snapshot."""
+
+    async def run_before(pilot):
+        screen = await open_on(pilot, compare_result, compare_ready)
+        await pilot.press(key)
+        await wait_until(pilot, lambda: shown(screen))
+        await settle(pilot)
+
+    return snap_app(snap_compare, compare_result.parent, size, run_before)
 
 
 @pytest.fixture(scope="module")
@@ -53,27 +79,15 @@ def compare_result(tmp_path_factory):
 
 @pytest.mark.parametrize("size", SIZES)
 def test_compare_results(snap_compare, compare_result, size):
-    async def run_before(pilot):
-        screen = await open_on(pilot, compare_result, compare_ready)
-        await pilot.press("n")  # the first error, its detail
-        await wait_until(pilot, lambda: screen.detail_renderable is not None and
-                         screen._detail_key == ("row", screen.current_row()))
-        await settle(pilot)
-
-    assert snap_compare(ProbeApp(compare_result.parent, root_label="~/exp"), terminal_size=SIZES[size],
-                        run_before=run_before)
+    # "n": the first error, its detail
+    assert snap_compare_key(snap_compare, compare_result, size, "n", lambda screen: (
+        screen.detail_renderable is not None and screen._detail_key == ("row", screen.current_row())))
 
 
 @pytest.mark.parametrize("size", SIZES)
 def test_compare_first_divergence(snap_compare, compare_result, size):
-    async def run_before(pilot):
-        screen = await open_on(pilot, compare_result, compare_ready)
-        await pilot.press("2")
-        await wait_until(pilot, lambda: screen._detail_key == ("suspect", 0))
-        await settle(pilot)
-
-    assert snap_compare(ProbeApp(compare_result.parent, root_label="~/exp"), terminal_size=SIZES[size],
-                        run_before=run_before)
+    assert snap_compare_key(snap_compare, compare_result, size, "2",
+                            lambda screen: screen._detail_key == ("suspect", 0))
 
 
 @pytest.mark.parametrize("size", SIZES)
@@ -90,8 +104,7 @@ def test_compare_model_tree(snap_compare, compare_result, size):
         await wait_until(pilot, lambda: screen._detail_key == ("node", block1.data.node))
         await settle(pilot)
 
-    assert snap_compare(ProbeApp(compare_result.parent, root_label="~/exp"), terminal_size=SIZES[size],
-                        run_before=run_before)
+    assert snap_app(snap_compare, compare_result.parent, size, run_before)
 
 
 @pytest.mark.parametrize("size", SIZES)
@@ -107,8 +120,7 @@ def test_dump_browser_tensor(snap_compare, size):
         await wait_until(pilot, lambda: screen._preview is not None, what="the tensor values")
         await settle(pilot)
 
-    assert snap_compare(ProbeApp(path.parent, root_label="~/exp"), terminal_size=SIZES[size],
-                        run_before=run_before)
+    assert snap_app(snap_compare, path.parent, size, run_before)
 
 
 @pytest.mark.parametrize("size", SIZES)
@@ -121,34 +133,23 @@ def test_live_monitor_finished_run(snap_compare, tmp_path, size):
         await settle(pilot)
         assert screen.status == "finished"
 
-    assert snap_compare(ProbeApp(tmp_path, root_label="~/exp"), terminal_size=SIZES[size], run_before=run_before)
+    assert snap_app(snap_compare, tmp_path, size, run_before)
 
 
 @pytest.mark.parametrize("size", SIZES)
 def test_grad_compare(snap_compare, tmp_path, size):
     path = make_grad_result(tmp_path / "grad_result")
-
-    async def run_before(pilot):
-        await open_on(pilot, path, lambda s: getattr(s, "result", None) is not None)
-
-    assert snap_compare(ProbeApp(tmp_path, root_label="~/exp"), terminal_size=SIZES[size], run_before=run_before)
+    assert snap_view(snap_compare, tmp_path, size, path, lambda s: getattr(s, "result", None) is not None)
 
 
 @pytest.mark.parametrize("size", SIZES)
 def test_overflow_check(snap_compare, tmp_path, size):
     path = make_overflow_run(tmp_path / "overflow_run")
-
-    async def run_before(pilot):
-        await open_on(pilot, path, lambda s: getattr(s, "result", None) is not None and s.shown_calls)
-
-    assert snap_compare(ProbeApp(tmp_path, root_label="~/exp"), terminal_size=SIZES[size], run_before=run_before)
+    assert snap_view(snap_compare, tmp_path, size, path,
+                     lambda s: getattr(s, "result", None) is not None and s.shown_calls)
 
 
 @pytest.mark.parametrize("size", SIZES)
 def test_free_benchmark(snap_compare, tmp_path, size):
     path = make_free_benchmark_run(tmp_path / "free_benchmark_run")
-
-    async def run_before(pilot):
-        await open_on(pilot, path, lambda s: getattr(s, "result", None) is not None)
-
-    assert snap_compare(ProbeApp(tmp_path, root_label="~/exp"), terminal_size=SIZES[size], run_before=run_before)
+    assert snap_view(snap_compare, tmp_path, size, path, lambda s: getattr(s, "result", None) is not None)

@@ -3,7 +3,6 @@ statistics equal values computed directly from a reference run with plain torch 
 
 import json
 import warnings
-from collections import Counter
 
 import pytest
 import torch
@@ -13,6 +12,7 @@ from test_capture_support import TINY, assert_stats_equal
 from engines.adapters.torch.demo import build_model
 from engines.demo.data import batches
 from engines.demo.knobs import resolve_knobs
+from tests.dump_support import forward_counts
 
 ONE_STEP = dict(TINY, steps=1)
 
@@ -115,11 +115,7 @@ EXPECTED_L1 = {
 def test_l1_records_every_api_call(dumps):
     dump, summary, _ = dumps["L1"]
     names = dump.names(0)
-    forward = Counter(n.rsplit(".", 2)[0] for n in names if n.endswith(".forward"))
-    for api, n in EXPECTED_L1.items():
-        assert forward[api] == n, (api, forward[api])
-        assert ["%s.%d.forward" % (api, i) for i in range(n)] == \
-            [x for x in names if x.startswith(api + ".") and x.endswith(".forward")]
+    forward = forward_counts(names, EXPECTED_L1)
     # operators, matmul through @, the optimizer's per-parameter ops: all captured, no whitelist
     assert forward["Tensor.matmul"] == 4 and forward["Tensor.add"] >= 5
     assert forward["Tensor.addcdiv_"] > 0 and forward["Tensor.lerp_"] > 0

@@ -15,6 +15,8 @@ import pytest
 import torch
 from test_capture_support import TINY, Dump, run_demo
 
+from tests.dump_support import only_run, write_config
+
 ROOT = Path(__file__).resolve().parents[1]
 
 TRAIN_SCRIPT = textwrap.dedent('''
@@ -45,18 +47,8 @@ TRAIN_SCRIPT = textwrap.dedent('''
 ''')
 
 
-def _config(tmp_path, name, **fields):
-    data = {"task": "statistics", "dump_path": str(tmp_path / name), "level": "mix"}
-    data.update(fields)
-    path = tmp_path / (name + ".json")
-    path.write_text(json.dumps(data))
-    return path
-
-
 def _latest_rank0(dump_path: Path) -> Path:
-    runs = sorted(p for p in dump_path.iterdir() if p.is_dir() and p.name != "latest")
-    assert len(runs) == 1, runs
-    return runs[0] / "rank0"
+    return only_run(dump_path) / "rank0"
 
 
 @pytest.mark.parametrize("level", ["L0", "L1", "mix"])
@@ -64,7 +56,7 @@ def test_stop_before_backward_still_captures_backward(tmp_path, level):
     """Reference §14 C6: msprobe loses module-level backward when stop() comes before backward()."""
     from probe_tui import PrecisionDebugger
 
-    cfg = _config(tmp_path, "c6", level=level)
+    cfg = write_config(tmp_path, "c6", level=level)
     model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Tanh(), torch.nn.Linear(4, 2))
     debugger = PrecisionDebugger(config_path=str(cfg))
     for _ in range(2):
@@ -87,7 +79,7 @@ def test_precision_debugger_lifecycle_save_and_class_calls(tmp_path):
     from probe_tui import PrecisionDebugger, seed_all
 
     seed_all(7)
-    cfg = _config(tmp_path, "dbg", level="L1")
+    cfg = write_config(tmp_path, "dbg", level="L1")
     w = torch.randn(3, requires_grad=True)
     debugger = PrecisionDebugger(config_path=str(cfg))
     PrecisionDebugger.start()  # msprobe allows the class-level call from any file
@@ -119,7 +111,7 @@ def test_run_without_edits_writes_the_same_records_as_the_in_script_api(tmp_path
 
     script = tmp_path / "train.py"
     script.write_text(TRAIN_SCRIPT)
-    in_script_cfg = _config(tmp_path, "inscript")
+    in_script_cfg = write_config(tmp_path, "inscript")
     # the in-script variant, in a child interpreter as a user would run it
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     done = subprocess.run([sys.executable, str(script), str(in_script_cfg)], cwd=tmp_path, env=env,

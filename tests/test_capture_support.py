@@ -11,16 +11,12 @@ import torch
 
 from engines.adapters.torch.session import TorchCaptureSession
 from engines.adapters.torch.zero_code import ZeroCodeCapture
-from engines.capture.options import CaptureOptions
-from engines.capture.sink import dump_sink_factory
-from engines.capture.summary import CaptureSummary
+from tests import dump_support
 from tests.dump_support import STAT_COLUMNS, TINY, Dump, rank_dirs, row_stats  # noqa: F401 (re-exported)
 
 
 def make_session(root: Path, rank: int = 0, force_dispatch: bool = False, **options: Any) -> TorchCaptureSession:
-    opts = CaptureOptions(**options)
-    summary = CaptureSummary()
-    sinks = dump_sink_factory(rank_dirs(root), opts, {"framework": "pytorch"}, summary)
+    opts, sinks, summary = dump_support.capture_sinks(root, "pytorch", **options)
     return TorchCaptureSession(opts, sinks, summary=summary, rank=rank, force_dispatch=force_dispatch)
 
 
@@ -28,13 +24,7 @@ def run_demo(root: Path, knobs: Optional[Dict[str, Any]] = None, **options: Any)
     """The demo trained under zero-code capture: (Dump of rank 0, summary, DemoResult)."""
     from engines.adapters.torch import demo
 
-    opts = CaptureOptions(**options)
-    summary = CaptureSummary()
-    sinks = dump_sink_factory(rank_dirs(root), opts, {"framework": "pytorch"}, summary)
-    with ZeroCodeCapture(opts, sinks, summary=summary):
-        result = demo.train(dict(knobs or TINY))
-    written = sorted(Path(root).glob("rank*"))
-    return (Dump(written[0]) if written else None), summary, result
+    return dump_support.run_zero_code(root, ZeroCodeCapture, demo, "pytorch", knobs, **options)
 
 
 def expected_stats(t: torch.Tensor, precision: str = "low"):

@@ -7,10 +7,8 @@ import json
 import numpy as np
 import pytest
 
-from engines.events import NullSink
-from engines.runner import JobError, run_job
+from engines.runner import JobError
 from probe_tui.cli import main
-from schemas import load_config
 from tests import damage
 from tests.test_compare_probe_dumps import model, write_msprobe, write_ours
 
@@ -26,20 +24,6 @@ def dumps(tmp_path_factory):
     return write_ours(root / "t" / "rank0", model()).parent, write_ours(root / "g" / "rank0", model()).parent
 
 
-def _compare(target, golden, tmp_path, **extra):
-    section = {"target_path": str(target), "golden_path": str(golden), "output_path": str(tmp_path / "out")}
-    section.update(extra)
-    return run_job(load_config({"task": "compare", "dump_path": str(tmp_path / "pd"), "compare": section}),
-                   events=NullSink())
-
-
-def _one_line(exc_info, *words):
-    text = str(exc_info.value)
-    assert damage.one_line_error(text), text
-    for word in words:
-        assert word in text, text
-
-
 @pytest.mark.parametrize("suffix", [".json", ".yaml"])
 @pytest.mark.parametrize("kind", sorted(MAPPINGS))
 @pytest.mark.parametrize("how", ["latin-1 bytes", "a BOM-less UTF-16 file"])
@@ -48,8 +32,8 @@ def test_a_mapping_file_that_is_not_utf8_is_one_line(dumps, tmp_path, kind, suff
     path = tmp_path / ("map" + suffix)
     path.write_bytes(text.encode("latin-1") if how == "latin-1 bytes" else text.encode("utf-16-le"))
     with pytest.raises(JobError) as err:
-        _compare(*dumps, tmp_path, **{kind: str(path)})
-    _one_line(err, "compare." + kind, str(path), "not UTF-8")
+        damage.run_compare(*dumps, tmp_path, **{kind: str(path)})
+    damage.assert_one_line(err, "compare." + kind, str(path), "not UTF-8")
     assert not (tmp_path / "out").exists()
 
 
@@ -65,7 +49,7 @@ def test_a_mapping_file_of_the_wrong_shape_is_one_line(dumps, tmp_path, kind, co
     path = tmp_path / ("map.json" if content.startswith("[[") else "map.yaml")
     path.write_text(content)
     with pytest.raises(JobError) as err:
-        _compare(*dumps, tmp_path, **{kind: str(path)})
+        damage.run_compare(*dumps, tmp_path, **{kind: str(path)})
     text = str(err.value)
     assert damage.one_line_error(text) and "compare." in text and str(path) in text, text
     if said in ("nested too deeply", "not valid YAML"):
@@ -92,7 +76,7 @@ def test_tensor_mode_with_every_tensor_unreadable_is_bad_input(dumps, tmp_path, 
 
 def test_tensor_mode_says_which_rows_could_not_be_read(dumps, tmp_path):
     target, n = _unreadable_target(tmp_path, how_many=2)
-    outcome = _compare(target, dumps[1], tmp_path, mode="tensor")
+    outcome = damage.run_compare(target, dumps[1], tmp_path, mode="tensor")
     assert outcome.exit_code in (0, 3)
     notes = [x for x in outcome.summary["notes"] if "could not be compared" in x]
     assert len(notes) == 1, outcome.summary["notes"]
@@ -102,6 +86,6 @@ def test_tensor_mode_says_which_rows_could_not_be_read(dumps, tmp_path):
 
 def test_statistics_mode_does_not_read_tensor_files(dumps, tmp_path):
     target, _ = _unreadable_target(tmp_path, how_many=10 ** 6)
-    outcome = _compare(target, dumps[1], tmp_path, mode="statistics")
+    outcome = damage.run_compare(target, dumps[1], tmp_path, mode="statistics")
     assert outcome.exit_code in (0, 3) and not any("could not" in x for x in outcome.summary["notes"])
     assert np.isfinite(outcome.summary["rows"])

@@ -17,6 +17,8 @@ ms = pytest.importorskip("mindspore", reason="MindSpore is not installed (pip in
 from mindspore import Tensor, mint, nn, ops  # noqa: E402
 from test_mindspore_support import TINY, Dump, make_session  # noqa: E402
 
+from tests.dump_support import only_run, write_config  # noqa: E402
+
 ROOT = Path(__file__).resolve().parents[1]
 
 TRAIN_SCRIPT = textwrap.dedent('''
@@ -66,18 +68,6 @@ TRAIN_SCRIPT = textwrap.dedent('''
 ''')
 
 
-def _config(tmp_path, name, **fields):
-    data = {"task": "statistics", "dump_path": str(tmp_path / name), "level": "mix"}
-    data.update(fields)
-    path = tmp_path / (name + ".json")
-    path.write_text(json.dumps(data))
-    return path
-
-
-def _only_run(dump_path: Path) -> Path:
-    runs = sorted(p for p in dump_path.iterdir() if p.is_dir() and p.name != "latest")
-    assert len(runs) == 1, runs
-    return runs[0]
 
 
 def _python(args, cwd):
@@ -88,8 +78,8 @@ def _python(args, cwd):
 def test_run_unmodified_script_and_in_script_api_write_the_same_records(tmp_path):
     script = tmp_path / "train_ms.py"
     script.write_text(TRAIN_SCRIPT)
-    in_script = _config(tmp_path, "in_script")  # framework: auto, the script imported MindSpore only
-    zero_code = _config(tmp_path, "zero_code", target={"script": str(script)})  # framework: auto
+    in_script = write_config(tmp_path, "in_script")  # framework: auto, the script imported MindSpore only
+    zero_code = write_config(tmp_path, "zero_code", target={"script": str(script)})  # framework: auto
     done = _python([str(script), str(in_script)], tmp_path)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "frameworks ['mindspore']" in done.stdout  # the in-script API imported no torch
@@ -98,7 +88,7 @@ def test_run_unmodified_script_and_in_script_api_write_the_same_records(tmp_path
                          "sys.exit(code)" % str(zero_code)], tmp_path)
     assert run.returncode == 0, run.stderr[-2000:]
     assert "frameworks ['mindspore']" in run.stdout  # --run on a MindSpore script never imports torch
-    a_run, b_run = _only_run(tmp_path / "in_script"), _only_run(tmp_path / "zero_code")
+    a_run, b_run = only_run(tmp_path / "in_script"), only_run(tmp_path / "zero_code")
     assert json.loads((b_run / "run.json").read_text())["framework"] == "mindspore"
     a, b = Dump(a_run / "rank0"), Dump(b_run / "rank0")
     assert a.reader.steps() == b.reader.steps() == [0, 1, 2]
@@ -114,7 +104,7 @@ def test_run_unmodified_script_and_in_script_api_write_the_same_records(tmp_path
 
 def test_a_pytorch_run_never_imports_mindspore(tmp_path):
     pytest.importorskip("torch")
-    cfg = _config(tmp_path, "pt", level="L0", framework="pytorch", target={"demo": {"preset": "tiny", "steps": 1}})
+    cfg = write_config(tmp_path, "pt", level="L0", framework="pytorch", target={"demo": {"preset": "tiny", "steps": 1}})
     run = _python(["-c", "import sys\nfrom probe_tui.cli import main\ncode = main(['--run', %r])\n"
                          "print('frameworks', sorted(m for m in ('torch', 'mindspore') if m in sys.modules))\n"
                          "sys.exit(code)" % str(cfg)], tmp_path)
@@ -128,7 +118,7 @@ def test_stop_and_step_placement_and_class_calls(tmp_path):
     from engines.demo.knobs import resolve_knobs
     from probe_tui import PrecisionDebugger
 
-    cfg = _config(tmp_path, "dbg", level="L0", framework="mindspore")
+    cfg = write_config(tmp_path, "dbg", level="L0", framework="mindspore")
     knobs = resolve_knobs(TINY)
     model = build_model(knobs)
     optimizer = make_optimizer(model, knobs)

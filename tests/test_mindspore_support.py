@@ -17,18 +17,14 @@ from mindspore import Tensor  # noqa: E402
 
 from engines.adapters.mindspore.session import MindSporeCaptureSession  # noqa: E402
 from engines.adapters.mindspore.zero_code import ZeroCodeCapture  # noqa: E402
-from engines.capture.options import CaptureOptions  # noqa: E402
-from engines.capture.sink import dump_sink_factory  # noqa: E402
-from engines.capture.summary import CaptureSummary  # noqa: E402
+from tests import dump_support  # noqa: E402
 from tests.dump_support import STAT_COLUMNS, TINY, Dump, rank_dirs, row_stats  # noqa: E402,F401 (re-exported)
 
 ONE_STEP = {"preset": "tiny", "steps": 1}
 
 
 def make_session(root: Path, rank: int = 0, force_batched: bool = False, **options: Any) -> MindSporeCaptureSession:
-    opts = CaptureOptions(**options)
-    summary = CaptureSummary()
-    sinks = dump_sink_factory(rank_dirs(root), opts, {"framework": "mindspore"}, summary)
+    opts, sinks, summary = dump_support.capture_sinks(root, "mindspore", **options)
     return MindSporeCaptureSession(opts, sinks, summary=summary, rank=rank, force_batched=force_batched)
 
 
@@ -36,13 +32,7 @@ def run_demo(root: Path, knobs: Optional[Dict[str, Any]] = None, **options: Any)
     """The MindSpore demo trained under zero-code capture: (Dump of rank 0, summary, DemoResult)."""
     from engines.adapters.mindspore import demo
 
-    opts = CaptureOptions(**options)
-    summary = CaptureSummary()
-    sinks = dump_sink_factory(rank_dirs(root), opts, {"framework": "mindspore"}, summary)
-    with ZeroCodeCapture(opts, sinks, summary=summary):
-        result = demo.train(dict(knobs or TINY))
-    written = sorted(Path(root).glob("rank*"))
-    return (Dump(written[0]) if written else None), summary, result
+    return dump_support.run_zero_code(root, ZeroCodeCapture, demo, "mindspore", knobs, **options)
 
 
 def as_array(t: Any) -> np.ndarray:

@@ -102,32 +102,18 @@ def pair(tmp_path):
     return bad, good, tmp_path
 
 
-def _compare(target, golden, tmp_path, **extra):
-    section = {"target_path": str(target), "golden_path": str(golden), "output_path": str(tmp_path / "out")}
-    section.update(extra)
-    return run_job(load_config({"task": "compare", "dump_path": str(tmp_path / "pd"), "compare": section}),
-                   events=NullSink())
-
-
-def _assert_bad_input(exc_info, *words):
-    text = str(exc_info.value)
-    assert damage.one_line_error(text), text
-    for word in words:
-        assert word in text, text
-
-
 @pytest.mark.parametrize("what", sorted(DAMAGES))
 def test_a_damaged_store_is_bad_input_for_parse_and_compare(pair, what):
     bad, good, tmp_path = pair
     DAMAGES[what](bad)
     with pytest.raises(BadInputError) as parsed:
         parse(bad.parent)
-    _assert_bad_input(parsed, "rank0")
+    damage.assert_one_line(parsed, "rank0")
     with pytest.raises(JobError) as compared:  # the runner turns the store's error into the job's
-        _compare(bad.parent, good, tmp_path)
-    _assert_bad_input(compared, "rank0")
+        damage.run_compare(bad.parent, good, tmp_path)
+    damage.assert_one_line(compared, "rank0")
     with pytest.raises(JobError):
-        _compare(good, bad.parent, tmp_path)
+        damage.run_compare(good, bad.parent, tmp_path)
     assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())  # nothing half-written
 
 
@@ -156,10 +142,10 @@ def test_structure_that_cannot_be_read_correctly_is_refused(pair, what):
     edit(bad)
     with pytest.raises(BadInputError) as parsed:
         parse(bad.parent)
-    _assert_bad_input(parsed, words)
+    damage.assert_one_line(parsed, words)
     with pytest.raises(JobError) as compared:
-        _compare(good, bad.parent, tmp_path)
-    _assert_bad_input(compared, words)
+        damage.run_compare(good, bad.parent, tmp_path)
+    damage.assert_one_line(compared, words)
 
 
 def test_an_empty_store_left_by_a_full_disk_is_refused(tmp_path):
@@ -168,11 +154,11 @@ def test_an_empty_store_left_by_a_full_disk_is_refused(tmp_path):
     DumpWriter(rank, meta={"rank": 0, "world_size": 1, "framework": "pytorch"}).close("failed")
     with pytest.raises(BadInputError) as parsed:
         parse(rank.parent)
-    _assert_bad_input(parsed, "no committed step", "failed")
+    damage.assert_one_line(parsed, "no committed step", "failed")
     good = write_ours(tmp_path / "good" / "rank0", model()).parent
     with pytest.raises(JobError) as compared:
-        _compare(rank.parent, good, tmp_path)
-    _assert_bad_input(compared, "compare.target_path", "no committed step")
+        damage.run_compare(rank.parent, good, tmp_path)
+    damage.assert_one_line(compared, "compare.target_path", "no committed step")
 
 
 def test_commits_the_writer_made_but_cannot_be_read_back_are_a_warning(pair):
@@ -240,7 +226,7 @@ def test_analyze_overflow_on_a_damaged_run_is_one_line_bad_input(overflow_run, t
                        "analyze_overflow": {"path": str(run)}})
     with pytest.raises(JobError) as err:
         run_job(job, events=NullSink())
-    _assert_bad_input(err, "rank0")
+    damage.assert_one_line(err, "rank0")
 
 
 def test_analyze_overflow_cli_prints_one_line(overflow_run, tmp_path):

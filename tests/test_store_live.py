@@ -3,6 +3,7 @@
 import os
 import subprocess
 import sys
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -38,14 +39,23 @@ print("closed", flush=True)
 '''
 
 
-def start_writer(directory, mode):
+@contextmanager
+def writer(directory, mode):
+    """The writer process, open on ``directory``; killed if still running at the end, its pipes closed."""
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     env.pop("PROBE_TUI_STORE_MODE", None)
     proc = subprocess.Popen([sys.executable, "-c", CHILD, str(directory), mode], stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT)
-    line = proc.stdout.readline()
-    assert line == "open\n", f"writer failed to start: {proc.stderr.read()}"
-    return proc
+    try:
+        line = proc.stdout.readline()
+        assert line == "open\n", f"writer failed to start: {proc.stderr.read()}"
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+        for stream in (proc.stdin, proc.stdout, proc.stderr):
+            stream.close()
 
 
 def tell(proc, word):
@@ -69,8 +79,7 @@ def check_step(r, step):
 
 @pytest.mark.parametrize("mode", ["swmr", "per_step"])
 def test_reader_sees_rows_of_a_live_writer(tmp_path, mode):
-    proc = start_writer(tmp_path, mode)
-    try:
+    with writer(tmp_path, mode) as proc:
         assert tell(proc, "next") == ["committed", "0"]
         r = StoreReader(tmp_path, "metrics")
         assert r.status == "running" and r.steps() == [0] and r.num_rows("metrics") == 100
@@ -92,18 +101,11 @@ def test_reader_sees_rows_of_a_live_writer(tmp_path, mode):
         assert r.status == "finished" and r.num_rows("metrics") == 1000
         check_step(r, 3)
         r.close()
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        for stream in (proc.stdin, proc.stdout, proc.stderr):
-            stream.close()
 
 
 @pytest.mark.parametrize("mode", ["swmr", "per_step"])
 def test_reader_opened_before_first_commit(tmp_path, mode):
-    proc = start_writer(tmp_path, mode)
-    try:
+    with writer(tmp_path, mode) as proc:
         r = StoreReader(tmp_path)
         assert r.kind == "metrics" and r.steps() == [] and r.num_rows("metrics") == 0
         assert r.read("metrics")["value"].shape == (0,) and r.read("metrics")["hist"].shape == (0, 4)
@@ -112,12 +114,6 @@ def test_reader_opened_before_first_commit(tmp_path, mode):
         check_step(r, 0)
         tell(proc, "close")
         r.close()
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-        proc.wait()
-        for stream in (proc.stdin, proc.stdout, proc.stderr):
-            stream.close()
 
 
 def test_a_swmr_writer_does_not_grow_with_the_run(tmp_path):

@@ -21,6 +21,7 @@ import numpy as np
 from engines.monitor.metrics import series_key
 from engines.monitor.store_layout import ALERTS, KIND, SERIES, VALUES
 from engines.safe_fs import PathLike
+from engines.store.closing import Closing
 
 
 class MetricsError(Exception):
@@ -92,7 +93,7 @@ def open_metrics(path: PathLike, rank: Optional[int] = None) -> "MetricsReader":
     return MetricsReader(_resolve_rank_dir(Path(path), rank))
 
 
-class MetricsReader:
+class MetricsReader(Closing):
     def __init__(self, rank_dir: PathLike) -> None:
         from engines.store import StoreError, StoreReader
 
@@ -277,12 +278,6 @@ class MetricsReader:
 
     def close(self) -> None:
         self._store.close()
-
-    def __enter__(self) -> "MetricsReader":
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
 
 def _rows(data: Dict[str, np.ndarray]) -> List[dict]:

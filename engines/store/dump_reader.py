@@ -7,6 +7,7 @@ import numpy as np
 
 from engines.safe_fs import PathLike
 
+from .closing import Closing
 from .dtypes import to_float
 from .dump_schema import DUMP_KIND, DUMP_SCHEMA_VERSION
 from .gather import unique_inverse
@@ -22,7 +23,7 @@ def _steps_arg(step: StepSelection) -> Optional[List[int]]:
     return [int(s) for s in np.atleast_1d(step)]
 
 
-class DumpReader:
+class DumpReader(Closing):
     def __init__(self, rank_dir: PathLike) -> None:
         self.store = StoreReader(rank_dir, DUMP_KIND)
         try:
@@ -110,9 +111,3 @@ class DumpReader:
 
     def close(self) -> None:
         self.store.close()
-
-    def __enter__(self) -> "DumpReader":
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()

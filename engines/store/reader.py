@@ -13,6 +13,7 @@ import numpy as np
 
 from . import validate
 from .announce import SEGMENTS_FILE, kinds_in, read_events
+from .closing import Closing
 from .errors import StoreError, StoreWarning
 from .fs import filesystem_type, is_network_fs
 from .gather import Ranges, merge_ranges, plan_points, plan_ranges, ranges_to_indices, unique_inverse
@@ -24,7 +25,7 @@ RowSelection = Union[None, slice, Sequence[int], np.ndarray]
 TEXT_CACHE = 1 << 16  # decoded strings a reader keeps (cleared when full)
 
 
-class StoreReader:
+class StoreReader(Closing):
     """Read the ``kind`` store in ``directory`` (a rank folder; or one ``.h5`` file). ``kind`` may be left out
     when the folder holds a single store."""
 
@@ -444,12 +445,6 @@ class StoreReader:
 
     def close(self) -> None:
         self._files.close()
-
-    def __enter__(self) -> "StoreReader":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
 
     def __repr__(self) -> str:
         return f"StoreReader({str(self.directory)!r}, kind={self.kind!r}, steps={len(self._steps)})"

@@ -1,13 +1,14 @@
 """Which screen opens which kind of folder.
 
-Every way into a folder (home, ``probe-tui open PATH``, a finished run, a view's "summary" or "dump" key) goes
-through ``ProbeApp.open_path``. Without a kind, :func:`detect_kind` asks the registered openers in turn (the first
-whose ``detect`` accepts the path wins) on a worker thread, since detectors read files; with one (``kind="run"``
-for the run summary), :func:`factory_for` builds that view at once. :func:`register_opener` puts a view in front
+Every way into a folder (home, ``probe-tui open PATH``, a finished run, a view's ``i`` (files) or ``d`` (dump)
+key) goes through ``ProbeApp.open_path``. Without a kind, :func:`detect_kind` asks the registered openers in turn
+(the first whose ``detect`` accepts the path wins) on a worker thread, since detectors read files; with one
+(``kind="run"`` for the run summary), :func:`factory_for` builds that view at once. :func:`register_opener` puts a view in front
 of the built-in ones (compare, grad-compare, overflow, free-benchmark, monitor, dump; then run and folder, which
 both open the run summary).
 """
 
+import importlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, List, Optional
@@ -85,7 +86,7 @@ def _register_defaults() -> None:
     _defaults_done = True
     from probe_tui.app.screens.summary import RunSummaryScreen
 
-    # The views of part 2, most specific first; then the generic fallbacks. Views registered later with
+    # The built-in views, most specific first; then the generic fallbacks. Views registered later with
     # first=True still take precedence over all of these.
     for kind, detect, factory in _views():
         register_opener(kind, detect, factory, first=False)
@@ -93,40 +94,13 @@ def _register_defaults() -> None:
     register_opener("folder", is_plain_folder, RunSummaryScreen, first=False)
 
 
-def _compare_screen(path: Path) -> Screen:
-    from probe_tui.app.screens.compare import CompareScreen
+def _screen(module: str, name: str) -> Callable[[Path], Screen]:
+    """The factory of a built-in view: imports ``probe_tui.app.screens.<module>`` when a folder of its kind opens."""
 
-    return CompareScreen(path)
+    def factory(path: Path) -> Screen:
+        return getattr(importlib.import_module("probe_tui.app.screens." + module), name)(path)
 
-
-def _dump_screen(path: Path) -> Screen:
-    from probe_tui.app.screens.dump import DumpScreen
-
-    return DumpScreen(path)
-
-
-def _monitor_screen(path: Path) -> Screen:
-    from probe_tui.app.screens.monitor import MonitorScreen
-
-    return MonitorScreen(path)
-
-
-def _grad_screen(path: Path) -> Screen:
-    from probe_tui.app.screens.grad import GradScreen
-
-    return GradScreen(path)
-
-
-def _overflow_screen(path: Path) -> Screen:
-    from probe_tui.app.screens.overflow import OverflowScreen
-
-    return OverflowScreen(path)
-
-
-def _free_benchmark_screen(path: Path) -> Screen:
-    from probe_tui.app.screens.free_benchmark import FreeBenchmarkScreen
-
-    return FreeBenchmarkScreen(path)
+    return factory
 
 
 def _views() -> List[tuple]:
@@ -137,10 +111,10 @@ def _views() -> List[tuple]:
     from probe_tui.app.data.monitor_feed import is_monitor_run
 
     return [
-        ("compare-result", is_compare_result, _compare_screen),
-        ("grad-compare", is_grad_result, _grad_screen),
-        ("overflow", is_overflow_result, _overflow_screen),
-        ("free-benchmark", is_free_benchmark_result, _free_benchmark_screen),
-        ("monitor", is_monitor_run, _monitor_screen),
-        ("dump", is_dump, _dump_screen),
+        ("compare-result", is_compare_result, _screen("compare", "CompareScreen")),
+        ("grad-compare", is_grad_result, _screen("grad", "GradScreen")),
+        ("overflow", is_overflow_result, _screen("overflow", "OverflowScreen")),
+        ("free-benchmark", is_free_benchmark_result, _screen("free_benchmark", "FreeBenchmarkScreen")),
+        ("monitor", is_monitor_run, _screen("monitor", "MonitorScreen")),
+        ("dump", is_dump, _screen("dump", "DumpScreen")),
     ]

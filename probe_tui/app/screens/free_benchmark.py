@@ -6,15 +6,14 @@ from typing import Any, Dict, List, Optional
 
 from rich.console import Group
 from rich.text import Text
-from textual import on, work
+from textual import on
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical, VerticalScroll
-from textual.message import Message
 from textual.widgets import DataTable, Footer, Label, Static
 
 from probe_tui.app.actions import bindings_for
 from probe_tui.app.data.check_results import FreeBenchmarkResult, read_free_benchmark
-from probe_tui.app.screens.base import AppScreen
+from probe_tui.app.screens.base import ResultScreen
 from probe_tui.app.screens.path_prompt import relative_text
 from probe_tui.app.tables import fill_table
 from probe_tui.app.widgets.metric_chart import MetricChart
@@ -48,19 +47,18 @@ def check_detail(check: Dict[str, Any]) -> Group:
     return Group(*parts)
 
 
-class FreeBenchmarkScreen(AppScreen):
+class FreeBenchmarkScreen(ResultScreen):
     SCOPE = "freebench"
     CSS_PATH = "free_benchmark.tcss"
     BINDINGS = bindings_for("freebench")
 
-    class Loaded(Message):
-        def __init__(self, result: Optional[FreeBenchmarkResult], error: str = "") -> None:
-            super().__init__()
-            self.result, self.error = result, error
+    FOCUS = "#fb-checks"
+    VERDICT = "#fb-verdict"
+    TITLE = "free_benchmark"
+    READ_ERROR = "{path}: cannot read the free_benchmark results: {exc}"
 
     def __init__(self, path: Path) -> None:
-        super().__init__()
-        self.path = Path(path)
+        super().__init__(path)
         self.result: Optional[FreeBenchmarkResult] = None
         self.show_all = False
         self.shown: List[Dict[str, Any]] = []
@@ -79,25 +77,11 @@ class FreeBenchmarkScreen(AppScreen):
                     yield Static("", id="fb-detail-body")
         yield Footer()
 
-    def on_mount(self) -> None:
-        self.query_one("#fb-checks", DataTable).focus()
-        self._load()
+    def read(self) -> FreeBenchmarkResult:
+        return read_free_benchmark(self.path)
 
-    @work(thread=True, exclusive=True, group="fb-load", exit_on_error=False)
-    def _load(self) -> None:
-        try:
-            self.post_message(self.Loaded(read_free_benchmark(self.path)))
-        except Exception as exc:
-            self.post_message(self.Loaded(None, "{}: cannot read the free_benchmark results: {}".format(self.path,
-                                                                                                      exc)))
-
-    @on(Loaded)
-    def _loaded(self, message: "FreeBenchmarkScreen.Loaded") -> None:
-        if message.result is None:
-            self.query_one("#fb-verdict", Static).update(Text(message.error, style="red"))
-            self.notify(message.error, severity="error", title="free_benchmark")
-            return
-        self.result = message.result
+    def show(self, result: FreeBenchmarkResult) -> None:
+        self.result = result
         bad = self.result.inconsistent
         verdict = str(self.result.summary.get("verdict") or "{} of {} checks inconsistent".format(
             len(bad), len(self.result.checks)))

@@ -9,15 +9,14 @@ from typing import Any, List, Optional
 import numpy as np
 from rich.table import Table
 from rich.text import Text
-from textual import on, work
+from textual import on
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical, VerticalScroll
-from textual.message import Message
 from textual.widgets import DataTable, Footer, Label, Static
 
 from probe_tui.app.actions import bindings_for
 from probe_tui.app.data.grad_result import GradResult, RankResult
-from probe_tui.app.screens.base import AppScreen
+from probe_tui.app.screens.base import ResultScreen
 from probe_tui.app.screens.path_prompt import relative_text
 from probe_tui.app.widgets.metric_chart import MetricChart
 from probe_tui.formatting import number_text
@@ -57,19 +56,18 @@ def layer_table(rank: RankResult, s: int, tolerance: float) -> Table:
     return table
 
 
-class GradScreen(AppScreen):
+class GradScreen(ResultScreen):
     SCOPE = "grad"
     CSS_PATH = "grad.tcss"
     BINDINGS = bindings_for("grad")
 
-    class Loaded(Message):
-        def __init__(self, result: Optional[GradResult], error: str = "") -> None:
-            super().__init__()
-            self.result, self.error = result, error
+    FOCUS = "#params"
+    VERDICT = "#grad-verdict"
+    TITLE = "Grad compare"
+    READ_ERROR = "{exc}"
 
     def __init__(self, path: Path) -> None:
-        super().__init__()
-        self.path = Path(path)
+        super().__init__(path)
         self.result: Optional[GradResult] = None
         self.rank_index = 0
         self.by_similarity = False
@@ -98,24 +96,11 @@ class GradScreen(AppScreen):
             return None
         return list(self.result.ranks.values())[self.rank_index % len(self.result.ranks)]
 
-    def on_mount(self) -> None:
-        self.query_one("#params", DataTable).focus()
-        self._load()
+    def read(self) -> GradResult:
+        return GradResult.read(self.path)
 
-    @work(thread=True, exclusive=True, group="grad-load", exit_on_error=False)
-    def _load(self) -> None:
-        try:
-            self.post_message(self.Loaded(GradResult.read(self.path)))
-        except Exception as exc:
-            self.post_message(self.Loaded(None, str(exc)))
-
-    @on(Loaded)
-    def _loaded(self, message: "GradScreen.Loaded") -> None:
-        if message.result is None:
-            self.query_one("#grad-verdict", Static).update(Text(message.error, style="red"))
-            self.notify(message.error, severity="error", title="Grad compare")
-            return
-        self.result = message.result
+    def show(self, result: GradResult) -> None:
+        self.result = result
         self._show_rank()
 
     def _show_rank(self) -> None:

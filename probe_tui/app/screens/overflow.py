@@ -7,15 +7,14 @@ from typing import Any, Dict, List, Optional
 
 from rich.console import Group
 from rich.text import Text
-from textual import on, work
+from textual import on
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical, VerticalScroll
-from textual.message import Message
 from textual.widgets import DataTable, Footer, Label, Static
 
 from probe_tui.app.actions import bindings_for
 from probe_tui.app.data.check_results import OverflowResult, read_overflow
-from probe_tui.app.screens.base import AppScreen
+from probe_tui.app.screens.base import ResultScreen
 from probe_tui.app.screens.path_prompt import relative_text
 from probe_tui.app.tables import fill_table
 from probe_tui.formatting import number_text
@@ -54,19 +53,18 @@ def call_detail(call: Dict[str, Any]) -> Group:
     return Group(*parts)
 
 
-class OverflowScreen(AppScreen):
+class OverflowScreen(ResultScreen):
     SCOPE = "overflow"
     CSS_PATH = "overflow.tcss"
     BINDINGS = bindings_for("overflow")
 
-    class Loaded(Message):
-        def __init__(self, result: Optional[OverflowResult], error: str = "") -> None:
-            super().__init__()
-            self.result, self.error = result, error
+    FOCUS = "#ovf-steps"
+    VERDICT = "#ovf-verdict"
+    TITLE = "Overflow"
+    READ_ERROR = "{path}: cannot read the overflow results: {exc}"
 
     def __init__(self, path: Path) -> None:
-        super().__init__()
-        self.path = Path(path)
+        super().__init__(path)
         self.result: Optional[OverflowResult] = None
         self.shown_calls: List[Dict[str, Any]] = []
         self.verdict_renderable: Any = None
@@ -86,24 +84,11 @@ class OverflowScreen(AppScreen):
                 yield Static("", id="ovf-detail-body")
         yield Footer()
 
-    def on_mount(self) -> None:
-        self.query_one("#ovf-steps", DataTable).focus()
-        self._load()
+    def read(self) -> OverflowResult:
+        return read_overflow(self.path)
 
-    @work(thread=True, exclusive=True, group="ovf-load", exit_on_error=False)
-    def _load(self) -> None:
-        try:
-            self.post_message(self.Loaded(read_overflow(self.path)))
-        except Exception as exc:
-            self.post_message(self.Loaded(None, "{}: cannot read the overflow results: {}".format(self.path, exc)))
-
-    @on(Loaded)
-    def _loaded(self, message: "OverflowScreen.Loaded") -> None:
-        if message.result is None:
-            self.query_one("#ovf-verdict", Static).update(Text(message.error, style="red"))
-            self.notify(message.error, severity="error", title="Overflow")
-            return
-        self.result = result = message.result
+    def show(self, result: OverflowResult) -> None:
+        self.result = result
         verdict = str(result.summary.get("verdict") or "")
         flagged = sum(int(s.get("flagged") or 0) for s in result.steps)
         if not verdict:

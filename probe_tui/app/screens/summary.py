@@ -1,7 +1,8 @@
 """The run summary: run.json's fields, the rank folders, and every file with its size.
 
 What a run folder no richer view claims opens as, any other folder too (without the run fields), and what every
-view's ``i`` key shows for its own folder (``open_path(path, kind="run")``).
+view's ``i`` key shows for its own folder (``open_path(path, kind="run")``). The folder is listed on a worker
+thread (:class:`ResultScreen`), at most ``MAX_FILES`` files.
 """
 
 import json
@@ -11,15 +12,13 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
 from rich.text import Text
-from textual import on, work
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
-from textual.message import Message
 from textual.reactive import reactive
 from textual.widgets import DataTable, Footer, Label, Static
 
 from probe_tui.app.actions import bindings_for
-from probe_tui.app.screens.base import AppScreen
+from probe_tui.app.screens.base import ResultScreen
 from probe_tui.app.screens.path_prompt import relative_text
 from probe_tui.app.tables import fill_table
 from probe_tui.formatting import format_bytes, format_time, summary_field
@@ -88,22 +87,17 @@ def _summary_items(summary: Any) -> List[Tuple[str, str]]:
     return out
 
 
-class RunSummaryScreen(AppScreen):
+class RunSummaryScreen(ResultScreen):
     SCOPE = "summary"
     CSS_PATH = "summary.tcss"
     BINDINGS = bindings_for("summary")
 
-    class Loaded(Message):
-        def __init__(self, summary: FolderSummary) -> None:
-            super().__init__()
-            self.summary = summary
+    FOCUS = "#files"
+    TITLE = "Run summary"
+    READ_ERROR = "{path}: cannot summarise the folder: {exc}"
 
     summary: reactive[Optional[FolderSummary]] = reactive(None, init=False, always_update=True, bindings=True)
     """What the worker read: fills both tables and decides whether ``e`` (edit the run's config) is offered."""
-
-    def __init__(self, path: Path) -> None:
-        super().__init__()
-        self.path = Path(path)
 
     def compose(self) -> ComposeResult:
         yield Static(Text.assemble(("Run summary", "bold"), f" · {relative_text(self.path, self.app.root)}"),
@@ -117,17 +111,11 @@ class RunSummaryScreen(AppScreen):
                 yield DataTable(id="files", cursor_type="row")
         yield Footer()
 
-    def on_mount(self) -> None:
-        self.query_one("#files", DataTable).focus()
-        self._load()
+    def read(self) -> FolderSummary:
+        return summarise_folder(self.path)
 
-    @work(thread=True, exclusive=True, group="summary-load", exit_on_error=False)
-    def _load(self) -> None:
-        self.post_message(self.Loaded(summarise_folder(self.path)))
-
-    @on(Loaded)
-    def _loaded(self, message: "RunSummaryScreen.Loaded") -> None:
-        self.summary = message.summary
+    def show(self, result: FolderSummary) -> None:
+        self.summary = result
 
     def watch_summary(self, summary: Optional[FolderSummary]) -> None:
         if summary is None:

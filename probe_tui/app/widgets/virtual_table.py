@@ -111,6 +111,19 @@ def fit(cell: Cell, width: int, justify: str = "left", overflow: str = "end") ->
     return Text(fit_text(plain, width, justify, overflow), style=style)
 
 
+class RowMessage(Message):
+    """What a :class:`VirtualTable` says about one of its rows."""
+
+    def __init__(self, table: "VirtualTable", row: int) -> None:
+        super().__init__()
+        self.table = table
+        self.row = row
+
+    @property
+    def control(self) -> "VirtualTable":
+        return self.table
+
+
 class VirtualTable(ScrollView, can_focus=True):
     """A header line and the visible rows of a :class:`RowSource`; a row cursor moved with the keyboard."""
 
@@ -149,27 +162,11 @@ class VirtualTable(ScrollView, can_focus=True):
 
     cursor_row: reactive[int] = reactive(0, always_update=True, init=False)
 
-    class CursorMoved(Message):
-        def __init__(self, table: "VirtualTable", row: int) -> None:
-            super().__init__()
-            self.table = table
-            self.row = row
+    class CursorMoved(RowMessage):
+        """The cursor moved to a row."""
 
-        @property
-        def control(self) -> "VirtualTable":
-            return self.table
-
-    class Selected(Message):
+    class Selected(RowMessage):
         """Enter on a row."""
-
-        def __init__(self, table: "VirtualTable", row: int) -> None:
-            super().__init__()
-            self.table = table
-            self.row = row
-
-        @property
-        def control(self) -> "VirtualTable":
-            return self.table
 
     def __init__(self, *, name: Optional[str] = None, id: Optional[str] = None,
                  classes: Optional[str] = None) -> None:
