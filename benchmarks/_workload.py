@@ -1,4 +1,4 @@
-"""Shared by the benchmarks: interleaved timing of an instrumented arm against the bare model (DECISIONS 21), the
+"""Shared by the benchmarks: interleaved timing of an instrumented arm against the bare model (docs/decisions/0021-reference-workload.md), the
 figures of an arm over rounds, peak host memory, and the PyTorch demo's training step (optionally under
 autocast). Framework-free at import: the MindSpore benchmark uses the timing without importing torch."""
 

@@ -4,11 +4,11 @@
                                        [--no-tensor] [--repeat K]
 
 Statistics mode: two dumps of ``--rows`` tensor rows (our HDF5 format; ``--msprobe`` also dump.json), exact-name
-matching, result written as HDF5 only, then HDF5 + CSV (the default output set; DECISIONS 20: "1M rows < 10 s"),
+matching, result written as HDF5 only, then HDF5 + CSV (the default output set; docs/decisions/0020-speed-targets.md: "1M rows < 10 s"),
 each ``--repeat`` times (the median and the range are printed, with the CPU seconds of this process and of the
 CSV writer process), and the time the app needs to open the result (all of ``results``' columns). Tensor mode: two dumps of ``--tensor-mb`` MiB of float32
 tensors each (HDF5 pools; ``--msprobe`` also ``.npy`` files), compared with ``--workers`` processes after one
-warm-up read; GB/s counts the bytes of both sides (DECISIONS 20: uncompressed, warm cache, all cores).
+warm-up read; GB/s counts the bytes of both sides (docs/decisions/0020-speed-targets.md: uncompressed, warm cache, all cores).
 """
 
 import argparse

@@ -13,7 +13,7 @@ Reported per arm: median wall ratio (and its spread over rounds), median CPU-tim
 files per step per rank, peak resident memory while the arm ran, and the overhead per captured record in
 microseconds (the figure that matters on fast accelerators, where the tiny preset lives).
 
-msprobe 26.2.0 on this kind of machine (reference/msprobe-baselines.md): statistics L0 1.65x, L1 3.79x,
+msprobe 26.2.0 on this kind of machine (docs/reference/msprobe-baselines.md): statistics L0 1.65x, L1 3.79x,
 mix 4.47x, L1+md5 6.50x, tensor L1 22.7x (1,572 files a step); tiny preset L0 ~12x, L1 ~49x, mix ~72x,
 L1 md5 ~137x, tensor L1 ~282x. Our targets: overhead (ratio - 1) at most a third of those.
 """

@@ -1,9 +1,9 @@
-"""Overhead of grad_probe on the demo's reference workload (DECISIONS 21), per level.
+"""Overhead of grad_probe on the demo's reference workload (docs/decisions/0021-reference-workload.md), per level.
 
 Arms: no tool, L0 (hash, max, min, norm), L1 (+ packed directions), L2 (+ bounds histogram and zero fraction),
 each writing its HDF5 store as the engine does. Same harness as ``monitor_overhead.py``: one process per arm and
 round, arms interleaved, torch on one thread; median step time, ratio and spread, CPU-time ratios, peak memory.
-msprobe 8.3.3 on this workload: L1 1.34x, L2 1.56x (reference/msprobe-baselines.md).
+msprobe 8.3.3 on this workload: L1 1.34x, L2 1.56x (docs/reference/msprobe-baselines.md).
 
     python benchmarks/grad_probe_overhead.py [--rounds 3] [--steps 8] [--preset default]
 """

@@ -2,7 +2,7 @@
 
     python benchmarks/mindspore_overhead.py [--preset default|tiny|both] [--rounds 3] [--steps 4] [--json FILE]
 
-The method of ``benchmarks/dump_overhead.py`` and of msprobe's MindSpore baseline (reference/msprobe-baselines.md):
+The method of ``benchmarks/dump_overhead.py`` and of msprobe's MindSpore baseline (docs/reference/msprobe-baselines.md):
 PyNative on the CPU, ``runtime_num_threads=1`` and ``OMP_NUM_THREADS=1``; one step = ``start(model)`` ->
 ``value_and_grad`` (forward + loss + backward) -> optimizer -> ``stop()`` -> ``step()`` -> read the loss. Each
 measured step of an arm is followed by an uninstrumented step of the same model and optimizer, so drift and

@@ -1,4 +1,4 @@
-"""Overhead of the training-state monitor on the demo's reference workload (DECISIONS 21).
+"""Overhead of the training-state monitor on the demo's reference workload (docs/decisions/0021-reference-workload.md).
 
 Arms: no tool; weight-gradient norms of every parameter; activations (inputs, outputs and their gradients) of
 every block plus weight-gradient norms; everything (all modules' activations, weight gradients, Adam state,
@@ -9,7 +9,7 @@ over rounds, the training thread's CPU-time ratio, the whole process's CPU-time 
 a background thread, which may use the second core), and the peak host memory.
 
 Targets (the issue): weight-gradient norms <= 1.05x, activations of every block <= 1.3x. msprobe 26.2.0 on this
-workload: 4.44x everything, 1.23x weight-gradient norms only (reference/msprobe-baselines.md).
+workload: 4.44x everything, 1.23x weight-gradient norms only (docs/reference/msprobe-baselines.md).
 
     python benchmarks/monitor_overhead.py [--rounds 3] [--steps 8] [--preset default]
 """

@@ -1,5 +1,5 @@
 """overflow_check overhead on the healthy demo, against statistics at the same level, step time interleaved with
-the bare model (DECISIONS 21).
+the bare model (docs/decisions/0021-reference-workload.md).
 
     python benchmarks/overflow_overhead.py [--preset default|tiny] [--dtype fp32|fp16|bf16] [--rounds 3] [--steps 4]
 

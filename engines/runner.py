@@ -1,6 +1,6 @@
 """Run one validated job: the single code path behind ``probe-tui --run``, the shorthand commands and the app.
 
-Collection jobs get a run folder (DECISIONS 2) and run their target under the task's engine; analysis jobs run
+Collection jobs get a run folder (docs/decisions/0002-run-folders.md) and run their target under the task's engine; analysis jobs run
 their engine on existing dumps. The runner owns the run's lifecycle events (``run_started``/``run_finished``) and
 the run folder's final status; engines emit ``step`` and ``message`` events.
 """

@@ -1,4 +1,4 @@
-"""Run folders (DECISIONS 2): ``<dump_path>/<run-id>/`` with ``run.json``, ``rank<R>/`` and a ``latest`` pointer.
+"""Run folders (docs/decisions/0002-run-folders.md): ``<dump_path>/<run-id>/`` with ``run.json``, ``rank<R>/`` and a ``latest`` pointer.
 
 A run is never written into an existing folder, except by the ranks of one launch (torchrun, Slurm, or any
 launcher that sets ``PROBE_TUI_RUN_ID``), which share one run-id (``engines.launch.shared_run_id``): the first

@@ -1,8 +1,8 @@
 """The ``probe-tui`` command.
 
-Every job is a config (DECISIONS 6): ``--run CONFIG`` runs one headless; ``compare``, ``parse`` and
+Every job is a config (docs/decisions/0006-every-job-is-a-config.md): ``--run CONFIG`` runs one headless; ``compare``, ``parse`` and
 ``analyze-overflow`` build the job config and run it the same way; with no command the app opens.
-Exit codes (DECISIONS 7): 0 done, 1 the target failed, 2 bad input, 3 findings with ``--fail-on-findings``.
+Exit codes (docs/decisions/0007-exit-codes.md): 0 done, 1 the target failed, 2 bad input, 3 findings with ``--fail-on-findings``.
 """
 
 import argparse

@@ -1,4 +1,4 @@
-"""``validate``, ``schema`` and ``init``: config work that imports no framework (DECISIONS 8)."""
+"""``validate``, ``schema`` and ``init``: config work that imports no framework (docs/decisions/0008-validate-and-estimate.md)."""
 
 import json
 import sys

@@ -1,4 +1,4 @@
-"""The in-script monitor (DECISIONS 12): attach the training-state monitor to a model and optimizer you hold.
+"""The in-script monitor (docs/decisions/0012-in-script-apis.md): attach the training-state monitor to a model and optimizer you hold.
 
 ::
 

@@ -29,7 +29,7 @@ OVERFLOW_LEVELS: Tuple[str, ...] = get_args(OverflowLevel)
 
 
 def check_dump_rules(job: DumpJob, section: DumpSection, info: ValidationInfo) -> None:
-    """Rules of reference §1.2/§1.4/§1.5 that need both the level and the section."""
+    """Rules of docs/reference/msprobe-tasks.md §1.2/§1.4/§1.5 that need both the level and the section."""
     rules = RuleCollector()
     name = job.task
     if section.scope:

@@ -1,6 +1,6 @@
 """Task sections of the dump-style tasks (statistics, tensor): scope, list, data_mode, summary_mode, filters.
 
-Field rules follow reference/msprobe-tasks.md §1.5; the level-dependent rules (scope names per level, L2,
+Field rules follow docs/reference/msprobe-tasks.md §1.5; the level-dependent rules (scope names per level, L2,
 async_dump) live on the job models, which know the level.
 """
 
@@ -26,7 +26,7 @@ __all__ = [
     "TensorSection",
 ]
 
-# msprobe's prefixes plus MindSpeed and MintDistributed, which msprobe forgets (reference §13 #18).
+# msprobe's prefixes plus MindSpeed and MintDistributed, which msprobe forgets (docs/reference/msprobe-tasks.md §13 #18).
 API_PREFIXES = ("Distributed", "Functional", "Torch", "Tensor", "Mint", "MintFunctional", "Primitive", "Aten",
                 "VF", "NPU", "Jit", "MindSpeed", "MintDistributed")
 API_NAME = re.compile(r"^(%s)\..+\.[0-9]+\.(forward|backward)$" % "|".join(API_PREFIXES))

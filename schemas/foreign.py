@@ -1,4 +1,4 @@
-"""The one list of keys msprobe knows and probe-tui does not implement (DECISIONS 5).
+"""The one list of keys msprobe knows and probe-tui does not implement (docs/decisions/0005-foreign-keys.md).
 
 Such a key loads with one warning and is dropped; a key unknown to both tools is an error. Each scope below is
 named by the models that allow it (`ConfigModel.foreign_scope`). Some entries carry a check of msprobe's own

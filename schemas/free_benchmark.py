@@ -1,6 +1,6 @@
 """free_benchmark: perturb API inputs, re-run, and flag APIs whose output moves more than its dtype allows.
 
-Field rules and cross-field rules follow reference/msprobe-tasks.md §8.1, with msprobe's faults fixed:
+Field rules and cross-field rules follow docs/reference/msprobe-tasks.md §8.1, with msprobe's faults fixed:
 booleans are booleans (`"if_preheat": "true"` is an error), `max_sample` defaults to the documented 20, and the
 preheat numbers are checked whether or not preheat is on.
 """

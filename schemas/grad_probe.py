@@ -1,4 +1,4 @@
-"""grad_probe: per-parameter gradient summaries (and sign maps) at every optimizer step (reference §9)."""
+"""grad_probe: per-parameter gradient summaries (and sign maps) at every optimizer step (docs/reference/msprobe-tasks.md §9)."""
 
 import math
 from typing import Annotated, Any, Dict, List, Literal

@@ -1,6 +1,6 @@
-"""monitor: training-state statistics of activations, gradients, optimizer state and parameters (reference §10).
+"""monitor: training-state statistics of activations, gradients, optimizer state and parameters (docs/reference/msprobe-tasks.md §10).
 
-Every field of msprobe's monitor JSON (§10.2) is here with its validation, with msprobe's faults fixed:
+Every field of msprobe's monitor JSON (docs/reference/msprobe-tasks.md §10.2) is here with its validation, with msprobe's faults fixed:
 `module_ranks` takes "a-b" ranges like every rank list; `mg_direction` is validated under its real name; unknown
 `ops` are errors with a suggestion (msprobe drops them silently); booleans are booleans; forward_only together
 with backward_only is an error (msprobe registers no hook at all then); AnomalyTurbulence has a `direction`

@@ -1,4 +1,4 @@
-"""Recognise the shape of a config and bring it to the native shape (DECISIONS 4).
+"""Recognise the shape of a config and bring it to the native shape (docs/decisions/0004-config-shape.md).
 
 - Native, and msprobe's config.json: `{"task": ..., common keys, "<task>": {...}}`, taken as is.
 - msprobe's separate monitor JSON: no `task`, monitor keys at the top (`targets`, `*_distribution`, `ops`, ...):

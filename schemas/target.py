@@ -2,7 +2,7 @@
 
 `DEMO_PRESETS` holds the demo's sizes so that the schema can check a fault's layer against the layer count; the
 demo engine reads its sizes from here (`DemoKnobs.sizes()`), so the numbers live in one place. `default` is the
-reference workload of DECISIONS 21; `tiny` runs a step in milliseconds on one CPU core.
+reference workload of docs/decisions/0021-reference-workload.md; `tiny` runs a step in milliseconds on one CPU core.
 """
 
 import re
@@ -56,7 +56,7 @@ class GradExplosion(ConfigModel):
 
 
 class DemoFaults(ConfigModel):
-    """Faults the demo can inject, each defined by its numeric effect (DECISIONS 15)."""
+    """Faults the demo can inject, each defined by its numeric effect (docs/decisions/0015-demo-faults-by-numeric-effect.md)."""
 
     fp16_overflow: Optional[FaultAt] = field(
         None, "Scale one op's input in the given block so that float16 exp gives inf (for overflow_check).")
@@ -136,7 +136,7 @@ _CALLABLE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Z
 
 
 def expand_target_shorthand(value: Any) -> Any:
-    """`"demo"` is shorthand for `{"demo": {}}` (DECISIONS 4)."""
+    """`"demo"` is shorthand for `{"demo": {}}` (docs/decisions/0004-config-shape.md)."""
     if value == "demo":
         return {"demo": {}}
     return value

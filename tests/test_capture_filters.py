@@ -1,4 +1,4 @@
-"""Filters end to end on the demo (reference §14 C2-C5, S5): step, rank, scope, list, data_mode, apis, tensor_list."""
+"""Filters end to end on the demo (docs/reference/msprobe-tasks.md §14 C2-C5, S5): step, rank, scope, list, data_mode, apis, tensor_list."""
 
 import pytest
 import torch

@@ -53,7 +53,7 @@ def _latest_rank0(dump_path: Path) -> Path:
 
 @pytest.mark.parametrize("level", ["L0", "L1", "mix"])
 def test_stop_before_backward_still_captures_backward(tmp_path, level):
-    """Reference §14 C6: msprobe loses module-level backward when stop() comes before backward()."""
+    """docs/reference/msprobe-tasks.md §14 C6: msprobe loses module-level backward when stop() comes before backward()."""
     from probe_tui import PrecisionDebugger
 
     cfg = write_config(tmp_path, "c6", level=level)

@@ -1,4 +1,4 @@
-"""Names, counters, module paths and the filters, as pure functions (reference §3, §14 C3/C4/S6)."""
+"""Names, counters, module paths and the filters, as pure functions (docs/reference/msprobe-tasks.md §3, §14 C3/C4/S6)."""
 
 import pytest
 
@@ -26,7 +26,7 @@ def test_msprobe_name_shapes():
 def test_backward_of_api_and_module_names():
     assert naming.backward_of("Tensor.__add__.0.forward") == "Tensor.__add__.0.backward"
     assert naming.backward_of("Module.blocks.0.attn.Attention.forward.3") == "Module.blocks.0.attn.Attention.backward.3"
-    # An API whose name contains "forward" keeps it (msprobe's replace() mangles it, §13 row 22).
+    # An API whose name contains "forward" keeps it (msprobe's replace() mangles it, docs/reference/msprobe-tasks.md §13 row 22).
     assert naming.backward_of("Torch.forward_ad.0.forward") == "Torch.forward_ad.0.backward"
 
 

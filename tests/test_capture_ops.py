@@ -247,7 +247,7 @@ def test_compiled_regions_are_reported_not_crashing(tmp_path):
 
 @pytest.mark.parametrize("level", ["L0", "L1", "mix"])
 def test_capture_changes_no_number(tmp_path, level):
-    """DECISIONS 10: losses, gradients and weights bit-identical with capture on and off."""
+    """docs/decisions/0010-capture-does-not-change-numbers.md: losses, gradients and weights bit-identical with capture on and off."""
     from engines.adapters.torch import demo
 
     knobs = dict(TINY, steps=3)

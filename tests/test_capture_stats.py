@@ -1,4 +1,4 @@
-"""Statistics rules (reference §5.2, §14 S1-S4), CRC32 and xhash, on the CPU and through the batched
+"""Statistics rules (docs/reference/msprobe-tasks.md §5.2, §14 S1-S4), CRC32 and xhash, on the CPU and through the batched
 (accelerator) path, written through the real store."""
 
 import math

@@ -93,7 +93,7 @@ def test_an_overflow_is_named_where_it_starts(tmp_path):
     table = summary["tables"][0]
     assert table["title"].startswith("where non-finite values start")
     name, step, values, mx, mn = table["rows"][0]
-    # the demo's fault: float16 exp of a scaled finite input gives +inf (DECISIONS 15)
+    # the demo's fault: float16 exp of a scaled finite input gives +inf (docs/decisions/0015-demo-faults-by-numeric-effect.md)
     assert name.startswith("Torch.exp.") and name.endswith(".output.0") and step == 0 and values == "+inf"
     assert mx == "inf"  # non-finite statistics are text in the JSON summary
     assert "produced" in summary["non_finite"] and "inherited" in summary["non_finite"]

@@ -1,4 +1,4 @@
-"""The tensor task (reference §6, §14 T1-T4): full tensors in the store, equal to the live ones, a few files a
+"""The tensor task (docs/reference/msprobe-tasks.md §6, §14 T1-T4): full tensors in the store, equal to the live ones, a few files a
 step, compression, a disk budget that stops dumping and not training, and the per-step size estimate."""
 
 import logging

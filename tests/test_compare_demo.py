@@ -1,5 +1,5 @@
 """Compare end to end on real captures: the demo model with an injected low-precision softmax against a reference
-that differs everywhere (DECISIONS 19), and our capture against msprobe 26.2.0's dump of the same model."""
+that differs everywhere (docs/decisions/0019-ranking-tested-where-it-matters.md), and our capture against msprobe 26.2.0's dump of the same model."""
 
 import glob
 import sys

@@ -1,4 +1,4 @@
-"""run_compare end to end on msprobe-format dumps: reference §8.3, S-vectors through the engine, ranks, steps,
+"""run_compare end to end on msprobe-format dumps: docs/reference/msprobe-analysis.md §8.3, S-vectors through the engine, ranks, steps,
 outputs (CSV, xlsx), errors."""
 
 import csv

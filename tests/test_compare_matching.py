@@ -1,4 +1,4 @@
-"""Matching: exact keys, fuzzy alignment (§1.6.3, §8.5), dtype gate, renumbering, mappings, MindSpore names."""
+"""Matching: exact keys, fuzzy alignment (docs/reference/msprobe-analysis.md §1.6.3, §8.5), dtype gate, renumbering, mappings, MindSpore names."""
 
 import json
 

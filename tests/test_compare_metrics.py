@@ -1,4 +1,4 @@
-"""Real-data metrics against reference §8.1 (V1–V19) and §8.2, plus streaming and our documented deviations."""
+"""Real-data metrics against docs/reference/msprobe-analysis.md §8.1 (V1–V19) and §8.2, plus streaming and our documented deviations."""
 
 import math
 
@@ -201,7 +201,7 @@ def test_chunked_partials_merge_to_the_whole():
 
 
 def test_mask_fills_do_not_hide_the_error():
-    """Matching finfo.min fills are exact and excluded from rel_err (diagnosis-notes 5)."""
+    """Matching finfo.min fills are exact and excluded from rel_err (docs/reference/diagnosis-notes.md item 5)."""
     rng = np.random.default_rng(1)
     y = rng.standard_normal(1000).astype(np.float32)
     x = y * np.float32(1.01)

@@ -1,4 +1,4 @@
-"""Statistics mode against reference §8.4 (S1–S8): msprobe 26.2's numbers as numbers, relative errors as fractions."""
+"""Statistics mode against docs/reference/msprobe-analysis.md §8.4 (S1–S8): msprobe 26.2's numbers as numbers, relative errors as fractions."""
 
 import math
 

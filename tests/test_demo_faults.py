@@ -1,4 +1,4 @@
-"""Each injectable fault of the demo, tested for its numeric effect (DECISIONS 15 and 16)."""
+"""Each injectable fault of the demo, tested for its numeric effect (docs/decisions/0015-demo-faults-by-numeric-effect.md and docs/decisions/0016-masks-are-not-overflows.md)."""
 
 import math
 
@@ -133,7 +133,7 @@ def test_healthy_run_has_a_minus_inf_mask_and_no_overflow_origin():
     tracer = NonFiniteOrigins()
     with tracer:
         result = train({"steps": 1})
-    assert tracer.origins == []  # DECISIONS 16: masks are not overflows
+    assert tracer.origins == []  # docs/decisions/0016-masks-are-not-overflows.md: masks are not overflows
     assert "masked_fill" in tracer.nonfinite_calls  # the -inf causal mask is really there
     assert np.isfinite(result.losses[0])
 

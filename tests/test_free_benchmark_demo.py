@@ -1,4 +1,4 @@
-"""free_benchmark end to end on the bf16-autocast demo (DECISIONS 15): the injected low-precision softmax is
+"""free_benchmark end to end on the bf16-autocast demo (docs/decisions/0015-demo-faults-by-numeric-effect.md): the injected low-precision softmax is
 flagged and every healthy call passes; fix changes the loss curve; checks never change the numbers."""
 
 import csv

@@ -1,4 +1,4 @@
-"""The consistency metric and thresholds of free_benchmark (reference §8.4, §14 F3/F4), on synthetic outputs."""
+"""The consistency metric and thresholds of free_benchmark (docs/reference/msprobe-tasks.md §8.4, §14 F3/F4), on synthetic outputs."""
 
 import csv
 import math

@@ -1,4 +1,4 @@
-"""The perturbations of free_benchmark, bit for bit (reference §8.3, §14 F2)."""
+"""The perturbations of free_benchmark, bit for bit (docs/reference/msprobe-tasks.md §8.3, §14 F2)."""
 
 import numpy as np
 import pytest

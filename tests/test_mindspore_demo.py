@@ -1,5 +1,5 @@
 """The MindSpore demo: the PyTorch demo's architecture, names and weights; the same losses to float32 noise;
-the injected faults with the same numeric effects (DECISIONS 15 and 16)."""
+the injected faults with the same numeric effects (docs/decisions/0015-demo-faults-by-numeric-effect.md and docs/decisions/0016-masks-are-not-overflows.md)."""
 
 import math
 

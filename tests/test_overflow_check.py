@@ -82,7 +82,7 @@ def test_healthy_runs_report_nothing(tmp_path, level, dtype):
     rank = _rank0(outcome)
     assert "dump" not in store_kinds(rank)  # nothing kept
     plain = train({"preset": "tiny", "steps": 2, "dtype": dtype}).losses
-    assert outcome.summary["losses"] == plain  # the check changes no number (DECISIONS 10)
+    assert outcome.summary["losses"] == plain  # the check changes no number (docs/decisions/0010-capture-does-not-change-numbers.md)
     steps = read_steps(rank)
     assert [s["flagged"] for s in steps] == [0, 0]
     if level != "L0":  # the -inf masked_fill and the softmax that consumes it were seen and not flagged

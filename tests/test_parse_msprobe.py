@@ -1,4 +1,4 @@
-"""Reading msprobe dumps: flattening (reference §1.5, §8.5), layouts, companions, safe tensor loading."""
+"""Reading msprobe dumps: flattening (docs/reference/msprobe-analysis.md §1.5, §8.5), layouts, companions, safe tensor loading."""
 
 import json
 import pickle

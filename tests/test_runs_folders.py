@@ -1,4 +1,4 @@
-"""Run folders: creation, run.json, the latest pointer, opening, listing, crash detection (DECISIONS 2)."""
+"""Run folders: creation, run.json, the latest pointer, opening, listing, crash detection (docs/decisions/0002-run-folders.md)."""
 
 import json
 import os

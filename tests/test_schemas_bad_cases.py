@@ -1,4 +1,4 @@
-"""The bad cases of reference/msprobe-tasks.md §14 C1, C3, C4, C8, F1, G1, M1: each is rejected, naming the field."""
+"""The bad cases of docs/reference/msprobe-tasks.md §14 C1, C3, C4, C8, F1, G1, M1: each is rejected, naming the field."""
 
 import pytest
 
@@ -123,7 +123,7 @@ def test_c4_scope_accepted_per_level():
     assert schemas.load_config({"task": "statistics", "level": "L1", "statistics": {"scope": [API_A, API_B]}})
     assert schemas.load_config({"task": "statistics", "level": "L0", "statistics": {"scope": [MOD_A, MOD_B]}})
     assert schemas.load_config({"task": "statistics", "level": "mix", "statistics": {"scope": [API_A, MOD_B]}})
-    # MindSpeed and MintDistributed are valid prefixes (msprobe forgets them, reference §13 #18).
+    # MindSpeed and MintDistributed are valid prefixes (msprobe forgets them, docs/reference/msprobe-tasks.md §13 #18).
     scope = ["MindSpeed.npu_rotary.0.forward", "MintDistributed.all_reduce.2.forward"]
     assert schemas.load_config({"task": "tensor", "tensor": {"scope": scope, "list": []}})
     job = schemas.load_config({"task": "statistics", "statistics": {"list": ["relu"]}})

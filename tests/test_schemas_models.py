@@ -1,4 +1,4 @@
-"""Model rules beyond the §14 cases: levels per task, async/L2/debug rules, targets, demo knobs, output, analysis."""
+"""Model rules beyond the docs/reference/msprobe-tasks.md §14 cases: levels per task, async/L2/debug rules, targets, demo knobs, output, analysis."""
 
 import pytest
 

@@ -1,6 +1,6 @@
 """msprobe's own config files load as they are: config.json, the separate monitor JSON, the classic compare.json.
 
-Keys msprobe knows and we do not implement load with exactly one warning each (DECISIONS 5).
+Keys msprobe knows and we do not implement load with exactly one warning each (docs/decisions/0005-foreign-keys.md).
 """
 
 import json

@@ -1,7 +1,7 @@
 """Walk call arguments and results: tensors are handed to a visitor under their slot, everything else becomes
 JSON (scalars, dtypes, devices, slices, sizes...), with tensor positions marked ``{"tensor": "<slot>"}``.
 
-The JSON skeleton is what replay, compare's scalar checks and the API pre-check need (DECISIONS 11). The walk is
+The JSON skeleton is what replay, compare's scalar checks and the API pre-check need (docs/decisions/0011-what-is-recorded.md). The walk is
 the same for every framework; an adapter builds its walkers once with ``Walkers(tensor_type, describe, sizes)``:
 ``describe(obj)`` turns the framework's own objects (dtypes, devices, process groups...) into JSON and returns
 None for anything else, and ``sizes`` are the tuple subclasses that are shapes, not argument lists

@@ -7,7 +7,7 @@ of three kinds, decided from its own record:
 - **produced**: an output of a call whose tensor inputs are finite and whose scalar arguments are finite: the op
   made the value (the rows a user wants);
 - **mask**: an output of a call with a non-finite scalar argument (``masked_fill(mask, -inf)``): filled on purpose,
-  not an overflow (DECISIONS 16);
+  not an overflow (docs/decisions/0016-masks-are-not-overflows.md);
 - **inherited**: an input, or an output of a call that already had a non-finite input.
 
 The summary lists the first produced rows (each name once) when there are any; otherwise the ``keep`` tensors of

@@ -7,7 +7,7 @@ Names are what compare matches on, so they follow msprobe exactly:
 - parameter gradients: ``Module.{path}.{Class}.parameters_grad.{K}``;
 - ``save()`` calls (level debug): ``{name}.{N}.debug`` and ``{name}_grad.{N}.debug``.
 
-``N`` counts recorded calls per name within a step and restarts at every step (DECISIONS 11).
+``N`` counts recorded calls per name within a step and restarts at every step (docs/decisions/0011-what-is-recorded.md).
 """
 
 import re
@@ -125,7 +125,7 @@ class CallCounter:
 
 
 # Wrapper components that data-parallel and checkpoint wrappers put into module paths. msprobe users compare a
-# DDP run against a single-device run, so the paths must not carry them (DECISIONS 14).
+# DDP run against a single-device run, so the paths must not carry them (docs/decisions/0014-training-setups.md).
 _WRAPPER_COMPONENTS = frozenset((
     "_fsdp_wrapped_module", "_checkpoint_wrapped_module", "_orig_mod", "_dp_wrapped_module", "_offload_wrapped_module",
 ))

@@ -1,5 +1,5 @@
 """``seed_all``'s framework-neutral part: Python's and numpy's seeds, the hash seed, HCCL's determinism switch, and
-the record of what was set (the run metadata keeps it, DECISIONS 12). The adapters' ``environment.seed_all``
+the record of what was set (the run metadata keeps it, docs/decisions/0012-in-script-apis.md). The adapters' ``environment.seed_all``
 seed their framework and call these."""
 
 import os

@@ -2,7 +2,7 @@
 
 Forward capture needs the session *running*; backward hooks and parameter gradients only need the step to be
 *open* (from ``start()`` until ``step_end()``), so ``stop()`` before the backward pass and ``step_end()`` after it
-still capture the backward at every level (reference §14 C6). Each step's records are handed to a sink at
+still capture the backward at every level (docs/reference/msprobe-tasks.md §14 C6). Each step's records are handed to a sink at
 ``step_end()``.
 
 The adapter's session (``TorchCaptureSession``, ``MindSporeCaptureSession``) subclasses ``CaptureSession`` and

@@ -1,4 +1,4 @@
-"""msprobe's classic highlight rules (``-hl``, reference §1.10.3) and its statistics "Warning" (§1.8), as an option.
+"""msprobe's classic highlight rules (``-hl``, docs/reference/msprobe-analysis.md §1.10.3) and its statistics "Warning" (§1.8), as an option.
 
 Rows are grouped by record; "inputs" are input and parameter rows, "outputs" output rows. Red beats yellow.
 Three deliberate fixes (docs/COMPARE.md): an output row already red through R1/R2 is not judged again by

@@ -1,5 +1,5 @@
 """The result table's columns: HDF5 names and types (docs/FORMAT.md, "Compare results"), and the msprobe report
-headers per mode (reference §1.12, wheel 26.2 layout)."""
+headers per mode (docs/reference/msprobe-analysis.md §1.12, wheel 26.2 layout)."""
 
 from __future__ import annotations
 

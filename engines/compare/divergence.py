@@ -1,10 +1,10 @@
 """First divergence: rank operators by the error they add, and roll results up the module tree.
 
-Error an operator adds (diagnosis-notes 3): ``score = out_err / max(in_err, floor)`` where ``out_err`` is the
+Error an operator adds (docs/reference/diagnosis-notes.md item 3): ``score = out_err / max(in_err, floor)`` where ``out_err`` is the
 largest norm-wise relative error ‖t−g‖/‖g‖ (float64) among its floating outputs and ``in_err`` the largest among its
 floating inputs and parameters (for a backward record, also among the inputs and outputs of its forward call,
 which the gradient depends on). An op that only inherits an error scores about 1; the op that introduces one
-scores far above, even when everything after it differs too (msprobe's stated limitation, §6.1).
+scores far above, even when everything after it differs too (msprobe's stated limitation, docs/reference/msprobe-analysis.md §6.1).
 
 ``floor`` is the larger of 2^-20 (about where float32 kernels of two devices differ) and the unit roundoff of the least precise floating dtype among the op's outputs on either side (2^-8
 for bfloat16, 2^-11 for float16): an op that computes in bfloat16 adds a few 2^-8 of error by design, so against

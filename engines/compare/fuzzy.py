@@ -1,7 +1,7 @@
 """Fuzzy matching as a sequence alignment (Myers' O((N+M)·D) diff), anchored in two passes.
 
 msprobe's fuzzy mode drops call indices and pairs rows with a greedy O(n²) queue; for modules it drops the class
-name instead of the index (reference §1.6.3, quirk 2). We align **records** in dump order:
+name instead of the index (docs/reference/msprobe-analysis.md §1.6.3 and §7 item 2). We align **records** in dump order:
 
 1. signature = (record name without call index, class kept) + the (slot, shape, dtype class) of its rows; a
    Myers diff of the two signature sequences gives anchors;

@@ -1,4 +1,4 @@
-"""Compare keys: how a row's name is normalised before matching (reference §1.6, DECISIONS 14).
+"""Compare keys: how a row's name is normalised before matching (docs/reference/msprobe-analysis.md §1.6, docs/decisions/0014-training-setups.md).
 
 Applied in this order to each side:
 

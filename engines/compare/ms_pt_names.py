@@ -1,4 +1,4 @@
-"""MindSpore -> PyTorch API names (our own table; reference §1.6.5 describes what msprobe maps).
+"""MindSpore -> PyTorch API names (our own table; docs/reference/msprobe-analysis.md §1.6.5 describes what msprobe maps).
 
 An API name is its first two tokens (``Functional.dense``). ``Mint.X`` maps to ``Torch.X`` and
 ``MintFunctional.X`` to ``Functional.X``; ``Tensor.X`` keeps its name; everything else goes through

@@ -1,6 +1,6 @@
 """Statistics-mode compare: diffs and relative errors of max/min/mean/norm, vectorised over all rows.
 
-msprobe 26.2's rule table (reference §1.8, S8) with numbers instead of strings (DECISIONS 18):
+msprobe 26.2's rule table (docs/reference/msprobe-analysis.md §1.8 and §8.4 S8) with numbers instead of strings (docs/decisions/0018-follow-the-wheel-numbers.md):
 
 ====================================  ===========  =====================
 case                                  diff         relative error
@@ -21,7 +21,7 @@ column plus a code in the per-stat note column (:data:`NOTE_NA`, :data:`NOTE_DIF
 
 For verdicts and ranking we also compute **scale-aware** relative errors (:func:`scaled_stat_errors`): each
 statistic's difference over ``max(|B stat|, rms(B), small_value)`` where rms = norm/√numel. A mean near zero then
-no longer explodes (diagnosis-notes 4), and each one is a lower bound of the norm-wise relative error
+no longer explodes (docs/reference/diagnosis-notes.md item 4), and each one is a lower bound of the norm-wise relative error
 ‖x−y‖/‖y‖ (|Δmean|·√n ≤ ‖x−y‖, |Δmax| ≤ ‖x−y‖, |Δnorm| ≤ ‖x−y‖).
 """
 

@@ -1,8 +1,8 @@
 """Real-data (tensor) compare metrics, streamable and mergeable.
 
 The six msprobe columns (Cosine, EucDist, MaxAbsErr, MaxRelativeErr, one- and five-thousandths error ratios) are
-computed exactly as msprobe 26.2 does (reference §1.7), plus our norm-wise relative error ‖x−y‖/‖y‖ in float64,
-which ranks and judges rows (diagnosis-notes 3, 4).
+computed exactly as msprobe 26.2 does (docs/reference/msprobe-analysis.md §1.7), plus our norm-wise relative error ‖x−y‖/‖y‖ in float64,
+which ranks and judges rows (docs/reference/diagnosis-notes.md items 3, 4).
 
 Everything is accumulated chunk by chunk in a :class:`TensorPartial`, so a tensor of any size streams through
 bounded memory and pieces computed in different processes merge (:meth:`TensorPartial.merge`). The caller hands
@@ -360,7 +360,7 @@ def round12(value: float) -> float:
 
 
 def classic_accuracy(cosine, max_abs) -> str:
-    """msprobe (classic) "Accuracy Reached or Not" from a Cosine and a MaxAbsErr cell (reference §1.10.1).
+    """msprobe (classic) "Accuracy Reached or Not" from a Cosine and a MaxAbsErr cell (docs/reference/msprobe-analysis.md §1.10.1).
 
     Cells may be numbers or msprobe's strings (``"N/A"``, ``"None"``, ``"unsupported"``, ``"shape unmatched"``).
     Kept for users of the classic report; our verdicts are in :mod:`engines.compare.verdicts`.

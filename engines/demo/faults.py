@@ -1,4 +1,4 @@
-"""What each injectable fault does, as numbers (DECISIONS 15), and when it is active.
+"""What each injectable fault does, as numbers (docs/decisions/0015-demo-faults-by-numeric-effect.md), and when it is active.
 
 The framework builds (PyTorch now, MindSpore later) implement the effects; this module holds the constants and
 the schedule so both builds agree on them:

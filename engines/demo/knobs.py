@@ -9,7 +9,7 @@ one-line ``DemoKnobError`` naming the field.
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Dict, Iterable, Optional
 
-# The reference workload of DECISIONS 21 (3,688,936 parameters), and a size where per-op overhead dominates.
+# The reference workload of docs/decisions/0021-reference-workload.md (3,688,936 parameters), and a size where per-op overhead dominates.
 PRESETS: Dict[str, Dict[str, int]] = {
     "default": {"n_layer": 4, "d_model": 256, "n_head": 4, "d_mlp": 1024, "vocab": 1000, "seq": 64, "batch": 8},
     "tiny": {"n_layer": 2, "d_model": 32, "n_head": 4, "d_mlp": 128, "vocab": 1000, "seq": 8, "batch": 2},

@@ -1,4 +1,4 @@
-"""free_benchmark's backward stage (reference §8.2, F6), the framework-neutral part: which calls are checked,
+"""free_benchmark's backward stage (docs/reference/msprobe-tasks.md §8.2, F6), the framework-neutral part: which calls are checked,
 the memory cap on the inputs held until backward, and the rows of the compared input gradients.
 
 The adapter's ``BackwardChecks`` re-runs a checked call through its vector-Jacobian product, as it ran and

@@ -10,7 +10,7 @@ collectives, in-place calls, random ones, calls whose output is a view of an inp
 without a floating input, and with improve_precision calls with nothing to raise.
 
 Every row of a call, tensor or Python number, is judged against the threshold of the call's output dtype, the
-dtype of its first output tensor (reference §8.4; no tensor output: the default); preheat learns one per (API,
+dtype of its first output tensor (docs/reference/msprobe-tasks.md §8.4; no tensor output: the default); preheat learns one per (API,
 that dtype).
 """
 

@@ -1,4 +1,4 @@
-"""free_benchmark's consistency metric, the framework-neutral part (reference §8.4).
+"""free_benchmark's consistency metric, the framework-neutral part (docs/reference/msprobe-tasks.md §8.4).
 
 Tensor outputs are compared on their device by the adapter (``free_benchmark_compare.tensor_ratio``: both sides
 in the perturbed side's float type, flat chunks, a sign flip is an infinite ratio, the largest ratio over all

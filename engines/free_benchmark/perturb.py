@@ -1,4 +1,4 @@
-"""free_benchmark's perturbations (reference §8.3), the framework-neutral part: which argument is perturbed, and
+"""free_benchmark's perturbations (docs/reference/msprobe-tasks.md §8.3), the framework-neutral part: which argument is perturbed, and
 the modes that only rearrange arguments.
 
 add_noise, bit_noise and change_value perturb only the first eligible tensor: the first floating tensor of the

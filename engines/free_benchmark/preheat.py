@@ -1,4 +1,4 @@
-"""Preheat (reference §8.6): learn a ratio threshold per API and output dtype before checking.
+"""Preheat (docs/reference/msprobe-tasks.md §8.6): learn a ratio threshold per API and output dtype before checking.
 
 Step 0 counts the calls of each API (its name without ``.N.forward``). Steps 1 .. preheat_step-1 sample
 ``min(ceil(calls / preheat_step), max_sample)`` calls of each API, rotating through them (call number

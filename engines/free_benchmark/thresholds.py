@@ -1,4 +1,4 @@
-"""Tolerances, thresholds and the consistency rule of free_benchmark (reference §8.3/§8.4), by dtype name.
+"""Tolerances, thresholds and the consistency rule of free_benchmark (docs/reference/msprobe-tasks.md §8.3/§8.4), by dtype name.
 
 Dtype names are the framework's (``torch.float16``) or bare (``float16``); ``bf16``-style short names work too.
 """

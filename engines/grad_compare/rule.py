@@ -1,4 +1,4 @@
-"""The 0.97 / 0.03 rule, applied (msprobe documents it and never implements it; reference §9.3).
+"""The 0.97 / 0.03 rule, applied (msprobe documents it and never implements it; docs/reference/msprobe-tasks.md §9.3).
 
 A parameter has a problem at the first compared step if its similarity is below ``threshold`` (0.97), and at a
 later step if its similarity dropped by more than ``drop`` (0.03) from the previous compared step. The verdict

@@ -1,4 +1,4 @@
-"""msprobe's ``grad_summary_{step}.csv`` (reference §9.2), written on request next to our HDF5 store.
+"""msprobe's ``grad_summary_{step}.csv`` (docs/reference/msprobe-tasks.md §9.2), written on request next to our HDF5 store.
 
 The header per level is msprobe's (lowercase, as its code writes it); ``MD5`` is the CRC32 of the float32
 gradient as 8 hex digits; interval columns and ``=0`` are fractions of elements; ``shape`` is a list.

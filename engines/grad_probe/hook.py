@@ -1,7 +1,7 @@
 """grad_probe's optimizer hook and run, framework-neutral: which steps and parameters are recorded, and the
 hook and the store writer of one rank started together.
 
-``step`` counts optimizer steps (reference §9.1): the first optimizer that steps is the primary one and each of
+``step`` counts optimizer steps (docs/reference/msprobe-tasks.md §9.1): the first optimizer that steps is the primary one and each of
 its steps is a new step; other optimizers (a GAN's second one) record into the current step. A parameter without
 a gradient is skipped and listed once. The adapter's ``GradProbeHook`` brings the hook on its optimizers, the
 (name, gradient) pairs of an optimizer step and the statistics on its device (``compute_grad_stats``).

@@ -1,4 +1,4 @@
-"""What each grad_probe level records, and msprobe's CSV header for it (reference §9.2).
+"""What each grad_probe level records, and msprobe's CSV header for it (docs/reference/msprobe-tasks.md §9.2).
 
 L0: hash (CRC32 of the gradient cast to float32), max, min, norm, shape.
 L1: max, min, norm, shape and the direction (``grad > 0``, packed bits).

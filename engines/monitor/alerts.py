@@ -1,4 +1,4 @@
-"""Alert rules (reference §10.5, fixed where msprobe falls short), evaluated on a whole step at once with numpy.
+"""Alert rules (docs/reference/msprobe-tasks.md §10.5, fixed where msprobe falls short), evaluated on a whole step at once with numpy.
 
 - ``AnomalyTurbulence(threshold, direction)``: the history of a series is an EMA of ``|value|`` (beta 0.99,
   started at the first value, compared *before* it is updated). A value is anomalous when

@@ -1,6 +1,6 @@
 """Optional exports of the metrics, written beside the store: msprobe-style CSV and TensorBoard event files.
 
-CSV (reference §10.4): ``<rank dir>/monitor_csv/{prefix}_{s}-{e}.csv`` with ``s = floor(step / k) * k`` and
+CSV (docs/reference/msprobe-tasks.md §10.4): ``<rank dir>/monitor_csv/{prefix}_{s}-{e}.csv`` with ``s = floor(step / k) * k`` and
 ``e = s + k - 1`` (k = ``step_count_per_record``), header ``vpp_stage,name,step,<metrics...>``, values rounded to
 ``ndigits``, NaN written as ``nan``. The prefix is the series tag (``mg_direction`` goes to msprobe's ``other``).
 

@@ -3,7 +3,7 @@ counts (a module called twice in a step gives ``name.output:1``), and the gradie
 activation's gradient.
 
 Forward hooks go on the selected modules only (the others keep the framework's fast path); gradients come from
-tensor hooks that return the gradient unchanged, so every number of the training stays as it is (DECISIONS 10).
+tensor hooks that return the gradient unchanged, so every number of the training stays as it is (docs/decisions/0010-capture-does-not-change-numbers.md).
 The adapter's ``ActivationHooks`` registers the forward hooks and decides what is measured.
 """
 

@@ -1,4 +1,4 @@
-"""Metric and series definitions of the monitor (reference §10.3), shared by the hooks, the store and the views.
+"""Metric and series definitions of the monitor (docs/reference/msprobe-tasks.md §10.3), shared by the hooks, the store and the views.
 
 A *series* is one number per collected step, keyed by ``(tag, name, metric)``:
 

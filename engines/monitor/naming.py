@@ -14,7 +14,7 @@ _WRAPPER_PARTS = ("module", "_fsdp_wrapped_module", "_orig_mod", "_checkpoint_wr
 
 
 def strip_wrappers(name: str) -> str:
-    """``module._orig_mod.layers.0.weight`` -> ``layers.0.weight`` (DECISIONS 14: prefixes stripped for matching)."""
+    """``module._orig_mod.layers.0.weight`` -> ``layers.0.weight`` (docs/decisions/0014-training-setups.md: prefixes stripped for matching)."""
     parts = [p for p in name.split(".") if p not in _WRAPPER_PARTS]
     return ".".join(parts)
 

@@ -1,4 +1,4 @@
-"""Which steps the monitor collects (reference §10.6): ``start_step``, ``step_interval``, ``collect_times`` and
+"""Which steps the monitor collects (docs/reference/msprobe-tasks.md §10.6): ``start_step``, ``step_interval``, ``collect_times`` and
 ``module_ranks``. A config reload (dynamic mode) restarts the count: collection resumes at the next step if
 ``start_step`` is already behind, and ``collect_times`` counts from zero again."""
 

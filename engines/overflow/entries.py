@@ -4,7 +4,7 @@ Each tensor a call touches gets one cheap finiteness test from the adapter (a su
 makes it non-finite, a finite sum proves the tensor finite), read at once on the CPU or moved with a batch from a
 device (``resolve``). Only a tensor whose sum is not finite gets a closer look (its min and max, and for NaN its
 infinities), and only then are its extreme values checked: that cost is paid in overflowing steps alone
-(DECISIONS 17).
+(docs/decisions/0017-overflow-and-syncing.md).
 
 The entry keeps a reference to its tensor while a call that uses it is open (the session releases it), and a copy
 of the argument an in-place call overwrites (``keep_pre_call``), so a flagged call's inputs can be saved as they

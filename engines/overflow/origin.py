@@ -10,7 +10,7 @@ fill, ``BAD`` otherwise. A call is then:
   masked row). This is an overflow's origin.
 - ``INPUTS``: some input is ``BAD``: the call only passes on (or consumes) values that were already bad.
 - ``MASK``: non-finite values are present, but every one traces back to a fill (``masked_fill(mask, -inf)``,
-  ``torch.full(..., -inf)``, an added ``finfo.min`` mask): not an overflow (DECISIONS 16). Outputs stay ``MASK``.
+  ``torch.full(..., -inf)``, an added ``finfo.min`` mask): not an overflow (docs/decisions/0016-masks-are-not-overflows.md). Outputs stay ``MASK``.
 - ``CLEAN``: nothing non-finite anywhere.
 
 ``PRODUCED`` and ``INPUTS`` calls are *flagged* (they count toward ``overflow_nums``); ``MASK`` and ``CLEAN`` are not.

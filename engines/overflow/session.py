@@ -4,7 +4,7 @@ The records are the capture's own (L1 API capture, L0 module/cell capture, backw
 but each tensor gets a finiteness test instead of statistics (the adapter's ``OverflowEntries``), and each
 finished call is classified (``engines.overflow.origin``) in the order the calls finished. Calls are classified
 as soon as their facts are on the host: at once on the CPU; on an accelerator in batches, at step end or when the
-tensors held for a batch pass ``hold_bytes`` (one transfer per batch, DECISIONS 17). Flagged calls, up to
+tensors held for a batch pass ``hold_bytes`` (one transfer per batch, docs/decisions/0017-overflow-and-syncing.md). Flagged calls, up to
 ``overflow_nums`` in the run, are kept with their tensors (inputs as they were before the call); everything else
 is dropped, so the dump holds only the overflowing calls. Once the limit is reached capture stops, for good after
 that step.
@@ -160,7 +160,7 @@ class OverflowChecks(_Session):
 
     def _judge(self, r: int, rows: List[int]) -> None:
         # First with the kinds the sums tell (no sync: most suspicious calls are masks); a call that comes out
-        # flagged is judged again on the exact kinds (a step that overflows may sync more, DECISIONS 17).
+        # flagged is judged again on the exact kinds (a step that overflows may sync more, docs/decisions/0017-overflow-and-syncing.md).
         verdict, facts = self._verdict(r, rows, exact=False)
         if verdict.flagged:
             verdict, facts = self._verdict(r, rows, exact=True)

@@ -423,7 +423,7 @@ def _flatten_export(folder: Path, files: List[str]) -> List[str]:
 # -- comparing two arbitrary tensors -------------------------------------------------------------------------
 @dataclass
 class TensorComparison:
-    """msprobe's parse ``cn`` (reference §5.1) plus our metrics."""
+    """msprobe's parse ``cn`` (docs/reference/msprobe-analysis.md §5.1) plus our metrics."""
 
     allclose: bool
     cosine: float

@@ -1,7 +1,7 @@
 """Which file system a path lives on, and which store mode that allows.
 
 SWMR needs POSIX write semantics and working file locks; network and parallel file systems (NFS, Lustre, GPFS,
-...) give neither, so stores there fall back to per-step files closed then announced (DECISIONS 3).
+...) give neither, so stores there fall back to per-step files closed then announced (docs/decisions/0003-shared-file-systems.md).
 """
 
 import os

@@ -5,7 +5,7 @@ callback in PyNative, so L1 replaces the public callables of its namespaces with
 (``engines.adapters.mindspore.api_capture`` installs and removes them). Not a whitelist: every public function
 of each namespace, every public Tensor method and operator, and every Primitive's ``__call__``; minus metadata,
 conversions to Python, autograd/graph transforms and process-group queries, which are never records
-(DECISIONS 11).
+(docs/decisions/0011-what-is-recorded.md).
 
 | namespace | prefix |
 |---|---|

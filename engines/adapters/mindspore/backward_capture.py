@@ -11,7 +11,7 @@ gradient w.r.t. each output. Most ops create one node: one hook gives both sides
 the hooks are framework-neutral (``engines.capture.backward``, shared with PyTorch); here: MindSpore's nodes.
 
 Nothing is wrapped and no identity op is added (MindSpore's own ``Cell.register_backward_hook`` inserts one):
-gradients are unchanged with capture on (DECISIONS 10). Leaf nodes are fresh Python objects on every access, so
+gradients are unchanged with capture on (docs/decisions/0010-capture-does-not-change-numbers.md). Leaf nodes are fresh Python objects on every access, so
 they are matched by ``_unique_id()``; their sequence number is the maximum of uint64.
 """
 

@@ -11,7 +11,7 @@ _seed_state: Dict[str, Any] = {}
 
 def seed_all(seed: int = 1234, mode: bool = False, rm_dropout: bool = False) -> Dict[str, Any]:
     """Seed Python, numpy and MindSpore; deterministic kernels with ``mode``. Returns what was set, which the run
-    metadata records (DECISIONS 12). ``rm_dropout`` is recorded but MindSpore's dropout has no global switch: build
+    metadata records (docs/decisions/0012-in-script-apis.md). ``rm_dropout`` is recorded but MindSpore's dropout has no global switch: build
     the model with ``p=0`` (the demo does)."""
     seed_python(seed, mode)
     ms.set_seed(seed)

@@ -1,4 +1,4 @@
-"""free_benchmark's backward stage for MindSpore (reference §8.2, F6): each input's gradient with and without the
+"""free_benchmark's backward stage for MindSpore (docs/reference/msprobe-tasks.md §8.2, F6): each input's gradient with and without the
 perturbation, through the call's vector-Jacobian product.
 
 At the forward call, the inputs that take part in the gradient computation are copied (outside the graph), and

@@ -1,4 +1,4 @@
-"""The consistency metric of free_benchmark for MindSpore (reference §8.4, the chunk bug fixed), as the PyTorch
+"""The consistency metric of free_benchmark for MindSpore (docs/reference/msprobe-tasks.md §8.4, the chunk bug fixed), as the PyTorch
 side computes it (``engines.adapters.torch.free_benchmark_compare``).
 
 Per compared output element, both sides in the perturbed side's float type (float32 for half types) and in flat

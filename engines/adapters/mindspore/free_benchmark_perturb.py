@@ -1,4 +1,4 @@
-"""The perturbations of free_benchmark for MindSpore (reference §8.3), bit for bit as the PyTorch side's.
+"""The perturbations of free_benchmark for MindSpore (docs/reference/msprobe-tasks.md §8.3), bit for bit as the PyTorch side's.
 
 - ``add_noise``: ``where(|x| > sqrt(eps), x + eps, x)`` in x's dtype, eps = bf16 1e-4, fp16 1e-6, fp32 1e-8,
   fp64 1e-16;

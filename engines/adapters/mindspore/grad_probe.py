@@ -3,7 +3,7 @@
 A MindSpore optimizer is called with the gradients (``optimizer(grads)``), in the order of its ``parameters``,
 whose names are already full paths (``blocks.0.attn.qkv.weight``): a pre-hook on optimizer calls
 (``optimizer_hooks``) reads them with no model handle, so ``probe-tui --run`` needs no code change and the in-script
-API only needs the optimizer. ``step`` counts calls of the first optimizer that steps (reference §9.1); other
+API only needs the optimizer. ``step`` counts calls of the first optimizer that steps (docs/reference/msprobe-tasks.md §9.1); other
 optimizers record into the current step.
 
 Statistics are msprobe's per level (``engines.grad_probe.levels``): max, min, norm; L2 adds the interval fractions

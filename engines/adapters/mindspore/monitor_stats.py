@@ -1,4 +1,4 @@
-"""The monitor's metrics of MindSpore tensors (reference §10.3), one host transfer per step.
+"""The monitor's metrics of MindSpore tensors (docs/reference/msprobe-tasks.md §10.3), one host transfer per step.
 
 Same definitions as the PyTorch monitor (``engines.monitor.metrics``): min / max as stored; mean and norm in
 float64; zeros = fraction of ``|x| < eps``; nans / infs = counts; id = the value of a 0-dim tensor. On the CPU a

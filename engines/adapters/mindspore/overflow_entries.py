@@ -4,7 +4,7 @@ The interface of the PyTorch ``OverflowEntries`` (``engines.overflow.session`` d
 touches gets one sum (a NaN or an infinity anywhere makes it non-finite; a finite sum proves the tensor
 finite): on the CPU with numpy on the zero-copy view, read at once; on a device a 0-d sum that ``resolve()``
 moves with the others of a batch in one transfer. Only a tensor whose sum is not finite gets a closer look (its
-min and max, and for NaN its infinities): that cost is paid in overflowing steps alone (DECISIONS 17).
+min and max, and for NaN its infinities): that cost is paid in overflowing steps alone (docs/decisions/0017-overflow-and-syncing.md).
 
 The entry keeps a reference to its tensor while a call that uses it is open (the session releases it), and a
 host copy of the argument an in-place call overwrites, so a flagged call's inputs can be saved as they were. The

@@ -2,7 +2,7 @@
 
 Built once from torch's own namespaces, not from a whitelist: every callable that reaches the function mode gets
 a name, and one that is in no table still gets a stable name from its module and qualified name. Metadata calls
-(``size``, ``dim``, property getters, ``__repr__``...) map to ``None`` and are never recorded (DECISIONS 11).
+(``size``, ``dim``, property getters, ``__repr__``...) map to ``None`` and are never recorded (docs/decisions/0011-what-is-recorded.md).
 """
 
 import sys

@@ -11,7 +11,7 @@ are all boundary edges: one hook gives both sides. The bookkeeping and the hooks
 the frontier memo that lets a parent module's walk skip its children.
 
 Nothing is wrapped and no identity node is added, so gradients and their accumulation order are unchanged:
-capture on or off, the numbers are bit-identical (DECISIONS 10). In-place ops work because input edges are taken
+capture on or off, the numbers are bit-identical (docs/decisions/0010-capture-does-not-change-numbers.md). In-place ops work because input edges are taken
 before the call runs.
 """
 

@@ -38,7 +38,7 @@ class DropoutOffMode(TorchFunctionMode):
 
 def seed_all(seed: int = 1234, mode: bool = False, rm_dropout: bool = False) -> Dict[str, Any]:
     """Seed Python, numpy, torch (and every accelerator); deterministic kernels with ``mode``; dropout off with
-    ``rm_dropout``. Returns what was set, which the run metadata records (DECISIONS 12)."""
+    ``rm_dropout``. Returns what was set, which the run metadata records (docs/decisions/0012-in-script-apis.md)."""
     global _dropout_mode
     seed_python(seed, mode)
     torch.manual_seed(seed)

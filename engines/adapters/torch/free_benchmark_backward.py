@@ -1,4 +1,4 @@
-"""free_benchmark's backward stage (reference §8.2, F6): compare each input's gradient with and without the
+"""free_benchmark's backward stage (docs/reference/msprobe-tasks.md §8.2, F6): compare each input's gradient with and without the
 perturbation, through the call's vector-Jacobian product.
 
 At the forward call the inputs that require grad are *referenced* (not copied) with their version counters, and

@@ -1,4 +1,4 @@
-"""The consistency metric of free_benchmark on the tensor's device (reference §8.4, with the chunk bug fixed).
+"""The consistency metric of free_benchmark on the tensor's device (docs/reference/msprobe-tasks.md §8.4, with the chunk bug fixed).
 
 For each compared output element (a tensor; ``.values`` of a (values, indices) result; each item of a tuple or
 list), both sides are brought to the perturbed side's dtype and device and compared in flat chunks

@@ -1,6 +1,6 @@
 """grad_probe for PyTorch: a global optimizer-step pre-hook that records every parameter's gradient.
 
-``step`` counts optimizer steps (reference §9.1): the first optimizer that steps is the primary one and each of
+``step`` counts optimizer steps (docs/reference/msprobe-tasks.md §9.1): the first optimizer that steps is the primary one and each of
 its ``step()`` calls is a new step; other optimizers (a GAN's second one) record into the current step. A step
 skipped by a GradScaler (inf/NaN found) calls no ``optimizer.step`` and so is not counted. The gradient read is
 ``param.main_grad`` when the parameter has one (Megatron), else ``param.grad``; a parameter without a gradient is

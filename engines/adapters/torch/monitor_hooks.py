@@ -3,7 +3,7 @@
 Per-module forward hooks (only on the selected modules, so unselected ones keep torch's fast path). Gradients
 are taken with tensor hooks on the module's outputs and inputs, not with module backward hooks: tensor hooks
 leave the autograd graph as it is, so gradient accumulation order, and so every number, is unchanged
-(DECISIONS 10). ``.output`` gradients equal msprobe's ``output_grad``; an ``.input`` gradient is the gradient
+(docs/decisions/0010-capture-does-not-change-numbers.md). ``.output`` gradients equal msprobe's ``output_grad``; an ``.input`` gradient is the gradient
 of the input tensor (summed over all its consumers when it feeds several modules, such as a residual stream).
 
 Skipped: modules in eval mode, forwards run without grad enabled (evaluation passes), and forwards recomputed

@@ -4,7 +4,7 @@
 their series keys; ``collect()`` concatenates them and makes the step's single device-to-host copy. Nothing here
 calls ``.item()``.
 
-Definitions (reference §10.3): min / max as stored; mean and norm accumulated in float64 for activations and
+Definitions (docs/reference/msprobe-tasks.md §10.3): min / max as stored; mean and norm accumulated in float64 for activations and
 in float32 or wider for the bulk weight-gradient norms (``torch._foreach_norm``, one fused kernel for all
 parameters); zeros = fraction of ``|x| < eps``; nans / infs = counts; id = the value of a 0-dim tensor.
 """

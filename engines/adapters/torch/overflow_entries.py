@@ -5,7 +5,7 @@ a finite sum proves the tensor finite). On the CPU the sum is read at once (no s
 accelerator the 0-d results wait on the device and ``resolve()`` moves them to the host in one transfer per
 device and dtype, once per batch of calls (at step end when nothing overflows). Only a tensor whose sum is not
 finite gets a closer look (``aminmax`` and, for NaN, ``isinf``), and only then are its extreme values checked:
-that cost is paid in overflowing steps alone (DECISIONS 17).
+that cost is paid in overflowing steps alone (docs/decisions/0017-overflow-and-syncing.md).
 
 The entry keeps a strong reference to its tensor while a call that uses it is still open (the session releases
 it), and the *pre-call* copy of the argument an in-place call overwrites, so a flagged call's inputs can be

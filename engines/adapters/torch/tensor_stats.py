@@ -1,6 +1,6 @@
 """Statistics of captured tensors, computed on the tensor's own device without a host sync per tensor.
 
-Rules (reference §5.2 / S1 / S2, docs/CAPTURE.md):
+Rules (docs/reference/msprobe-tasks.md §5.2 / §14 S1 / S2, docs/CAPTURE.md):
 
 - float16/bfloat16/float32: max and min exactly; sum and L2 norm by torch in the tensor's dtype
   (``precision: low``) or accumulated and returned in float32 (``precision: high``); mean = sum / numel in float64.

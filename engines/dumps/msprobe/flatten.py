@@ -1,4 +1,4 @@
-"""Flatten msprobe's dump.json ``data`` into rows (reference §1.5), in dump order.
+"""Flatten msprobe's dump.json ``data`` into rows (docs/reference/msprobe-analysis.md §1.5), in dump order.
 
 Row names are built from the path in the JSON (``<record>.input.0``, ``.input.<kwarg>``, ``.parameters.<name>``,
 ``.output.0``, nested ``.0.1`` / ``.key``); list items of a ``parameters_grad`` record get no index. Per record the

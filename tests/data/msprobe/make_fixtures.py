@@ -1,7 +1,7 @@
 """Regenerate the msprobe-format fixtures in this folder (run from the repository root).
 
-They follow msprobe's layout (reference §1.4, §4 of msprobe-tasks.md): ``step<N>/rank<R>/dump.json``,
-``stack.json``, ``construct.json`` and ``dump_tensor_data/<name>.npy``; the values are those of reference §8.3.
+They follow msprobe's layout (docs/reference/msprobe-analysis.md §1.4, docs/reference/msprobe-tasks.md §4): ``step<N>/rank<R>/dump.json``,
+``stack.json``, ``construct.json`` and ``dump_tensor_data/<name>.npy``; the values are those of docs/reference/msprobe-analysis.md §8.3.
 """
 
 import json

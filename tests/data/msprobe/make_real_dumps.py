@@ -1,4 +1,4 @@
-"""Produce the real msprobe dumps in ``real/`` with mindstudio-probe 26.2.0 (DECISIONS 23: msprobe as an oracle).
+"""Produce the real msprobe dumps in ``real/`` with mindstudio-probe 26.2.0 (docs/decisions/0023-msprobe-as-an-oracle.md: msprobe as an oracle).
 
 Run in a separate environment that has msprobe (it is never a dependency of probe-tui):
 
