@@ -129,3 +129,7 @@ def requires_grad(t: Any) -> bool:
     except Exception:
         return False
 
+
+
+#: The name every adapter gives its capture session (engines.adapters.protocol).
+Session = MindSporeCaptureSession
