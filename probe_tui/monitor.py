@@ -35,7 +35,7 @@ class TrainingMonitor:
         adapter = importlib.import_module("engines.adapters.%s.monitor" % (
             "mindspore" if framework == "mindspore" else "torch"))
         MonitorSession, alert_rules = adapter.MonitorSession, adapter.alert_rules
-        from engines.grad_probe.engine import process_rank, store_options
+        from engines.task import process_rank, store_options
         from engines.monitor.config_watch import ConfigWatcher
         from engines.monitor.engine import section_meta, writer_options
         from engines.monitor.writer import MetricsWriter
