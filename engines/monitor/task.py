@@ -1,5 +1,5 @@
 """The ``monitor`` task object (``engines.task``): the training-state monitor of the job's framework, installed for
-the whole process under ``--run``.
+the whole process under ``--run``, or on the model and optimizer a script holds (``probe_tui.start_monitor``).
 
 Each rank writes ``<run>/rank<R>/`` (``engines.monitor.engine``); the session reports each step it collects to the
 reporter, alerts and the config watcher's complaints go out as warnings.
@@ -21,32 +21,40 @@ class MonitorTask:
     task = "monitor"
     seeds = False
 
-    def __init__(self, ctx: TaskContext, run: Any, reporter: StepReporter, say: Say) -> None:
+    def __init__(self, ctx: TaskContext, run: Any, reporter: StepReporter, say: Say, *, model: Any = None,
+                 optimizer: Any = None, rank: Optional[int] = None, watch: Any = None) -> None:
+        """``model``/``optimizer``: what a script monitors (``--run`` finds them by global hooks); ``rank``: instead
+        of the launcher's; ``watch``: the config file to follow (None: the job's own file, False: none)."""
         self.ctx = ctx
         self.reporter = reporter
         self.say = say
+        self.alerts: List[Any] = []
         section = ctx.job.monitor
         adapter = ctx.adapter("monitor")
-        self.rank, world_size = process_rank()
+        env_rank, world_size = process_rank()
+        self.rank = env_rank if rank is None else int(rank)
         self.rank_dir = Path(run.rank_dir(self.rank))
         self.writer = MetricsWriter(self.rank_dir, rank=self.rank, world_size=world_size, framework=ctx.framework,
                                     rules=adapter.alert_rules(section), store_options=store_options(ctx.job),
                                     run_meta=section_meta(section), **writer_options(section))
         self.background = BackgroundWriter(self.writer)
         reporter.details = lambda step: {"records": self.session.last_values, "bytes": self.writer.bytes_written}
-        path = config_path_of(ctx.job)
+        path = config_path_of(ctx.job) if watch is None else (Path(watch) if watch else None)
         self.watcher = None
         if path is not None and path.is_file():
             self.watcher = ConfigWatcher(path, on_error=lambda text: say("warning", text))
-        self.session = adapter.MonitorSession(section, self.background, rank=self.rank,
+        self.session = adapter.MonitorSession(section, self.background, rank=self.rank, model=model,
                                               loss_from_target=ctx.is_demo, watcher=self.watcher, on_message=say,
                                               on_step=reporter.from_hook, on_alerts=self._on_alerts)
+        if optimizer is not None:
+            self.session.set_primary(optimizer)
 
     @property
     def steps(self) -> int:
         return self.reporter.steps
 
     def _on_alerts(self, alerts: List[Any]) -> None:
+        self.alerts.extend(alerts)
         by_step: Dict[int, List[Any]] = {}
         for alert in alerts:
             by_step.setdefault(alert.step, []).append(alert)
