@@ -108,7 +108,8 @@ class GradProbeTask:
         return {}
 
     def outcome(self, result: Any) -> CollectionResult:
-        summary = summarise(self.probe, self.rank, self.rank_dir, self.job.grad_probe.grad_level)
+        rank = self.rank if self.rank is not None else process_rank()[0]  # begin() set it
+        summary = summarise(self.probe, rank, self.rank_dir, self.job.grad_probe.grad_level)
         if not result.ok:
             summary["error"] = result.error
             return CollectionResult(EXIT_TARGET_FAILED, summary)
