@@ -3,7 +3,7 @@
 Collection tasks map to their task class (``engines/<task>/task.py``, the object both ``--run`` and the in-script
 ``PrecisionDebugger`` drive: ``engines.task``); analysis tasks to their engine function. Both are named by import
 strings, so that looking one up imports nothing else: a job imports only its own task's modules, and those import
-their framework adapter lazily. Every task ``schemas.TASKS`` validates has an entry (``tests/test_layering.py``).
+their framework adapter lazily. Every task ``schemas.TASKS`` validates has an entry (``tests/test_task_assembly.py``).
 """
 
 import importlib

@@ -79,3 +79,15 @@ def test_zero_code_arms_a_step_and_records_from_its_first_module_call(tmp_path):
     session.close()
     session.begin_recording()  # a closed session never records again
     assert not session.running
+
+
+def test_every_task_has_its_code_in_the_registry():
+    from schemas import ANALYSIS_TASKS, TASKS
+
+    collection = sorted(t for t in TASKS if t not in ANALYSIS_TASKS)
+    assert sorted(registry.TASK_CLASSES) == collection
+    assert sorted(registry.ANALYSIS_ENGINES) == sorted(ANALYSIS_TASKS)
+    for task in collection:
+        assert callable(registry.task_class(task)) and registry.collection_engine(task) is not None
+    for task in ANALYSIS_TASKS:
+        assert callable(registry.analysis_engine(task))
