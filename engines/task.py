@@ -15,12 +15,7 @@ step it closes to the one ``StepReporter`` (``engines.steps``), which emits the 
 import importlib
 import os
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, Optional
-
-try:  # Python >= 3.8
-    from typing import Protocol
-except ImportError:  # pragma: no cover
-    Protocol = object  # type: ignore[assignment]
+from typing import Any, Callable, Dict, Optional, Protocol
 
 ADAPTER_PACKAGES = {"pytorch": "engines.adapters.torch", "mindspore": "engines.adapters.mindspore"}
 
