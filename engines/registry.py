@@ -7,7 +7,7 @@ their framework adapter lazily. Every task ``schemas.TASKS`` validates has an en
 """
 
 import importlib
-from typing import Any, Callable
+from typing import Any, Callable, Optional
 
 TASK_CLASSES = {
     "statistics": "engines.capture.task:CaptureTask",
@@ -51,6 +51,6 @@ def analysis_engine(task: str) -> Callable:
     return _load(ANALYSIS_ENGINES[task])
 
 
-def estimator(task: str):
+def estimator(task: str) -> Optional[Callable]:
     spec = ESTIMATORS.get(task)
     return _load(spec) if spec else None

@@ -121,7 +121,7 @@ def process_rank() -> "tuple[int, int]":
     return _int("RANK", "RANK_ID", default=0), _int("WORLD_SIZE", "RANK_SIZE", default=1)
 
 
-def store_options(job) -> Dict[str, Any]:
+def store_options(job: Any) -> Dict[str, Any]:
     output = getattr(job, "output", None)
     if output is None:
         return {}

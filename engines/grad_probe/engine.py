@@ -14,7 +14,7 @@ from engines.task import process_rank, store_options  # noqa: F401 (this module'
 log = logging.getLogger(__name__)
 
 
-def summarise(probe, rank: int, rank_dir, grad_level: str) -> Dict[str, Any]:
+def summarise(probe: Any, rank: int, rank_dir: Any, grad_level: str) -> Dict[str, Any]:
     """The run summary of one rank's probe (None: the rank was not selected); ``--run`` and the in-script API."""
     writer = probe.writer if probe else None
     summary: Dict[str, Any] = {

@@ -13,7 +13,7 @@ from typing import Any, Dict, Optional
 log = logging.getLogger(__name__)
 
 
-def config_path_of(job) -> Optional[Path]:
+def config_path_of(job: Any) -> Optional[Path]:
     """The file the job was loaded from (None for a dict or a JSON string)."""
     from schemas import config_source
 
@@ -21,7 +21,7 @@ def config_path_of(job) -> Optional[Path]:
     return Path(source) if source else None
 
 
-def writer_options(section) -> Dict[str, Any]:
+def writer_options(section: Any) -> Dict[str, Any]:
     formats = getattr(section, "format", None) or ["hdf5"]
     if isinstance(formats, str):
         formats = [formats]
@@ -32,7 +32,7 @@ def writer_options(section) -> Dict[str, Any]:
     }
 
 
-def section_meta(section) -> Dict[str, Any]:
+def section_meta(section: Any) -> Dict[str, Any]:
     if hasattr(section, "model_dump"):
         return {"monitor": section.model_dump(mode="json")}
     return {}

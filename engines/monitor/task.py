@@ -94,7 +94,11 @@ class MonitorTask:
     def start(self, model: Any = None) -> None:
         raise ValueError("task: the monitor's in-script entry is probe_tui.start_monitor(model, optimizer, config)")
 
-    stop = step = start  # type: ignore[assignment]
+    def stop(self) -> None:
+        self.start()
+
+    def step(self) -> None:
+        self.start()
 
     def save(self, name: str, value: Any, save_backward: bool = True) -> None:
         self.start()

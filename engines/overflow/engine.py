@@ -97,6 +97,8 @@ def verdict_line(steps: List[StepFindings], limit: int, limit_reached: bool) -> 
         return "no overflow in %d checked step%s%s" % (len(steps), "" if len(steps) == 1 else "s", extra)
     s = flagged[0]
     first = s.first
+    if first is None:  # a flagged step always has its first call
+        return "overflow at step %d" % s.step
     where = " in %s" % first.parent if first.parent else ""
     text = "overflow at step %d: %s%s %s" % (s.step, first.name, where, first.reason)
     if first.where:
