@@ -1,19 +1,21 @@
-"""Which engine runs which task.
+"""Which code runs which task.
 
-Engines are named by import strings so that looking one up imports nothing else: a job imports only its own
-engine, and that engine imports its framework adapter lazily.
+Collection tasks map to their task class (``engines/<task>/task.py``, the object both ``--run`` and the in-script
+``PrecisionDebugger`` drive: ``engines.task``); analysis tasks to their engine function. Both are named by import
+strings, so that looking one up imports nothing else: a job imports only its own task's modules, and those import
+their framework adapter lazily. Every task ``schemas.TASKS`` validates has an entry (``tests/test_task_assembly.py``).
 """
 
 import importlib
-from typing import Callable, Optional
+from typing import Any, Callable, Optional
 
-COLLECTION_ENGINES = {
-    "statistics": "engines.capture.engine:run_collection",
-    "tensor": "engines.capture.engine:run_collection",
-    "overflow_check": "engines.overflow.engine:run_collection",
-    "free_benchmark": "engines.free_benchmark.engine:run_collection",
-    "grad_probe": "engines.grad_probe.engine:run_collection",
-    "monitor": "engines.monitor.engine:run_collection",
+TASK_CLASSES = {
+    "statistics": "engines.capture.task:CaptureTask",
+    "tensor": "engines.capture.task:CaptureTask",
+    "overflow_check": "engines.overflow.task:OverflowTask",
+    "free_benchmark": "engines.free_benchmark.task:FreeBenchmarkTask",
+    "grad_probe": "engines.grad_probe.task:GradProbeTask",
+    "monitor": "engines.monitor.task:MonitorTask",
 }
 
 ANALYSIS_ENGINES = {
@@ -22,33 +24,31 @@ ANALYSIS_ENGINES = {
     "analyze_overflow": "engines.overflow.analyze:run_analyze_overflow",
 }
 
-
-def _load(spec: str) -> Optional[Callable]:
-    module_name, _, attr = spec.partition(":")
-    try:
-        module = importlib.import_module(module_name)
-    except ModuleNotFoundError as exc:
-        # Only "this engine does not exist (yet)" is soft; a missing dependency inside it is a real error.
-        if exc.name and (module_name == exc.name or module_name.startswith(exc.name + ".")):
-            return None
-        raise
-    return getattr(module, attr, None)
-
-
-def collection_engine(task: str) -> Optional[Callable]:
-    spec = COLLECTION_ENGINES.get(task)
-    return _load(spec) if spec else None
-
-
-def analysis_engine(task: str) -> Optional[Callable]:
-    spec = ANALYSIS_ENGINES.get(task)
-    return _load(spec) if spec else None
-
-
 ESTIMATORS = {
     "statistics": "engines.capture.engine:estimate_step_bytes",
     "tensor": "engines.capture.engine:estimate_step_bytes",
 }
+
+
+def _load(spec: str) -> Any:
+    module_name, _, attr = spec.partition(":")
+    return getattr(importlib.import_module(module_name), attr)
+
+
+def task_class(task: str) -> Any:
+    """The task object's class of a collection task."""
+    return _load(TASK_CLASSES[task])
+
+
+def collection_engine(task: str) -> Callable:
+    """The ``--run`` driver of a collection task, ``(context, run, events) -> CollectionResult``: the same for
+    every task (``engines.collection.run_collection``), which builds the task's object."""
+    TASK_CLASSES[task]  # a KeyError for a task that is not a collection task
+    return _load("engines.collection:run_collection")
+
+
+def analysis_engine(task: str) -> Callable:
+    return _load(ANALYSIS_ENGINES[task])
 
 
 def estimator(task: str) -> Optional[Callable]:

@@ -12,17 +12,19 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, Optional
 
 from engines import registry
-from engines.errors import BadInputError
+from engines.errors import (  # noqa: F401 (EXIT_BAD_INPUT, JobError: re-exported, the runner's interface)
+    EXIT_BAD_INPUT,
+    EXIT_FINDINGS,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    EXIT_TARGET_FAILED,
+    BadInputError,
+    JobError,
+    signal_exit_code,
+)
 from engines.events import EventSink, NullSink
 from engines.signals import deliver
 
-EXIT_OK = 0
-EXIT_TARGET_FAILED = 1
-EXIT_BAD_INPUT = 2
-EXIT_FINDINGS = 3
-#: A run stopped by a signal exits 128 + the signal's number, the shell's convention: 130 for SIGINT (Ctrl-C),
-#: 143 for SIGTERM, 129 for SIGHUP (the terminal or SSH session went away).
-EXIT_INTERRUPTED = 128 + int(signal.SIGINT)
 STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGHUP") if hasattr(signal, name))
 
 
@@ -37,11 +39,7 @@ class RunStopped(KeyboardInterrupt):
 
 def stop_exit_code(exc: BaseException) -> int:
     """The exit code of a run a KeyboardInterrupt (or a ``RunStopped``) ended: 128 + the signal's number."""
-    return 128 + int(getattr(exc, "signum", signal.SIGINT))
-
-
-class JobError(BadInputError):
-    """Bad input discovered while starting a job (exit code 2): a missing target, a path that does not exist."""
+    return signal_exit_code(int(getattr(exc, "signum", signal.SIGINT)))
 
 
 @dataclass
@@ -107,23 +105,6 @@ class _TerminateAsInterrupt:
         return False
 
 
-def resolve_framework(job) -> str:
-    from engines.targets import detect_framework
-
-    framework = getattr(job, "framework", "auto") or "auto"
-    if framework != "auto":
-        return framework
-    if getattr(job, "target", None) is None:
-        return "pytorch"
-    return detect_framework(_target_dict(job.target))
-
-
-def _target_dict(target) -> Dict[str, Any]:
-    if hasattr(target, "model_dump"):
-        return {k: v for k, v in target.model_dump(mode="json").items() if v is not None}
-    return dict(target)
-
-
 def run_job(job, *, events: Optional[EventSink] = None, fail_on_findings: bool = False) -> RunOutcome:
     from schemas import ANALYSIS_TASKS
 
@@ -135,8 +116,6 @@ def run_job(job, *, events: Optional[EventSink] = None, fail_on_findings: bool =
 
 def _run_analysis(job, events: EventSink, fail_on_findings: bool) -> RunOutcome:
     engine = registry.analysis_engine(job.task)
-    if engine is None:
-        raise JobError(f"task {job.task!r}: this build of probe-tui has no engine for it")
     started = time.monotonic()
     events.emit("run_started", run_dir=None, task=job.task, total_steps=None)
     with _TerminateAsInterrupt():
@@ -163,7 +142,7 @@ def _run_analysis(job, events: EventSink, fail_on_findings: bool) -> RunOutcome:
 def _run_collection(job, events: EventSink, fail_on_findings: bool) -> RunOutcome:
     from engines.launch import LaunchError, apply_rank_env
     from engines.runs import create_run
-    from schemas import dump_config
+    from engines.task import resolve
 
     if job.target is None:
         raise JobError("target: --run needs a target (\"demo\", {\"script\": ...} or {\"callable\": ...})")
@@ -171,19 +150,16 @@ def _run_collection(job, events: EventSink, fail_on_findings: bool) -> RunOutcom
         job = apply_rank_env(job)  # PROBE_TUI_RANKS when the config's rank is empty
     except LaunchError as exc:
         raise JobError(str(exc)) from None
-    framework = resolve_framework(job)
+    ctx = resolve(job)  # framework, target, dump config and step count: once, for the runner and the task
     engine = registry.collection_engine(job.task)
-    if engine is None:
-        raise JobError(f"task {job.task!r}: this build of probe-tui has no engine for it")
-    run = create_run(job.dump_path, task=job.task, config=dump_config(job), framework=framework)
+    run = create_run(job.dump_path, task=job.task, config=ctx.config, framework=ctx.framework)
     events = _StepCounter(events)
-    total_steps = _declared_steps(job)
     started = time.monotonic()
-    events.emit("run_started", run_dir=str(run.path), task=job.task, total_steps=total_steps)
+    events.emit("run_started", run_dir=str(run.path), task=job.task, total_steps=ctx.total_steps)
     summary: Dict[str, Any] = {}
     with _TerminateAsInterrupt():
         try:
-            exit_code, summary = _normalise_result(engine(job, run, events))
+            exit_code, summary = _normalise_result(engine(ctx, run, events))
         except KeyboardInterrupt as exc:
             exit_code = stop_exit_code(exc)
             summary = dict(getattr(exc, "summary", None) or {})  # what was written before the stop
@@ -223,10 +199,4 @@ class _StepCounter:
         if kind == "step" and isinstance(fields.get("step"), int):
             self.steps.add(fields["step"])
         self.inner.emit(kind, **fields)
-
-
-def _declared_steps(job) -> Optional[int]:
-    target = getattr(job, "target", None)
-    demo = getattr(target, "demo", None)
-    return getattr(demo, "steps", None) if demo is not None else None
 

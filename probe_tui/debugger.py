@@ -11,8 +11,9 @@
         debugger.step()
 
 The same loop runs every task msprobe drives this way: ``statistics``, ``tensor``, ``overflow_check`` and
-``free_benchmark`` (``debugger_tasks``). ``grad_probe`` is msprobe's ``PrecisionDebugger(config).monitor(model)``
-(``debugger_grad``; on MindSpore ``monitor(optimizer)``): steps are the optimizer's, and start/stop/step do nothing.
+``free_benchmark``. ``grad_probe`` is msprobe's ``PrecisionDebugger(config).monitor(model)`` (on MindSpore
+``monitor(optimizer)``): steps are the optimizer's, and start/stop/step do nothing. Each call is forwarded to the
+task's object, built by ``engines/<task>/task.py`` exactly as ``probe-tui --run`` builds it (``engines.task``).
 
 It writes the same run folder as ``probe-tui --run`` (``<dump_path>/<run-id>/rank<R>/``, one folder for every rank
 of a launch) and the same stores; ``close()`` (or interpreter exit) finishes ``run.json`` and returns the summary.
@@ -22,6 +23,7 @@ framework's adapter is imported when a debugger is created.
 
 import atexit
 import functools
+import importlib
 import sys
 import threading
 from typing import Any, Dict, List, Optional, Tuple
@@ -92,14 +94,34 @@ def _with_rank_env(job):
     return apply_rank_env(job)
 
 
-def _task_class(task: str):
-    if task == "grad_probe":
-        from probe_tui.debugger_grad import GradProbeTask
+def say(text: str) -> None:
+    """One line for the person running the script (stderr, as msprobe's log lines)."""
+    print("probe-tui: " + text, file=sys.stderr)
 
-        return GradProbeTask
-    from probe_tui.debugger_tasks import SESSION_TASKS
 
-    return SESSION_TASKS[task]
+def _say(level: str, text: str) -> None:
+    say(text)
+
+
+def adapter(framework: str, module: str):
+    """``engines.adapters.<torch|mindspore>.<module>``, imported now."""
+    from engines.task import ADAPTER_PACKAGES
+
+    return importlib.import_module("%s.%s" % (ADAPTER_PACKAGES[framework], module))
+
+
+def _headline(task: str, summary: Dict[str, Any]) -> str:
+    """The line printed when the run closes."""
+    if task in ("statistics", "tensor"):
+        from probe_tui.formatting import format_bytes
+
+        return "%s records in %d step%s, %s" % (summary.get("records", 0), summary.get("steps_written", 0),
+                                                "" if summary.get("steps_written") == 1 else "s",
+                                                format_bytes(summary.get("size_bytes", 0)))
+    if task == "grad_probe" and "steps_recorded" in summary and "rank" in summary:
+        return "%d steps of gradients, %d parameter rows (%s)" % (
+            summary["steps_recorded"], summary["parameter_rows"], summary.get("grad_level"))
+    return str(summary.get("verdict", ""))
 
 
 class PrecisionDebugger:
@@ -130,22 +152,23 @@ class PrecisionDebugger:
         atexit.register(self._close_at_exit)
 
     def _open(self) -> None:
+        from engines import registry
         from engines.runs import create_run
-        from probe_tui.debugger_tasks import adapter, say
-        from schemas import dump_config
+        from engines.steps import StepReporter
+        from engines.task import resolve
 
         self.framework = _framework_of(self.job, self._model)
-        task_class = _task_class(self.task)
+        ctx = resolve(self.job, self.framework, with_target=False)  # the script is the target
+        task_class = registry.task_class(self.task)
         try:  # the framework is importable: fail before anything is written
             environment = adapter(self.framework, "environment")
         except ImportError as exc:
             raise ValueError("framework: %s cannot be imported here (%s)" % (self.framework, exc)) from None
-        self.run = create_run(self.job.dump_path, task=self.task, config=dump_config(self.job),
-                              framework=self.framework)
+        self.run = create_run(self.job.dump_path, task=self.task, config=ctx.config, framework=self.framework)
         try:
             if environment.seed_state() and self.run.owner:
                 self.run.update(seed_all=environment.seed_state())
-            self.runner = task_class(self.job, self.run, self.framework)
+            self.runner = task_class(ctx, self.run, StepReporter(), _say)
         except BaseException as exc:
             if self.run.owner:
                 self.run.finish(status="failed", exit_code=2, summary={"error": "%s: %s" % (type(exc).__name__,
@@ -201,8 +224,6 @@ class PrecisionDebugger:
             atexit.unregister(self._close_at_exit)
         except Exception:
             pass
-        from probe_tui.debugger_tasks import say
-
         out = self.runner.close(status)
         try:
             if self.run.owner:  # the other ranks of a launch joined this run: run.json has one writer
@@ -213,7 +234,7 @@ class PrecisionDebugger:
             pass
         if PrecisionDebugger._current is self:
             PrecisionDebugger._current = None
-        say("%s %s: %s (%s)" % (self.task, status, self.runner.headline(out), self.run.path))
+        say("%s %s: %s (%s)" % (self.task, status, _headline(self.task, out), self.run.path))
         return out
 
     def _close_at_exit(self) -> None:
@@ -260,8 +281,6 @@ def _save_args(args: tuple, kwargs: Dict[str, Any]):
 def seed_all(seed: int = 1234, mode: bool = False, rm_dropout: bool = False) -> Dict[str, Any]:
     """Seed every generator (and enable deterministic kernels with ``mode``, dropout off with ``rm_dropout``);
     the settings are recorded in the run metadata of every run started afterwards."""
-    from probe_tui.debugger_tasks import adapter
-
     state = adapter(_framework_of(None, None), "environment").seed_all(seed, mode=mode, rm_dropout=rm_dropout)
     current = PrecisionDebugger._current
     if current is not None and current.run.owner:

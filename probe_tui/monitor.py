@@ -21,71 +21,58 @@ config is a file, editing it applies from the next step (it is never rewritten).
 Importing this module imports neither torch nor Textual; ``start_monitor`` imports torch's adapter.
 """
 
+import logging
 from pathlib import Path
 from typing import Any, Optional
 
+log = logging.getLogger("engines.monitor")
+
 
 class TrainingMonitor:
-    """A running monitor. ``stop()`` removes the hooks and closes the store (idempotent)."""
+    """A running monitor. ``stop()`` removes the hooks and closes the store (idempotent). It drives the monitor's
+    task object (``engines.monitor.task.MonitorTask``), the one ``probe-tui --run`` builds."""
 
     def __init__(self, model, optimizer, config: Any, *, rank: Optional[int] = None):
-        import importlib
+        from engines.monitor.task import MonitorTask
+        from engines.runs import create_run
+        from engines.steps import StepReporter
+        from engines.task import resolve
+        from schemas import load_config
 
         framework = "mindspore" if _is_mindspore(model, optimizer) else "pytorch"
-        adapter = importlib.import_module("engines.adapters.%s.monitor" % (
-            "mindspore" if framework == "mindspore" else "torch"))
-        MonitorSession, alert_rules = adapter.MonitorSession, adapter.alert_rules
-        from engines.grad_probe.engine import process_rank, store_options
-        from engines.monitor.config_watch import ConfigWatcher
-        from engines.monitor.engine import section_meta, writer_options
-        from engines.monitor.writer import MetricsWriter
-        from engines.monitor.writer_thread import BackgroundWriter
-        from engines.runs import create_run
-        from schemas import dump_config, load_config
-
         job = config if hasattr(config, "monitor") and hasattr(config, "task") else load_config(config)
         if getattr(job, "task", None) != "monitor":
             raise ValueError(f"config: task is {getattr(job, 'task', None)!r}; start_monitor needs a monitor config")
-        section = job.monitor
-        env_rank, world_size = process_rank()
-        self.rank = env_rank if rank is None else int(rank)
-        self.run = create_run(job.dump_path, task="monitor", config=dump_config(job), framework=framework)
+        ctx = resolve(job, framework, with_target=False)  # the script is the target
+        self.run = create_run(job.dump_path, task="monitor", config=ctx.config, framework=framework)
+        watch = Path(config) if isinstance(config, (str, Path)) and Path(config).is_file() else False
+        self._task = MonitorTask(ctx, self.run, StepReporter(), _log, model=model, optimizer=optimizer, rank=rank,
+                                 watch=watch)
+        self.rank = self._task.rank
         self.run_dir = Path(self.run.path)
-        self.rank_dir = Path(self.run.rank_dir(self.rank))
-        writer = MetricsWriter(self.rank_dir, rank=self.rank, world_size=world_size, framework=framework,
-                               rules=alert_rules(section), store_options=store_options(job),
-                               run_meta=section_meta(section), **writer_options(section))
-        self._writer = BackgroundWriter(writer)
-        watcher = None
-        if isinstance(config, (str, Path)) and Path(config).is_file():
-            watcher = ConfigWatcher(Path(config))
-        self.alerts = []
-        self._session = MonitorSession(section, self._writer, rank=self.rank, model=model, watcher=watcher,
-                                       on_alerts=self.alerts.extend)
-        if optimizer is not None:
-            self._session.set_primary(optimizer)
-        self._session.install()
+        self.rank_dir = self._task.rank_dir
+        self.alerts = self._task.alerts
+        self._task.begin()
         self._stopped = False
 
     def record_loss(self, loss) -> None:
         """The loss of the current step; call before ``optimizer.step()``. A tensor is read without a sync."""
-        self._session.set_loss(loss)
+        self._task.session.set_loss(loss)
 
     @property
     def step(self) -> int:
         """The step in progress (steps count the optimizer's ``step()`` calls)."""
-        return self._session.step
+        return self._task.session.step
 
     def stop(self, status: str = "finished") -> None:
         if self._stopped:
             return
         self._stopped = True
         try:
-            self._session.remove()
+            self._task.end(status)
         finally:
-            self._writer.close(status)
-            summary = {"steps_collected": self._writer.steps, "series": self._writer.series_count,
-                       "alerts": self._writer.alerts}
+            writer = self._task.background
+            summary = {"steps_collected": writer.steps, "series": writer.series_count, "alerts": writer.alerts}
             try:
                 self.run.finish(status=status, exit_code=0, summary=summary)
             except Exception:
@@ -102,6 +89,11 @@ class TrainingMonitor:
 
     def __exit__(self, exc_type, exc, tb) -> None:
         self.stop("failed" if exc_type is not None else "finished")
+
+
+def _log(level: str, text: str) -> None:
+    """The monitor's messages in a script: the log (as the monitor session does by default)."""
+    log.warning("probe-tui monitor: %s", text)
 
 
 def start_monitor(model, optimizer, config: Any, *, rank: Optional[int] = None) -> TrainingMonitor:

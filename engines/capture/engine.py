@@ -1,71 +1,21 @@
-"""Entry points the runner and the CLI call for the ``statistics`` and ``tensor`` tasks.
+"""What the ``statistics`` and ``tensor`` runs report, and the bytes a step writes.
 
-``run_collection(job, run, events)`` runs ``job.target`` in-process inside a capture session of the job's
-framework (zero code change: steps are counted by optimizer steps) and writes ``<run>/rank<R>/``.
-``estimate_step_bytes(job)`` runs the target for one step with a counting sink and returns bytes per step.
+The task object is ``engines.capture.task.CaptureTask``; this module holds its summary (``summary_for_cli``), the
+check that no second process writes a rank of the run, and ``estimate_step_bytes(job)``, which runs the target for
+one step with a counting sink and returns bytes per step.
 """
 
 from typing import Any, Dict, List
 
 from engines.capture.options import CaptureOptions
-from engines.capture.sink import dump_sink_factory
 from engines.capture.summary import CaptureSummary, compact_steps
-from engines.collection import (  # noqa: F401 (CollectionResult, run_meta: this module's interface)
-    EXIT_BAD_INPUT,
-    EXIT_OK,
-    EXIT_TARGET_FAILED,
-    CollectionResult,
-    CollectionRun,
-    adapter_module,
-    framework_of,
-    run_meta,
-    target_of,
-)
+from engines.task import adapter_module, declared_steps, resolve_framework, target_dict
 
 
-def run_collection(job: Any, run: Any, events: Any) -> CollectionResult:
-    """Run ``job.target`` under capture; emits ``step`` events; returns the exit code with a summary."""
-    options = CaptureOptions.from_job(job)
-    collection = CollectionRun(job, events)
-    framework = collection.framework
-    if not collection.available:
-        return collection.refuse("%s capture is not available in this build (framework %r)" % (options.task,
-                                                                                               framework))
-    collection.seed(options.seed)
-    summary = collection.summary
-    written: Dict[int, Any] = {}
-
-    def on_written(step: int, records: int, nbytes: int) -> None:
-        written[step] = (records, nbytes)
-
-    def step_details(step: int) -> Dict[str, Any]:
-        if step not in written:
-            return {}
-        return {"records": written[step][0], "bytes": written[step][1]}
-
-    collection.step_details = step_details
-    collection.run_folder = run
-    sinks = dump_sink_factory(run.rank_dir, options, run_meta(job, framework, options), summary, on_written)
-    capture = collection.adapter("zero_code").ZeroCodeCapture(options, sinks, summary=summary,
-                                                              on_step_end=collection.on_step_end)
-    _refuse_a_second_writer(run, getattr(getattr(capture, "session", None), "rank", None))
-    result = collection.run(capture)
-    if summary.store_refused:  # the same, found at the first step (the rank known only then): after training
-        _refuse_a_second_writer(run, None, summary.store_refused)
-    exit_code = EXIT_OK if result.ok else EXIT_TARGET_FAILED
-    out = summary_for_cli(summary, run)
-    if not result.ok:
-        out["error"] = result.error
-    if summary.bytes == 0 and summary.records == 0 and not summary.dump_stopped:
-        events.emit("message", level="warning",
-                    text="nothing was captured: no selected step ran (check rank/step filters and the target)")
-    return CollectionResult(exit_code, out)
-
-
-def _refuse_a_second_writer(run: Any, rank: Any, message: str = "") -> None:
+def refuse_a_second_writer(run: Any, rank: Any, message: str = "") -> None:
     """Two processes for one rank folder of a run (a launch that started a rank twice): the second is bad
     environment, one line and exit code 2 (``JobError``). Checked before the target runs when the rank is known."""
-    from engines.runner import JobError
+    from engines.errors import JobError
 
     if not message and isinstance(rank, int) and getattr(run, "joined", False):
         from engines.store import store_kinds
@@ -133,15 +83,12 @@ def estimate_step_bytes(job: Any) -> int:
     from engines.targets import run_target
 
     options = CaptureOptions.from_job(job).replace(steps=(), ranks=(), async_dump=False)
-    target = target_of(job)
+    target = target_dict(getattr(job, "target", None))
     if target is None:
         raise ValueError("target: --estimate runs the target for one step; the config has none")
-    if isinstance(target, dict) and isinstance(target.get("demo"), dict):
-        target = dict(target)
-        target["demo"] = dict(target["demo"], steps=1)
-    elif target == "demo":
-        target = {"demo": {"steps": 1}}
-    framework = framework_of(job, target)
+    if declared_steps(target) is not None:
+        target["demo"] = dict(target["demo"] or {}, steps=1)
+    framework = resolve_framework(job, target)
     adapter = adapter_module(framework, "zero_code")
     if adapter is None:
         raise ValueError("framework: no %s estimate in this build" % framework)

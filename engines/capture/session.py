@@ -66,6 +66,7 @@ class CaptureSession:
         self.pending_backward: List[Any] = []
         self.busy_depth = 0
         self.running = False
+        self.armed = False  # zero-code: the step is open and recording begins at its first module (cell) call
         self.step_open = False
         self.step = 0
         self.finished = False
@@ -136,7 +137,25 @@ class CaptureSession:
 
     def stop(self) -> None:
         self.running = False
+        self.armed = False
         self._uninstall()
+
+    def arm(self) -> None:
+        """Zero-code: open the step now (hooks installed), record from its first module (cell) call on
+        (``begin_recording``)."""
+        self.start()
+        if self.running:
+            self.armed = True
+        self.running = False
+
+    def begin_recording(self) -> None:
+        """Zero-code: the step's first module (cell) call: record from here while the step is open."""
+        if self.step_open and not self.closed and not self.finished:
+            self.running = True
+
+    def resume(self) -> None:
+        """Record again (an armed step's next cell call after the session paused itself)."""
+        self.running = True
 
     def step_end(self) -> None:
         """Close the current step: write it, restart counters, advance the step number."""

@@ -44,7 +44,7 @@ class ZeroCode:
         self._arm()
         return self
 
-    def __exit__(self, exc_type, exc, tb) -> None:
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
         self._remove_hooks()
         status = "finished" if exc_type is None else \
             ("stopped" if issubclass(exc_type, KeyboardInterrupt) else "failed")

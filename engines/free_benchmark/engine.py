@@ -1,21 +1,13 @@
-"""``run_collection(job, run, events)`` for ``free_benchmark``: run the target with every selected API call
-checked (or fixed); write ``<run>/rank<R>/free_benchmark.h5`` and ``free_benchmark.csv``
+"""What a ``free_benchmark`` run writes and reports (its task object: ``engines.free_benchmark.task``): every
+selected API call checked (or fixed); ``<run>/rank<R>/free_benchmark.h5`` and ``free_benchmark.csv``
 (``engines.free_benchmark.results``). Exit code 3 when a call is inconsistent."""
 
 from collections import Counter
 from typing import Any, Dict, List, Optional
 
 from engines.capture.summary import CaptureSummary
-from engines.collection import (
-    EXIT_FINDINGS,
-    EXIT_OK,
-    EXIT_TARGET_FAILED,
-    CollectionResult,
-    CollectionRun,
-)
 from engines.free_benchmark.options import FreeBenchmarkOptions
 from engines.free_benchmark.results import CSV_NAME, CheckRow, ResultWriter
-from engines.overflow.engine import capture_options
 
 
 class Tally:
@@ -50,33 +42,6 @@ class Tally:
     def close(self, status: str) -> None:
         if self.writer is not None:
             self.writer.close(status)
-
-
-def run_collection(job: Any, run: Any, events: Any) -> CollectionResult:
-    options = capture_options(job)
-    fb = FreeBenchmarkOptions.from_job(job)
-    collection = CollectionRun(job, events)
-    if not collection.available:
-        return collection.refuse("free_benchmark is not available for %s in this build" % collection.framework)
-    session_mod, meta, rank = collection.session_module(options, "free_benchmark", "free_benchmark_session")
-    summary = collection.summary
-    tally = Tally(run.rank_dir(rank), rank, meta, options.store_mode)
-    session = session_mod.FreeBenchmarkSession(options, fb, on_step=tally, summary=summary, rank=rank)
-    capture = collection.adapter("zero_code").ZeroCodeCapture(options, None, summary=summary,
-                                                              on_step_end=collection.on_step_end, session=session)
-    result = collection.run(capture, on_finish=tally.close)
-    checks = session.checks
-    out = summarise(tally, fb, checks.skipped + (session.backward_checks.skipped if session.backward_checks
-                                                 else Counter()),
-                    checks.replaced, summary, run, rank)
-    if collection.losses:
-        out["losses"] = collection.sorted_losses()
-    if fb.fix:
-        out["verdict"] = fix_line(checks.replaced, out.get("losses"), tally.replaced_max)
-    if not result.ok:
-        out["error"] = result.error
-        return CollectionResult(EXIT_TARGET_FAILED, out)
-    return CollectionResult(EXIT_FINDINGS if tally.bad else EXIT_OK, out)
 
 
 def summarise(tally: Tally, fb: FreeBenchmarkOptions, skipped: Counter, replaced: Counter, capture: CaptureSummary,

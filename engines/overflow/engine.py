@@ -1,42 +1,17 @@
-"""``run_collection(job, run, events)`` for ``overflow_check``: run the target under the overflow session.
+"""What an ``overflow_check`` run writes and reports (its task object: ``engines.overflow.task``).
 
 Writes ``<run>/rank<R>/dump.h5`` (the flagged calls, with their tensors) and ``overflow.h5`` (per step: what was
-found and where it started; ``engines.overflow.results``). Returns exit code 3 when something was flagged (the
-runner turns it into 0 without ``--fail-on-findings``).
+found and where it started; ``engines.overflow.results``). Exit code 3 when something was flagged (the runner
+turns it into 0 without ``--fail-on-findings``).
 """
 
 from typing import Any, Dict, List, Optional
 
-from engines.capture.options import CaptureOptions
+from engines.capture.check_options import capture_options  # noqa: F401 (this module's interface)
 from engines.capture.options import field_of as _get
-from engines.capture.sink import dump_sink_factory
 from engines.capture.summary import CaptureSummary
-from engines.collection import (
-    EXIT_FINDINGS,
-    EXIT_OK,
-    EXIT_TARGET_FAILED,
-    CollectionResult,
-    CollectionRun,
-)
 from engines.overflow.report import StepFindings
 from engines.overflow.results import OverflowWriter
-
-
-def capture_options(job: Any) -> CaptureOptions:
-    """The capture settings of an overflow_check job (records at its level, no statistics, every data_mode)."""
-    output = _get(job, "output", None)
-    return CaptureOptions(
-        task="statistics",
-        level=_get(job, "level", "L1"),
-        ranks=tuple(_get(job, "rank", ()) or ()),
-        steps=tuple(_get(job, "step", ()) or ()),
-        seed=_get(job, "seed", None),
-        compression=_get(output, "compression", "none") or "none",
-        compression_level=_get(output, "compression_level", None),
-        disk_budget=_get(output, "disk_budget", None),
-        store_mode=_get(output, "store_mode", "auto") or "auto",
-        dump_path=str(_get(job, "dump_path", "./probe_dump") or "./probe_dump"),
-    )
 
 
 def overflow_nums(job: Any) -> int:
@@ -67,35 +42,6 @@ class OverflowTally:
     @property
     def flagged(self) -> int:
         return sum(s.flagged for s in self.steps)
-
-
-def run_collection(job: Any, run: Any, events: Any) -> CollectionResult:
-    options = capture_options(job)
-    collection = CollectionRun(job, events)
-    if not collection.available:
-        return collection.refuse("overflow_check is not available for %s in this build" % collection.framework)
-    session_mod, meta, rank = collection.session_module(options, "overflow_check", "overflow_session")
-    summary = collection.summary
-    tally = OverflowTally(run.rank_dir(rank), meta={**meta, "rank": rank}, store_mode=options.store_mode)
-
-    def on_findings(findings: StepFindings) -> None:
-        tally(findings)
-        if findings.flagged:
-            events.emit("message", level="warning", text=findings.line())
-
-    sinks = dump_sink_factory(run.rank_dir, options, meta, summary)
-    session = session_mod.OverflowSession(options, sinks, summary=summary, overflow_nums=overflow_nums(job),
-                                          on_step=on_findings, rank=rank)
-    capture = collection.adapter("zero_code").ZeroCodeCapture(options, sinks, summary=summary,
-                                                              on_step_end=collection.on_step_end, session=session)
-    result = collection.run(capture, on_finish=tally.close)
-    out = summarise(tally.steps, summary, run, overflow_nums(job), session.limit_reached)
-    if collection.losses:
-        out["losses"] = collection.sorted_losses()
-    if not result.ok:
-        out["error"] = result.error
-        return CollectionResult(EXIT_TARGET_FAILED, out)
-    return CollectionResult(EXIT_FINDINGS if tally.flagged else EXIT_OK, out)
 
 
 def summarise(steps: List[StepFindings], capture: CaptureSummary, run: Any, limit: int,
@@ -151,6 +97,8 @@ def verdict_line(steps: List[StepFindings], limit: int, limit_reached: bool) -> 
         return "no overflow in %d checked step%s%s" % (len(steps), "" if len(steps) == 1 else "s", extra)
     s = flagged[0]
     first = s.first
+    if first is None:  # a flagged step always has its first call
+        return "overflow at step %d" % s.step
     where = " in %s" % first.parent if first.parent else ""
     text = "overflow at step %d: %s%s %s" % (s.step, first.name, where, first.reason)
     if first.where:

@@ -50,7 +50,7 @@ def _call(cell, *args, **kwargs):
     if not s.running:
         if not s.armed:
             return _ORIGINAL_CALL(cell, *args, **kwargs)
-        s.running = True  # zero-code: the step's first cell call opens the step
+        s.resume()  # zero-code: the step's first cell call opens the step
     cells = s.modules
     frame = cells.enter(cell, args, kwargs)
     try:

@@ -57,21 +57,9 @@ class MindSporeCaptureSession(CaptureSession):
         self.entries = TensorEntries(options, self.summary, force_batched=force_batched)
         self.api_capture = ApiCapture(self)
         self.modules = self.cells = CellCapture(self)
-        self.armed = False  # zero-code: running begins at the next cell call
-        self.arm_cells = False
+        self.arm_cells = False  # zero-code: the cell wrapper is installed at every level (it begins the step)
 
     # -- lifecycle -------------------------------------------------------------------------------------------
-    def arm(self) -> None:
-        """Zero-code: open the step now, record from the next cell call on."""
-        self.start()
-        if self.running:
-            self.running = False
-            self.armed = True
-
-    def stop(self) -> None:
-        self.armed = False
-        super().stop()
-
     def close(self, status: str = "finished") -> CaptureSummary:
         summary = super().close(status)
         if CURRENT.session is self:
@@ -129,3 +117,7 @@ def requires_grad(t: Any) -> bool:
     except Exception:
         return False
 
+
+
+#: The name every adapter gives its capture session (engines.adapters.protocol).
+Session = MindSporeCaptureSession

@@ -152,3 +152,7 @@ class TorchCaptureSession(CaptureSession):
     def complete_pending_backward(self) -> None:
         super().complete_pending_backward()
         self.walk_memo = {}
+
+
+#: The name every adapter gives its capture session (engines.adapters.protocol).
+Session = TorchCaptureSession

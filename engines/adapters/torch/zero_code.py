@@ -37,8 +37,7 @@ class ZeroCodeCapture(ZeroCode):
         if self._arm_handle is None:
             # Registered before the session's own module hooks, so it runs first on that call.
             self._arm_handle = register_module_forward_pre_hook(self._on_module_call)
-        self.session.start()
-        self.session.running = False
+        self.session.arm()
 
     def _on_module_call(self, module: Any, args: Any) -> None:
         if type(module).__name__ == "OptimizedModule":
@@ -48,9 +47,7 @@ class ZeroCodeCapture(ZeroCode):
         if self._arm_handle is not None:
             self._arm_handle.remove()
             self._arm_handle = None
-        s = self.session
-        if s.step_open and not s.closed and not s.finished:
-            s.running = True
+        self.session.begin_recording()
         return None
 
     def _remove_hooks(self) -> None:

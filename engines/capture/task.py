@@ -1,0 +1,155 @@
+"""The ``statistics`` and ``tensor`` task object (``engines.task``), and the base of every capture-session task.
+
+``SessionTask`` holds what the session tasks (statistics/tensor here, ``engines.overflow.task``,
+``engines.free_benchmark.task``) share: msprobe's calls go to the session, the steps it closes go to the
+reporter, and under ``--run`` the adapter's zero-code capture drives the same session (``begin``/``end``).
+"""
+
+from typing import Any, Callable, Dict, Optional
+
+from engines.capture.engine import refuse_a_second_writer, summary_for_cli
+from engines.capture.options import CaptureOptions
+from engines.capture.sink import dump_sink_factory
+from engines.capture.summary import CaptureSummary
+from engines.collection import EXIT_OK, EXIT_TARGET_FAILED, CollectionResult
+from engines.steps import StepReporter
+from engines.task import Say, TaskContext, run_meta
+
+
+class RankLazy:
+    """A rank's results writer, made when the first step reports (the session knows its rank by then: a script may
+    initialise its process group after building the debugger, msprobe resolves it at the first start too)."""
+
+    def __init__(self, session_rank: Callable[[], int], make: Callable[[int], Any]) -> None:
+        self._session_rank = session_rank
+        self._make = make
+        self.value: Any = None
+        self.rank: Optional[int] = None
+
+    def get(self) -> Any:
+        if self.value is None:
+            self.rank = int(self._session_rank())
+            self.value = self._make(self.rank)
+        return self.value
+
+
+class SessionTask:
+    """A task run by a capture session (``self.session``, built by the subclass)."""
+
+    task = ""
+    seeds = True  # --run seeds the job's ``seed`` before building the task
+    session: Any
+    options: CaptureOptions
+
+    def __init__(self, ctx: TaskContext, run: Any, reporter: StepReporter, say: Say) -> None:
+        self.ctx = ctx
+        self.run = run
+        self.reporter = reporter
+        self.say = say
+        self.summary = CaptureSummary()
+        self._capture: Any = None
+        self._warned_save = False
+
+    @property
+    def steps(self) -> int:
+        return self.reporter.steps
+
+    # -- the in-script lifecycle -----------------------------------------------------------------------------
+    def start(self, model: Any = None) -> None:
+        self.session.start(model)
+
+    def stop(self) -> None:
+        self.session.stop()
+
+    def step(self) -> None:
+        step = self.session.step
+        self.session.step_end()
+        self.reporter.from_hook(step)
+
+    def save(self, name: str, value: Any, save_backward: bool = True) -> None:
+        if not self._warned_save:  # msprobe: save() belongs to statistics/tensor; elsewhere it is skipped
+            self._warned_save = True
+            self.say("warning", "save(%r) is skipped: save() records values in statistics and tensor runs, this "
+                                "one is %s" % (name, self.task))
+
+    def monitor(self, target: Any) -> None:
+        raise ValueError("task: monitor(model) starts grad_probe; this debugger's task is %s (use start/stop/step)"
+                         % self.task)
+
+    def close(self, status: str) -> Dict[str, Any]:
+        self.end(status)
+        return self.result_summary()
+
+    # -- the zero-code run -----------------------------------------------------------------------------------
+    def begin(self) -> None:
+        self._capture = self.ctx.adapter("zero_code").ZeroCodeCapture(
+            self.options, None, summary=self.summary, on_step_end=self.reporter.from_hook, session=self.session)
+        self.before_run()
+        self._capture.__enter__()
+
+    def target_on_step(self) -> Optional[Callable[..., None]]:
+        return self.reporter.from_target if self.ctx.is_demo else None
+
+    def end(self, status: str) -> None:
+        if self._capture is not None:
+            self._capture.close(status)
+        else:
+            self.session.close(status)
+        self.close_results(status)
+
+    def partial_summary(self) -> Dict[str, Any]:
+        return summary_for_cli(self.summary, self.run)
+
+    # -- what the subclass brings ----------------------------------------------------------------------------
+    def before_run(self) -> None:
+        """Checks before the target runs under ``--run`` (the instrumentation is not installed yet)."""
+
+    def close_results(self, status: str) -> None:
+        """Close the task's own result stores."""
+
+    def result_summary(self) -> Dict[str, Any]:
+        raise NotImplementedError
+
+
+class CaptureTask(SessionTask):
+    """``statistics`` and ``tensor``: the capture session and its dump sink."""
+
+    def __init__(self, ctx: TaskContext, run: Any, reporter: StepReporter, say: Say) -> None:
+        super().__init__(ctx, run, reporter, say)
+        self.task = ctx.job.task
+        self.options = CaptureOptions.from_job(ctx.job)
+        written: Dict[int, Any] = {}
+
+        def on_written(step: int, records: int, nbytes: int) -> None:
+            written[step] = (records, nbytes)
+
+        def details(step: int) -> Dict[str, Any]:
+            if step not in written:
+                return {}
+            return {"records": written[step][0], "bytes": written[step][1]}
+
+        reporter.details = details
+        sinks = dump_sink_factory(run.rank_dir, self.options, run_meta(ctx, self.options), self.summary,
+                                  on_written)
+        self.session = ctx.adapter("session").Session(self.options, sinks, summary=self.summary)
+
+    def save(self, name: str, value: Any, save_backward: bool = True) -> None:
+        self.session.save(name, value, save_backward=save_backward)
+
+    def before_run(self) -> None:
+        refuse_a_second_writer(self.run, self.session.rank)
+
+    def result_summary(self) -> Dict[str, Any]:
+        return summary_for_cli(self.summary, self.run)
+
+    def outcome(self, result: Any) -> CollectionResult:
+        summary = self.summary
+        if summary.store_refused:  # the same, found at the first step (the rank known only then): after training
+            refuse_a_second_writer(self.run, None, summary.store_refused)
+        out = summary_for_cli(summary, self.run)
+        if not result.ok:
+            out["error"] = result.error
+        if summary.bytes == 0 and summary.records == 0 and not summary.dump_stopped:
+            self.say("warning", "nothing was captured: no selected step ran (check rank/step filters and the "
+                                "target)")
+        return CollectionResult(EXIT_OK if result.ok else EXIT_TARGET_FAILED, out)
