@@ -9,7 +9,7 @@ import signal
 import time
 import traceback
 from dataclasses import dataclass, field
-from typing import Any, Dict, Optional
+from typing import Any, Dict, Optional, Tuple
 
 from engines import registry
 from engines.errors import (  # noqa: F401 (EXIT_BAD_INPUT, JobError: re-exported, the runner's interface)
@@ -50,7 +50,7 @@ class RunOutcome:
     summary: Dict[str, Any] = field(default_factory=dict)
 
 
-def _normalise_result(result) -> "tuple[int, Dict[str, Any]]":
+def _normalise_result(result: Any) -> Tuple[int, Dict[str, Any]]:
     if isinstance(result, int):
         return result, {}
     exit_code = int(getattr(result, "exit_code", EXIT_OK))
@@ -75,7 +75,7 @@ class _TerminateAsInterrupt:
     handler, so the app's stop key (SIGINT first) would wait for SIGTERM. A SIGHUP that arrives ignored
     (``nohup``) stays ignored; a SIGINT handler the target's caller installed is kept."""
 
-    def __enter__(self):
+    def __enter__(self) -> "_TerminateAsInterrupt":
         self._previous: Dict[int, Any] = {}
         try:
             for signum in STOP_SIGNALS:
@@ -88,11 +88,11 @@ class _TerminateAsInterrupt:
         return self
 
     @staticmethod
-    def _raise(signum, frame):
+    def _raise(signum: int, frame: Any) -> None:
         deliver(RunStopped(signum))  # at once, or when a store commit in progress has ended (engines.signals)
 
     @staticmethod
-    def _interrupt(signum, frame):
+    def _interrupt(signum: int, frame: Any) -> None:
         deliver(KeyboardInterrupt())
 
     def _restore(self) -> None:
@@ -100,12 +100,11 @@ class _TerminateAsInterrupt:
             signal.signal(signum, handler)
         self._previous = {}
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: Any) -> None:
         self._restore()
-        return False
 
 
-def run_job(job, *, events: Optional[EventSink] = None, fail_on_findings: bool = False) -> RunOutcome:
+def run_job(job: Any, *, events: Optional[EventSink] = None, fail_on_findings: bool = False) -> RunOutcome:
     from schemas import ANALYSIS_TASKS
 
     events = events or NullSink()
@@ -114,7 +113,7 @@ def run_job(job, *, events: Optional[EventSink] = None, fail_on_findings: bool =
     return _run_collection(job, events, fail_on_findings)
 
 
-def _run_analysis(job, events: EventSink, fail_on_findings: bool) -> RunOutcome:
+def _run_analysis(job: Any, events: EventSink, fail_on_findings: bool) -> RunOutcome:
     engine = registry.analysis_engine(job.task)
     started = time.monotonic()
     events.emit("run_started", run_dir=None, task=job.task, total_steps=None)
@@ -139,7 +138,7 @@ def _run_analysis(job, events: EventSink, fail_on_findings: bool) -> RunOutcome:
     return RunOutcome(exit_code, status, run_dir and str(run_dir), summary)
 
 
-def _run_collection(job, events: EventSink, fail_on_findings: bool) -> RunOutcome:
+def _run_collection(job: Any, events: EventSink, fail_on_findings: bool) -> RunOutcome:
     from engines.launch import LaunchError, apply_rank_env
     from engines.runs import create_run
     from engines.task import resolve

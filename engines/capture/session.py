@@ -46,6 +46,8 @@ class CaptureSession:
 
     # Set by the adapter's subclass.
     walkers: Walkers  # its flatten walkers (for save())
+    entries: Any  # its TensorEntries (engines/adapters/<fw>/entries.py)
+    modules: Any  # its module (cell) capture: add_root, install, uninstall, end_step, current, take_new_modules
     fresh_backward_entries = False  # a gradient tensor is a new entry on every sight (no version counter to trust)
 
     def __init__(self, options: CaptureOptions, sink_factory: Optional[Callable[[int], Any]] = None,
@@ -206,7 +208,7 @@ class CaptureSession:
     def busy(self) -> Busy:
         return self._busy
 
-    def module_frame(self):
+    def module_frame(self) -> Any:
         return self.modules.current()
 
     def saves(self, name: str) -> bool:
@@ -216,7 +218,7 @@ class CaptureSession:
             return True
         return self.filter.saves_tensor_of(name)
 
-    def buffer_marks(self):
+    def buffer_marks(self) -> "tuple[int, int]":
         return self.buffer.num_records, self.buffer.num_rows
 
     def rollback(self, n_records: int, n_rows: int) -> None:
