@@ -127,10 +127,10 @@ def test_our_capture_against_msprobes_dump_of_the_same_model(tmp_path):
     step(model, x, y)
     debugger.stop()
     debugger.step()
-    for target, golden in ((_latest(tmp_path / "ours"), DATA / "real" / "tensor_mix"),
-                           (DATA / "real" / "tensor_mix", _latest(tmp_path / "ours"))):
+    for side, (target, golden) in enumerate(((_latest(tmp_path / "ours"), DATA / "real" / "tensor_mix"),
+                                             (DATA / "real" / "tensor_mix", _latest(tmp_path / "ours")))):
         out = run_compare({"compare": {"target_path": str(target), "golden_path": str(golden),
-                                       "output_path": str(tmp_path / "o{}".format(id(target) % 1000))}}, None)
+                                       "output_path": str(tmp_path / "o{}".format(side))}}, None)
         r = out.results
         forward = r["matched"] & (r["direction"] == 0) & np.array([n.startswith(("Functional.", "Module.", "Torch."))
                                                                    for n in r["target_name"]])

@@ -54,6 +54,14 @@ def _config_of(job: Any) -> Dict[str, Any]:
         return {"task": "compare"}
 
 
+def write_summary(out: Path, summary: Dict[str, Any], files: Dict[str, str]) -> str:
+    """``summary.json`` beside the reports (the summary, the folder, the files written), atomically; its path."""
+    path = out / "summary.json"
+    safe_fs.write_atomic(path, json.dumps(dict(summary, output_dir=str(out), files=files), indent=2, default=str),
+                         tmp=out / "summary.json.partial")
+    return str(path)
+
+
 class ReportWriter:
     """The reports of one compare. Created as soon as the result rows exist: a large CSV starts in a background
     process then (it needs only the rows), while the caller ranks and the HDF5 store is written; :meth:`finish`
@@ -87,11 +95,7 @@ class ReportWriter:
         if self.csv is not None:
             csv, self.csv = self.csv, None
             files["csv"] = str(csv.wait())
-        path = out / "summary.json"
-        tmp = out / "summary.json.partial"
-        safe_fs.write_atomic(path, json.dumps(dict(summary, output_dir=str(out), files=files), indent=2,
-                                              default=str), tmp=tmp)
-        files["summary"] = str(path)
+        files["summary"] = write_summary(out, summary, files)
         return files
 
     def abort(self) -> None:

@@ -15,10 +15,10 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 
-from engines import safe_fs
 from engines.compare import divergence
 from engines.compare.csv_out import CsvAppender
 from engines.compare.hdf5_out import ResultStore
+from engines.compare.outputs import write_summary
 from engines.compare.verdicts import VERDICTS
 from engines.compare.xlsx_out import XlsxAppender, XlsxRefused
 
@@ -171,7 +171,6 @@ class StreamingReport:
                 self.xlsx = None
 
     def finish(self, div: Dict[str, np.ndarray], summary: Dict[str, Any], events) -> Dict[str, str]:
-        import json
 
         files: Dict[str, str] = {}
         for note in self.notes:
@@ -190,11 +189,7 @@ class StreamingReport:
         if self.h5 is not None:
             self.h5.finish(summary)
             self.h5 = None
-        path = self.out / "summary.json"
-        tmp = self.out / "summary.json.partial"
-        safe_fs.write_atomic(path, json.dumps(dict(summary, output_dir=str(self.out), files=files), indent=2,
-                                              default=str), tmp=tmp)
-        files["summary"] = str(path)
+        files["summary"] = write_summary(self.out, summary, files)
         return files
 
     def abort(self) -> None:
