@@ -11,6 +11,8 @@ from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
+from engines.safe_fs import PathLike
+
 from . import validate
 from .announce import SEGMENTS_FILE, kinds_in, read_events
 from .closing import Closing
@@ -29,7 +31,7 @@ class StoreReader(Closing):
     """Read the ``kind`` store in ``directory`` (a rank folder; or one ``.h5`` file). ``kind`` may be left out
     when the folder holds a single store."""
 
-    def __init__(self, directory, kind: Optional[str] = None):
+    def __init__(self, directory: PathLike, kind: Optional[str] = None) -> None:
         path = Path(directory)
         self._single_file: Optional[Path] = None
         if path.is_file():
@@ -124,7 +126,7 @@ class StoreReader(Closing):
         self.kind = str(_plain(meta.get("kind", kind or "")))
         self._meta_attrs = {k: _plain(v) for k, v in meta.items()}
 
-    def _check_file(self, f, segment) -> None:
+    def _check_file(self, f: Any, segment: Any) -> None:
         """Each segment file, when opened: its own format version and kind (a file swapped in, or rewritten by
         a newer probe-tui, is refused even when ``segments.jsonl`` describes it)."""
         validate.file_meta(f, self.kind, segment.path, self._meta_attrs if self._open_event else None)
@@ -279,7 +281,7 @@ class StoreReader(Closing):
         return self._committed(table_key(table))
 
     # -- reading -------------------------------------------------------------------------------------------
-    def _bounds(self, key: str):
+    def _bounds(self, key: str) -> Tuple[np.ndarray, np.ndarray]:
         """Per segment (base, end) of a global array, from the commit log."""
         cached = self._bounds_cache.get(key)
         if cached is not None:
@@ -294,7 +296,7 @@ class StoreReader(Closing):
         self._bounds_cache[key] = (base, end)
         return base, end
 
-    def _log(self):
+    def _log(self) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The commit log as arrays: steps (C,), counts (C x arrays), segment of each commit (C,)."""
         cached = self._bounds_cache.get("")
         if cached is None:
@@ -327,7 +329,7 @@ class StoreReader(Closing):
         return [np.concatenate(lst) if len(lst) > 1 else lst[0] if lst else np.empty((0,) + tail, dtype=dtype)
                 for lst, (_, dtype, tail) in zip(parts, specs)]
 
-    def _span(self, d, p, path: str) -> np.ndarray:
+    def _span(self, d: Any, p: Any, path: str) -> np.ndarray:
         """Local elements ``[p.lo, p.hi)``; a dataset shorter than the commit log says (a damaged or swapped file)
         is refused, not read short."""
         got = d[p.lo:p.hi]
@@ -336,7 +338,8 @@ class StoreReader(Closing):
                              f"log says {p.hi}")
         return got
 
-    def _selection(self, table: str, rows: RowSelection, steps: Optional[Sequence[int]]):
+    def _selection(self, table: str, rows: RowSelection, steps: Optional[Sequence[int]]
+                   ) -> Tuple[Optional[Ranges], Optional[np.ndarray]]:
         """``(ranges, None)`` or ``(None, indices)`` of committed global rows."""
         n = self.num_rows(table)
         ranges: Optional[Ranges] = [(0, n)]
@@ -345,7 +348,7 @@ class StoreReader(Closing):
             ends = counts[:, self._arrays.index(table_key(table))]
             starts = np.concatenate([[0], ends[:-1]]).astype(np.int64)
             hit = np.isin(log_steps, np.atleast_1d(np.asarray(steps, dtype=np.int64)))
-            ranges = merge_ranges(zip(starts[hit].tolist(), ends[hit].tolist()))
+            ranges = merge_ranges(list(zip(starts[hit].tolist(), ends[hit].tolist())))
         if rows is None:
             return ranges, None
         if isinstance(rows, slice):
@@ -375,7 +378,7 @@ class StoreReader(Closing):
         for col, values in zip(cols, self._gather(key, specs, ranges, idx)):
             out[col.name] = self.decode(values) if col.is_text and decode else values
         if with_row:
-            out["row"] = ranges_to_indices(ranges) if idx is None else idx
+            out["row"] = ranges_to_indices(ranges or []) if idx is None else idx
         return out
 
     def decode(self, ids: np.ndarray) -> np.ndarray:
