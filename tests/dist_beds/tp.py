@@ -1,0 +1,49 @@
+"""Torch-native tensor parallel (DTensor): a two-layer MLP, ColwiseParallel then RowwiseParallel on a 1-D mesh.
+
+Under ``torchrun --nproc_per_node=N`` the layers are sharded over N ranks; as one plain process the same model runs
+unsharded: the TP=1 reference of the same weights and data. Each rank saves its per-step losses.
+"""
+
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import torch  # noqa: E402
+from bed_common import DIM, STEPS, batch, finish, init, save_losses  # noqa: E402
+
+
+class MLP(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.up = torch.nn.Linear(DIM, 2 * DIM)
+        self.down = torch.nn.Linear(2 * DIM, DIM)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down(torch.relu(self.up(x)))
+
+
+def main() -> None:
+    rank, world = init()
+    torch.manual_seed(0)
+    model = MLP()
+    if world > 1:
+        from torch.distributed.device_mesh import init_device_mesh
+        from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+
+        mesh = init_device_mesh("cpu", (world,), mesh_dim_names=("tp",))
+        model = parallelize_module(model, mesh, {"up": ColwiseParallel(), "down": RowwiseParallel()})
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    values = []
+    for step in range(STEPS):
+        loss = model(batch(step)).pow(2).mean()
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        values.append(loss.item())
+    save_losses(rank, values)
+    finish()
+
+
+if __name__ == "__main__":
+    main()
