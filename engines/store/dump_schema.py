@@ -71,6 +71,7 @@ TENSORS = TableSpec("tensors", (
     Column("pool", STR, default=""),
     Column("offset", "int64", default=-1),
     Column("numel", "int64", default=-1),
+    Column("dist", STR, default=""),  # JSON text: a shard's placement and global shape ("" for a plain tensor)
 ))
 
 STACKS = TableSpec("stacks", (Column("frames", JSON),))
