@@ -13,6 +13,7 @@ import argparse
 import json
 import statistics
 import sys
+from functools import partial
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -20,9 +21,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import torch  # noqa: E402
 
 from benchmarks._workload import Workload, interleaved, peak_rss_mb, reset_peak_rss, session_step  # noqa: E402
-from engines.adapters.torch.free_benchmark_session import FreeBenchmarkSession  # noqa: E402
 from engines.capture.options import CaptureOptions  # noqa: E402
+from engines.frameworks import adapter_module  # noqa: E402
 from engines.free_benchmark.options import FreeBenchmarkOptions  # noqa: E402
+from engines.free_benchmark.session import build_session  # noqa: E402
 
 ARMS = {
     "one API (naive_softmax), improve_precision": dict(list_patterns=("naive_softmax",)),
@@ -47,7 +49,8 @@ def run_arm(preset: str, arm: dict, rounds: int, steps: int, warmup: int):
         work = Workload(preset, "bf16", {"lowp_softmax": {"layer": 1}})
         fb = FreeBenchmarkOptions(**arm)
         found = []
-        session = FreeBenchmarkSession(CaptureOptions(level="L1"), fb, on_step=_counter(found), rank=0)
+        session = build_session(partial(adapter_module, "pytorch"), CaptureOptions(level="L1"), fb,
+                                on_step=_counter(found), rank=0)
         if fb.preheat:  # measure sampling steps, not the counting step 0
             session_step(session, work)()
         got = interleaved(work, session_step(session, work), steps, warmup)

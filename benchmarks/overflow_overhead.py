@@ -14,6 +14,7 @@ import json
 import statistics
 import sys
 import tempfile
+from functools import partial
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -21,11 +22,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import torch  # noqa: E402
 
 from benchmarks._workload import Workload, interleaved, peak_rss_mb, reset_peak_rss, session_step  # noqa: E402
-from engines.adapters.torch.overflow_session import OverflowSession  # noqa: E402
 from engines.adapters.torch.session import TorchCaptureSession  # noqa: E402
 from engines.capture.options import CaptureOptions  # noqa: E402
 from engines.capture.sink import dump_sink_factory  # noqa: E402
 from engines.capture.summary import CaptureSummary  # noqa: E402
+from engines.frameworks import adapter_module  # noqa: E402
+from engines.overflow.session import build_session  # noqa: E402
 
 ARMS = {
     "statistics L1": ("statistics", "L1", False),
@@ -42,7 +44,8 @@ def _session(kind: str, level: str, batched: bool, folder: Path):
     sinks = dump_sink_factory(lambda rank: folder / ("rank%d" % rank), options, {"framework": "pytorch"}, summary)
     if kind == "statistics":
         return TorchCaptureSession(options, sinks, summary=summary, rank=0)
-    return OverflowSession(options, sinks, summary=summary, overflow_nums=-1, rank=0, batched=batched)
+    return build_session(partial(adapter_module, "pytorch"), options, sinks, summary=summary, overflow_nums=-1, rank=0,
+                         batched=batched)
 
 
 def run_arm(preset: str, dtype: str, arm, rounds: int, steps: int, warmup: int):

@@ -9,12 +9,16 @@ float16 input is raised to float32 for the re-run, and the test's callables move
 re-run: inside float16's 1.002, outside float32's 1.0002.
 """
 
+from functools import partial
+
 import numpy as np
 import pytest
 
 from engines.capture.options import CaptureOptions
+from engines.frameworks import adapter_module
 from engines.free_benchmark.calls import SKIP_INPLACE, SKIP_INPUT, SKIP_VIEW
 from engines.free_benchmark.options import FreeBenchmarkOptions
+from engines.free_benchmark.session import build_session
 
 MOVED = 1.001  # a 0.1% move: consistent at float16's 1.002, not at float32's 1.0002
 
@@ -23,11 +27,10 @@ class _Torch:
     def __init__(self) -> None:
         import torch
 
-        from engines.adapters.torch import free_benchmark_session
         from engines.adapters.torch.api_capture import ApiInfo
 
         self.torch = torch
-        self.session_class = free_benchmark_session.FreeBenchmarkSession
+        self.framework = "pytorch"
         self.info = ApiInfo("Functional", "twin_outputs", True)
 
     def half(self) -> object:
@@ -49,11 +52,10 @@ class _Torch:
 class _MindSpore:
     def __init__(self) -> None:
         ms = pytest.importorskip("mindspore", reason="MindSpore is not installed (pip install mindspore==2.10.0)")
-        from engines.adapters.mindspore import free_benchmark_session
         from engines.adapters.mindspore.api_capture import ApiInfo
 
         self.ms = ms
-        self.session_class = free_benchmark_session.FreeBenchmarkSession
+        self.framework = "mindspore"
         self.info = ApiInfo("Functional", "twin_outputs")
 
     def half(self) -> object:
@@ -78,7 +80,8 @@ def fw(request):
 
 
 def _checks(fw):
-    return fw.session_class(CaptureOptions(level="L1"), FreeBenchmarkOptions(), rank=0).api_capture
+    return build_session(partial(adapter_module, fw.framework), CaptureOptions(level="L1"), FreeBenchmarkOptions(),
+                         rank=0).api_capture
 
 
 def _rows(fw, func, *args):
@@ -133,7 +136,8 @@ def test_the_calls_that_pass_through_unchecked_are_counted_by_reason(fw):
 
 
 def test_preheat_runs_where_the_framework_can_rerun_on_the_cpu(fw):
-    session = fw.session_class(CaptureOptions(level="L1"), FreeBenchmarkOptions(if_preheat=True), rank=0)
+    session = build_session(partial(adapter_module, fw.framework), CaptureOptions(level="L1"),
+                            FreeBenchmarkOptions(if_preheat=True), rank=0)
     preheats = session.api_capture.preheat is not None
     assert preheats == isinstance(fw, _Torch)
     notes = [n for n in session.summary.notes if "preheat" in n]

@@ -2,6 +2,7 @@
 nothing downloaded), trained two steps under autocast."""
 
 import warnings
+from functools import partial
 
 import pytest
 
@@ -9,10 +10,11 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 from engines.adapters.torch.demo_model import _NAIVE_SOFTMAX  # noqa: E402
-from engines.adapters.torch.free_benchmark_session import FreeBenchmarkSession  # noqa: E402
 from engines.adapters.torch.zero_code import ZeroCodeCapture  # noqa: E402
 from engines.capture.options import CaptureOptions  # noqa: E402
+from engines.frameworks import adapter_module  # noqa: E402
 from engines.free_benchmark.options import FreeBenchmarkOptions  # noqa: E402
+from engines.free_benchmark.session import build_session  # noqa: E402
 from tests.test_overflow_check import _session_run  # noqa: E402
 
 if _NAIVE_SOFTMAX is None:  # torch < 2.4 has no torch.library.custom_op
@@ -66,8 +68,8 @@ def _train(model, dtype, steps=2):
 
 def _free_benchmark(attention, **fb):
     rows = []
-    session = FreeBenchmarkSession(CaptureOptions(level="L1"), FreeBenchmarkOptions(**fb),
-                                   on_step=lambda step, got: rows.extend(got), rank=0)
+    session = build_session(partial(adapter_module, "pytorch"), CaptureOptions(level="L1"), FreeBenchmarkOptions(**fb),
+                            on_step=lambda step, got: rows.extend(got), rank=0)
     with ZeroCodeCapture(CaptureOptions(), None, session=session):
         losses = _train(_llama(attention), torch.bfloat16)
     return rows, losses

@@ -2,6 +2,7 @@
 batched (accelerator) path, in-place calls, masks made before the run, and what the stores hold."""
 
 import json
+from functools import partial
 
 import numpy as np
 import pytest
@@ -9,13 +10,14 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from engines.adapters.torch.demo import train  # noqa: E402
-from engines.adapters.torch.overflow_session import OverflowSession  # noqa: E402
 from engines.adapters.torch.zero_code import ZeroCodeCapture  # noqa: E402
 from engines.capture.sink import dump_sink_factory  # noqa: E402
 from engines.capture.summary import CaptureSummary  # noqa: E402
 from engines.events import NullSink  # noqa: E402
+from engines.frameworks import adapter_module  # noqa: E402
 from engines.overflow.engine import OverflowTally, capture_options  # noqa: E402
 from engines.overflow.results import read_calls, read_steps  # noqa: E402
+from engines.overflow.session import build_session  # noqa: E402
 from engines.runner import run_job  # noqa: E402
 from engines.runs import open_run  # noqa: E402
 from engines.store import DumpReader, store_kinds  # noqa: E402
@@ -133,8 +135,8 @@ def _session_run(fn, tmp_path, level="L1", nums=-1, batched=False):
         found.append(findings)
         tally(findings)
 
-    session = OverflowSession(options, sinks, summary=summary, overflow_nums=nums, on_step=on_step, rank=0,
-                              batched=batched)
+    session = build_session(partial(adapter_module, "pytorch"), options, sinks, summary=summary, overflow_nums=nums,
+                            on_step=on_step, rank=0, batched=batched)
     with ZeroCodeCapture(options, sinks, summary=summary, session=session):
         fn()
     tally.close("finished")
@@ -147,7 +149,7 @@ def test_batched_path_syncs_once_per_clean_step_and_finds_the_same_origin(tmp_pa
     session, found = _session_run(lambda: train(knobs), tmp_path / "b", nums=1, batched=True)
     assert [f.flagged for f in found] == [0, 0, 1]
     assert found[2].first.name == "Torch.exp.0.forward" and found[2].first.reason.endswith("from finite inputs")
-    assert session.syncs == 3  # one transfer of the finiteness tests per step
+    assert session.processor.syncs == 3  # one transfer of the finiteness tests per step
     assert [f.syncs for f in found[:2]] == [1, 1]  # clean steps, -inf masks included: one transfer each
     assert found[2].syncs > 1  # the step that overflows reads its suspicious tensors
     _, immediate = _session_run(lambda: train(knobs), tmp_path / "i", nums=1)

@@ -91,3 +91,37 @@ def test_every_task_has_its_code_in_the_registry():
         assert callable(registry.task_class(task)) and registry.collection_engine(task) is not None
     for task in ANALYSIS_TASKS:
         assert callable(registry.analysis_engine(task))
+
+
+@pytest.mark.parametrize("framework", _frameworks())
+def test_a_new_per_call_processor_plugs_into_any_framework_session(framework):
+    """A task's per-call processing is a part (``engines.capture.processor``): a processor of its own, written once,
+    sees every finished call of each framework's session and its lifecycle, with no subclass per framework."""
+    from functools import partial
+
+    from engines.capture.options import CaptureOptions
+    from engines.capture.processor import CallProcessor
+    from engines.frameworks import adapter_module
+
+    class Names(CallProcessor):
+        def __init__(self):
+            self.done, self.flushed, self.closed = [], [], False
+
+        def record_done(self, record):
+            self.done.append(self.session.buffer.rec_name[record])
+
+        def before_flush(self):
+            self.flushed.append((self.session.step, self.session.buffer.num_records))
+
+        def before_close(self):
+            self.closed = True
+
+    adapter = partial(adapter_module, framework)
+    session = adapter("session").Session(CaptureOptions(level="L1"), None, rank=0)
+    names = Names()
+    assert session.plug(names) is session and session.record_done == names.record_done  # bound: no extra call
+    options = CaptureOptions(level="L1")
+    with adapter("zero_code").ZeroCodeCapture(options, None, session=session):
+        adapter("demo").train({"preset": "tiny", "steps": 2})
+    assert any(n.split(".")[1] == "linear" for n in names.done), names.done[:5]
+    assert [s for s, n in names.flushed if n] == [0, 1] and names.closed

@@ -6,10 +6,13 @@ An adapter is a package ``engines/adapters/<fw>/`` (the only place its framework
 module below, and a new task asks for what it needs here. ``ADAPTER_MODULES`` lists them with the names each must
 hold (``tests/test_adapter_protocol.py`` checks every adapter against it).
 
-The per-call processing of a task is its own part: capture's record assembly (``engines.capture``), overflow's
-``OverflowChecks`` (``engines.overflow.session``) and free_benchmark's ``CallChecks`` (``engines.free_benchmark.calls``,
-reaching tensors only through a ``FrameworkOps``: ``engines.free_benchmark.framework``); the adapter's
-``OverflowSession``/``FreeBenchmarkSession`` join that processor to its ``Session``.
+The per-call processing of a task is its own part, plugged into the adapter's ``Session``
+(``engines.capture.processor``): capture's record assembly is the session's own; overflow_check's
+``OverflowProcessor`` (``engines.overflow.session``) takes the adapter's finiteness tests (``overflow_entries``);
+free_benchmark's ``FreeBenchmarkProcessor`` (``engines.free_benchmark.session``) takes the adapter's
+``FreeBenchmarkCall`` (a ``CallChecks``: ``engines.free_benchmark.calls``, reaching tensors only through a
+``FrameworkOps``: ``engines.free_benchmark.framework``) and ``BackwardChecks``. A new task is one processor; a new
+framework provides the modules below.
 """
 
 from typing import Any, Callable, Dict, List, Optional, Protocol
@@ -60,16 +63,26 @@ class ZeroCodeModule(Protocol):
     ZeroCodeCapture: Callable[..., Any]
 
 
-class OverflowSessionModule(Protocol):
-    """``<adapter>.overflow_session``: ``OverflowSession(options, sinks, summary=, overflow_nums=, on_step=)``."""
+class OverflowEntriesModule(Protocol):
+    """``<adapter>.overflow_entries``: overflow_check's finiteness tests, ``OverflowEntries(summary, batched=)`` (an
+    ``engines.overflow.entries.OverflowEntriesBase``), and the ``requires_grad`` column of a tensor."""
 
-    OverflowSession: Callable[..., CaptureSession]
+    OverflowEntries: Callable[..., Any]
+
+    def requires_grad_flag(self, t: Any) -> int: ...
 
 
-class FreeBenchmarkSessionModule(Protocol):
-    """``<adapter>.free_benchmark_session``: ``FreeBenchmarkSession(options, fb, on_step=, summary=)``."""
+class FreeBenchmarkCallModule(Protocol):
+    """``<adapter>.free_benchmark_call``: ``FreeBenchmarkCall(session, fb, backward)``, the API interception that
+    runs ``engines.free_benchmark.calls.CallChecks`` with the framework's ``FrameworkOps``."""
 
-    FreeBenchmarkSession: Callable[..., CaptureSession]
+    FreeBenchmarkCall: Callable[..., Any]
+
+
+class FreeBenchmarkBackwardModule(Protocol):
+    """``<adapter>.free_benchmark_backward``: ``BackwardChecks(session, fb, hold_bytes)``, the backward checks."""
+
+    BackwardChecks: Callable[..., Any]
 
 
 class GradProbeModule(Protocol):
@@ -103,8 +116,9 @@ ADAPTER_MODULES: Dict[str, List[str]] = {
     "environment": ["seed_all", "seed_state", "describe"],
     "session": ["Session", "detect_rank"],
     "zero_code": ["ZeroCodeCapture"],
-    "overflow_session": ["OverflowSession"],
-    "free_benchmark_session": ["FreeBenchmarkSession"],
+    "overflow_entries": ["OverflowEntries", "requires_grad_flag"],
+    "free_benchmark_call": ["FreeBenchmarkCall"],
+    "free_benchmark_backward": ["BackwardChecks"],
     "grad_probe": ["start_grad_probe"],
     "monitor": ["MonitorSession", "alert_rules"],
     "overflow_replay": ["replay", "finfo_max"],

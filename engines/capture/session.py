@@ -9,8 +9,8 @@ The adapter's session (``TorchCaptureSession``, ``MindSporeCaptureSession``) sub
 brings what touches its framework: ``self.entries`` (its ``TensorEntries``), ``self.modules`` (its module or cell
 capture: ``add_root``, ``install``, ``uninstall``, ``end_step``, ``remove_param_hooks``, ``current``,
 ``take_new_modules``), ``self.api_capture``, ``_install``/``_uninstall`` of its hooks, ``add_row`` (it reads the
-tensor's autograd flag on the hot path), ``detect_rank`` and ``_save_grad_hook``. overflow_check and
-free_benchmark subclass the adapter's session in turn.
+tensor's autograd flag on the hot path), ``detect_rank`` and ``_save_grad_hook``. A task that processes calls
+otherwise (overflow_check, free_benchmark) plugs its processor in (``plug``: ``engines.capture.processor``).
 """
 
 import logging
@@ -20,6 +20,7 @@ from engines.capture import naming
 from engines.capture.filters import CaptureFilter
 from engines.capture.flatten import Walkers
 from engines.capture.options import CaptureOptions
+from engines.capture.processor import CallProcessor, hot_path_overrides
 from engines.capture.records import StepBuffer
 from engines.capture.sink import StepPayload
 from engines.capture.stacks import StackTable
@@ -76,6 +77,15 @@ class CaptureSession:
         self._busy = Busy(self)
         self.partial: Optional[str] = None  # why the step being flushed is incomplete (close() sets it)
         self._save_handles: List[Any] = []
+        self.processor = CallProcessor()  # statistics and tensor: the session's own processing
+
+    def plug(self, processor: CallProcessor) -> "CaptureSession":
+        """Process each call with ``processor`` (a task's part: ``engines.capture.processor``); returns self."""
+        self.processor = processor
+        processor.attach(self)
+        for name, method in hot_path_overrides(processor):
+            setattr(self, name, method)
+        return self
 
     # -- what the adapter brings -----------------------------------------------------------------------------
     @staticmethod
@@ -118,7 +128,7 @@ class CaptureSession:
         return self.filter.rank_selected(self.rank)
 
     def start(self, model: Any = None) -> None:
-        if self.closed or self.finished:
+        if self.closed or self.finished or not self.processor.may_start():
             return
         if model is not None:
             self._add_model(model)
@@ -163,6 +173,7 @@ class CaptureSession:
         """Close the current step: write it, restart counters, advance the step number."""
         if self.closed:
             return
+        self.processor.before_step_end()
         self.stop()
         self.flush()
         self.step += 1
@@ -173,10 +184,12 @@ class CaptureSession:
         self.step_open = False
         if self.filter.past_last_step(self.step) and not self.finished:
             self._finish_for_good()
+        self.processor.after_step_end()
 
     def close(self, status: str = "finished") -> CaptureSummary:
         if self.closed:
             return self.summary
+        self.processor.before_close()
         self.stop()
         # A run that ends other than by finishing (a stop signal, the script failing) ends in the middle of a step:
         # what it captured is written, marked partial (docs/FORMAT.md, "Partial steps").
@@ -231,7 +244,7 @@ class CaptureSession:
         return not f.list_patterns or listed or f.listed(backward_name)
 
     def backward_open(self) -> bool:
-        return self.step_open and not self.closed
+        return self.step_open and not self.closed and self.processor.backward_open()
 
     def admit_backward(self, pending: Any) -> bool:
         reason = self.filter.record_reason(pending.name, False)
@@ -260,8 +273,8 @@ class CaptureSession:
         self.record_done(record)
 
     def record_done(self, record: int) -> None:
-        """Extension point: every row of forward or backward ``record`` is in the buffer (parameter-gradient
-        records excepted: their rows arrive until the step ends). A no-op here; overflow_check overrides it."""
+        """Every row of forward or backward ``record`` is in the buffer (parameter-gradient records excepted: their
+        rows arrive until the step ends). A no-op here; a processor may define it (overflow_check does)."""
         return None
 
     # -- save() ----------------------------------------------------------------------------------------------
@@ -327,7 +340,12 @@ class CaptureSession:
         self.pending_backward = []
 
     def flush(self) -> None:
-        """Complete pending backward records and hand the step to the sink."""
+        """Complete pending backward records and hand the step to the sink (between the processor's hooks)."""
+        self.processor.before_flush()
+        self._write_step()
+        self.processor.after_flush()
+
+    def _write_step(self) -> None:
         with self._busy:
             self.complete_pending_backward()
             buffer = self.buffer

@@ -1,65 +1,70 @@
-"""free_benchmark's session, framework-neutral: the capture session (L1 interception, naming, step and rank
-filters, zero-code steps) with the checks in place of the record builder. Nothing is dumped: each step's rows go
-to ``on_step(step, rows)`` when the step ends.
+"""free_benchmark's processor, framework-neutral (``engines.capture.processor``): the capture session (L1
+interception, naming, step and rank filters, zero-code steps) with the checks in place of the record builder.
+Nothing is dumped: each step's rows go to ``on_step(step, rows)`` when the step ends.
 
-``FreeBenchmarkSteps`` goes first in the bases and names the adapter's checks::
-
-    class FreeBenchmarkSession(FreeBenchmarkSteps, TorchCaptureSession):
-        backward_class = BackwardChecks
-        call_class = FreeBenchmarkCall
-
-and builds the capture session at L1 with no sink.
+``build_session`` joins it to a framework: the adapter's capture session (``<adapter>.session.Session``, at L1, no
+sink) whose API interception is the adapter's ``FreeBenchmarkCall`` (a ``calls.CallChecks``: the per-call control
+flow, once for every framework) and, with ``backward``, its ``BackwardChecks``.
 """
 
-from typing import TYPE_CHECKING, Any, Callable, List, Optional
+from typing import Any, Callable, List, Optional
 
 from engines.capture.options import CaptureOptions
+from engines.capture.processor import CallProcessor
+from engines.capture.session import CaptureSession
 from engines.capture.summary import CaptureSummary
 from engines.free_benchmark.backward import DEFAULT_HOLD_BYTES
 from engines.free_benchmark.options import FreeBenchmarkOptions
 from engines.free_benchmark.results import CheckRow
 
-if TYPE_CHECKING:  # the mixin's type checks see the capture session it goes in front of
-    from engines.capture.session import CaptureSession as _Session
-else:
-    _Session = object
+
+def build_session(adapter: Callable[[str], Any], options: CaptureOptions, fb: FreeBenchmarkOptions,
+                  on_step: Optional[Callable[[int, List[CheckRow]], None]] = None,
+                  summary: Optional[CaptureSummary] = None, rank: Optional[int] = None,
+                  hold_bytes: int = DEFAULT_HOLD_BYTES) -> CaptureSession:
+    """The free_benchmark session of the framework whose adapter modules ``adapter(name)`` returns."""
+    session: CaptureSession = adapter("session").Session(options.replace(level="L1"), None, summary=summary,
+                                                         rank=rank)
+    backward = adapter("free_benchmark_backward").BackwardChecks(session, fb, hold_bytes) if fb.backward else None
+    checks = adapter("free_benchmark_call").FreeBenchmarkCall(session, fb, backward)
+    return session.plug(FreeBenchmarkProcessor(fb, checks, backward, on_step))
 
 
-class FreeBenchmarkSteps(_Session):
-    #: the adapter's ``BackwardChecks`` and ``FreeBenchmarkCall`` (a ``calls.CallChecks``)
-    backward_class: Callable[..., Any]
-    call_class: Callable[..., Any]
-
-    def __init__(self, options: CaptureOptions, fb: FreeBenchmarkOptions,
-                 on_step: Optional[Callable[[int, List[CheckRow]], None]] = None,
-                 summary: Optional[CaptureSummary] = None, rank: Optional[int] = None,
-                 hold_bytes: int = DEFAULT_HOLD_BYTES) -> None:
-        # the framework's capture session, next in the bases
-        super().__init__(options.replace(level="L1"), None, summary=summary, rank=rank)
+class FreeBenchmarkProcessor(CallProcessor):
+    def __init__(self, fb: FreeBenchmarkOptions, checks: Any, backward: Any,
+                 on_step: Optional[Callable[[int, List[CheckRow]], None]] = None) -> None:
         self.fb = fb
-        self.backward_checks = self.backward_class(self, fb, hold_bytes) if fb.backward else None
-        self.api_capture = self.call_class(self, fb, self.backward_checks)
+        self.checks = checks  # the adapter's FreeBenchmarkCall: the session's API interception
+        self.backward_checks = backward
         self.on_step = on_step
-        ops = self.api_capture.ops
-        if fb.preheat and not ops.preheat:
-            self.summary.note("free_benchmark: preheat is not available on %s (as in msprobe); the fixed "
-                              "thresholds are used" % ops.framework)
+        self._rows: List[CheckRow] = []
+        self._active = False
 
-    @property
-    def checks(self) -> Any:
-        return self.api_capture
+    session: CaptureSession
 
-    def flush(self) -> None:
-        rows: List[CheckRow] = []
-        active = bool(self.api_counter._counts)
+    def attach(self, session: CaptureSession) -> None:
+        super().attach(session)
+        session.api_capture = self.checks  # type: ignore[attr-defined]  # the adapter's sessions all have one
+        ops = self.checks.ops
+        if self.fb.preheat and not ops.preheat:
+            session.summary.note("free_benchmark: preheat is not available on %s (as in msprobe); the fixed "
+                                 "thresholds are used" % ops.framework)
+
+    def before_flush(self) -> None:
+        session = self.session
+        self._rows = []
+        self._active = bool(session.api_counter._counts)
         try:
-            with self._busy:
-                rows = self.api_capture.finish_step(self.step)
+            with session._busy:
+                self._rows = self.checks.finish_step(session.step)
         except Exception as exc:  # never break training
-            self.summary.failed("free_benchmark results of step %d" % self.step, exc)
-        super().flush()
-        if (active or rows) and self.on_step is not None:
+            session.summary.failed("free_benchmark results of step %d" % session.step, exc)
+
+    def after_flush(self) -> None:
+        session = self.session
+        rows, self._rows = self._rows, []
+        if (self._active or rows) and self.on_step is not None:
             try:
-                self.on_step(self.step, rows)
+                self.on_step(session.step, rows)
             except Exception as exc:
-                self.summary.failed("writing the free_benchmark results of step %d" % self.step, exc)
+                session.summary.failed("writing the free_benchmark results of step %d" % session.step, exc)

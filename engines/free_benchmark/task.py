@@ -13,6 +13,7 @@ from engines.collection import EXIT_FINDINGS, EXIT_OK, EXIT_TARGET_FAILED, Colle
 from engines.free_benchmark.engine import Tally, fix_line, summarise
 from engines.free_benchmark.options import FreeBenchmarkOptions
 from engines.free_benchmark.results import CheckRow
+from engines.free_benchmark.session import FreeBenchmarkProcessor, build_session
 from engines.steps import StepReporter
 from engines.task import Say, TaskContext, run_meta
 
@@ -27,8 +28,9 @@ class FreeBenchmarkTask(SessionTask):
         meta = run_meta(ctx, self.options, "free_benchmark")
         self.tally = RankLazy(lambda: self.session.rank,
                               lambda rank: Tally(run.rank_dir(rank), rank, meta, self.options.store_mode))
-        self.session = ctx.adapter("free_benchmark_session").FreeBenchmarkSession(
-            self.options, self.fb, on_step=self._on_step, summary=self.summary)
+        self.session = build_session(ctx.adapter, self.options, self.fb, on_step=self._on_step,
+                                     summary=self.summary)
+        self.checks: FreeBenchmarkProcessor = self.session.processor
 
     def _on_step(self, step: int, rows: List[CheckRow]) -> None:
         tally = self.tally.get()
@@ -45,8 +47,8 @@ class FreeBenchmarkTask(SessionTask):
 
     def _summary(self, losses: Any) -> Dict[str, Any]:
         tally = self.tally.get()
-        checks = self.session.checks
-        backward = self.session.backward_checks
+        checks = self.checks.checks
+        backward = self.checks.backward_checks
         skipped = checks.skipped + (backward.skipped if backward else Counter())
         out = summarise(tally, self.fb, skipped, checks.replaced, self.summary, self.run, tally.rank)
         if losses:

@@ -1,24 +1,26 @@
-"""overflow_check's session logic, framework-neutral: a mixin over an adapter's capture session.
+"""overflow_check's per-call processor, framework-neutral (``engines.capture.processor``).
 
 The records are the capture's own (L1 API capture, L0 module/cell capture, backward hooks, names, filters, args),
 but each tensor gets a finiteness test instead of statistics (the adapter's ``OverflowEntries``), and each
 finished call is classified (``engines.overflow.origin``) in the order the calls finished. Calls are classified
 as soon as their facts are on the host: at once on the CPU; on an accelerator in batches, at step end or when the
-tensors held for a batch pass ``hold_bytes`` (one transfer per batch, docs/decisions/0017-overflow-and-syncing.md). Flagged calls, up to
-``overflow_nums`` in the run, are kept with their tensors (inputs as they were before the call); everything else
-is dropped, so the dump holds only the overflowing calls. Once the limit is reached capture stops, for good after
-that step.
+tensors held for a batch pass ``hold_bytes`` (one transfer per batch, docs/decisions/0017-overflow-and-syncing.md).
+Flagged calls, up to ``overflow_nums`` in the run, are kept with their tensors (inputs as they were before the
+call); everything else is dropped, so the dump holds only the overflowing calls. Once the limit is reached capture
+stops, for good after that step.
 
-``OverflowChecks`` goes first in the bases (``class OverflowSession(OverflowChecks, TorchCaptureSession)``, a
-``engines.capture.session.CaptureSession``); the adapter's ``__init__`` sets ``self.entries`` and calls
-``init_overflow``, and defines ``requires_grad_flag(t)``.
+``build_session`` joins it to a framework: the adapter's capture session (``<adapter>.session.Session``) with its
+finiteness tests (``<adapter>.overflow_entries``) plugged in.
 """
 
 import os
-from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from engines.capture import naming
+from engines.capture.options import CaptureOptions
+from engines.capture.processor import CallProcessor
 from engines.capture.records import StepBuffer
+from engines.capture.session import CaptureSession
 from engines.capture.summary import CaptureSummary
 from engines.overflow import origin as og
 from engines.overflow.entries import OverflowEntriesBase
@@ -28,19 +30,25 @@ DEFAULT_HOLD_BYTES = int(float(os.environ.get("PROBE_TUI_OVERFLOW_HOLD_MB", "512
 DEFAULT_BATCH_RECORDS = 4096
 
 
-if TYPE_CHECKING:  # the mixin's type checks see the capture session it goes in front of
-    from engines.capture.session import CaptureSession as _Session
-else:
-    _Session = object
+def build_session(adapter: Callable[[str], Any], options: CaptureOptions,
+                  sink_factory: Optional[Callable[[int], Any]], summary: Optional[CaptureSummary] = None,
+                  overflow_nums: int = 1, on_step: Optional[Callable[[StepFindings], None]] = None,
+                  rank: Optional[int] = None, batched: bool = False, hold_bytes: int = DEFAULT_HOLD_BYTES,
+                  batch_records: int = DEFAULT_BATCH_RECORDS) -> CaptureSession:
+    """The overflow_check session of the framework whose adapter modules ``adapter(name)`` returns."""
+    session: CaptureSession = adapter("session").Session(options, sink_factory, summary=summary, rank=rank)
+    tests = adapter("overflow_entries")
+    entries = tests.OverflowEntries(session.summary, batched=batched)
+    return session.plug(OverflowProcessor(entries, tests.requires_grad_flag, overflow_nums, on_step, hold_bytes,
+                                          batch_records))
 
 
-class OverflowChecks(_Session):
-    # What the adapter brings (declarations only: they must not shadow the adapter's own).
-    entries: OverflowEntriesBase  # its OverflowEntries
-    requires_grad_flag: Callable[[Any], int]  # the flag column of a tensor
-
-    def init_overflow(self, overflow_nums: int = 1, on_step: Optional[Callable[[StepFindings], None]] = None,
-                      hold_bytes: int = DEFAULT_HOLD_BYTES, batch_records: int = DEFAULT_BATCH_RECORDS) -> None:
+class OverflowProcessor(CallProcessor):
+    def __init__(self, entries: OverflowEntriesBase, requires_grad_flag: Callable[[Any], int],
+                 overflow_nums: int = 1, on_step: Optional[Callable[[StepFindings], None]] = None,
+                 hold_bytes: int = DEFAULT_HOLD_BYTES, batch_records: int = DEFAULT_BATCH_RECORDS) -> None:
+        self.entries = entries
+        self.requires_grad_flag = requires_grad_flag
         self.overflow_nums = overflow_nums
         self.on_step = on_step
         self.hold_bytes = hold_bytes
@@ -48,10 +56,17 @@ class OverflowChecks(_Session):
         self.hits = 0
         self.limit_reached = False
         self.syncs = 0  # batches classified (host transfers on an accelerator)
+        self._flushed: Optional[StepFindings] = None
+
+    session: CaptureSession
+
+    def attach(self, session: CaptureSession) -> None:
+        super().attach(session)
+        session.entries = self.entries  # the session's flush and close use the finiteness tests' entries
         self._reset_step()
 
     def _reset_step(self) -> None:
-        self.findings = StepFindings(self.step)
+        self.findings = StepFindings(self.session.step)
         self._done: List[int] = []
         self._processed: set = set()
         self._kept: List[int] = []
@@ -70,12 +85,12 @@ class OverflowChecks(_Session):
         if slot == "input.0" and self._is_inplace(record):
             entries.keep_pre_call(e, t, self.hold_bytes)
         dtype, shape, device = entries.meta[e]
-        self.buffer.add_row(record, slot, dtype, shape, self.requires_grad_flag(t), e, device, False)
+        self.session.buffer.add_row(record, slot, dtype, shape, self.requires_grad_flag(t), e, device, False)
 
     def _is_inplace(self, record: int) -> bool:
         got = self._inplace.get(record)
         if got is None:
-            b = self.buffer
+            b = self.session.buffer
             got = False
             if b.rec_kind[record] == naming.KIND_API and b.rec_direction[record] == naming.DIRECTION_FORWARD:
                 api = b.rec_name[record].rsplit(".", 2)[0].partition(".")[2]
@@ -96,11 +111,11 @@ class OverflowChecks(_Session):
             try:
                 self._process()
             except Exception as exc:  # never break training
-                self.summary.failed("overflow check", exc)
+                self.session.summary.failed("overflow check", exc)
                 self._done = []
 
     def _index_rows(self) -> None:
-        b = self.buffer
+        b = self.session.buffer
         n = len(b.row_record)
         if n < self._row_cursor:  # a failed call was rolled back: index again
             self._rows_of = {}
@@ -127,15 +142,15 @@ class OverflowChecks(_Session):
         self._done = []
         if everything:
             seen = set(todo)
-            todo = todo + [r for r in range(self.buffer.num_records) if r not in seen and r not in self._processed]
+            todo = todo + [r for r in range(self.session.buffer.num_records) if r not in seen and r not in self._processed]
         for r in todo:
-            if r in self._processed or r >= self.buffer.num_records:
+            if r in self._processed or r >= self.session.buffer.num_records:
                 continue
             self._processed.add(r)
             self._classify(r)
 
     def _classify(self, r: int) -> None:
-        b = self.buffer
+        b = self.session.buffer
         entries = self.entries
         rows = self._rows_of.pop(r, [])
         self.findings.checked += 1
@@ -165,7 +180,7 @@ class OverflowChecks(_Session):
         if verdict.flagged:
             verdict, facts = self._verdict(r, rows, exact=True)
         ins, outs, out_entries = facts
-        b = self.buffer
+        b = self.session.buffer
         entries = self.entries
         kind = b.rec_kind[r]
         backward = b.rec_direction[r] == naming.DIRECTION_BACKWARD
@@ -198,11 +213,11 @@ class OverflowChecks(_Session):
         if self.overflow_nums >= 0 and self.hits >= self.overflow_nums:
             self.limit_reached = True
             self.findings.stopped = True
-            self.running = False  # the function mode and module hooks pass calls through from now on
+            self.session.running = False  # the function mode and module hooks pass calls through from now on
 
     def _verdict(self, r: int, rows: List[int], exact: bool
                  ) -> Tuple[og.Verdict, Tuple[List[og.TensorFacts], List[og.TensorFacts], List[int]]]:
-        b = self.buffer
+        b = self.session.buffer
         entries = self.entries
         kind = b.rec_kind[r]
         backward = b.rec_direction[r] == naming.DIRECTION_BACKWARD
@@ -261,41 +276,43 @@ class OverflowChecks(_Session):
         return verdict, (ins, outs, out_entries)
 
     def _where(self, r: int) -> str:
-        sid = self.buffer.rec_stack[r]
+        sid = self.session.buffer.rec_stack[r]
         if sid is None or sid < 0:
             return ""
         try:
-            frames = self.stacks.frames(sid)
+            frames = self.session.stacks.frames(sid)
         except IndexError:
             return ""
         return code_line(frames[0]) if frames else ""
 
     # -- step end --------------------------------------------------------------------------------------------
-    def flush(self) -> None:
-        findings = None
+    def before_flush(self) -> None:
+        self._flushed = None
         try:
-            with self._busy:
-                self.complete_pending_backward()
+            with self.session._busy:
+                self.session.complete_pending_backward()
                 if not self.limit_reached or self._done:
                     self._process(everything=not self.limit_reached)
                 self._keep_only(self._kept)
-            findings = self.findings
+            self._flushed = self.findings
             if self.entries.deferred:
-                findings.syncs += self.entries.reads
+                self._flushed.syncs += self.entries.reads
         except Exception as exc:  # never break training: drop the step's records
-            self.summary.failed("overflow check of step %d" % self.step, exc)
+            self.session.summary.failed("overflow check of step %d" % self.session.step, exc)
             self._keep_only([])
-        super().flush()
+
+    def after_flush(self) -> None:
+        findings = self._flushed
         if findings is not None and (findings.checked or findings.calls) and self.on_step is not None:
             try:
                 self.on_step(findings)
             except Exception as exc:
-                self.summary.failed("writing the overflow results of step %d" % findings.step, exc)
+                self.session.summary.failed("writing the overflow results of step %d" % findings.step, exc)
         self._reset_step()
 
     def _keep_only(self, records: List[int]) -> None:
         """Replace the step's buffer by the kept records (in dump order) and their rows."""
-        old = self.buffer
+        old = self.session.buffer
         new = StepBuffer()
         mapping: Dict[int, int] = {}
         for r in sorted(records):
@@ -307,26 +324,24 @@ class OverflowChecks(_Session):
                 if nr is not None:
                     new.add_row(nr, old.row_slot[i], old.row_dtype[i], old.row_shape[i], old.row_requires_grad[i],
                                 old.row_entry[i], old.row_device[i], old.row_save[i])
-        self.buffer = new
+        self.session.buffer = new
 
-    def step_end(self) -> None:
-        self.findings.step = self.step
-        super().step_end()
-        if self.limit_reached and not self.finished:
-            self._finish_for_good()
+    def before_step_end(self) -> None:
+        self.findings.step = self.session.step
+
+    def after_step_end(self) -> None:
+        if self.limit_reached and not self.session.finished:
+            self.session._finish_for_good()
 
     def backward_open(self) -> bool:
-        return not self.limit_reached and super().backward_open()
+        return not self.limit_reached
 
-    def start(self, model: Any = None) -> None:
-        if self.limit_reached:
-            return
-        super().start(model)
-        self.findings.step = self.step
+    def may_start(self) -> bool:
+        self.findings.step = self.session.step
+        return not self.limit_reached
 
-    def close(self, status: str = "finished") -> CaptureSummary:
-        self.findings.step = self.step
-        return super().close(status)
+    def before_close(self) -> None:
+        self.findings.step = self.session.step
 
 
 def _gradient_verdict(outs: List[og.TensorFacts]) -> og.Verdict:

@@ -13,6 +13,7 @@ from engines.capture.task import RankLazy, SessionTask
 from engines.collection import EXIT_FINDINGS, EXIT_OK, EXIT_TARGET_FAILED, CollectionResult
 from engines.overflow.engine import OverflowTally, overflow_nums, summarise
 from engines.overflow.report import StepFindings
+from engines.overflow.session import OverflowProcessor, build_session
 from engines.steps import StepReporter
 from engines.task import Say, TaskContext, run_meta
 
@@ -28,8 +29,9 @@ class OverflowTask(SessionTask):
         self.tally = RankLazy(lambda: self.session.rank, lambda rank: OverflowTally(
             run.rank_dir(rank), meta={**meta, "rank": rank}, store_mode=self.options.store_mode))
         sinks = dump_sink_factory(run.rank_dir, self.options, meta, self.summary)
-        self.session = ctx.adapter("overflow_session").OverflowSession(
-            self.options, sinks, summary=self.summary, overflow_nums=self.limit, on_step=self._on_findings)
+        self.session = build_session(ctx.adapter, self.options, sinks, summary=self.summary,
+                                     overflow_nums=self.limit, on_step=self._on_findings)
+        self.checks: OverflowProcessor = self.session.processor
 
     def _on_findings(self, findings: StepFindings) -> None:
         self.tally.get()(findings)
@@ -41,7 +43,7 @@ class OverflowTask(SessionTask):
             self.tally.value.close(status)
 
     def result_summary(self) -> Dict[str, Any]:
-        return summarise(self.tally.get().steps, self.summary, self.run, self.limit, self.session.limit_reached)
+        return summarise(self.tally.get().steps, self.summary, self.run, self.limit, self.checks.limit_reached)
 
     def outcome(self, result: Any) -> CollectionResult:
         out = self.result_summary()

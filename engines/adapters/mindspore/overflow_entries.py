@@ -169,3 +169,10 @@ class OverflowEntries(OverflowEntriesBase):
                 if row[4]:
                     cols.stats[e, 2], cols.stats[e, 3] = float(row[2]) / row[4], row[3]
         return cols
+
+
+def requires_grad_flag(t: object) -> int:
+    """The ``requires_grad`` column of an overflow_check row (MindSpore's autograd flag)."""
+    from engines.adapters.mindspore.session import requires_grad
+
+    return 1 if requires_grad(t) else 0

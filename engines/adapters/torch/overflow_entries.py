@@ -210,3 +210,8 @@ def _host_stats(cols: EntryColumns, e: int, arr: np.ndarray, dtype_name: str) ->
         cols.counts[e] = (0, 0, 0)
     cols.numel[e] = v.size
 
+
+
+def requires_grad_flag(t: torch.Tensor) -> int:
+    """The ``requires_grad`` column of an overflow_check row."""
+    return 1 if t.requires_grad else 0
