@@ -61,7 +61,7 @@ def run_arm(preset: str, dtype: str, arm, rounds: int, steps: int, warmup: int):
         ratios.append(got["ratio"])
         cpu.append(got["cpu_ratio"])
         if kind == "overflow":
-            syncs.append(session.syncs / float(steps + warmup))
+            syncs.append(session.processor.syncs / float(steps + warmup))
     return {"ratio": statistics.median(ratios), "spread": [min(ratios), max(ratios)],
             "cpu_ratio": statistics.median(cpu), "syncs_per_step": statistics.median(syncs) if syncs else None,
             "peak_rss_mb": peak_rss_mb()}
