@@ -9,7 +9,7 @@ repeats it per input), and unmatched rows do not get the requires_grad yellow (t
 from __future__ import annotations
 
 import math
-from typing import Dict, List
+from typing import Callable, Dict, List, Tuple
 
 import numpy as np
 
@@ -31,11 +31,11 @@ Y4 = "The output's cosine decreases by more than 0.1 compared to the input/param
 Y5 = "requires_grad is inconsistent"
 
 
-def _num(v) -> bool:
+def _num(v: object) -> bool:
     return isinstance(v, (float, int, np.floating)) and not math.isnan(v)
 
 
-def highlight(cols: Dict[str, np.ndarray], tensor_mode: bool):
+def highlight(cols: Dict[str, np.ndarray], tensor_mode: bool) -> Tuple[np.ndarray, np.ndarray]:
     """Colour code (:data:`COLOURS`) and messages for every row.
 
     Columns used: ``record``, ``io``, ``matched``, ``t_max``, ``t_min``, ``t_valid``, ``g_max``, ``requires_grad_equal``
@@ -77,7 +77,8 @@ def highlight(cols: Dict[str, np.ndarray], tensor_mode: bool):
     return colour, np.array(texts, dtype=object)
 
 
-def _group(cols, rows, tensor_mode, abs_col, colour, mark) -> None:
+def _group(cols: Dict[str, np.ndarray], rows: range, tensor_mode: bool, abs_col: np.ndarray, colour: np.ndarray,
+           mark: Callable[[int, int, str], None]) -> None:
     io = cols["io"]
     inputs = [i for i in rows if io[i] in (IO_INPUT, IO_PARAM) and cols["matched"][i]]
     outputs = [i for i in rows if io[i] == IO_OUTPUT and cols["matched"][i]]

@@ -3,6 +3,8 @@ headers per mode (docs/reference/msprobe-analysis.md §1.12, wheel 26.2 layout).
 
 from __future__ import annotations
 
+from typing import Tuple
+
 # (column, type) as stored in the HDF5 result table; "str" = interned string-table ids, "json" = not interned
 RESULT_COLUMNS = (
     ("rank", "int64"), ("step", "int64"), ("order", "int64"),
@@ -54,18 +56,19 @@ TAIL_HEADERS = ("Requires_grad Consistent", "Result", "Err_message")
 EXTRA_HEADERS = ("RelErr", "Rank", "Step")
 
 
-def report_headers(mode: str, *, stack: bool, classic: bool) -> tuple:
+def report_headers(mode: str, *, stack: bool, classic: bool) -> Tuple[str, ...]:
     """Report header for a mode (wheel layout; classic adds "Accuracy Reached or Not" in tensor mode)."""
+    body: Tuple[str, ...]
     if mode == "tensor":
         body = TENSOR_HEADERS + VALUE_HEADERS
     elif mode == "statistics":
         body = STATS_HEADERS + VALUE_HEADERS
     else:
         body = MD5_HEADERS
-    tail = TAIL_HEADERS
+    tail: Tuple[str, ...] = TAIL_HEADERS
     if classic and mode == "tensor":
         tail = ("Requires_grad Consistent", "Accuracy Reached or Not", "Result", "Err_message")
-    head = PREFIX_HEADERS + body + tail
+    head: Tuple[str, ...] = PREFIX_HEADERS + body + tail
     if stack:
         head += ("NPU_Stack_Info",)
     if mode == "tensor":

@@ -17,7 +17,7 @@ import numpy as np
 
 from engines.compare.columns import report_headers
 from engines.compare.float_text import FloatText
-from engines.compare.report_cells import NumCells, cell_builders
+from engines.compare.report_cells import Cells, NumCells, cell_builders
 from engines.compare.verdicts import UNMATCHED, VERDICTS
 from engines.dumps.rows import factorize
 
@@ -218,7 +218,7 @@ def _first_of_record(cols: Dict[str, np.ndarray]) -> Field:
     return Coded(codes, texts)
 
 
-def _err_message(cols: Dict[str, np.ndarray], builders) -> Field:
+def _err_message(cols: Dict[str, np.ndarray], builders: Dict[str, Callable[[], Cells]]) -> Field:
     if "classic_messages" in cols:
         return coded_text(np.array(builders["Err_message"](), dtype=object))
     reasons = np.asarray(cols["reasons"], dtype=object).copy()

@@ -10,8 +10,11 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+from multiprocessing.connection import Connection
+from multiprocessing.context import BaseContext
+from multiprocessing.process import BaseProcess
 from pathlib import Path
-from typing import Dict, Optional
+from typing import Callable, Dict, Optional, Tuple
 
 import numpy as np
 
@@ -29,7 +32,8 @@ def _header(mode: str, stack: bool, classic: bool) -> bytes:
     return (",".join(csv_text(h) for h in report_headers(mode, stack=stack, classic=classic)) + "\n").encode("utf-8")
 
 
-def _write(tmp: Path, cols: Dict[str, np.ndarray], mode: str, stack: bool, classic: bool, claim=None) -> None:
+def _write(tmp: Path, cols: Dict[str, np.ndarray], mode: str, stack: bool, classic: bool,
+           claim: Optional[Callable[[], Optional[int]]] = None) -> None:
     """The header and the blocks ``claim()`` hands out (every block, in order, when None)."""
     n = int(cols["verdict"].shape[0])
     fields = csv_fields(cols, mode, stack=stack, classic=classic)
@@ -51,7 +55,7 @@ def _n_blocks(n: int) -> int:
 class _Claims:
     """Blocks shared by the writer process (from the front, in order) and the parent (from the back)."""
 
-    def __init__(self, ctx, n_blocks: int):
+    def __init__(self, ctx: BaseContext, n_blocks: int) -> None:
         self.next = ctx.Array("q", [0, n_blocks])  # [first unclaimed, one past the last unclaimed]
 
     def front(self) -> Optional[int]:
@@ -79,7 +83,7 @@ def write_csv(path: Path, cols: Dict[str, np.ndarray], mode: str, *, stack: bool
     return _inline(path, path.with_name(path.name + ".partial"), cols, mode, stack, classic).wait()
 
 
-def _inline(path: Path, tmp: Path, cols, mode: str, stack: bool, classic: bool) -> "CsvJob":
+def _inline(path: Path, tmp: Path, cols: Dict[str, np.ndarray], mode: str, stack: bool, classic: bool) -> "CsvJob":
     job = CsvJob(path, tmp)
     try:
         _write(tmp, cols, mode, stack, classic)
@@ -89,7 +93,7 @@ def _inline(path: Path, tmp: Path, cols, mode: str, stack: bool, classic: bool) 
     return job
 
 
-def _child(conn, tmp: str, cols, mode: str, stack: bool, classic: bool, claims: _Claims) -> None:
+def _child(conn: Connection, tmp: str, cols: Dict[str, np.ndarray], mode: str, stack: bool, classic: bool, claims: _Claims) -> None:
     try:
         _write(Path(tmp), cols, mode, stack, classic, claims.front)
         conn.send(None)
@@ -104,15 +108,18 @@ class CsvJob:
     and removes the partial file. While it waits, the parent formats blocks from the end of the report (the
     writer process takes them from the start) and appends them when the writer is done."""
 
-    def __init__(self, path: Path, tmp: Path, proc=None, conn=None, claims: Optional[_Claims] = None,
-                 job: Optional[tuple] = None):
+    def __init__(self, path: Path, tmp: Path, proc: Optional[BaseProcess] = None, conn: Optional[Connection] = None,
+                 claims: Optional[_Claims] = None, job: Optional[Tuple[Dict[str, np.ndarray], str, bool, bool]] = None
+                 ) -> None:
         self.path, self.tmp, self.proc, self.conn = path, tmp, proc, conn
         self.claims, self.job = claims, job
 
     def _help(self) -> Dict[int, bytes]:
+        parts: Dict[int, bytes] = {}
+        if self.claims is None or self.job is None:  # written inline: no blocks left to take
+            return parts
         cols, mode, stack, classic = self.job
         n = int(cols["verdict"].shape[0])
-        parts: Dict[int, bytes] = {}
         if self.claims.left() < HELP_FRACTION * _n_blocks(n):
             return parts
         fields = csv_fields(cols, mode, stack=stack, classic=classic)
@@ -126,7 +133,7 @@ class CsvJob:
         return parts
 
     def wait(self) -> Path:
-        if self.proc is not None:
+        if self.proc is not None and self.conn is not None:  # set together by start_csv
             error: Optional[str] = "the CSV writer process ended without a result"
             try:
                 parts = self._help()
@@ -187,7 +194,7 @@ class CsvAppender:
     """The report written a chunk of result rows at a time (a compare too large to hold at once): the header
     first, then each chunk's rows as they come; the file appears under its name at :meth:`finish`."""
 
-    def __init__(self, path: Path, mode: str, *, stack: bool, classic: bool):
+    def __init__(self, path: Path, mode: str, *, stack: bool, classic: bool) -> None:
         self.path = Path(path)
         self.tmp = self.path.with_name(self.path.name + ".partial")
         self.mode, self.stack, self.classic = mode, stack, classic

@@ -21,7 +21,8 @@ so every frame is ``repr``'s text (tested against ``repr`` on millions of values
 from __future__ import annotations
 
 from fractions import Fraction
-from typing import List, Tuple
+from functools import partial
+from typing import Callable, List, Tuple
 
 import numpy as np
 
@@ -74,7 +75,7 @@ def _scaled(a: np.ndarray, k: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
     return s, err - (s - p)
 
 
-def _shortest(a: np.ndarray):
+def _shortest(a: np.ndarray) -> Tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """For positive finite ``a`` within 1e±200: (digits as a 17-digit int64 with trailing zeros, number of
     significant digits, decimal exponent of the first digit, ok). ``ok`` False: let ``repr`` do it."""
     n = a.shape[0]
@@ -174,8 +175,8 @@ class FloatText:
         self._plan(np.signbit(x), digits, sig, e10)
         self.width = max([len(self._writers)] + [len(t) for t in self.rest_texts])
 
-    def _plan(self, neg, digits, sig, e10) -> None:
-        w: List = []
+    def _plan(self, neg: np.ndarray, digits: np.ndarray, sig: np.ndarray, e10: np.ndarray) -> None:
+        w: List[Callable[[np.ndarray], object]] = []  # each writes one byte column
         self._writers = w
         if neg.any():
             w.append(lambda col: np.multiply(neg, _C["-"], out=col))
@@ -187,8 +188,12 @@ class FloatText:
         if small.any():
             w.append(lambda col: np.multiply(small, _C["0"], out=col))
             w.append(lambda col: np.multiply(small, _C["."], out=col))
+
+            def zero(i: int, col: np.ndarray) -> None:
+                np.multiply(small & (-e - 1 > i), _C["0"], out=col)
+
             for i in range(int(-e[small].min()) - 1):  # "0.00ddd": -e - 1 zeros
-                w.append(lambda col, i=i: np.multiply(small & (-e - 1 > i), _C["0"], out=col))
+                w.append(partial(zero, i))
         shown = np.where(big, np.maximum(sig, e + 1), sig).astype(np.int8)
         dot_at = np.where(big, e, np.where(~positional & (sig > 1), 0, -1)).astype(np.int8)
         dots = set(np.flatnonzero(np.bincount(dot_at.astype(np.int64) + 1, minlength=18)[1:]).tolist())
@@ -212,10 +217,13 @@ class FloatText:
             else:
                 col[...] = source
 
+        def dot(j: int, col: np.ndarray) -> None:
+            np.multiply(dot_at == j, _C["."], out=col)
+
         for j in range(int(shown.max())):
-            w.append(lambda col, j=j: digit(j, col))
+            w.append(partial(digit, j))
             if j in dots:
-                w.append(lambda col, j=j: np.multiply(dot_at == j, _C["."], out=col))
+                w.append(partial(dot, j))
         tail = big & (sig <= e + 1)
         if tail.any():
             w.append(lambda col: np.multiply(tail, _C["0"], out=col))

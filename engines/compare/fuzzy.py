@@ -15,12 +15,13 @@ O((N+M)·max_d) at worst; identical prefixes and suffixes are trimmed first.
 
 from __future__ import annotations
 
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, Hashable, List, Optional, Sequence, Tuple, TypeVar
 
 from engines.dumps.names import parse_record
 from engines.dumps.rows import DIR_NONE, KIND_API, KIND_MODULE, KIND_PARAM_GRAD
 
 Pair = Tuple[int, int]
+_K = TypeVar("_K", bound=Hashable)
 
 
 def fuzzy_record_key(record: str) -> str:
@@ -102,7 +103,7 @@ def _myers_core(a: Sequence[int], b: Sequence[int], max_d: int,
     return None
 
 
-def _backtrack(trace: List[List[int]], a, b, d_end: int) -> List[Pair]:
+def _backtrack(trace: List[List[int]], a: Sequence[int], b: Sequence[int], d_end: int) -> List[Pair]:
     """Walk the saved V arrays back from (n, m); ``trace[d][k + d + 1]`` is V[k] before round d."""
     x, y = len(a), len(b)
     pairs: List[Pair] = []
@@ -139,13 +140,13 @@ def windowed_pairs(a: Sequence[int], b: Sequence[int], window: int = 64) -> List
             continue
         jb = next((q for q in range(j + 1, min(m, j + window)) if b[q] == a[i]), None)
         ia = next((p for p in range(i + 1, min(n, i + window)) if a[p] == b[j]), None)
-        if jb is None and ia is None:
+        if jb is not None and (ia is None or jb - j <= ia - i):
+            j = jb
+        elif ia is not None:
+            i = ia
+        else:
             i += 1
             j += 1
-        elif ia is None or (jb is not None and jb - j <= ia - i):
-            j = jb
-        else:
-            i = ia
     return pairs
 
 
@@ -154,18 +155,18 @@ def align(a: Sequence[int], b: Sequence[int], max_d: int = 2000) -> List[Pair]:
     return pairs if pairs is not None else windowed_pairs(a, b)
 
 
-def _ids(keys: Sequence, table: Dict) -> List[int]:
+def _ids(keys: Sequence[_K], table: Dict[_K, int]) -> List[int]:
     return [table.setdefault(k, len(table)) for k in keys]
 
 
 def align_records(t_sigs: Sequence[Tuple[str, tuple]], g_sigs: Sequence[Tuple[str, tuple]],
                   max_d: int = 2000) -> List[Pair]:
     """Pair records given (fuzzy name, row signature) per record, in dump order. Two passes (see module doc)."""
-    table: Dict = {}
+    table: Dict[Tuple[str, tuple], int] = {}
     full_t = _ids(t_sigs, table)
     full_g = _ids(g_sigs, table)
     anchors = align(full_t, full_g, max_d)
-    names: Dict = {}
+    names: Dict[str, int] = {}
     name_t = _ids([s[0] for s in t_sigs], names)
     name_g = _ids([s[0] for s in g_sigs], names)
     out: List[Pair] = []

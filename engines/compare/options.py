@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Union
+from typing import Any, Dict, Iterable, List, Optional, Union
 
 from engines.compare.mapping import KeyOptions, MappingError, load_mapping_file, parse_api_mapping, string_map
 from engines.compare.verdicts import Thresholds
@@ -125,13 +125,13 @@ def _get(obj: Any, key: str, default: Any) -> Any:
     return getattr(obj, key, default)
 
 
-def _path_or_none(value) -> Optional[str]:
+def _path_or_none(value: object) -> Optional[str]:
     if value in (None, "", False):
         return None
     return str(value)
 
 
-def _flag_or_path(value) -> Union[str, bool, None]:
+def _flag_or_path(value: object) -> Union[str, bool, None]:
     if value in (None, "", False):
         return None
     if value is True:
@@ -139,8 +139,8 @@ def _flag_or_path(value) -> Union[str, bool, None]:
     return str(value)
 
 
-def _int_list(value) -> List[int]:
-    if value in (None, ""):
+def _int_list(value: Union[None, int, str, Iterable[Union[int, str]]]) -> List[int]:
+    if value is None or value == "":
         return []
     if isinstance(value, int):
         return [value]

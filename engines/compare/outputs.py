@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
-from typing import Any, Dict, Optional
+from typing import TYPE_CHECKING, Any, Dict, Optional, Tuple
 
 import numpy as np
 
@@ -13,11 +13,15 @@ from engines import safe_fs
 from engines.compare.csv_out import CsvJob, start_csv
 from engines.compare.options import CompareError, CompareOptions
 from engines.compare.xlsx_out import XlsxRefused, write_xlsx
+from engines.events import EventSink
+
+if TYPE_CHECKING:
+    from engines.runs import Run
 
 RESULT_FILE = "compare.h5"
 
 
-def output_folder(opts: CompareOptions, job: Any, framework: str):
+def output_folder(opts: CompareOptions, job: Any, framework: str) -> Tuple[Path, Optional[Run]]:
     """Where results go: ``output_path`` (created; refused if it already holds results, nothing is overwritten),
     else a new run folder ``<dump_path>/<run-id>/`` with run.json and ``latest`` (engines.runs). Returns
     (folder, run or None)."""
@@ -77,7 +81,8 @@ class ReportWriter:
             self.csv = start_csv(out / "compare_result_{}.csv".format(self.stamp), table, mode, stack=self.stack,
                                  classic=self.classic)
 
-    def finish(self, div, tree, golden_only, summary: Dict[str, Any], events) -> Dict[str, str]:
+    def finish(self, div: Dict[str, np.ndarray], tree: Dict[str, np.ndarray], golden_only: Dict[str, np.ndarray],
+               summary: Dict[str, Any], events: Optional[EventSink]) -> Dict[str, str]:
         files: Dict[str, str] = {}
         out, table = self.out, self.table
         if "hdf5" in self.opts.formats:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Callable, Dict, Optional
+from typing import Any, Callable, Dict, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -16,7 +16,7 @@ from engines.compare import classic, stats_metrics, tensor_metrics, verdicts
 from engines.compare.arg_defaults import flag_changed_defaults
 from engines.compare.dtypes import neutral_dtypes
 from engines.compare.mapping import KeyOptions
-from engines.compare.matching import match_rows
+from engines.compare.matching import Match, match_rows
 from engines.compare.stats_metrics import STATS
 from engines.compare.tensor_metrics import (
     ST_DTYPE_GATE,
@@ -29,6 +29,7 @@ from engines.compare.tensor_metrics import (
 from engines.compare.tensor_stream import PairTask, compare_pairs, itemsize_of
 from engines.compare.verdicts import IGNORED_APIS, F, Thresholds
 from engines.dumps.rows import V_MAX, V_MIN, RowTable
+from engines.dumps.source import TensorSpec
 
 MODES = ("tensor", "statistics", "md5")
 
@@ -47,7 +48,7 @@ class PieceSettings:
     progress: Optional[Callable[[int, int], None]] = None
 
 
-def _golden(values: np.ndarray, gi: np.ndarray, fill) -> np.ndarray:
+def _golden(values: np.ndarray, gi: np.ndarray, fill: object) -> np.ndarray:
     out = np.empty(gi.shape[0], dtype=values.dtype)
     hit = gi >= 0
     out[hit] = values[gi[hit]]
@@ -64,7 +65,8 @@ def _api_name(record: str) -> str:
     return parts[1] if len(parts) > 2 else ""
 
 
-def compare_piece(t: RowTable, g: RowTable, t_spec, g_spec, st: PieceSettings):
+def compare_piece(t: RowTable, g: RowTable, t_spec: Optional[TensorSpec], g_spec: Optional[TensorSpec],
+                  st: PieceSettings) -> Tuple[Dict[str, np.ndarray], Match]:
     """Columns of the result rows and the :class:`~engines.compare.matching.Match` behind them."""
     match = match_rows(t, g, st.keys, fuzzy=st.fuzzy, cross_framework=st.cross_framework)
     gi = match.golden_index
@@ -81,7 +83,7 @@ def compare_piece(t: RowTable, g: RowTable, t_spec, g_spec, st: PieceSettings):
         "t_valid": t.valid, "g_valid": _golden(g.valid, gi, 0), "matched": matched,
         "fuzzy": match.fuzzy,
     }
-    g_stats = {}
+    g_stats: Dict[str, np.ndarray] = {}
     for s in STATS:
         cols["t_" + s] = getattr(t, s)
         g_stats[s] = _golden(getattr(g, s), gi, math.nan)
@@ -168,7 +170,7 @@ def _data_names(t_names: np.ndarray, g_names: np.ndarray) -> np.ndarray:
     return out
 
 
-def _nonfinite_flags(cols, flags, matched) -> None:
+def _nonfinite_flags(cols: Dict[str, np.ndarray], flags: np.ndarray, matched: np.ndarray) -> None:
     """From the statistics: a non-finite max/min on one side only (the tensor compare refines it)."""
     def nonfinite(prefix: str) -> np.ndarray:
         valid = cols[prefix + "_valid"]
@@ -191,7 +193,8 @@ def _nonfinite_flags(cols, flags, matched) -> None:
         flags[both & differ] |= F["non-finite positions differ"]
 
 
-def _scalar_flags(cols, flags, scalar, t_text, g_text) -> None:
+def _scalar_flags(cols: Dict[str, np.ndarray], flags: np.ndarray, scalar: np.ndarray, t_text: np.ndarray,
+                  g_text: np.ndarray) -> None:
     for i in np.flatnonzero(scalar):
         a, b = t_text[i], g_text[i]
         if a is not None or b is not None:
@@ -204,7 +207,9 @@ def _scalar_flags(cols, flags, scalar, t_text, g_text) -> None:
                 flags[i] |= F["scalar argument changed"]
 
 
-def _tensor_metrics(t, g, gi, comparable, t_spec, g_spec, st, cols, flags, status, rel_err, messages) -> None:
+def _tensor_metrics(t: RowTable, g: RowTable, gi: np.ndarray, comparable: np.ndarray, t_spec: Optional[TensorSpec],
+                    g_spec: Optional[TensorSpec], st: PieceSettings, cols: Dict[str, np.ndarray], flags: np.ndarray,
+                    status: np.ndarray, rel_err: np.ndarray, messages: np.ndarray) -> None:
     has_data = comparable & (t.data >= 0)
     has_data[has_data] &= g.data[gi[has_data]] >= 0
     no_data = comparable & ~has_data
@@ -220,14 +225,15 @@ def _tensor_metrics(t, g, gi, comparable, t_spec, g_spec, st, cols, flags, statu
     outcomes = compare_pairs(tasks, t_spec, g_spec, rel_eps=st.rel_eps, small_value=st.small_value,
                              workers=st.workers, progress=st.progress)
     for row, out in outcomes.items():
-        if out.error:
+        partial = out.partial
+        if out.error or partial is None:  # an outcome holds an error or the sums, never neither
             status[row] = tensor_metrics.ST_READ_ERROR
             flags[row] |= F["no tensor data"]
             messages[row] = "Dump file not found or read failed: " + out.error
             rel_err[row] = np.nan
             continue
         shape = tuple(json_shape(cols["target_shape"][row]))
-        m = tensor_metrics.finish(out.partial, shape, dtype_differs=out.x_dtype != out.y_dtype)
+        m = tensor_metrics.finish(partial, shape, dtype_differs=out.x_dtype != out.y_dtype)
         status[row] = m.status
         for name, value in zip(("cosine", "euc_dist", "max_abs_err", "max_rel_err", "one_thousandth",
                                 "five_thousandths"), m.as_tuple()):
@@ -251,7 +257,8 @@ def _tensor_metrics(t, g, gi, comparable, t_spec, g_spec, st, cols, flags, statu
             messages[row] = " ".join(texts)
 
 
-def json_shape(text: str):
+def json_shape(text: str) -> Sequence[Any]:
+    """The dims of a shape text (a JSON list); () when it is not one."""
     import json
 
     try:
@@ -261,7 +268,7 @@ def json_shape(text: str):
     return value if isinstance(value, list) else ()
 
 
-def _classic(cols, tensor_mode: bool) -> None:
+def _classic(cols: Dict[str, np.ndarray], tensor_mode: bool) -> None:
     max_rel = np.fmax.reduce([np.abs(cols[s + "_rel"]) for s in STATS])
     cols["max_rel"] = max_rel
     colour, msgs = classic.highlight(cols, tensor_mode)

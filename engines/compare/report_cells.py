@@ -8,7 +8,8 @@ million-row report formats its numbers in numpy, not cell by cell.
 
 from __future__ import annotations
 
-from typing import Callable, Dict, Iterator, List, Union
+from functools import partial
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Union
 
 import numpy as np
 
@@ -35,7 +36,8 @@ class NumCells:
     ``table[codes[i]]`` instead of the number (``table[0]`` is ""). inf and nan without a token show as msprobe
     writes them (``" inf"``, ``" -inf"``, ``"Nan"``)."""
 
-    def __init__(self, values: np.ndarray, codes: np.ndarray = None, table=("",), integers: bool = False):
+    def __init__(self, values: np.ndarray, codes: Optional[np.ndarray] = None, table: Sequence[str] = ("",),
+                 integers: bool = False) -> None:
         self.values = values
         self.integers = integers
         n = values.shape[0]
@@ -65,7 +67,7 @@ class NumCells:
         """The token of each cell ("" where the number shows)."""
         return np.array(self.table, dtype=object)[self.codes]
 
-    def cells(self) -> list:
+    def cells(self) -> List[Any]:
         """Python values: numbers, or the token where there is one (xlsx)."""
         out = self.values.tolist()
         for i in np.flatnonzero(self.codes).tolist():
@@ -76,7 +78,7 @@ class NumCells:
 class Tokens:
     """Token codes of a numeric column being built: later :meth:`set` calls win."""
 
-    def __init__(self, n: int):
+    def __init__(self, n: int) -> None:
         self.codes = np.zeros(n, dtype=np.int32)
         self.table = [""]
 
@@ -101,14 +103,15 @@ class Tokens:
         return NumCells(values, self.codes, self.table)
 
 
-Cells = Union[list, NumCells]
+Cells = Union[List[Any], NumCells]
 
 
 def _rg(value: int) -> str:
     return "N/A" if value < 0 else ("True" if value else "False")
 
 
-def _stat_cells(values: np.ndarray, valid: np.ndarray, bit: int, text, matched) -> NumCells:
+def _stat_cells(values: np.ndarray, valid: np.ndarray, bit: int, text: Optional[np.ndarray],
+                matched: Optional[np.ndarray]) -> NumCells:
     tok = Tokens(values.shape[0])
     missing = (valid & bit) == 0
     tok.set(missing, "None")
@@ -116,8 +119,15 @@ def _stat_cells(values: np.ndarray, valid: np.ndarray, bit: int, text, matched) 
     if matched is not None:
         tok.set(~matched, "N/A")
     if text is not None:
-        tok.set_texts(np.not_equal(text, None), text)
+        # numpy's stubs take no None operand; an object array compares with it element by element
+        tok.set_texts(np.not_equal(text, None), text)  # type: ignore[call-overload]
     return tok.cells(values)
+
+
+def _side_stat_cells(cols: Dict[str, np.ndarray], side: str, s: str, matched: np.ndarray) -> NumCells:
+    """Statistic ``s`` of side ``t`` (target) or ``g`` (golden, N/A where unmatched)."""
+    return _stat_cells(cols[side + "_" + s], cols[side + "_valid"], STAT_BITS[s], cols.get(side + "_text"),
+                       matched if side == "g" else None)
 
 
 def _diff_cells(values: np.ndarray, notes: np.ndarray) -> NumCells:
@@ -127,7 +137,11 @@ def _diff_cells(values: np.ndarray, notes: np.ndarray) -> NumCells:
     return tok.cells(values)
 
 
-def _tensor_cells(cols, name: str) -> NumCells:
+def _named_diff_cells(cols: Dict[str, np.ndarray], values: str, notes: str) -> NumCells:
+    return _diff_cells(cols[values], cols[notes])
+
+
+def _tensor_cells(cols: Dict[str, np.ndarray], name: str) -> NumCells:
     values = cols[name].copy()
     status = cols["status"]
     n = values.shape[0]
@@ -152,8 +166,8 @@ def _tensor_cells(cols, name: str) -> NumCells:
     return tok.cells(values)
 
 
-def _first_of_record(records: np.ndarray, stack: np.ndarray) -> list:
-    out = []
+def _first_of_record(records: np.ndarray, stack: np.ndarray) -> List[str]:
+    out: List[str] = []
     prev = None
     for r, s in zip(records.tolist(), stack.tolist()):
         out.append(s if r != prev else "")
@@ -161,7 +175,7 @@ def _first_of_record(records: np.ndarray, stack: np.ndarray) -> list:
     return out
 
 
-def _safe_text(cells: list) -> list:
+def _safe_text(cells: List[Any]) -> List[Any]:
     """Text that Excel would run as a formula gets a leading quote."""
     return ["'" + c if isinstance(c, str) and c[:1] in ("=", "+", "@") and len(c) > 1 else c for c in cells]
 
@@ -170,7 +184,7 @@ def cell_builders(cols: Dict[str, np.ndarray], classic: bool) -> Dict[str, Calla
     matched = cols["matched"]
     m_list = matched.tolist()
 
-    def golden(name):
+    def golden(name: str) -> List[Any]:
         return [g if m else "N/A" for g, m in zip(cols[name].tolist(), m_list)]
 
     b: Dict[str, Callable[[], Cells]] = {
@@ -186,30 +200,28 @@ def cell_builders(cols: Dict[str, np.ndarray], classic: bool) -> Dict[str, Calla
     }
     for side, label in (("t", "NPU"), ("g", "Bench")):
         for s, head in zip(STATS, ("max", "min", "mean", "l2norm")):
-            b["{} {}".format(label, head)] = (
-                lambda side=side, s=s: _stat_cells(cols[side + "_" + s], cols[side + "_valid"], STAT_BITS[s],
-                                                   cols.get(side + "_text"), matched if side == "g" else None))
+            b["{} {}".format(label, head)] = partial(_side_stat_cells, cols, side, s, matched)
     for s, d_head, r_head in zip(STATS, ("Max diff", "Min diff", "Mean diff", "L2norm diff"),
                                  ("MaxRelativeErr", "MinRelativeErr", "MeanRelativeErr", "NormRelativeErr")):
-        b[d_head] = lambda s=s: _diff_cells(cols[s + "_diff"], cols[s + "_note"])
-        b[r_head] = lambda s=s: _diff_cells(cols[s + "_rel"], cols[s + "_note"])
+        b[d_head] = partial(_named_diff_cells, cols, s + "_diff", s + "_note")
+        b[r_head] = partial(_named_diff_cells, cols, s + "_rel", s + "_note")
     for name, head in zip(TENSOR_COLS, ("Cosine", "EucDist", "MaxAbsErr", "MaxRelativeErr@tensor",
                                         "One Thousandth Err Ratio", "Five Thousandths Err Ratio")):
-        b[head] = lambda name=name: _tensor_cells(cols, name)
+        b[head] = partial(_tensor_cells, cols, name)
     b["NPU MD5"] = lambda: [c or "N/A" for c in cols["target_crc32"].tolist()]
     b["BENCH MD5"] = lambda: [c if m and c else "N/A" for c, m in zip(cols["golden_crc32"].tolist(), m_list)]
     b["Requires_grad Consistent"] = lambda: ["N/A" if v < 0 else ("True" if v else "False")
                                              for v in cols["requires_grad_equal"].tolist()]
     b["Result"] = lambda: [VERDICTS[v] for v in cols["verdict"].tolist()]
 
-    def err_message():
+    def err_message() -> List[Any]:
         reasons = cols["reasons"].tolist()
         if classic and "classic_messages" in cols:
             reasons = [r + ("\n" + c if r and c else c) for r, c in zip(reasons, cols["classic_messages"].tolist())]
         return _safe_text(["No bench data matched." if v == UNMATCHED and not r else r
                            for v, r in zip(cols["verdict"].tolist(), reasons)])
 
-    def rel_err():
+    def rel_err() -> NumCells:
         tok = Tokens(cols["rel_err"].shape[0])
         tok.set(np.isnan(cols["rel_err"]), "N/A")
         return tok.cells(cols["rel_err"])
@@ -227,14 +239,14 @@ def cell_builders(cols: Dict[str, np.ndarray], classic: bool) -> Dict[str, Calla
 def report_columns(cols: Dict[str, np.ndarray], mode: str, *, stack: bool, classic: bool) -> Dict[str, Cells]:
     """Header -> cells (a list, or :class:`NumCells` for numbers), for the headers of ``mode`` only."""
     builders = cell_builders(cols, classic)
-    out = {}
+    out: Dict[str, Cells] = {}
     for head in report_headers(mode, stack=stack, classic=classic):
         key = head + "@tensor" if (head == "MaxRelativeErr" and mode == "tensor") else head
         out[head] = builders[key]()
     return out
 
 
-def report_rows(cols: Dict[str, np.ndarray], mode: str, *, stack: bool, classic: bool) -> Iterator[List]:
+def report_rows(cols: Dict[str, np.ndarray], mode: str, *, stack: bool, classic: bool) -> Iterator[List[Any]]:
     """Header row, then one list of Python cells per result row (xlsx)."""
     headers = report_headers(mode, stack=stack, classic=classic)
     cells = report_columns(cols, mode, stack=stack, classic=classic)

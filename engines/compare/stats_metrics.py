@@ -41,7 +41,7 @@ NOTE_DIFF = 2
 _DEVICE = re.compile(r"^(cpu|cuda|npu|xpu|mps|meta|hpu|xla|Ascend|GPU|CPU)(:\d+)?$")
 
 
-def is_device_text(text) -> bool:
+def is_device_text(text: object) -> bool:
     return isinstance(text, str) and bool(_DEVICE.match(text))
 
 
@@ -72,7 +72,8 @@ def stat_diff(n: np.ndarray, b: np.ndarray, n_text: Optional[np.ndarray] = None,
     if n_text is not None or b_text is not None:
         nt = n_text if n_text is not None else np.full(rows, None, dtype=object)
         bt = b_text if b_text is not None else np.full(rows, None, dtype=object)
-        has_text = np.not_equal(nt, None) | np.not_equal(bt, None)
+        # numpy's stubs take no None operand; object arrays compare with it element by element
+        has_text = np.not_equal(nt, None) | np.not_equal(bt, None)  # type: ignore[call-overload]
         for i in np.flatnonzero(has_text):
             d, r, code = _text_rule(nt[i], bt[i], n[i], b[i])
             diff[i], rel[i], note[i] = d, r, code
@@ -84,7 +85,7 @@ def stat_diff(n: np.ndarray, b: np.ndarray, n_text: Optional[np.ndarray] = None,
     return diff, rel, note
 
 
-def _text_rule(nt, bt, nv, bv):
+def _text_rule(nt: Optional[str], bt: Optional[str], nv: float, bv: float) -> Tuple[float, float, int]:
     """msprobe 26.2's rule for non-numeric statistic cells (S8)."""
     n_missing = nt is None and np.isnan(nv)
     b_missing = bt is None and np.isnan(bv)
@@ -107,7 +108,7 @@ def stats_table(n_stats: Dict[str, np.ndarray], b_stats: Dict[str, np.ndarray],
                 n_text: Optional[Dict[str, np.ndarray]] = None, b_text: Optional[Dict[str, np.ndarray]] = None,
                 matched: Optional[np.ndarray] = None, small_value: float = 0.0) -> Dict[str, np.ndarray]:
     """``{stat}_diff``, ``{stat}_rel`` and ``{stat}_note`` for the four statistics."""
-    out = {}
+    out: Dict[str, np.ndarray] = {}
     n_text = n_text or {}
     b_text = b_text or {}
     for s in STATS:

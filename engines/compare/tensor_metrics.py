@@ -21,9 +21,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Optional, Tuple
+from typing import Dict, List, Optional, Tuple, Union
 
 import numpy as np
+from numpy.typing import DTypeLike
 
 EPS64 = float(np.finfo(np.float64).eps)
 BLOCK = 1 << 16  # elements per inner block: keeps the temporaries in cache
@@ -142,7 +143,8 @@ class TensorAccumulator:
     error (0, the default: never).
     """
 
-    def __init__(self, x_dtype, y_dtype, rel_eps: Optional[float] = None, small_value: float = 0.0):
+    def __init__(self, x_dtype: DTypeLike, y_dtype: DTypeLike, rel_eps: Optional[float] = None,
+                 small_value: float = 0.0) -> None:
         self.x_dtype = np.dtype(x_dtype)
         self.y_dtype = np.dtype(y_dtype)
         self.cdt = compute_dtype(self.x_dtype, self.y_dtype)
@@ -150,9 +152,9 @@ class TensorAccumulator:
         self.limit = min(_extreme_limit(self.x_dtype), _extreme_limit(self.y_dtype))
         self.small_value = float(small_value)
         self.part = TensorPartial()
-        self._buf: Optional[dict] = None
+        self._buf: Optional[Dict[str, np.ndarray]] = None
 
-    def _buffers(self) -> dict:
+    def _buffers(self) -> Dict[str, np.ndarray]:
         """Work arrays reused for every block: fresh 0.5 MiB temporaries would cost a page fault storm."""
         if self._buf is None:
             self._buf = {"x64": np.empty(BLOCK), "y64": np.empty(BLOCK), "d64": np.empty(BLOCK),
@@ -262,13 +264,13 @@ class TensorMetrics:
     five_thousandths: float = math.nan
     rel_err: float = math.nan  # ‖x−y‖ / ‖y‖, float64, fills excluded
     status: int = ST_OK
-    messages: list = field(default_factory=list)
+    messages: List[str] = field(default_factory=list)
     zero_side: int = 0  # 1 target all zero, 2 golden all zero (and the other side is not)
     nonfinite_matched: int = 0
     cosine_unsupported: bool = False  # length-1 or 0-d: msprobe shows "unsupported"
     ratios_unsupported: bool = False  # 0-d: EucDist and the ratios are "unsupported"
 
-    def as_tuple(self):
+    def as_tuple(self) -> Tuple[float, float, float, float, float, float]:
         return (self.cosine, self.euc_dist, self.max_abs_err, self.max_rel_err, self.one_thousandth,
                 self.five_thousandths)
 
@@ -359,7 +361,7 @@ def round12(value: float) -> float:
     return float("{:.12f}".format(value))
 
 
-def classic_accuracy(cosine, max_abs) -> str:
+def classic_accuracy(cosine: Union[float, str, None], max_abs: Union[float, str, None]) -> str:
     """msprobe (classic) "Accuracy Reached or Not" from a Cosine and a MaxAbsErr cell (docs/reference/msprobe-analysis.md §1.10.1).
 
     Cells may be numbers or msprobe's strings (``"N/A"``, ``"None"``, ``"unsupported"``, ``"shape unmatched"``).
@@ -367,7 +369,7 @@ def classic_accuracy(cosine, max_abs) -> str:
     """
     if cosine == "shape unmatched" or max_abs == "shape unmatched":
         return "Unmatched"
-    if cosine in (None, "None") or max_abs in (None, "None"):
+    if cosine is None or cosine == "None" or max_abs is None or max_abs == "None":
         return "None"
     if cosine == "N/A" or max_abs == "N/A":
         return "No"

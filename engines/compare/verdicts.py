@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Dict, Optional
+from typing import Any, Dict, Optional, Tuple
 
 import numpy as np
 
@@ -148,7 +148,8 @@ def _worse(values: np.ndarray, limit: Optional[float], lower_is_worse: bool) -> 
     return _below(values, limit) if lower_is_worse else _above(values, limit)
 
 
-def judge(cols: Dict[str, np.ndarray], th: Thresholds, mode: str = "tensor"):
+def judge(cols: Dict[str, np.ndarray], th: Thresholds,
+          mode: str = "tensor") -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Verdict codes, finding bits and reason texts for every row of a result table.
 
     Needs the columns ``matched``, ``flags`` (findings set while comparing) and the metric columns of ``mode``.

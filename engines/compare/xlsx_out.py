@@ -40,7 +40,7 @@ class XlsxAppender:
     """The xlsx report filled a chunk of result rows at a time (openpyxl's write-only sheet); :meth:`add` raises
     :class:`XlsxRefused` once the rows pass Excel's limit (the workbook is then dropped)."""
 
-    def __init__(self, path: Path, mode: str, *, stack: bool, classic: bool):
+    def __init__(self, path: Path, mode: str, *, stack: bool, classic: bool) -> None:
         try:
             from openpyxl import Workbook
             from openpyxl.cell import WriteOnlyCell

@@ -8,7 +8,7 @@ Debug saves: ``{name}.{N}.debug``.
 
 from __future__ import annotations
 
-from typing import NamedTuple, Optional
+from typing import Optional
 
 from engines.dumps.rows import (
     DIR_BACKWARD,
@@ -23,12 +23,22 @@ from engines.dumps.rows import (
 MODULE_PREFIXES = ("Module", "Cell")
 
 
-class RecordName(NamedTuple):
-    kind: int
-    direction: int
-    base: str  # API: "Functional.conv2d"; module: "Module.l1.Linear"
-    index: Optional[int]  # call index (None when absent)
-    module_path: str  # module path without prefix and class ("l1"), "" for APIs
+class RecordName:
+    """A record name taken apart. A plain class rather than a NamedTuple: a tuple's ``index`` method and the
+    ``index`` field would clash."""
+
+    __slots__ = ("kind", "direction", "base", "index", "module_path")
+
+    def __init__(self, kind: int, direction: int, base: str, index: Optional[int], module_path: str) -> None:
+        self.kind = kind
+        self.direction = direction
+        self.base = base  # API: "Functional.conv2d"; module: "Module.l1.Linear"
+        self.index = index  # call index (None when absent)
+        self.module_path = module_path  # module path without prefix and class ("l1"), "" for APIs
+
+    def __repr__(self) -> str:
+        return "RecordName(kind={}, direction={}, base={!r}, index={}, module_path={!r})".format(
+            self.kind, self.direction, self.base, self.index, self.module_path)
 
 
 def _int(token: str) -> Optional[int]:

@@ -10,9 +10,10 @@ from engines.dumps.msprobe.layout import find_dump_files
 from engines.dumps.msprobe.source import MsprobeSource
 from engines.dumps.probe_source import find_probe_dump
 from engines.dumps.source import DumpSource, DumpSourceError, reading
+from engines.safe_fs import PathLike
 
 
-def open_dump(path) -> DumpSource:
+def open_dump(path: PathLike) -> DumpSource:
     """The dump at ``path``: a probe-tui run folder, ``latest`` link, rank folder or dump_path; a msprobe
     dump.json, rank dir, step dir or dump_path. Raises :class:`DumpSourceError` (one line naming the path)."""
     path = Path(path).expanduser()

@@ -12,7 +12,8 @@ import operator
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Tuple
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 
 import numpy as np
 
@@ -30,6 +31,9 @@ from engines.dumps.rows import (
 from engines.dumps.scalars import scalar_fields
 from engines.dumps.source import DumpSource, DumpSourceError, guarded, reading
 
+if TYPE_CHECKING:
+    from engines.store import DumpReader, StoreReader
+
 DUMP_KIND = "dump"
 V_CRC32, V_XHASH = 16, 32
 _RANK_DIR = re.compile(r"^rank(\d+)$")
@@ -38,7 +42,8 @@ _TENSOR_COLS = ["record", "slot", "dtype", "shape", "max", "min", "mean", "norm"
                 "posinf_count", "neginf_count", "requires_grad", "crc32", "xhash", "pool", "numel"]
 
 
-def _store():
+def _store() -> ModuleType:
+    """``engines.store``, imported when a probe-tui dump is first read (it imports h5py)."""
     try:
         import engines.store as store
     except ImportError as exc:  # pragma: no cover - the store ships with the package
@@ -132,7 +137,7 @@ class ProbeTensorReader:
         self._pools = store.POOL_DTYPES
         self.path = rank_dir
         with reading(rank_dir):
-            self.reader = store.StoreReader(rank_dir, DUMP_KIND)
+            self.reader: StoreReader = store.StoreReader(rank_dir, DUMP_KIND)
             cols = self.reader.read("tensors", ["pool", "offset", "numel", "dtype", "shape"],
                                     steps=None if step is None else [int(step)], with_row=True)
         self._rows = cols["row"]
@@ -219,11 +224,11 @@ class ProbeSource(DumpSource):
     def __init__(self, path: Path, rank_dirs: Dict[int, Path]):
         self.path = path
         self.rank_dirs = rank_dirs
-        self._readers: Dict[int, Any] = {}
+        self._readers: Dict[int, DumpReader] = {}
         self._meta: Optional[Dict[str, Any]] = None
 
     @guarded
-    def _reader(self, rank: int):
+    def _reader(self, rank: int) -> DumpReader:
         r = self._readers.get(rank)
         if r is None:
             r = self._readers[rank] = _store().DumpReader(self.rank_dirs[rank])
@@ -319,10 +324,10 @@ def _check_refs(rank_dir: Path, recs: Dict[str, np.ndarray], ts: Dict[str, np.nd
 STACK_CACHE = 4096  # stack texts a reader keeps (the writer stores each distinct stack once; steps share them)
 
 
-def _stack_texts(reader, ids: np.ndarray) -> np.ndarray:
+def _stack_texts(reader: DumpReader, ids: np.ndarray) -> np.ndarray:
     """Call-stack texts of ``records.stack`` ids; each distinct stack is read once per reader (kept on it), so
     the steps of a long dump, which share their stacks, do not read them again."""
-    cache = reader.__dict__.setdefault("_stack_texts", {})
+    cache: Dict[int, str] = reader.__dict__.setdefault("_stack_texts", {})
     codes, uniq = factorize(ids)
     wanted = [int(s) for s in uniq.tolist()]
     missing = [s for s in wanted if s >= 0 and s not in cache]
@@ -335,7 +340,7 @@ def _stack_texts(reader, ids: np.ndarray) -> np.ndarray:
     return texts[codes] if len(uniq) else np.full(ids.shape[0], "", dtype=object)
 
 
-def _build_rows(reader, recs: Dict[str, np.ndarray], ts: Dict[str, np.ndarray], rank: int, step: int) -> RowTable:
+def _build_rows(reader: DumpReader, recs: Dict[str, np.ndarray], ts: Dict[str, np.ndarray], rank: int, step: int) -> RowTable:
 
     rec_pos = np.searchsorted(recs["row"], ts["record"])
     rec_name = recs["name"][rec_pos]
@@ -368,7 +373,7 @@ def _build_rows(reader, recs: Dict[str, np.ndarray], ts: Dict[str, np.ndarray], 
         rank=np.full(n, rank, np.int64), order=np.zeros(n, np.int64), parent=recs["parent"][rec_pos],
         stack=stacks[rec_pos], data=np.where(ts["pool"] != "", ts["row"], -1).astype(np.int64),
         data_name=np.full(n, "", dtype=object))
-    table = RowTable(**cols)
+    table = RowTable(args={}, **cols)
     scalars = _scalar_rows(recs, stacks, rank, step)
     io_rank = np.array([0, 2, 1, 3, 4], dtype=np.int64)  # input, output, parameters, grads, other
     sort_tensor = (rec_pos, io_rank[io], np.arange(n))

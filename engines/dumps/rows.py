@@ -11,7 +11,7 @@ import ctypes
 import json
 import platform
 from dataclasses import dataclass, field, fields
-from typing import Dict, List, Optional
+from typing import Any, Dict, Iterable, List, Optional, Tuple, Union
 
 import numpy as np
 
@@ -63,7 +63,8 @@ class RowTable:
     data: np.ndarray  # int64 locator for the side's TensorStore
     data_name: np.ndarray  # file name or "" (shown in the Data_name column)
     args: Dict[str, str] = field(default_factory=dict)  # record -> non-tensor args JSON (our dumps)
-    _groups: Optional[tuple] = field(default=None, repr=False, compare=False)  # record_codes(), once computed
+    _groups: Optional[Tuple[np.ndarray, np.ndarray]] = field(  # record_codes(), once computed
+        default=None, init=False, repr=False, compare=False)
 
     def __len__(self) -> int:
         return int(self.name.shape[0])
@@ -85,7 +86,7 @@ class RowTable:
             args.update(t.args)
         return RowTable(args=args, **cols)
 
-    def record_codes(self):
+    def record_codes(self) -> Tuple[np.ndarray, np.ndarray]:
         """(code of each row's record, record names in dump order); computed once (tables are not changed in
         place after they are built)."""
         if self._groups is None:
@@ -110,18 +111,18 @@ class RowBuilder:
             "rank": np.int64, "order": np.int64, "data": np.int64}
 
     def __init__(self) -> None:
-        self.rows: list = []
+        self.rows: List[tuple] = []
         self.args: Dict[str, str] = {}
 
     def append(self, row: tuple) -> None:
         self.rows.append(row)
 
-    def add(self, **values) -> None:
+    def add(self, **values: Any) -> None:
         self.rows.append(tuple(values[k] for k in FIELDS))
 
     def build(self) -> RowTable:
         columns = list(zip(*self.rows)) if self.rows else [()] * len(FIELDS)
-        out = {}
+        out: Dict[str, np.ndarray] = {}
         for key, col in zip(FIELDS, columns):
             dtype = self._NUM.get(key)
             if dtype is None:
@@ -137,12 +138,12 @@ def empty_rows() -> RowTable:
     return RowBuilder().build()
 
 
-def shape_text(shape) -> str:
+def shape_text(shape: Iterable[int]) -> str:
     """Shapes as msprobe prints them in reports: ``[2, 3]``."""
     return json.dumps(list(shape))
 
 
-def parse_shape(text: str) -> Optional[tuple]:
+def parse_shape(text: str) -> Optional[Tuple[int, ...]]:
     """Inverse of :func:`shape_text`; None when the text is not a list of ints (scalar rows, torch.Size values)."""
     try:
         value = json.loads(text)
@@ -163,12 +164,12 @@ def object_ids(values: np.ndarray) -> np.ndarray:
     n = int(arr.shape[0])
     if _CPYTHON and n and arr.itemsize == np.dtype(np.intp).itemsize:
         raw = (ctypes.c_char * (n * arr.itemsize)).from_address(arr.ctypes.data)
-        ids = np.frombuffer(raw, dtype=np.intp).astype(np.int64)  # a copy, made while ``arr`` is alive
+        ids = np.frombuffer(memoryview(raw), dtype=np.intp).astype(np.int64)  # a copy, made while ``arr`` is alive
         return ids
     return np.fromiter(map(id, arr.tolist()), dtype=np.int64, count=n)
 
 
-def factorize(values: np.ndarray):
+def factorize(values: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
     """Integer codes of an object array's values (first-seen order) and the distinct values.
 
     Values repeat as shared objects in our columns (a reader decodes each distinct string once; a record's rows
@@ -200,7 +201,8 @@ def factorize(values: np.ndarray):
     return codes[np.cumsum(head) - 1], uniques
 
 
-def group_reduce(ufunc, codes: np.ndarray, values: np.ndarray, n_groups: int, initial) -> np.ndarray:
+def group_reduce(ufunc: np.ufunc, codes: np.ndarray, values: np.ndarray, n_groups: int,
+                 initial: Union[float, np.generic]) -> np.ndarray:
     """``ufunc.reduce`` of ``values`` per group code (groups without rows get ``initial``)."""
     out = np.full(n_groups, initial, dtype=np.result_type(values.dtype, type(initial)))
     if codes.size == 0:

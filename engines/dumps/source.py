@@ -12,10 +12,13 @@ from __future__ import annotations
 import functools
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Dict, Iterator, List, Optional
+from typing import Any, Callable, Dict, Iterator, List, Optional, Protocol, Tuple, TypeVar, cast
+
+import numpy as np
 
 from engines.dumps.rows import RowTable
 from engines.errors import BadInputError
+from engines.safe_fs import PathLike
 
 #: What reading a damaged or foreign file raises besides the readers' own errors: HDF5 and file errors
 #: (OSError, and RuntimeError for some of h5py's), missing objects and keys (KeyError), values of the wrong type or size (ValueError, TypeError,
@@ -29,8 +32,30 @@ class DumpSourceError(BadInputError, ValueError):
     """A path is not a readable dump. The message is one line naming the path."""
 
 
+class TensorReader(Protocol):
+    """Reads the full tensors of one piece: ``loc`` is a row's ``data`` locator."""
+
+    def info(self, loc: int) -> Tuple[np.dtype, int, tuple]:
+        """(dtype of the values :meth:`read` returns, element count, stored shape or ``()`` when not known)."""
+        ...
+
+    def read(self, loc: int, start: int, stop: int) -> np.ndarray:
+        """Elements ``start:stop`` of the flattened tensor."""
+        ...
+
+    def close(self) -> None:
+        ...
+
+
+class TensorSpec(Protocol):
+    """Picklable description of a piece's tensors; a worker process opens its own reader from it."""
+
+    def open(self) -> TensorReader:
+        ...
+
+
 @contextmanager
-def reading(path) -> Iterator[None]:
+def reading(path: PathLike) -> Iterator[None]:
     """Anything a damaged file makes the readers raise while reading the dump at ``path`` becomes a
     :class:`DumpSourceError` naming it (bad input, exit code 2), never a traceback."""
     try:
@@ -41,15 +66,18 @@ def reading(path) -> Iterator[None]:
         raise DumpSourceError("{}: damaged or not a dump ({}: {})".format(path, type(exc).__name__, exc)) from None
 
 
-def guarded(method):
+_Method = TypeVar("_Method", bound=Callable[..., Any])
+
+
+def guarded(method: _Method) -> _Method:
     """:func:`reading` around a :class:`DumpSource` method (``self.path`` names the dump)."""
 
     @functools.wraps(method)
-    def wrapper(self, *args, **kwargs):
+    def wrapper(self: DumpSource, *args: Any, **kwargs: Any) -> Any:
         with reading(self.path):
             return method(self, *args, **kwargs)
 
-    return wrapper
+    return cast(_Method, wrapper)  # the same signature: wrapper passes every argument through
 
 
 class DumpSource:
@@ -75,7 +103,7 @@ class DumpSource:
     def rows(self, rank: int, step: int) -> RowTable:
         raise NotImplementedError
 
-    def tensor_spec(self, rank: int, step: int):
+    def tensor_spec(self, rank: int, step: int) -> TensorSpec:
         raise NotImplementedError
 
     def tree(self, rank: int, step: int) -> Dict[str, Optional[str]]:

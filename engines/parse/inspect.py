@@ -12,16 +12,23 @@ import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Optional, Tuple
+from typing import IO, TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Optional, Set, Tuple, Union
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from engines import safe_fs
 from engines.dumps.names import direction_word
 from engines.dumps.opener import open_dump
 from engines.dumps.rows import IO_NAMES, KIND_NAMES, STAT_BITS, RowTable, factorize
-from engines.dumps.source import DumpSource, DumpSourceError, require_steps
+from engines.dumps.source import DumpSource, DumpSourceError, TensorReader, require_steps
 from engines.errors import JobError
+from engines.safe_fs import PathLike
+
+if TYPE_CHECKING:
+    from types import EllipsisType
+
+    from engines.compare.tensor_metrics import TensorMetrics
 
 CHUNK = 1 << 22
 LIST_LIMIT = 200
@@ -41,14 +48,14 @@ class ParseOutcome:
     exit_code: int = 0
 
 
-def _open(path) -> DumpSource:
+def _open(path: PathLike) -> DumpSource:
     try:
         return open_dump(path)
     except DumpSourceError as exc:
         raise ParseError(str(exc)) from None
 
 
-def name_matcher(pattern: Optional[str]):
+def name_matcher(pattern: Optional[str]) -> Optional[Callable[[str], bool]]:
     """Glob when the pattern has ``*?[``, a regular expression when it starts with ``re:``, else a substring."""
     if not pattern:
         return None
@@ -81,7 +88,7 @@ def _pieces(source: DumpSource, step: Optional[int], rank: Optional[int]) -> Lis
         if rank not in ranks:
             raise ParseError("--rank {}: the dump has ranks {}".format(rank, ranks))
         ranks = [rank]
-    out = []
+    out: List[Tuple[int, int]] = []
     for r in ranks:
         steps = source.steps(r)
         if step is not None:
@@ -113,7 +120,7 @@ def iter_selected(source: DumpSource, *, name: Optional[str] = None, step: Optio
         yield rows.take(keep)
 
 
-def _name_mask(rows: RowTable, match) -> np.ndarray:
+def _name_mask(rows: RowTable, match: Callable[[str], bool]) -> np.ndarray:
     """Rows whose name matches, testing each distinct name once (a name repeats in every step)."""
     codes, uniq = factorize(rows.name)
     hit = np.fromiter((match(n) for n in uniq.tolist()), bool, len(uniq))
@@ -126,13 +133,14 @@ def select_rows(source: DumpSource, *, name: Optional[str] = None, step: Optiona
     return RowTable.concat(list(iter_selected(source, name=name, step=step, rank=rank, nonfinite=nonfinite)))
 
 
-def _stat(v: float) -> Optional[float]:
+def _stat(v: float) -> Union[float, str, None]:
+    """A statistic for JSON: None for NaN, ``"inf"``/``"-inf"`` for infinities."""
     return None if math.isnan(v) else (v if math.isfinite(v) else ("inf" if v > 0 else "-inf"))
 
 
 def row_dict(rows: RowTable, i: int) -> Dict[str, Any]:
     """One row as a JSON-ready dict."""
-    out = {"name": rows.name[i], "record": rows.record[i], "slot": rows.slot[i], "rank": int(rows.rank[i]),
+    out: Dict[str, Any] = {"name": rows.name[i], "record": rows.record[i], "slot": rows.slot[i], "rank": int(rows.rank[i]),
            "step": int(rows.step[i]), "kind": KIND_NAMES[int(rows.kind[i])], "io": IO_NAMES[int(rows.io[i])],
            "direction": direction_word(int(rows.direction[i])), "dtype": rows.dtype[i], "shape": rows.shape[i],
            "has_data": bool(rows.data[i] >= 0)}
@@ -147,8 +155,8 @@ def row_dict(rows: RowTable, i: int) -> Dict[str, Any]:
     return out
 
 
-def parse(path, *, name: Optional[str] = None, step: Optional[int] = None, rank: Optional[int] = None,
-          nonfinite: bool = False, export_npy=None, limit: int = LIST_LIMIT) -> ParseOutcome:
+def parse(path: PathLike, *, name: Optional[str] = None, step: Optional[int] = None, rank: Optional[int] = None,
+          nonfinite: bool = False, export_npy: Optional[PathLike] = None, limit: int = LIST_LIMIT) -> ParseOutcome:
     """List (and optionally export) the rows of the dump at ``path`` that pass the filters.
 
     The dump is read one (rank, step) piece at a time, and only as far as needed: once more than ``limit`` rows
@@ -161,7 +169,7 @@ def parse(path, *, name: Optional[str] = None, step: Optional[int] = None, rank:
         kept: List[RowTable] = []
         n_kept = n_rows = n_records = n_nonfinite = read = 0
         exported: List[str] = []
-        exported_pieces = set()
+        exported_pieces: Set[Tuple[int, int]] = set()
         complete = True
         for rows in iter_selected(source, name=name, step=step, rank=rank, nonfinite=nonfinite):
             read += 1
@@ -180,7 +188,7 @@ def parse(path, *, name: Optional[str] = None, step: Optional[int] = None, rank:
             if n_kept > limit and not export_npy and read < len(pieces):
                 complete = False
                 break
-        if len(exported_pieces) == 1 and len(pieces) > 1:  # everything came from one piece: no sub-folders
+        if export_npy and len(exported_pieces) == 1 and len(pieces) > 1:  # all from one piece: no sub-folders
             exported = _flatten_export(Path(export_npy), exported)
         rows = RowTable.concat(kept)
         listed = [row_dict(rows, i) for i in range(min(len(rows), limit))]
@@ -203,7 +211,7 @@ def parse(path, *, name: Optional[str] = None, step: Optional[int] = None, rank:
 
 
 def _rows_table(rows: RowTable, limit: int) -> Dict[str, Any]:
-    out = []
+    out: List[List[Any]] = []
     for i in range(min(len(rows), limit)):
         vals = ["{:.4g}".format(getattr(rows, s)[i]) if rows.valid[i] & bit else "-"
                 for s, bit in STAT_BITS.items()]
@@ -213,7 +221,7 @@ def _rows_table(rows: RowTable, limit: int) -> Dict[str, Any]:
 
 
 # -- tensors ---------------------------------------------------------------------------------------------------
-def _reader(source: DumpSource, rows: RowTable, i: int):
+def _reader(source: DumpSource, rows: RowTable, i: int) -> TensorReader:
     return source.tensor_spec(int(rows.rank[i]), int(rows.step[i])).open()
 
 
@@ -229,7 +237,7 @@ def find_row(source: DumpSource, row_name: str, *, rank: Optional[int] = None,
                                                       "" if step is None else " at step {}".format(step)))
 
 
-def read_tensor(path, row_name: str, *, rank: Optional[int] = None, step: Optional[int] = None) -> np.ndarray:
+def read_tensor(path: PathLike, row_name: str, *, rank: Optional[int] = None, step: Optional[int] = None) -> np.ndarray:
     """The full tensor of a row (bfloat16 as float32)."""
     source = _open(path)
     try:
@@ -257,9 +265,9 @@ def json_shape(text: str) -> Optional[Tuple[int, ...]]:
 _SLICE = re.compile(r"^\s*(-?\d+)?\s*(?::\s*(-?\d+)?\s*(?::\s*(-?\d+)?\s*)?)?$")
 
 
-def parse_index(text: str) -> tuple:
+def parse_index(text: str) -> Tuple[Union[int, slice, EllipsisType], ...]:
     """``"0, 1:5, ::2"`` -> a numpy index tuple (no eval)."""
-    out = []
+    out: List[Union[int, slice, EllipsisType]] = []
     for part in text.split(","):
         part = part.strip()
         if part == "...":
@@ -276,7 +284,7 @@ def parse_index(text: str) -> tuple:
     return tuple(out)
 
 
-def tensor_slice(path, row_name: str, index: str, **where) -> np.ndarray:
+def tensor_slice(path: PathLike, row_name: str, index: str, **where: Optional[int]) -> np.ndarray:
     """``tensor[index]`` of a row (``index`` like ``"0, :4"``)."""
     arr = read_tensor(path, row_name, **where)
     try:
@@ -296,7 +304,8 @@ class Histogram:
     log: bool = False
 
 
-def histogram(path, row_name: str, *, bins: int = 32, log: bool = False, **where) -> Histogram:
+def histogram(path: PathLike, row_name: str, *, bins: int = 32, log: bool = False,
+              **where: Optional[int]) -> Histogram:
     """Histogram of a row's finite values (two passes over the tensor in chunks: range, then counts).
 
     ``log`` bins ``log10(|x|)`` of the non-zero values instead (magnitudes, useful for underflow/overflow).
@@ -315,13 +324,13 @@ def histogram(path, row_name: str, *, bins: int = 32, log: bool = False, **where
         source.close()
 
 
-def tensor_histogram(reader, loc: int, *, bins: int = 32, log: bool = False) -> Histogram:
+def tensor_histogram(reader: TensorReader, loc: int, *, bins: int = 32, log: bool = False) -> Histogram:
     """The histogram of one stored tensor, read from a dump source's tensor reader (``info(loc)``,
     ``read(loc, start, stop)``) in chunks: a pass for the range, one for the counts. NaN, ±inf and zeros are
     counted on the values themselves (before ``log`` takes ``log10(|x|)`` of the finite non-zero ones)."""
     _, numel, _ = reader.info(loc)
 
-    def chunks():
+    def chunks() -> Iterator[np.ndarray]:
         for lo in range(0, numel, CHUNK):
             yield reader.read(loc, lo, min(numel, lo + CHUNK)).astype(np.float64)
 
@@ -365,8 +374,8 @@ def export_rows(source: DumpSource, rows: RowTable, folder: Path, multi: Optiona
         raise ParseError("--export-npy {}".format(safe_fs.describe_os_error(folder, exc))) from None
     if multi is None:
         multi = len(set(zip(rows.rank.tolist(), rows.step.tolist()))) > 1
-    written = []
-    readers: Dict[Tuple[int, int], Any] = {}
+    written: List[str] = []
+    readers: Dict[Tuple[int, int], TensorReader] = {}
     try:
         for i in np.flatnonzero(rows.data >= 0):
             key = (int(rows.rank[i]), int(rows.step[i]))
@@ -391,7 +400,8 @@ def export_rows(source: DumpSource, rows: RowTable, folder: Path, multi: Optiona
     return written
 
 
-def _write_npy(fh, dtype: np.dtype, shape: Tuple[int, ...], numel: int, reader: Any, loc: int) -> None:
+def _write_npy(fh: IO[bytes], dtype: np.dtype, shape: Tuple[int, ...], numel: int, reader: TensorReader,
+               loc: int) -> None:
     """A ``.npy`` file streamed ``CHUNK`` elements at a time from the reader."""
     header = {"descr": np.lib.format.dtype_to_descr(dtype), "fortran_order": False, "shape": shape}
     try:
@@ -405,7 +415,7 @@ def _write_npy(fh, dtype: np.dtype, shape: Tuple[int, ...], numel: int, reader: 
 
 def _flatten_export(folder: Path, files: List[str]) -> List[str]:
     """Move the files of a one-piece export from its ``rank<R>/step<S>/`` sub-folder up into ``folder``."""
-    out = []
+    out: List[str] = []
     for f in files:
         src = Path(f)
         dst = folder / src.name
@@ -432,7 +442,7 @@ class TensorComparison:
     total: int
     padded: bool
     first_errors: List[Tuple[int, float, float, float]]  # (index, a, b, |a-b|)
-    metrics: Any  # engines.compare.tensor_metrics.TensorMetrics of the two arrays as given
+    metrics: TensorMetrics  # of the two arrays as given
 
     def as_dict(self) -> Dict[str, Any]:
         m = self.metrics
@@ -443,7 +453,7 @@ class TensorComparison:
                 "one_thousandth": m.one_thousandth, "five_thousandths": m.five_thousandths}
 
 
-def compare_tensors(a, b, *, rtol: float = 1e-3, atol: float = 1e-3, show: int = 20) -> TensorComparison:
+def compare_tensors(a: ArrayLike, b: ArrayLike, *, rtol: float = 1e-3, atol: float = 1e-3, show: int = 20) -> TensorComparison:
     """Compare two arrays like msprobe's ``cn``: cast to float32 and flatten, zero-pad the shorter one;
     ``allclose`` with rtol/atol; an element is an error when ``|a−b| > atol + rtol·|b|``."""
     from engines.compare.tensor_metrics import compare_arrays
