@@ -22,10 +22,10 @@ import socket
 import stat
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Tuple, Union
+from typing import Any, Dict, List, Optional, Set, Tuple, Union
 
 from engines import safe_fs
 
@@ -173,6 +173,7 @@ class Run:
     run_id: str
     owner: bool = False
     joined: bool = False
+    made_ranks: Set[int] = field(default_factory=set)  # the rank folders this process asked for (it writes them)
 
     @property
     def dump_path(self) -> Path:
@@ -198,6 +199,7 @@ class Run:
             safe_fs.make_private_dir(path, exist_ok=True, what="rank folder")
         except OSError as exc:
             raise RunError(safe_fs.describe_os_error(path, exc)) from None
+        self.made_ranks.add(rank)
         return path
 
     def ranks(self) -> List[int]:
@@ -213,7 +215,9 @@ class Run:
         write_json_atomic(self.json_path, data)
         return data
 
-    def finish(self, status: str, exit_code: int, summary: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
+    def finish(self, status: str, exit_code: int, summary: Optional[Dict[str, Any]] = None,
+               **extra: Any) -> Dict[str, Any]:
+        """The end of the run, in one write; ``extra`` adds fields (a launch's ``per_rank``, ``totals``...)."""
         data = self.read()
         if self.joined:
             return data
@@ -229,6 +233,7 @@ class Run:
             fields["duration_s"] = round(time.time() - started, 3)
         if "steps" not in data and isinstance(fields["summary"].get("steps"), int):
             fields["steps"] = fields["summary"]["steps"]
+        fields.update(extra)
         return self.update(**fields)
 
 
@@ -399,6 +404,10 @@ class RunInfo:
     started: str
     started_unix: Optional[float] = None
     exit_code: Optional[int] = None
+    world_size: Optional[int] = None
+    #: per rank (``"0"``, ``"1"``...): status and figures, recomputed from the rank folders (docs/FORMAT.md)
+    per_rank: Dict[str, Dict[str, Any]] = field(default_factory=dict)
+    totals: Dict[str, Any] = field(default_factory=dict)  # launch totals; empty for a run without rank.json
 
 
 def folder_size(path: Path) -> int:
@@ -433,6 +442,14 @@ def _run_info(path: Path) -> RunInfo:
         steps = summary.get("steps") if isinstance(summary, dict) else None
         steps = steps if isinstance(steps, int) else None
     exit_code = meta.get("exit_code")
+    from engines.run_ranks import launch_figures
+
+    launch = launch_figures(path, meta) if meta else {"per_rank": {}, "totals": {}}
+    if not any(entry.get("status") != "unknown" for entry in launch["per_rank"].values()):
+        launch = {"per_rank": {}, "totals": {}}  # no rank.json anywhere: a run from before they existed
+    elif isinstance(launch["totals"].get("steps"), int):
+        steps = launch["totals"]["steps"]
+    world = meta.get("world_size")
     return RunInfo(
         path=path,
         run_id=str(meta.get("run_id") or path.name),
@@ -445,6 +462,9 @@ def _run_info(path: Path) -> RunInfo:
         started=str(meta.get("started", "")),
         started_unix=meta.get("started_unix") if isinstance(meta.get("started_unix"), (int, float)) else None,
         exit_code=exit_code if isinstance(exit_code, int) else None,
+        world_size=world if isinstance(world, int) and not isinstance(world, bool) else None,
+        per_rank=launch["per_rank"],
+        totals=launch["totals"],
     )
 
 

@@ -10,9 +10,11 @@ from probe_tui.cli_output import fail, print_json
 def _event_sink(args):
     """Rich progress on stderr, plus JSON lines when --events is given. Returns (sink, progress, opened file)."""
     from engines.events import JsonlSink, TeeSink
+    from probe_tui.launch_view import progress_choice
     from probe_tui.progress import RichProgressSink
 
-    progress = RichProgressSink()
+    label, shown = progress_choice()  # several processes: each line says its rank; local rank 0 draws progress
+    progress = RichProgressSink(rank_label=label, progress=shown)
     sinks = [progress]
     opened = None
     target = getattr(args, "events", None)
@@ -48,12 +50,21 @@ def run_job_reporting(job, args, *, label: str) -> int:
         progress.close()
         if opened is not None:
             opened.close()
-    from probe_tui.summary_view import print_summary
+    from probe_tui.launch_view import launch_json, launch_summary, quiet_line
+    from probe_tui.summary_view import print_mapping, print_summary
 
-    print_summary(outcome, stream=sys.stderr)
+    launch = getattr(outcome, "launch", None)
+    if launch and not launch.get("owner"):  # one summary per launch: the owner's (probe_tui/launch_view.py)
+        line = quiet_line(outcome)
+        if line:
+            print(f"probe-tui: {line}", file=sys.stderr)
+        return outcome.exit_code
+    if launch:
+        print_mapping(launch_summary(dict(outcome.summary or {}), launch), stream=sys.stderr)
+    else:
+        print_summary(outcome, stream=sys.stderr)
     if getattr(args, "json", False) and getattr(args, "events", None) != "-":
-        print_json({"exit_code": outcome.exit_code, "status": outcome.status, "run_dir": outcome.run_dir,
-                    "summary": outcome.summary})
+        print_json(launch_json(outcome))
     return outcome.exit_code
 
 
