@@ -93,3 +93,26 @@ def cmd_compare(args) -> int:
 def cmd_analyze_overflow(args) -> int:
     return _run_section("analyze_overflow", {"path": args.path, "dtype": args.dtype}, args,
                         label="analyze-overflow")
+
+
+def cmd_merge_runs(args) -> int:
+    """``merge-runs OUT RUN...``: one run folder from the node-local copies of a launch (engines/run_merge.py)."""
+    from engines.run_merge import MergeError, describe, merge_runs
+    from probe_tui.launch_view import rank_table
+    from probe_tui.summary_view import print_mapping
+
+    try:
+        meta = merge_runs(args.out, args.runs, link=args.link)
+    except MergeError as exc:
+        return fail(str(exc))
+    if args.json:
+        print_json({"run_dir": args.out, **{k: meta.get(k) for k in ("run_id", "status", "ranks", "world_size",
+                                                                     "per_rank", "totals", "merged_from")}})
+        return 0
+    totals = meta.get("totals") or {}
+    print(describe(meta, args.out))
+    print_mapping({"status": meta.get("status"), "records": totals.get("records"),
+                   "tensor_rows": totals.get("tensor_rows"), "size_bytes": totals.get("bytes"),
+                   "steps": totals.get("steps"), "tables": [rank_table(meta.get("per_rank") or {})]},
+                  stream=sys.stdout)
+    return 0
