@@ -60,7 +60,8 @@ def figures_from(summary: Dict[str, Any], steps: Optional[int] = None) -> Dict[s
     def _int(value: Any) -> Optional[int]:
         return value if isinstance(value, int) and not isinstance(value, bool) else None
 
-    capture = summary.get("capture") if isinstance(summary.get("capture"), dict) else {}
+    found = summary.get("capture")
+    capture: Dict[str, Any] = found if isinstance(found, dict) else {}
     written = _int(summary.get("steps_written"))
     return {
         "records": _int(summary.get("records")),

@@ -15,7 +15,8 @@ import pytest
 from dist_support import LAUNCH_VARS, bed, clean_env, free_port, ok, torchrun
 
 from engines import launch, run_ranks
-from engines.runs import create_run, list_runs
+from engines.run_list import list_runs
+from engines.runs import create_run
 from engines.store import DumpReader
 
 
@@ -81,9 +82,10 @@ def test_a_rank_that_never_finishes_is_reported_not_waited_on(tmp_path, launch_e
 
 
 def test_a_single_process_run_counts_its_one_rank(tmp_path, launch_env):
+    from test_capture_support import TINY
+
     from engines.runner import run_job
     from schemas import load_config
-    from test_capture_support import TINY
 
     launch_env.delenv("WORLD_SIZE")
     launch_env.delenv("PROBE_TUI_RUN_ID")
