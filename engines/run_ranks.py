@@ -38,6 +38,30 @@ _SUMMED = ("records", "tensor_rows", "bytes")
 _PRIVATE = ("rank", "pid", "proc_start", "started", "finished")  # kept in rank.json, not copied to run.json
 
 
+_RANK_VARS = ("RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "RANK_ID")
+_LOCAL_VARS = ("LOCAL_RANK", "SLURM_LOCALID", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID")
+
+
+def _env_rank(names: Iterable[str]) -> Optional[int]:
+    for name in names:
+        value = os.environ.get(name, "").strip()
+        if value.isdigit():
+            return int(value)
+    return None
+
+
+def launch_position() -> "tuple[Optional[int], Optional[int], int]":
+    """(global rank, local rank, world size) as the launcher (torchrun, Slurm, Open MPI, msrun) set them; a rank
+    None where no variable says it in a launch of several processes (rank 0 for a single process)."""
+    from engines.launch import world_size
+
+    world = max(world_size(), _env_rank(("RANK_SIZE",)) or 1, 1)
+    rank = _env_rank(_RANK_VARS)
+    if rank is None and world <= 1:
+        rank = 0
+    return rank, _env_rank(_LOCAL_VARS), world
+
+
 def wait_seconds() -> float:
     """``PROBE_TUI_RANK_WAIT_S`` (seconds >= 0), else the default; a bad value is the default, with a warning."""
     raw = os.environ.get(WAIT_ENV)
@@ -211,14 +235,11 @@ class RankLifecycle:
     writes its ``rank.json`` at the end and, in the owner, settles the launch's figures for ``run.json``."""
 
     def __init__(self, run: Any, job_ranks: Iterable[int] = ()) -> None:
-        from engines.launch import world_size
-        from engines.task import process_rank
-
-        rank, world = process_rank()
+        rank, _, world = launch_position()
         self.run = run
-        self.world_size = max(int(world), world_size(), 1)
+        self.world_size = world
         wanted = list(job_ranks or ())
-        self.rank: Optional[int] = rank if not wanted or rank in wanted else None
+        self.rank: Optional[int] = rank if rank is not None and (not wanted or rank in wanted) else None
         self.ended: List[int] = []
         if self.world_size > 1 and self.rank is not None:
             register(run, self.rank)
@@ -254,4 +275,4 @@ class RankLifecycle:
 
 
 __all__ = ["DEFAULT_WAIT_S", "FIGURES", "RANK_JSON", "WAIT_ENV", "RankLifecycle", "figures_from", "finish_rank",
-           "launch_figures", "read_rank", "register", "settle", "totals", "wait_for_ranks", "wait_seconds"]
+           "launch_figures", "launch_position", "read_rank", "register", "settle", "totals", "wait_for_ranks", "wait_seconds"]

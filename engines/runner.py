@@ -183,7 +183,8 @@ def _run_collection(job: Any, events: EventSink, fail_on_findings: bool) -> RunO
     launch: Optional[Dict[str, Any]] = None
     if run.owner:  # the other ranks of a launch joined this run; its run.json has one writer
         try:
-            launch = ranks.settle()  # waits (bounded) for the launch's other ranks, then totals them
+            with _TerminateAsInterrupt():  # a stop signal ends the wait, not the process: run.json still ends
+                launch = ranks.settle()  # waits (bounded) for the launch's other ranks, then totals them
             if events.steps and "steps" not in launch:
                 launch["steps"] = len(events.steps)
             run.finish(status=status, exit_code=exit_code, summary=summary, **launch)

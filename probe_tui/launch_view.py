@@ -3,10 +3,10 @@
 Only the owner of ``run.json`` (the rank that totals the launch: engines.run_ranks) prints the summary, with the
 launch's totals and, when the run holds several ranks, a table with one line per rank (ranks that did not finish
 first). Other ranks print nothing when they finished, else one short line. Progress is drawn by local rank 0 of
-each node (``LOCAL_RANK`` 0, or no ``LOCAL_RANK``); every line carries the rank when the world size is above 1.
+each node (``LOCAL_RANK``, ``SLURM_LOCALID``... 0, or none set); every line carries the rank when the world size
+is above 1.
 """
 
-import os
 from typing import Any, Dict, List, Optional, Tuple
 
 from probe_tui.formatting import format_bytes
@@ -18,14 +18,12 @@ _TOTALLED = (("records", "records"), ("tensor_rows", "tensor_rows"), ("size_byte
 
 def progress_choice() -> Tuple[str, bool]:
     """(rank label, whether this process draws progress) for the CLI's progress view."""
-    from engines.launch import world_size
-    from engines.task import process_rank
+    from engines.run_ranks import launch_position
 
-    rank, world = process_rank()
-    if max(world, world_size()) <= 1:
+    rank, local, world = launch_position()
+    if world <= 1:
         return "", True
-    local = os.environ.get("LOCAL_RANK", "").strip()
-    return f"rank {rank}", local in ("", "0")
+    return f"rank {rank if rank is not None else '?'}", local in (None, 0)
 
 
 def quiet_line(outcome: Any) -> Optional[str]:

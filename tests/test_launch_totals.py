@@ -81,6 +81,24 @@ def test_a_rank_that_never_finishes_is_reported_not_waited_on(tmp_path, launch_e
     assert json.loads((owner.path / "run.json").read_text())["totals"]["records"] == 3  # run.json as written
 
 
+def test_the_rank_comes_from_whichever_launcher_started_the_process(tmp_path, launch_env):
+    from probe_tui.launch_view import progress_choice
+
+    launch_env.delenv("WORLD_SIZE")
+    for name in ("SLURM_PROCID", "SLURM_LOCALID", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "RANK_ID"):
+        launch_env.delenv(name, raising=False)
+    launch_env.setenv("SLURM_NTASKS", "4")
+    launch_env.setenv("SLURM_PROCID", "3")
+    launch_env.setenv("SLURM_LOCALID", "1")
+    run = create_run(tmp_path, task="statistics", config={}, framework="pytorch")
+    lifecycle = run_ranks.RankLifecycle(run)
+    assert lifecycle.rank == 3 and lifecycle.world_size == 4
+    assert [p.name for p in run.path.glob("rank*")] == ["rank3"]  # not every process's "rank0"
+    assert progress_choice() == ("rank 3", False)  # local rank 1 draws no progress
+    launch_env.delenv("SLURM_PROCID")  # a launch that names no rank: nothing registered under a guessed one
+    assert run_ranks.RankLifecycle(run).rank is None and [p.name for p in run.path.glob("rank*")] == ["rank3"]
+
+
 def test_a_single_process_run_counts_its_one_rank(tmp_path, launch_env):
     from test_capture_support import TINY
 
