@@ -163,17 +163,20 @@ def test_merge_runs_refuses_what_is_not_one_launch_in_one_line_and_writes_nothin
     running = _node_copy(tmp_path / "n4", 1, 4)
     (running / "run.json").write_text(json.dumps({"run_id": "RID", "status": "running"}))
     (tmp_path / "taken").mkdir()
+    linked = _node_copy(tmp_path / "n6", 1, 4)
+    (linked / "rank1" / "elsewhere").symlink_to(tmp_path / "n0")
     cases = [((str(tmp_path / "out"), str(a), str(other)), "differs from"),
              ((str(tmp_path / "out"), str(a), str(b), str(clash)), "rank1: in both"),
              ((str(tmp_path / "out"), str(a), str(running)), "still running"),
              ((str(tmp_path / "taken"), str(a), str(b)), "already exists"),
              ((str(tmp_path / "out"), str(a), str(tmp_path / "nowhere")), "no such file"),
-             ((str(tmp_path / "none" / "out"), str(a), str(b)), "does not exist")]
+             ((str(tmp_path / "none" / "out"), str(a), str(b)), "does not exist"),
+             ((str(tmp_path / "out"), str(a), str(linked)), "is a link")]  # found while copying: all undone
     for argv, words in cases:
         proc = _merge(*argv)
         assert proc.returncode == 2 and words in proc.stderr and proc.stderr.count("\n") == 1, (argv, proc.stderr)
         assert "Traceback" not in proc.stderr
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["n0", "n1", "n2", "n3", "n4", "taken"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["n0", "n1", "n2", "n3", "n4", "n6", "taken"]
     assert not list((tmp_path / "taken").iterdir())
     # the same rank in two copies with the same files is one rank
     same = _node_copy(tmp_path / "n5", 1, 4)
