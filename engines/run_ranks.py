@@ -14,7 +14,7 @@ import os
 import socket
 import time
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterable, List, Optional
+from typing import Any, Callable, Dict, Iterable, List, Optional, Set
 
 from engines import safe_fs
 from engines.runs import (
@@ -185,29 +185,34 @@ def launch_figures(run_path: Path, meta: Optional[Dict[str, Any]] = None) -> Dic
     return {"per_rank": per_rank, "totals": totals(per_rank)}
 
 
-def _pending(run_path: Path, skip: Iterable[int]) -> List[int]:
-    skipped = set(skip)
+def _pending(run_path: Path, settled: Set[int]) -> List[int]:
+    """Rank folders whose ``rank.json`` is missing or still ``running``; ranks found ended join ``settled`` (so
+    each poll reads only what is still open: one small read per open rank)."""
     pending = []
     for rank in _ranks(Path(run_path)):
-        if rank in skipped:
+        if rank in settled:
             continue
         data = read_rank(Path(run_path), rank)
         if data is None or data.get("status") == "running":
             pending.append(rank)
+        else:
+            settled.add(rank)
     return pending
 
 
-def wait_for_ranks(run_path: Path, timeout_s: float, own: Iterable[int] = (), poll_s: float = 0.2,
+def wait_for_ranks(run_path: Path, timeout_s: float, own: Iterable[int] = (), poll_s: float = 0.1,
                    sleep: Callable[[float], None] = time.sleep) -> List[int]:
     """Wait up to ``timeout_s`` for every rank folder but ``own`` to hold a ``rank.json`` that is no longer
-    ``running``; returns the ranks still pending (empty: all ended). A Ctrl-C ends the wait, not the run."""
-    own = list(own)
+    ``running``; returns the ranks still pending (empty: all ended). Polls back off to 2 s. A Ctrl-C (or a stop
+    signal raised as one) ends the wait, not the run."""
+    settled = set(own)
     deadline = time.monotonic() + max(0.0, timeout_s)
-    pending = _pending(run_path, own)
+    pending = _pending(run_path, settled)
     try:
         while pending and time.monotonic() < deadline:
             sleep(min(poll_s, max(0.0, deadline - time.monotonic())))
-            pending = _pending(run_path, own)
+            poll_s = min(poll_s * 1.5, 2.0)
+            pending = _pending(run_path, settled)
     except KeyboardInterrupt:
         pass
     return pending
