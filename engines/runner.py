@@ -48,6 +48,9 @@ class RunOutcome:
     status: str
     run_dir: Optional[str] = None
     summary: Dict[str, Any] = field(default_factory=dict)
+    #: a launch of several processes: this rank, whether it owns run.json and, in the owner, ``per_rank`` and
+    #: ``totals`` (engines.run_ranks); None for a single process
+    launch: Optional[Dict[str, Any]] = None
 
 
 def _normalise_result(result: Any) -> Tuple[int, Dict[str, Any]]:
@@ -140,6 +143,7 @@ def _run_analysis(job: Any, events: EventSink, fail_on_findings: bool) -> RunOut
 
 def _run_collection(job: Any, events: EventSink, fail_on_findings: bool) -> RunOutcome:
     from engines.launch import LaunchError, apply_rank_env
+    from engines.run_ranks import RankLifecycle
     from engines.runs import create_run
     from engines.task import resolve
 
@@ -152,6 +156,7 @@ def _run_collection(job: Any, events: EventSink, fail_on_findings: bool) -> RunO
     ctx = resolve(job)  # framework, target, dump config and step count: once, for the runner and the task
     engine = registry.collection_engine(job.task)
     run = create_run(job.dump_path, task=job.task, config=ctx.config, framework=ctx.framework)
+    ranks = RankLifecycle(run, getattr(job, "rank", None) or ())  # this process's rank.json (docs/FORMAT.md)
     events = _StepCounter(events)
     started = time.monotonic()
     events.emit("run_started", run_dir=str(run.path), task=job.task, total_steps=ctx.total_steps)
@@ -165,18 +170,24 @@ def _run_collection(job: Any, events: EventSink, fail_on_findings: bool) -> RunO
         except BaseException:
             # A fault of the tool itself (engines catch the target's own failures): leave the run marked failed,
             # not "running" forever, and let the traceback reach the user.
+            ranks.end("failed", EXIT_TARGET_FAILED, {})
             if run.owner:
-                run.finish(status="failed", exit_code=EXIT_TARGET_FAILED, summary={"error": traceback.format_exc()})
+                run.finish(status="failed", exit_code=EXIT_TARGET_FAILED, summary={"error": traceback.format_exc()},
+                           **ranks.settle(0.0))
             raise
     if exit_code == EXIT_FINDINGS and not fail_on_findings:
         exit_code = EXIT_OK
     status = _status_for(exit_code, summary)
     summary.setdefault("elapsed_s", round(time.monotonic() - started, 3))
+    ranks.end(status, exit_code, summary, len(events.steps))
+    launch: Optional[Dict[str, Any]] = None
     if run.owner:  # the other ranks of a launch joined this run; its run.json has one writer
         try:
-            if events.steps:
-                run.update(steps=len(events.steps))
-            run.finish(status=status, exit_code=exit_code, summary=summary)
+            with _TerminateAsInterrupt():  # a stop signal ends the wait, not the process: run.json still ends
+                launch = ranks.settle()  # waits (bounded) for the launch's other ranks, then totals them
+            if events.steps and "steps" not in launch:
+                launch["steps"] = len(events.steps)
+            run.finish(status=status, exit_code=exit_code, summary=summary, **launch)
         except OSError as exc:  # e.g. the disk is full: say so in one line; the run's exit code stands
             events.emit("message", level="error",
                         text=f"{run.json_path}: could not record the end of the run ({exc.strerror or exc})")
@@ -184,7 +195,7 @@ def _run_collection(job: Any, events: EventSink, fail_on_findings: bool) -> RunO
         events.emit("run_finished", status=status, exit_code=exit_code, run_dir=str(run.path), summary=summary)
     except OSError:  # the terminal went away (SIGHUP): run.json holds the outcome
         pass
-    return RunOutcome(exit_code, status, str(run.path), summary)
+    return RunOutcome(exit_code, status, str(run.path), summary, ranks.report(launch))
 
 
 class _StepCounter:

@@ -22,10 +22,10 @@ import socket
 import stat
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Tuple, Union
+from typing import Any, Dict, List, Optional, Set, Union
 
 from engines import safe_fs
 
@@ -173,6 +173,7 @@ class Run:
     run_id: str
     owner: bool = False
     joined: bool = False
+    made_ranks: Set[int] = field(default_factory=set)  # the rank folders this process asked for (it writes them)
 
     @property
     def dump_path(self) -> Path:
@@ -198,6 +199,7 @@ class Run:
             safe_fs.make_private_dir(path, exist_ok=True, what="rank folder")
         except OSError as exc:
             raise RunError(safe_fs.describe_os_error(path, exc)) from None
+        self.made_ranks.add(rank)
         return path
 
     def ranks(self) -> List[int]:
@@ -213,7 +215,9 @@ class Run:
         write_json_atomic(self.json_path, data)
         return data
 
-    def finish(self, status: str, exit_code: int, summary: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
+    def finish(self, status: str, exit_code: int, summary: Optional[Dict[str, Any]] = None,
+               **extra: Any) -> Dict[str, Any]:
+        """The end of the run, in one write; ``extra`` adds fields (a launch's ``per_rank``, ``totals``...)."""
         data = self.read()
         if self.joined:
             return data
@@ -229,6 +233,7 @@ class Run:
             fields["duration_s"] = round(time.time() - started, 3)
         if "steps" not in data and isinstance(fields["summary"].get("steps"), int):
             fields["steps"] = fields["summary"]["steps"]
+        fields.update(extra)
         return self.update(**fields)
 
 
@@ -382,97 +387,3 @@ def effective_status(meta: Dict[str, Any]) -> str:
     if isinstance(pid, int) and host == socket.gethostname() and not _pid_alive(pid, meta.get("proc_start")):
         return "crashed"
     return status
-
-
-@dataclass
-class RunInfo:
-    """One row of the app's run list."""
-
-    path: Path
-    run_id: str
-    task: str
-    framework: str
-    status: str
-    steps: Optional[int]
-    ranks: List[int]
-    size_bytes: int
-    started: str
-    started_unix: Optional[float] = None
-    exit_code: Optional[int] = None
-
-
-def folder_size(path: Path) -> int:
-    """Bytes of the regular files under ``path`` (symlinks not followed)."""
-    total = 0
-    stack = [path]
-    while stack:
-        try:
-            entries = list(os.scandir(stack.pop()))
-        except OSError:
-            continue
-        for entry in entries:
-            try:
-                if entry.is_dir(follow_symlinks=False):
-                    stack.append(Path(entry.path))
-                elif entry.is_file(follow_symlinks=False):
-                    total += entry.stat(follow_symlinks=False).st_size
-            except OSError:
-                continue
-    return total
-
-
-def _run_info(path: Path) -> RunInfo:
-    try:
-        meta = _read_json(path / RUN_JSON)
-        status = effective_status(meta)
-    except RunError:
-        meta, status = {}, "unreadable"
-    steps = meta.get("steps")
-    if not isinstance(steps, int):
-        summary = meta.get("summary")
-        steps = summary.get("steps") if isinstance(summary, dict) else None
-        steps = steps if isinstance(steps, int) else None
-    exit_code = meta.get("exit_code")
-    return RunInfo(
-        path=path,
-        run_id=str(meta.get("run_id") or path.name),
-        task=str(meta.get("task", "?")),
-        framework=str(meta.get("framework", "?")),
-        status=status,
-        steps=steps,
-        ranks=_ranks(path),
-        size_bytes=folder_size(path),
-        started=str(meta.get("started", "")),
-        started_unix=meta.get("started_unix") if isinstance(meta.get("started_unix"), (int, float)) else None,
-        exit_code=exit_code if isinstance(exit_code, int) else None,
-    )
-
-
-def _find_run_folders(root: Path, max_depth: int) -> List[Path]:
-    found: List[Path] = []
-    stack: List[Tuple[Path, int]] = [(root, 0)]
-    while stack:
-        folder, depth = stack.pop()
-        if (folder / RUN_JSON).is_file():
-            found.append(folder)
-            continue  # a run's own subfolders are not runs
-        if depth >= max_depth:
-            continue
-        try:
-            entries = list(os.scandir(folder))
-        except OSError:
-            continue
-        for entry in entries:
-            if entry.is_dir(follow_symlinks=False) and not entry.name.startswith("."):
-                stack.append((Path(entry.path), depth + 1))
-    return found
-
-
-def list_runs(root: PathLike, max_depth: int = 3) -> List[RunInfo]:
-    """Every run folder under ``root`` (``root`` itself included), newest first. Symlinks are not followed."""
-    root = Path(root)
-    if not root.is_dir():
-        raise RunError(f"{root}: no such folder")
-    infos = [_run_info(path) for path in _find_run_folders(root, max_depth)]
-    infos.sort(key=lambda info: (info.started_unix or 0.0, info.run_id), reverse=True)
-    return infos

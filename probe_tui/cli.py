@@ -20,6 +20,7 @@ examples:
   probe-tui --run stats.json                  run it headless (progress on stderr)
   torchrun --nproc_per_node=8 -m probe_tui run stats.json   the same on every rank, one run folder
   probe-tui compare RUN_A RUN_B               compare two runs (or msprobe dumps)
+  probe-tui merge-runs OUT node0/dump node1/dump   one run from a launch's node-local run folders
 
 exit codes: 0 done, 1 the target failed, 2 bad input, 3 findings (with --fail-on-findings)
 """
@@ -83,6 +84,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dtype", choices=["float32", "float64"], default="float64", help="replay precision")
     p.add_argument("-o", "--output", metavar="DIR", help="where to write the result")
     _add_job_flags(p)
+
+    p = sub.add_parser("merge-runs", help="join the node-local run folders of one launch (same run-id) into OUT")
+    p.add_argument("out", metavar="OUT", help="the merged run folder to create (must not exist)")
+    p.add_argument("runs", nargs="+", metavar="RUN", help="run folders (or dump paths: their latest run)")
+    p.add_argument("--link", action="store_true", help="hard-link the files instead of copying them (same disk)")
+    p.add_argument("--json", action="store_true", help="print the merged run.json's figures as JSON")
 
     p = sub.add_parser("parse", help="list, filter and inspect the records of a dump (ours or msprobe's)")
     p.add_argument("path", help="run folder, rank folder, dump.json or step folder")

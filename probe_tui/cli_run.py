@@ -10,9 +10,11 @@ from probe_tui.cli_output import fail, print_json
 def _event_sink(args):
     """Rich progress on stderr, plus JSON lines when --events is given. Returns (sink, progress, opened file)."""
     from engines.events import JsonlSink, TeeSink
+    from probe_tui.launch_view import progress_choice
     from probe_tui.progress import RichProgressSink
 
-    progress = RichProgressSink()
+    label, shown = progress_choice()  # several processes: each line says its rank; local rank 0 draws progress
+    progress = RichProgressSink(rank_label=label, progress=shown)
     sinks = [progress]
     opened = None
     target = getattr(args, "events", None)
@@ -48,12 +50,21 @@ def run_job_reporting(job, args, *, label: str) -> int:
         progress.close()
         if opened is not None:
             opened.close()
-    from probe_tui.summary_view import print_summary
+    from probe_tui.launch_view import launch_json, launch_summary, quiet_line
+    from probe_tui.summary_view import print_mapping, print_summary
 
-    print_summary(outcome, stream=sys.stderr)
+    launch = getattr(outcome, "launch", None)
+    if launch and not launch.get("owner"):  # one summary per launch: the owner's (probe_tui/launch_view.py)
+        line = quiet_line(outcome)
+        if line:
+            print(f"probe-tui: {line}", file=sys.stderr)
+        return outcome.exit_code
+    if launch:
+        print_mapping(launch_summary(dict(outcome.summary or {}), launch), stream=sys.stderr)
+    else:
+        print_summary(outcome, stream=sys.stderr)
     if getattr(args, "json", False) and getattr(args, "events", None) != "-":
-        print_json({"exit_code": outcome.exit_code, "status": outcome.status, "run_dir": outcome.run_dir,
-                    "summary": outcome.summary})
+        print_json(launch_json(outcome))
     return outcome.exit_code
 
 
@@ -82,3 +93,26 @@ def cmd_compare(args) -> int:
 def cmd_analyze_overflow(args) -> int:
     return _run_section("analyze_overflow", {"path": args.path, "dtype": args.dtype}, args,
                         label="analyze-overflow")
+
+
+def cmd_merge_runs(args) -> int:
+    """``merge-runs OUT RUN...``: one run folder from the node-local copies of a launch (engines/run_merge.py)."""
+    from engines.run_merge import MergeError, describe, merge_runs
+    from probe_tui.launch_view import rank_table
+    from probe_tui.summary_view import print_mapping
+
+    try:
+        meta = merge_runs(args.out, args.runs, link=args.link)
+    except MergeError as exc:
+        return fail(str(exc))
+    if args.json:
+        print_json({"run_dir": args.out, **{k: meta.get(k) for k in ("run_id", "status", "ranks", "world_size",
+                                                                     "per_rank", "totals", "merged_from")}})
+        return 0
+    totals = meta.get("totals") or {}
+    print(describe(meta, args.out))
+    print_mapping({"status": meta.get("status"), "records": totals.get("records"),
+                   "tensor_rows": totals.get("tensor_rows"), "size_bytes": totals.get("bytes"),
+                   "steps": totals.get("steps"), "tables": [rank_table(meta.get("per_rank") or {})]},
+                  stream=sys.stdout)
+    return 0

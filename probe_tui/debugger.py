@@ -153,6 +153,7 @@ class PrecisionDebugger:
 
     def _open(self) -> None:
         from engines import registry
+        from engines.run_ranks import RankLifecycle
         from engines.runs import create_run
         from engines.steps import StepReporter
         from engines.task import resolve
@@ -165,6 +166,7 @@ class PrecisionDebugger:
         except ImportError as exc:
             raise ValueError("framework: %s cannot be imported here (%s)" % (self.framework, exc)) from None
         self.run = create_run(self.job.dump_path, task=self.task, config=ctx.config, framework=self.framework)
+        self._ranks = RankLifecycle(self.run, getattr(self.job, "rank", None) or ())
         try:
             if environment.seed_state() and self.run.owner:
                 self.run.update(seed_all=environment.seed_state())
@@ -226,10 +228,14 @@ class PrecisionDebugger:
             pass
         out = self.runner.close(status)
         try:
+            code = _EXIT_CODES.get(status, 1)
+            self._ranks.end(status, code, out, self.runner.steps or None)
             if self.run.owner:  # the other ranks of a launch joined this run: run.json has one writer
-                if self.runner.steps:
-                    self.run.update(steps=self.runner.steps)
-                self.run.finish(status=status, exit_code=_EXIT_CODES.get(status, 1), summary=out)
+                # no wait here: the other ranks may still be training; readers recompute the totals later
+                launch = self._ranks.settle(0.0)
+                if self.runner.steps and "steps" not in launch:
+                    launch["steps"] = self.runner.steps
+                self.run.finish(status=status, exit_code=code, summary=out, **launch)
         except Exception:
             pass
         if PrecisionDebugger._current is self:

@@ -3,6 +3,9 @@
 On a terminal: a rich progress bar with step, loss, elapsed time and records, with messages as log lines above
 it. Anywhere else (CI, nohup, a pipe): plain lines, one per step at most every ``plain_interval_s`` seconds
 (plus the first and last), so logs stay readable and small.
+
+In a launch of several processes (torchrun) every line carries its rank (``rank_label``), and only the chosen
+ranks draw progress (``progress=False`` elsewhere: warnings, errors and a run that did not finish still show).
 """
 
 import math
@@ -40,8 +43,11 @@ def _extras(fields: dict) -> str:
 class RichProgressSink:
     """An ``EventSink`` drawing progress on ``console`` (default: a new stderr console)."""
 
-    def __init__(self, console: Optional[Console] = None, *, plain_interval_s: float = 1.0) -> None:
+    def __init__(self, console: Optional[Console] = None, *, plain_interval_s: float = 1.0, rank_label: str = "",
+                 progress: bool = True) -> None:
         self.console = console or Console(stderr=True)
+        self.prefix = f"[{rank_label}] " if rank_label else ""
+        self.progress = progress
         self.live = self.console.is_terminal and not self.console.is_dumb_terminal
         self.plain_interval_s = plain_interval_s
         self._progress: Optional[Progress] = None
@@ -54,20 +60,23 @@ class RichProgressSink:
 
     # -- EventSink -----------------------------------------------------------------------------------------
     def emit(self, kind: str, **fields: Any) -> None:
+        if not self.progress and not _shown_quietly(kind, fields):
+            return
         handler = getattr(self, f"_on_{kind}", None)
         if handler is not None:
             handler(fields)
 
     # -- handlers ------------------------------------------------------------------------------------------
     def _on_run_started(self, fields: dict) -> None:
-        self._pending_start = fields
+        if self.progress:
+            self._pending_start = fields
 
     def _start(self) -> None:
         fields, self._pending_start = self._pending_start, None
         if fields is None:
             return
         where = f" → {fields['run_dir']}" if fields.get("run_dir") else ""
-        self._print(Text.assemble(("probe-tui ", "bold"), f"{fields.get('task')}{where}"))
+        self._print(Text.assemble(self.prefix, ("probe-tui ", "bold"), f"{fields.get('task')}{where}"))
         if not self.live:
             return
         self._progress = Progress(
@@ -81,7 +90,7 @@ class RichProgressSink:
             transient=False,
         )
         self._progress.start()
-        self._task = self._progress.add_task(str(fields.get("task", "run")), total=fields.get("total_steps"),
+        self._task = self._progress.add_task(self.prefix + str(fields.get("task", "run")), total=fields.get("total_steps"),
                                              step="", loss="", extra="")
 
     def _on_step(self, fields: dict) -> None:
@@ -91,7 +100,8 @@ class RichProgressSink:
             self._progress.update(self._task, completed=step + 1, total=total, step=_step_label(step, total),
                                   loss=_loss_label(fields.get("loss")), extra=_extras(fields))
             return
-        parts = [_step_label(step, total), _loss_label(fields.get("loss")), format_duration(fields.get('elapsed_s', 0.0))]
+        parts = [self.prefix.strip(), _step_label(step, total), _loss_label(fields.get("loss")),
+                 format_duration(fields.get('elapsed_s', 0.0))]
         line = "  ".join(part for part in parts if part)
         extra = _extras(fields)
         line = f"{line}  {extra}" if extra else line
@@ -109,9 +119,9 @@ class RichProgressSink:
         level = str(fields.get("level", "info"))
         text = str(fields.get("text", ""))
         if self.live:
-            self._print(Text(text, style=LEVEL_STYLES.get(level, "")))
+            self._print(Text(self.prefix + text, style=LEVEL_STYLES.get(level, "")))
         else:
-            self._print_plain(text if level == "info" else f"{level}: {text}")
+            self._print_plain(self.prefix + (text if level == "info" else f"{level}: {text}"))
 
     def _on_run_finished(self, fields: dict) -> None:
         self._start()
@@ -121,7 +131,8 @@ class RichProgressSink:
         self.close()
         status, code = fields.get("status"), fields.get("exit_code")
         where = f" → {fields['run_dir']}" if fields.get("run_dir") else ""
-        text = Text.assemble((f"{status}", STATUS_STYLES.get(str(status), "bold red")), f" (exit {code}){where}")
+        text = Text.assemble(self.prefix, (f"{status}", STATUS_STYLES.get(str(status), "bold red")),
+                             f" (exit {code}){where}")
         if self.live:
             self._print(text)
         else:
@@ -144,3 +155,12 @@ class RichProgressSink:
 
     def _print_plain(self, line: str) -> None:
         self.console.print(line, markup=False, highlight=False, emoji=False, soft_wrap=True)
+
+
+def _shown_quietly(kind: str, fields: dict) -> bool:
+    """What a rank that draws no progress still prints: warnings, errors, and a run that did not finish."""
+    if kind == "message":
+        return str(fields.get("level", "info")) in ("warning", "error")
+    if kind == "run_finished":
+        return str(fields.get("status")) not in ("finished", "disk_full")
+    return False

@@ -14,7 +14,8 @@ import pytest
 from test_capture_support import TINY, Dump
 
 from engines import launch
-from engines.runs import create_run, list_runs
+from engines.run_list import list_runs
+from engines.runs import create_run
 
 ROOT = Path(__file__).resolve().parents[1]
 

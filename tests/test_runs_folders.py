@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from engines import runs
-from engines.runs import RunError, create_run, list_runs, new_run_id, open_run, resolve_latest
+from engines.run_list import list_runs
+from engines.runs import RunError, create_run, new_run_id, open_run, resolve_latest
 
 ROOT = str(Path(__file__).resolve().parents[1])
 CONFIG = {"task": "statistics", "dump_path": "x", "statistics": {"level": "L1"}}

@@ -85,8 +85,8 @@ def check_configs(configs: List[ConfigFile], backend: Any) -> None:
 
 
 def list_runs(root: Path) -> List[Any]:
-    """The runs under ``root``, newest first (``engines.runs.list_runs``)."""
-    from engines.runs import list_runs as engine_list_runs
+    """The runs under ``root``, newest first (``engines.run_list.list_runs``)."""
+    from engines.run_list import list_runs as engine_list_runs
 
     return list(engine_list_runs(root))
 
@@ -108,7 +108,7 @@ def find_msprobe_dumps(root: Path, max_depth: int = 3) -> List[Dict[str, Any]]:
     """msprobe dump folders (``step<N>/rank<R>/dump.json``) under ``root``, as home-table rows: the folders a
     msprobe user already has, to open and compare. Run folders of ours are not entered."""
     from engines.dumps.msprobe.layout import STEP_DIR, find_dump_files
-    from engines.runs import folder_size
+    from engines.run_list import folder_size
 
     root = Path(root)
     rows: List[Dict[str, Any]] = []
