@@ -1,0 +1,105 @@
+"""Distributed tensor subclasses as the plain tensor a rank holds, and the ``dist`` column that says where it sits.
+
+A ``DTensor`` is recorded as its local shard (``_local_tensor``: an attribute read, no autograd node and no
+collective; ``full_tensor()`` or any op on the DTensor itself could launch one and change the training's collective
+sequence) with its placements, mesh, coordinate and global shape as JSON text (docs/FORMAT.md, ``tensors.dist``).
+An ``AsyncCollectiveTensor`` (what functional collectives and ``DTensor.to_local()`` after a redistribute return)
+is waited on with its own ``wait()``, which reads the result without marking the wrapper completed: training's
+next use waits again (torch makes that wait idempotent) and sees the same values. Plain tensors and parameters
+pass through untouched, on a fast path.
+
+Classes are recognised by name within ``torch.distributed``, so ``torch.distributed.tensor`` is never imported
+by the capture (it is not loaded in most runs and not available on every build).
+"""
+
+import json
+from typing import Any, Dict, Optional, Tuple
+
+import torch
+
+PLAIN, DTENSOR, ASYNC = 0, 1, 2
+ASYNC_COLLECTIVE = json.dumps({"async_collective": True}, separators=(", ", ": "))
+
+_PLAIN_TYPES = (torch.Tensor, torch.nn.Parameter)
+_KINDS: Dict[type, int] = {}
+# (mesh, placements, global shape) -> the dist JSON text: a handful of distinct layouts per run
+_TEXTS: Dict[Tuple[Any, Any, Tuple[int, ...]], str] = {}
+_TEXTS_MAX = 4096
+
+
+def _kind_of(cls: type) -> int:
+    kind = _KINDS.get(cls)
+    if kind is None:
+        kind = PLAIN
+        for base in cls.__mro__:
+            module = getattr(base, "__module__", "") or ""
+            if not module.startswith("torch.distributed"):
+                continue
+            if base.__name__ == "DTensor":
+                kind = DTENSOR
+                break
+            if base.__name__ == "AsyncCollectiveTensor":
+                kind = ASYNC
+                break
+        _KINDS[cls] = kind
+    return kind
+
+
+def local_view(t: torch.Tensor) -> Tuple[torch.Tensor, str]:
+    """(the plain tensor whose values are recorded, the ``dist`` text: "" for a plain tensor).
+
+    Never launches a collective; an unknown subclass comes back as it is (the statistics decide whether they
+    can read it)."""
+    cls = type(t)
+    if cls in _PLAIN_TYPES:
+        return t, ""
+    kind = _kind_of(cls)
+    if kind == PLAIN:
+        return t, ""
+    if kind == ASYNC:
+        return resolved(t), ASYNC_COLLECTIVE
+    local = t._local_tensor  # type: ignore[attr-defined]
+    if _kind_of(type(local)) == ASYNC:
+        local = resolved(local)
+    return local, dtensor_text(t)
+
+
+def resolved(t: torch.Tensor) -> torch.Tensor:
+    """The plain tensor an AsyncCollectiveTensor stands for, once its collective is done."""
+    wait = getattr(t, "wait", None)
+    if callable(wait):
+        out = wait()
+        if isinstance(out, torch.Tensor) and _kind_of(type(out)) != ASYNC:
+            return out
+    elem = getattr(t, "elem", None)
+    return elem if isinstance(elem, torch.Tensor) else t
+
+
+def dtensor_text(t: Any) -> str:
+    """``{"global_shape", "placements", "mesh", "mesh_dims", "coord"}`` of a DTensor as JSON text (cached)."""
+    mesh = t.device_mesh
+    placements = tuple(t.placements)
+    shape = tuple(t.shape)
+    key = (mesh, placements, shape)
+    text = _TEXTS.get(key)
+    if text is None:
+        text = json.dumps(dtensor_info(mesh, placements, shape), separators=(", ", ": "))
+        if len(_TEXTS) >= _TEXTS_MAX:
+            _TEXTS.clear()
+        _TEXTS[key] = text
+    return text
+
+
+def dtensor_info(mesh: Any, placements: Tuple[Any, ...], shape: Tuple[int, ...]) -> Dict[str, Any]:
+    names = getattr(mesh, "mesh_dim_names", None)
+    coord: Optional[Any] = mesh.get_coordinate()
+    return {
+        "global_shape": [int(n) for n in shape],
+        "placements": [str(p) for p in placements],
+        "mesh": mesh.mesh.tolist(),
+        "mesh_dims": list(names) if names is not None else None,
+        "coord": [int(c) for c in coord] if coord is not None else None,
+    }
+
+
+__all__ = ["ASYNC_COLLECTIVE", "dtensor_text", "local_view", "resolved"]
