@@ -8,8 +8,11 @@ process the same model runs unsharded on the full batch. Each rank saves its per
 
 import os
 import sys
+import warnings
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+# FSDP2 warns that the root returns a view (the row-parallel output): the loss only reads it.
+warnings.filterwarnings("ignore", message="FSDP2-wrapped module")
 
 import torch  # noqa: E402
 from bed_common import STEPS, batch, finish, init, save_losses  # noqa: E402
