@@ -59,6 +59,50 @@ def test_an_async_collective_tensor_is_recorded_as_the_tensor_it_resolves_to(tmp
     dump.close()
 
 
+class _Wrapped(torch.Tensor):
+    """A minimal wrapper subclass (one inner tensor, its own __torch_dispatch__), like many a library's."""
+
+    @staticmethod
+    def __new__(cls, elem):
+        return torch.Tensor._make_wrapper_subclass(cls, elem.shape, dtype=elem.dtype, device=elem.device)
+
+    def __init__(self, elem):
+        self.elem = elem
+
+    def __tensor_flatten__(self):
+        return ["elem"], None
+
+    @staticmethod
+    def __tensor_unflatten__(inner, meta, size, stride):
+        return _Wrapped(inner["elem"])
+
+    @classmethod
+    def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
+        from torch.utils._pytree import tree_map
+
+        def unwrap(x):
+            return x.elem if isinstance(x, _Wrapped) else x
+
+        return func(*tree_map(unwrap, args), **tree_map(unwrap, kwargs or {}))
+
+
+def test_a_wrapper_subclass_is_recorded_as_its_inner_tensor(tmp_path):
+    s = make_session(tmp_path, task="tensor", level="L1")
+    x = torch.randn(5, 2)
+    s.start()
+    out = torch.mul(_Wrapped(x), 2)
+    s.step_end()
+    s.close()
+    assert torch.equal(out, x * 2)
+    assert not s.summary.as_dict().get("missing"), s.summary.as_dict()
+    dump = Dump(tmp_path / "rank0")
+    row = dump.rows("Torch.mul.0.forward")["input.0"]
+    assert _dist(row) == {"subclass": __name__ + "._Wrapped"}
+    assert float(row["max"]) == float(x.max()) and str(row["shape"]) == "[5, 2]"
+    np.testing.assert_array_equal(dump.reader.tensor_data(int(row["row"])), x.numpy())
+    dump.close()
+
+
 # -- torchrun: the TP bed (2 processes) ----------------------------------------------------------------------------
 
 NAN_TP = '''

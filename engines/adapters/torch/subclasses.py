@@ -5,8 +5,10 @@ collective; ``full_tensor()`` or any op on the DTensor itself could launch one a
 sequence) with its placements, mesh, coordinate and global shape as JSON text (docs/FORMAT.md, ``tensors.dist``).
 An ``AsyncCollectiveTensor`` (what functional collectives and ``DTensor.to_local()`` after a redistribute return)
 is waited on with its own ``wait()``, which reads the result without marking the wrapper completed: training's
-next use waits again (torch makes that wait idempotent) and sees the same values. Plain tensors and parameters
-pass through untouched, on a fast path.
+next use waits again (torch makes that wait idempotent) and sees the same values. Any other wrapper subclass
+whose ``__tensor_flatten__`` names exactly one inner tensor of the wrapper's shape and dtype is recorded as that
+tensor, with ``{"subclass": "<module.Class>"}``; other subclasses come back as they are (their rows stay without
+statistics, ``unsupported``). Plain tensors and parameters pass through untouched, on a fast path.
 
 Classes are recognised by name within ``torch.distributed``, so ``torch.distributed.tensor`` is never imported
 by the capture (it is not loaded in most runs and not available on every build).
@@ -17,11 +19,13 @@ from typing import Any, Dict, Optional, Tuple
 
 import torch
 
-PLAIN, DTENSOR, ASYNC = 0, 1, 2
+PLAIN, DTENSOR, ASYNC, WRAPPER = 0, 1, 2, 3
 ASYNC_COLLECTIVE = json.dumps({"async_collective": True}, separators=(", ", ": "))
 
 _PLAIN_TYPES = (torch.Tensor, torch.nn.Parameter)
 _KINDS: Dict[type, int] = {}
+# tracing tensors hold no values to read (their rows stay unsupported)
+_TRACING = ("torch._subclasses", "torch._functorch", "torch._higher_order_ops")
 # (mesh, placements, global shape) -> the dist JSON text: a handful of distinct layouts per run
 _TEXTS: Dict[Tuple[Any, Any, Tuple[int, ...]], str] = {}
 _TEXTS_MAX = 4096
@@ -41,6 +45,9 @@ def _kind_of(cls: type) -> int:
             if base.__name__ == "AsyncCollectiveTensor":
                 kind = ASYNC
                 break
+        if kind == PLAIN and hasattr(cls, "__tensor_flatten__") \
+                and not (getattr(cls, "__module__", "") or "").startswith(_TRACING):
+            kind = WRAPPER
         _KINDS[cls] = kind
     return kind
 
@@ -58,10 +65,28 @@ def local_view(t: torch.Tensor) -> Tuple[torch.Tensor, str]:
         return t, ""
     if kind == ASYNC:
         return resolved(t), ASYNC_COLLECTIVE
+    if kind == WRAPPER:
+        return _inner(t)
     local = t._local_tensor  # type: ignore[attr-defined]
     if _kind_of(type(local)) == ASYNC:
         local = resolved(local)
     return local, dtensor_text(t)
+
+
+def _inner(t: torch.Tensor) -> Tuple[torch.Tensor, str]:
+    """A wrapper's one inner tensor of the same shape and dtype (the wrapper itself when there is not one)."""
+    try:
+        names = t.__tensor_flatten__()[0]  # type: ignore[attr-defined]
+        inner = getattr(t, names[0]) if len(names) == 1 else None
+    except Exception:
+        return t, ""
+    if not isinstance(inner, torch.Tensor) or inner is t or inner.dtype != t.dtype or inner.shape != t.shape:
+        return t, ""
+    local, dist = local_view(inner)
+    if local is inner and type(inner) not in _PLAIN_TYPES and _kind_of(type(inner)) != PLAIN:
+        return t, ""  # a wrapper of a wrapper nothing could read
+    cls = type(t)
+    return local, dist or json.dumps({"subclass": "%s.%s" % (cls.__module__, cls.__qualname__)})
 
 
 def resolved(t: torch.Tensor) -> torch.Tensor:
