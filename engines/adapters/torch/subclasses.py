@@ -26,8 +26,8 @@ _PLAIN_TYPES = (torch.Tensor, torch.nn.Parameter)
 _KINDS: Dict[type, int] = {}
 # tracing tensors hold no values to read (their rows stay unsupported)
 _TRACING = ("torch._subclasses", "torch._functorch", "torch._higher_order_ops")
-# (mesh, placements, global shape) -> the dist JSON text: a handful of distinct layouts per run
-_TEXTS: Dict[Tuple[Any, Any, Tuple[int, ...]], str] = {}
+# a DTensor's spec (mesh, placements, global shape, dtype) -> the dist JSON text: a handful of layouts per run
+_TEXTS: Dict[Any, str] = {}
 _TEXTS_MAX = 4096
 
 
@@ -101,14 +101,19 @@ def resolved(t: torch.Tensor) -> torch.Tensor:
 
 
 def dtensor_text(t: Any) -> str:
-    """``{"global_shape", "placements", "mesh", "mesh_dims", "coord"}`` of a DTensor as JSON text (cached)."""
-    mesh = t.device_mesh
-    placements = tuple(t.placements)
-    shape = tuple(t.shape)
-    key = (mesh, placements, shape)
+    """``{"global_shape", "placements", "mesh", "mesh_dims", "coord"}`` of a DTensor as JSON text, cached on its
+    spec (hashed once by torch; reading the DTensor's own ``shape`` costs microseconds more)."""
+    spec = getattr(t, "_spec", None)
+    key: Any = spec
+    if spec is None:
+        key = (t.device_mesh, tuple(t.placements), tuple(t.shape))
     text = _TEXTS.get(key)
     if text is None:
-        text = json.dumps(dtensor_info(mesh, placements, shape), separators=(", ", ": "))
+        if spec is not None:
+            info = dtensor_info(spec.mesh, tuple(spec.placements), tuple(spec.shape))
+        else:
+            info = dtensor_info(*key)
+        text = json.dumps(info, separators=(", ", ": "))
         if len(_TEXTS) >= _TEXTS_MAX:
             _TEXTS.clear()
         _TEXTS[key] = text
