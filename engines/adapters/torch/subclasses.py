@@ -67,7 +67,10 @@ def local_view(t: torch.Tensor) -> Tuple[torch.Tensor, str]:
         return resolved(t), ASYNC_COLLECTIVE
     if kind == WRAPPER:
         return _inner(t)
-    local = t._local_tensor  # type: ignore[attr-defined]
+    local = getattr(t, "_local_tensor", None)
+    if not isinstance(local, torch.Tensor):  # a torch without the attribute: the public call (no collective)
+        with torch.no_grad():
+            local = t.to_local()  # type: ignore[attr-defined]
     if _kind_of(type(local)) == ASYNC:
         local = resolved(local)
     return local, dtensor_text(t)
