@@ -106,6 +106,7 @@ class StepEntries:
         self.hashes: Dict[int, Any] = {}  # entry -> (crc, xhash), or the adapter's pending form of it
         self.numels: Dict[int, int] = {}
         self.meta: List[Tuple[str, str, str]] = []  # entry -> (dtype, shape JSON, device)
+        self.dist: Dict[int, str] = {}  # entry -> the dist JSON of a distributed tensor's local shard
 
     def columns(self) -> EntryColumns:
         """The step's entry columns with statistics and element counts (the adapter adds the hashes)."""
@@ -114,6 +115,7 @@ class StepEntries:
         cols.stats, cols.valid, cols.counts = self.stats.finish(n)
         for e, numel in self.numels.items():
             cols.numel[e] = numel
+        cols.dist = self.dist
         return cols
 
     def take_host_data(self) -> Dict[int, Tuple[np.ndarray, str]]:

@@ -28,7 +28,7 @@ NO_ENTRY = -1
 class EntryColumns:
     """Per tensor entry results, indexed by entry id (filled by the adapter when a step is flushed)."""
 
-    __slots__ = ("stats", "valid", "counts", "crc32", "xhash", "pool", "offset", "numel")
+    __slots__ = ("stats", "valid", "counts", "crc32", "xhash", "pool", "offset", "numel", "dist")
 
     def __init__(self, n: int) -> None:
         self.stats = np.full((n, 4), np.nan, dtype=np.float64)  # max, min, mean, norm
@@ -39,6 +39,7 @@ class EntryColumns:
         self.pool: List[str] = [""] * n
         self.offset = np.full(n, -1, dtype=np.int64)
         self.numel = np.full(n, -1, dtype=np.int64)
+        self.dist: Dict[int, str] = {}  # entry -> a distributed tensor's layout as JSON text (docs/FORMAT.md)
 
 
 class StepBuffer:
@@ -165,6 +166,9 @@ class StepBuffer:
             "offset": np.where(stored & (entries.offset[safe] >= 0), entries.offset[safe], -1),
             "numel": np.where(has, entries.numel[safe], -1),
         }
+        if entries.dist:  # a column of "" (the default) is left to the store
+            dist = entries.dist
+            tensors["dist"] = [dist.get(i, "") if h else "" for i, h in zip(safe.tolist(), has.tolist())]
         return StepBatch(step, records, tensors)
 
 

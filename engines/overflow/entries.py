@@ -43,6 +43,7 @@ class OverflowEntriesBase:
         self.n = 0
         self.cache: Dict[int, Tuple] = {}
         self.meta: List[Tuple[str, str, str]] = []
+        self.dist: Dict[int, str] = {}  # entry -> the dist JSON of a distributed tensor's local shard
         self.sums: List[float] = []  # finite test per entry: the sum, or nan while on the device
         self.pending: Dict[Any, Tuple[List[Any], List[int]]] = {}
         self.held: Dict[int, Any] = {}

@@ -15,6 +15,7 @@ from typing import Dict, List, Optional, Tuple
 import numpy as np
 import torch
 
+from engines.adapters.torch.subclasses import local_view
 from engines.adapters.torch.tensor_bytes import device_word_sum, host_copy, meta_of, synchronize
 from engines.adapters.torch.tensor_stats import StatsBatch, UnsupportedTensor, summarisable
 from engines.capture import xhash as xh
@@ -61,13 +62,16 @@ class TensorEntries(StepEntries):
             if cached is not None and cached[1] == version and cached[0]() is t:
                 e = cached[2]
                 if save and e not in self.host_data and not self.saving_stopped:
-                    self._save(e, t)
+                    self._save(e, local_view(t)[0])
                 return e
         e = self.n
         self.n += 1
-        self.meta.append(meta_of(t))
+        local, dist = local_view(t)  # a DTensor's local shard, an AsyncCollectiveTensor's result
+        self.meta.append(meta_of(local))
+        if dist:
+            self.dist[e] = dist
         try:
-            base = summarisable(t.detach())
+            base = summarisable(local.detach())
         except UnsupportedTensor as exc:
             self.summary.unsupported(str(exc))
             return e

@@ -20,6 +20,7 @@ from typing import Any, Dict, Optional, Tuple
 import numpy as np
 import torch
 
+from engines.adapters.torch.subclasses import local_view
 from engines.adapters.torch.tensor_bytes import host_copy, meta_of, synchronize
 from engines.capture.records import VALID_MAX, VALID_MEAN, VALID_MIN, VALID_NORM, EntryColumns
 from engines.overflow.entries import OverflowEntriesBase
@@ -59,13 +60,16 @@ class OverflowEntries(OverflowEntriesBase):
                 return e
         e = self.n
         self.n += 1
-        dtype = t.dtype
-        self.meta.append(meta_of(t))
+        local, dist = local_view(t)  # a DTensor's local shard: an op on the DTensor could launch a collective
+        dtype = local.dtype
+        self.meta.append(meta_of(local))
+        if dist:
+            self.dist[e] = dist
         self.versions[e] = version
         self.grad[e] = bool(t.requires_grad)
         if t.grad_fn is not None:
             self.computed.add(e)
-        x = t.detach()
+        x = local.detach()
         self.sums.append(0.0)
         if (dtype.is_floating_point or dtype.is_complex) and x.numel() > 0 and x.layout is torch.strided \
                 and not x.is_meta:
@@ -100,10 +104,11 @@ class OverflowEntries(OverflowEntriesBase):
             self.sums[e] = s.item()
 
     def _nbytes(self, t: torch.Tensor) -> int:
-        return t.numel() * t.element_size()
+        local = local_view(t)[0]
+        return local.numel() * local.element_size()
 
     def _clone(self, t: torch.Tensor) -> torch.Tensor:
-        return t.detach().clone()
+        return local_view(t)[0].detach().clone()
 
     # -- facts -----------------------------------------------------------------------------------------------
     def resolve(self) -> None:
@@ -117,10 +122,12 @@ class OverflowEntries(OverflowEntriesBase):
         self.pending = {}
 
     def _data(self, e: int) -> Optional[torch.Tensor]:
+        """The entry's values as a plain tensor (its pre-call copy, else the local view of the held tensor)."""
         c = self.clones.get(e)
         if c is not None:
             return c
-        return self.held.get(e)
+        t = self.held.get(e)
+        return None if t is None else local_view(t)[0]
 
     def _readable(self, e: int) -> Optional[torch.Tensor]:
         t = self._data(e)
@@ -164,6 +171,7 @@ class OverflowEntries(OverflowEntriesBase):
                     return False
             except RuntimeError:
                 pass
+        t = local_view(t)[0]
         if t.layout is not torch.strided or t.is_meta:
             self.lost.setdefault(e, "not a dense tensor")
             return False
@@ -180,6 +188,7 @@ class OverflowEntries(OverflowEntriesBase):
             synchronize()
         n = self.n
         cols = EntryColumns(n)
+        cols.dist = self.dist
         for e, (arr, name) in self.host_data.items():
             _host_stats(cols, e, arr, name)
         return cols

@@ -40,11 +40,10 @@ class UnsupportedTensor(Exception):
 
 
 def summarisable(t: torch.Tensor) -> torch.Tensor:
-    """The dense tensor whose values are summarised, or UnsupportedTensor."""
+    """The dense tensor whose values are summarised, or UnsupportedTensor. Distributed subclasses arrive
+    unwrapped (``engines.adapters.torch.subclasses.local_view``)."""
     cls = type(t)
     if cls is not torch.Tensor and cls is not torch.nn.Parameter:
-        if cls.__name__ == "DTensor":
-            return t.to_local()
         if cls.__name__ in ("FakeTensor", "FunctionalTensor"):
             raise UnsupportedTensor(cls.__name__)
         if not isinstance(t, torch.nn.Parameter) and hasattr(cls, "__torch_dispatch__") \
