@@ -18,6 +18,7 @@ import torch
 
 from engines.adapters.torch import flatten
 from engines.adapters.torch.api_capture import ApiCapture, CaptureFunctionMode, resolve_info
+from engines.adapters.torch.collectives import CollectiveTracker
 from engines.adapters.torch.entries import TensorEntries
 from engines.adapters.torch.module_capture import ModuleCapture
 from engines.capture import naming
@@ -59,6 +60,7 @@ class TorchCaptureSession(CaptureSession):
         self.recompute_counter = naming.CallCounter()
         self.api_infos: Dict[Any, Any] = {}
         self.api_capture = ApiCapture(self)
+        self.collectives = CollectiveTracker()
         self.modules = ModuleCapture(self)
         # id(output node) -> (node, edges leaving the module call): lets a parent's graph walk skip its children
         self.walk_memo: Dict[int, Any] = {}
