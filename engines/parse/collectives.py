@@ -15,6 +15,7 @@ from engines.parse.inspect import ParseError, _open, _pieces, name_matcher
 
 FIELDS = ("op", "group", "src", "dst", "reduce_op", "dtype", "bytes", "async_op", "group_seq")
 AGREE = ("op", "group", "reduce_op", "dtype")  # what every member of one collective must agree on
+P2P = {"send": "p2p", "isend": "p2p", "recv": "p2p", "irecv": "p2p"}  # a send and its recv are one message
 
 
 def collectives(path: Any, *, name: Optional[str] = None, step: Optional[int] = None,
@@ -89,7 +90,8 @@ def find_mismatches(found: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
     for (group, seq), members in sorted(by_link.items()):
         diffs = []
         for field in AGREE:
-            values = {json.dumps(m.get(field)) for m in members}
+            values = {json.dumps(P2P.get(m.get(field), m.get(field)) if field == "op" else m.get(field))
+                      for m in members}
             if len(values) > 1:
                 diffs.append("%s: %s" % (field, ", ".join("rank %d %s" % (m["rank"], _text(m.get(field)))
                                                           for m in members)))

@@ -21,10 +21,10 @@ import torch
 # Calls of the Distributed namespace that are collectives, by the name the API table gives them.
 REDUCING = frozenset(("all_reduce", "all_reduce_", "all_reduce_coalesced", "all_reduce_coalesced_", "reduce",
                       "reduce_scatter", "reduce_scatter_tensor", "reduce_scatter_tensor_coalesced",
-                      "_reduce_scatter_base"))
+                      "_reduce_scatter_base", "reduce_scatter_single"))
 COLLECTIVES = REDUCING | frozenset((
     "all_gather", "all_gather_into_tensor", "all_gather_into_tensor_out", "all_gather_into_tensor_coalesced",
-    "all_gather_coalesced", "_all_gather_base", "broadcast", "broadcast_", "gather", "scatter", "all_to_all",
+    "all_gather_coalesced", "_all_gather_base", "all_gather_single", "broadcast", "broadcast_", "gather", "scatter", "all_to_all",
     "all_to_all_single", "barrier", "monitored_barrier", "send", "recv", "isend", "irecv", "batch_isend_irecv",
     "batch_p2p_ops"))
 SENDS = frozenset(("send", "isend"))

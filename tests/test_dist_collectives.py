@@ -1,0 +1,171 @@
+"""Collectives as records (``args["collective"]``) and the first NaN of a multi-rank run found across ranks by
+following the collective links, on real torchrun launches (gloo, CPU), plus the analysis on synthetic stores."""
+
+import json
+from pathlib import Path
+
+import pytest
+from dist_support import bed, losses, ok, run_single, torchrun  # noqa: F401
+
+from engines.overflow import origin as og
+from engines.overflow.cross_rank import cross_rank_origin, read_ranks
+from engines.parse.collectives import find_mismatches
+from engines.runs import open_run
+from engines.store import DumpReader, open_rank_dirs
+from probe_tui.cli import main
+
+
+def _job(folder: Path, task: str, name: str, level: str = "L1") -> None:
+    (folder / "cfg.json").write_text(json.dumps({"task": task, "dump_path": "dump", "level": level,
+                                                 "target": {"script": bed(name)}}))
+
+
+def _parse_collectives(path: Path, capsys, *extra: str) -> dict:
+    capsys.readouterr()
+    assert main(["parse", str(path), "--collectives", "--json"] + list(extra)) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+# -- records of known collectives (2 ranks) ----------------------------------------------------------------------
+@pytest.mark.slow
+def test_collective_records_pair_across_ranks_and_leave_losses_bit_identical(tmp_path, capsys):
+    plain, probed = tmp_path / "plain", tmp_path / "probed"
+    plain.mkdir()
+    probed.mkdir()
+    ok(torchrun(plain, [bed("collectives")], nproc=2, timeout=240))
+    _job(probed, "statistics", "collectives")
+    ok(torchrun(probed, ["-m", "probe_tui", "run", "cfg.json"], nproc=2, timeout=240))
+    assert losses(probed) == losses(plain)  # exact floats: capture changed nothing
+    assert len(losses(plain)) == 2
+
+    found = _parse_collectives(probed / "dump" / "latest", capsys, "--step", "0")
+    assert found["mismatches"] == []
+    by_rank = {r: [c for c in found["collectives"] if c["rank"] == r] for r in (0, 1)}
+    want = [("all_reduce", "sum", "torch.float32", 256), ("all_reduce", "sum", "torch.float32", 32),
+            ("all_reduce", "sum", "torch.bfloat16", 128), (None, None, "torch.float32", 32),
+            ("broadcast", None, "torch.float32", 8), ("all_reduce", "max", "torch.float32", 4),
+            (None, None, "torch.float64", 24), ("all_reduce", "sum", "torch.float32", 32)]
+    for rank, calls in by_rank.items():
+        got = [(c["op"], c["reduce_op"], c["dtype"], c["bytes"]) for c in calls]
+        assert len(got) == len(want), got
+        for (op, red, dtype, nbytes), (wop, wred, wdtype, wbytes) in zip(got, want):
+            assert (red, dtype, nbytes) == (wred, wdtype, wbytes)
+            assert wop is None or op == wop
+        assert calls[3]["op"] in ("all_gather_into_tensor", "all_gather_single")
+        assert calls[6]["op"] == ("send" if rank == 0 else "recv")
+        assert all(c["group"] == [0, 1] for c in calls)
+        world = [c for c in calls if c["group_name"] == calls[0]["group_name"]]
+        assert [c["group_seq"] for c in world] == list(range(7))  # counted per group ...
+        pair = [c for c in calls if c["group_name"] != calls[0]["group_name"]]
+        assert [(c["op"], c["group_seq"]) for c in pair] == [("all_reduce", 0)]  # ... each group on its own
+        assert calls[4]["src"] == 1 and calls[7]["async_op"] is True and calls[0]["async_op"] is False
+    send, recv = by_rank[0][6], by_rank[1][6]
+    assert (send["dst"], send["src"], recv["src"], recv["dst"]) == (1, None, 0, None)
+    # the same collective on both ranks: same group_seq, op and dtype
+    links = {(c["group_name"], c["group_seq"]): c for c in by_rank[0]}
+    for c in by_rank[1]:
+        twin = links[(c["group_name"], c["group_seq"])]
+        assert (twin["dtype"], twin["bytes"]) == (c["dtype"], c["bytes"])
+
+    # step 1 goes on counting: group_seq is per run, not per step
+    later = _parse_collectives(probed / "dump" / "latest", capsys, "--step", "1", "--rank", "0")["collectives"]
+    assert later[0]["group_seq"] == 7
+
+    # the functional all-reduce is recorded as its (waited) result: one output row, the sum over both ranks
+    reader = DumpReader(open_rank_dirs(open_run(probed / "dump" / "latest").path)[0])
+    try:
+        rows = reader.tensors(0, ["record", "slot"])
+        recs = reader.records(0, ["name"])
+        record = [int(r) for r, n in zip(recs["row"], recs["name"]) if n == "Distributed.all_reduce.4.forward"][0]
+        slots = sorted(s for r, s in zip(rows["record"], rows["slot"]) if int(r) == record)
+        assert slots == ["input.0", "output.0"]  # the op and group name are arguments, not tensors
+    finally:
+        reader.close()
+
+
+# -- the first NaN across 4 ranks ------------------------------------------------------------------------------
+@pytest.mark.slow
+def test_nan_made_on_rank_2_before_an_all_reduce_is_traced_to_rank_2(tmp_path):
+    _job(tmp_path, "overflow_check", "nan_allreduce")
+    proc = ok(torchrun(tmp_path, ["-m", "probe_tui", "run", "cfg.json"], nproc=4, timeout=280))
+    out = proc.stdout.decode() + proc.stderr.decode()  # the summary goes where the launcher's output goes
+    assert "first non-finite value across 4 ranks: rank 2, Torch.log.0.forward at step 0" in out
+    run = open_run(tmp_path / "dump" / "latest")
+    calls = read_ranks(open_rank_dirs(run.path))
+    assert sorted(calls) == [0, 1, 2, 3]
+    for rank in (0, 1, 3):  # every other rank got the NaN from the all-reduce of the gradients
+        first = calls[rank][0]
+        assert (first["name"], first["origin"]) == ("Distributed.all_reduce.0.forward", "received")
+        assert first["collective"]["group"] == [0, 1, 2, 3]
+    found = cross_rank_origin(calls)
+    assert (found["rank"], found["name"], found["origin"]) == (2, "Torch.log.0.forward", "produced")
+    assert [o["rank"] for o in found["origins"]] == [2]
+    assert "from rank 2" in found["chain"][0]
+
+
+# -- the analysis on synthetic stores --------------------------------------------------------------------------
+def _coll(seq: int, group=(0, 1, 2, 3), op: str = "all_reduce") -> dict:
+    return {"op": op, "group": list(group), "src": None, "dst": None, "reduce_op": "sum", "dtype": "torch.float32",
+            "bytes": 64, "async_op": False, "group_seq": seq, "group_name": "0"}
+
+
+def _call(name: str, origin: str, clock: dict, coll=None, step: int = 0, order: int = 0) -> dict:
+    return {"step": step, "order": order, "name": name, "origin": origin, "reason": origin, "where": "",
+            "collective": coll, "clock": clock}
+
+
+def test_origin_follows_the_collective_link_not_the_lowest_rank():
+    # rank 1 made its own NaN only after all-reduce #3 (it already held rank 3's); rank 3 made one before #3
+    calls = {
+        0: [_call("Distributed.all_reduce.3.forward", "received", {"0": 4}, _coll(3))],
+        1: [_call("Torch.exp.0.forward", "produced", {"0": 4})],
+        2: [_call("Distributed.all_reduce.3.forward", "received", {"0": 4}, _coll(3))],
+        3: [_call("Torch.log.2.forward", "produced", {"0": 3})],
+    }
+    found = cross_rank_origin(calls)
+    assert (found["rank"], found["name"]) == (3, "Torch.log.2.forward")
+    assert [o["rank"] for o in found["origins"]] == [3, 1]  # happens-before: #3 lies between them
+    assert "from rank 3" in found["chain"][0]
+
+
+def test_origin_follows_a_chain_of_collectives_back():
+    # rank 1 got it from rank 3 on a pair group; rank 0 got it from rank 1 on the world group later
+    pair = {"op": "all_reduce", "group": [1, 3], "group_seq": 0, "group_name": "7"}
+    calls = {
+        0: [_call("Distributed.all_reduce.5.forward", "received", {"0": 6}, _coll(5))],
+        1: [_call("Distributed.all_reduce.0.forward", "received", {"0": 5, "7": 1}, pair)],
+        3: [_call("Torch.div.0.forward", "produced", {"0": 5})],
+    }
+    found = cross_rank_origin(calls)
+    assert (found["rank"], found["name"]) == (3, "Torch.div.0.forward")
+    assert "from rank 3" in found["chain"][0] and "from rank 3" in found["chain"][1]
+
+
+def test_a_member_that_went_bad_after_the_collective_is_no_source():
+    calls = {
+        0: [_call("Distributed.all_reduce.1.forward", "received", {"0": 2}, _coll(1))],
+        1: [_call("Torch.log.0.forward", "produced", {"0": 2})],  # after collective #1: not the source
+    }
+    found = cross_rank_origin(calls)
+    assert "an unrecorded rank" in found["chain"][0]
+    assert cross_rank_origin({}) is None
+    old = {0: [_call("Distributed.all_reduce.1.forward", "received", None, _coll(1))],
+           1: [_call("Torch.log.0.forward", "produced", None)]}  # stores without clocks: no link claimed
+    assert "an unrecorded rank" in cross_rank_origin(old)["chain"][0]
+
+
+def test_a_collective_whose_output_alone_is_bad_received_its_values():
+    facts_in = [og.TensorFacts("input.0", 0)]
+    facts_out = [og.TensorFacts("output.0", og.NAN)]
+    verdict = og.received(og.classify(facts_in, facts_out), _coll(2))
+    assert (verdict.name, verdict.flagged) == ("received", True)
+    assert "all_reduce #2" in verdict.reason
+    assert og.received(og.classify(facts_in, facts_out), None).name == "produced"
+
+
+def test_mismatched_collectives_are_listed():
+    rows = [dict(_coll(0), rank=0), dict(_coll(0), rank=1, dtype="torch.bfloat16"),
+            dict(_coll(1, op="send"), rank=0), dict(_coll(1, op="recv"), rank=1)]
+    mismatches = find_mismatches(rows)
+    assert [(m["group_seq"], m["ranks"]) for m in mismatches] == [(0, [0, 1])]
+    assert "rank 1 bfloat16" in mismatches[0]["text"]
