@@ -7,12 +7,15 @@ from pathlib import Path
 import pytest
 from dist_support import bed, losses, ok, run_single, torchrun  # noqa: F401
 
+from engines.events import NullSink
 from engines.overflow import origin as og
 from engines.overflow.cross_rank import cross_rank_origin, read_ranks
 from engines.parse.collectives import find_mismatches
+from engines.runner import run_job
 from engines.runs import open_run
 from engines.store import DumpReader, open_rank_dirs
 from probe_tui.cli import main
+from schemas import load_config
 
 
 def _job(folder: Path, task: str, name: str, level: str = "L1") -> None:
@@ -101,6 +104,16 @@ def test_nan_made_on_rank_2_before_an_all_reduce_is_traced_to_rank_2(tmp_path):
     assert (found["rank"], found["name"], found["origin"]) == (2, "Torch.log.0.forward", "produced")
     assert [o["rank"] for o in found["origins"]] == [2]
     assert "from rank 2" in found["chain"][0]
+
+    # analyze_overflow on the same run: the received all-reduces are inherited, the origin is rank 2's log
+    job = load_config({"task": "analyze_overflow", "dump_path": str(tmp_path / "analysis"),
+                       "analyze_overflow": {"path": str(run.path)}})
+    outcome = run_job(job, events=NullSink())
+    assert outcome.summary["cross_rank_origin"]["rank"] == 2
+    assert outcome.summary["verdict"].startswith("first non-finite value across 4 ranks: rank 2, Torch.log.0.forward")
+    categories = {(r["rank"], r["name"]): r["category"] for r in outcome.summary["replays"]}
+    assert categories[(0, "Distributed.all_reduce.0.forward")] == "inherited"
+    assert categories[(2, "Torch.log.0.forward")] == "range"
 
 
 # -- the analysis on synthetic stores --------------------------------------------------------------------------
