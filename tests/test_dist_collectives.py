@@ -182,3 +182,53 @@ def test_mismatched_collectives_are_listed():
     mismatches = find_mismatches(rows)
     assert [(m["group_seq"], m["ranks"]) for m in mismatches] == [(0, [0, 1])]
     assert "rank 1 bfloat16" in mismatches[0]["text"]
+
+
+# -- the tracker in one process (a 1-rank gloo group) ----------------------------------------------------------
+def test_one_process_collectives_are_described_and_counted_per_group(tmp_path, monkeypatch):
+    import torch
+    import torch.distributed as dist
+    from dist_support import free_port
+    from test_capture_support import Dump, make_session
+
+    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
+    monkeypatch.setenv("MASTER_PORT", str(free_port()))
+    dist.init_process_group("gloo", rank=0, world_size=1)
+    try:
+        solo = dist.new_group([0])
+        half = torch.ones(4, dtype=torch.bfloat16)
+        t = torch.arange(4, dtype=torch.float32)
+        s = make_session(tmp_path, level="L1")
+        s.start()
+        dist.all_reduce(half)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX, group=solo)
+        work = dist.all_reduce(t, async_op=True)
+        work.wait()
+        y = torch.ops._c10d_functional.all_reduce(t, "avg", solo.group_name)
+        torch.ops._c10d_functional.wait_tensor(y)
+        dist.broadcast(t, group_src=0, group=solo)
+        s.stop()
+        s.step_end()
+        s.close()
+    finally:
+        dist.destroy_process_group()
+    dump = Dump(tmp_path / "rank0")
+
+    def coll(name):
+        return json.loads(dump.record(name)["args"])["collective"]
+
+    first = coll("Distributed.all_reduce.0.forward")
+    assert (first["dtype"], first["bytes"], first["reduce_op"], first["group"]) == ("torch.bfloat16", 8, "sum", [0])
+    solo_max = coll("Distributed.all_reduce.1.forward")
+    assert (solo_max["reduce_op"], solo_max["group_seq"]) == ("max", 0)
+    assert solo_max["group_name"] != first["group_name"]
+    asynchronous = coll("Distributed.all_reduce.2.forward")
+    assert (asynchronous["async_op"], asynchronous["group_seq"]) == (True, 1)  # the default group's second
+    assert not any(k.startswith("output") for k in dump.rows("Distributed.all_reduce.2.forward"))
+    functional = coll("Distributed.all_reduce.3.forward")
+    assert (functional["reduce_op"], functional["group_seq"], functional["async_op"]) == ("avg", 1, True)
+    assert list(dump.rows("Distributed.all_reduce.3.forward")) == ["input.0", "output.0"]
+    assert coll("Distributed.broadcast.0.forward")["src"] == 0
+    assert "Distributed.wait_tensor.0.forward" in dump.names(0)
+    with pytest.raises(KeyError):
+        coll("Distributed.wait_tensor.0.forward")  # waiting is no collective
