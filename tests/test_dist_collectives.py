@@ -232,3 +232,36 @@ def test_one_process_collectives_are_described_and_counted_per_group(tmp_path, m
     assert "Distributed.wait_tensor.0.forward" in dump.names(0)
     with pytest.raises(KeyError):
         coll("Distributed.wait_tensor.0.forward")  # waiting is no collective
+
+
+# -- first divergence across ranks -----------------------------------------------------------------------------
+def test_a_divergence_received_through_an_all_reduce_points_back_to_its_rank():
+    import numpy as np
+
+    from engines.compare.collective_links import link_collectives
+
+    def entries(*rows):
+        keys = ("rank", "step", "record", "score", "in_err", "out_err", "floor", "order")
+        cols = {k: np.array([r[j] for r in rows]) for j, k in enumerate(keys)}
+        cols["score"] = cols["score"].astype(np.float64)
+        cols["tier"] = np.zeros(len(rows), dtype=np.uint8)
+        cols["note"] = np.array([""] * len(rows), dtype=object)
+        order = np.lexsort((cols["order"], cols["step"], cols["rank"], -cols["score"], cols["tier"]))
+        return {k: v[order] for k, v in cols.items()}
+
+    f32, bf16 = 2.0 ** -20, 2.0 ** -8
+    div = entries(
+        (1, 0, "Torch.mul.0.forward", 0.2 / bf16, 0.0, 0.2, bf16, 3),  # the fault: a bf16 op on rank 1
+        (1, 0, "Distributed.all_reduce.0.forward", 0.25, 0.2, 0.05, f32, 4),
+        (0, 0, "Distributed.all_reduce.0.forward", 0.05 / f32, 0.0, 0.05, f32, 4),  # received: inputs matched
+        (0, 0, "Torch.exp.0.forward", 1.0, 0.05, 0.05, f32, 5),
+    )
+    assert (div["rank"][0], div["record"][0]) == (0, "Distributed.all_reduce.0.forward")  # per-rank scores alone
+    coll = {"op": "all_reduce", "group": [0, 1], "group_seq": 0, "group_name": "0"}
+    linked = link_collectives(div, {(r, 0, "Distributed.all_reduce.0.forward"): coll for r in (0, 1)})
+    assert (linked["rank"][0], linked["record"][0]) == (1, "Torch.mul.0.forward")
+    received = [i for i in range(4) if linked["rank"][i] == 0 and linked["record"][i].startswith("Distributed")][0]
+    assert linked["score"][received] == 1.0
+    assert linked["note"][received] == "received through all_reduce #0 on group [0, 1] from rank 1"
+    assert list(linked["position"]) == [1, 2, 3, 4]
+    assert link_collectives(div, {}) is div  # a dump without collective records: the ranking as it was
