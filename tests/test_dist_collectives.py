@@ -265,3 +265,20 @@ def test_a_divergence_received_through_an_all_reduce_points_back_to_its_rank():
     assert linked["note"][received] == "received through all_reduce #0 on group [0, 1] from rank 1"
     assert list(linked["position"]) == [1, 2, 3, 4]
     assert link_collectives(div, {}) is div  # a dump without collective records: the ranking as it was
+
+
+def test_the_clock_counts_collectives_per_group_across_step_ends():
+    from engines.adapters.torch import collectives
+
+    tracker = collectives.CollectiveTracker()
+    start = tracker.mark()
+    tracker._count("world")
+    middle = tracker.mark()
+    tracker._count("pair")
+    tracker._count("world")
+    assert tracker.clock(start) == {} and tracker.clock(middle) == {"world": 1}
+    assert tracker.clock(tracker.mark()) == {"world": 2, "pair": 1}
+    tracker.rebase()  # a step ended: the order is dropped, the counts stay
+    assert tracker.order == [] and tracker.clock(tracker.mark()) == {"world": 2, "pair": 1}
+    assert tracker._count("world") == 2
+    assert tracker.clock(middle) == {"world": 2, "pair": 1}  # a mark of an earlier step reads this step's start

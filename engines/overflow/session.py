@@ -299,9 +299,6 @@ class OverflowChecks(_Session):
                 if not self.limit_reached or self._done:
                     self._process(everything=not self.limit_reached)
                 self._keep_only(self._kept)
-                tracker = getattr(self, "collectives", None)
-                if tracker is not None:
-                    tracker.rebase()
             findings = self.findings
             if self.entries.deferred:
                 findings.syncs += self.entries.reads

@@ -32,6 +32,8 @@ RECVS = frozenset(("recv", "irecv"))
 ASYNC_ALWAYS = frozenset(("isend", "irecv", "batch_isend_irecv"))
 
 # The argument that holds what this rank sends (or holds), first match wins.
+MAX_ORDER = 1 << 20  # collectives remembered in order within one step
+
 PAYLOAD_ARGS = ("input_tensor", "input", "inputs", "input_tensor_list", "input_list", "tensor", "tensors", "self")
 
 
@@ -184,6 +186,8 @@ class CollectiveTracker:
         n = self.seq.get(key, 0)
         self.seq[key] = n + 1
         self.order.append(key)
+        if len(self.order) >= MAX_ORDER:  # a run without step ends: bounded (older marks read the step start)
+            self.rebase()
         return n
 
     def _p2p(self, key: str, direction: str, peer: int) -> int:

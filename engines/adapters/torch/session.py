@@ -155,6 +155,10 @@ class TorchCaptureSession(CaptureSession):
         super().complete_pending_backward()
         self.walk_memo = {}
 
+    def flush(self) -> None:
+        super().flush()
+        self.collectives.rebase()  # the step's collective order served its records' clocks
+
 
 #: The name every adapter gives its capture session (engines.adapters.protocol).
 Session = TorchCaptureSession
