@@ -42,9 +42,11 @@ class OverflowTask(SessionTask):
             self.tally.value.close(status)
 
     def result_summary(self) -> Dict[str, Any]:
-        out = summarise(self.tally.get().steps, self.summary, self.run, self.limit, self.session.limit_reached)
+        steps = self.tally.get().steps
+        out = summarise(steps, self.summary, self.run, self.limit, self.session.limit_reached)
         try:
-            add_cross_rank(out, self.run, self.tally.rank, launch_ranks(self.options.ranks))
+            if steps:  # a rank that checked nothing has nothing to wait for
+                add_cross_rank(out, self.run, self.tally.rank, launch_ranks(self.options.ranks))
         except Exception as exc:  # the run's own results stand without it
             note(out, "cross-rank origin not found: %s" % exc)
         return out
