@@ -111,12 +111,12 @@ class CollectiveTracker:
     # -- groups ----------------------------------------------------------------------------------------------
     def group(self, pg: Any = None, name: Optional[str] = None) -> GroupInfo:
         """Key and global ranks of a process group (the default group for None), from the registry only."""
-        import torch.distributed as dist
-
         cache_key = name if name is not None else pg
         got = self._groups.get(cache_key)
         if got is not None:
             return got
+        import torch.distributed as dist
+
         if name is not None:
             from torch.distributed.distributed_c10d import _resolve_process_group
 
@@ -131,28 +131,16 @@ class CollectiveTracker:
 
     # -- one call --------------------------------------------------------------------------------------------
     def bind(self, func: Any, args: tuple, kwargs: Dict[str, Any]) -> Tuple[Dict[str, Any], bool]:
-        """(arguments by name with defaults, whether it is a functional ``torch.ops`` collective)."""
+        """(arguments by name, with the defaults of those not passed; whether it is a functional ``torch.ops``
+        collective). Parameter names are read once per callable (from the schema or the Python signature)."""
         sig = self._signatures.get(func)
-        functional = isinstance(func, (torch._ops.OpOverload, torch._ops.OpOverloadPacket))
         if sig is None:
-            if functional:
-                op = func if isinstance(func, torch._ops.OpOverload) else getattr(func, "default", None)
-                if op is None:
-                    op = getattr(func, func.overloads()[0])
-                sig = [(a.name, a.kwarg_only) for a in op._schema.arguments]
-            else:
-                sig = inspect.signature(inspect.unwrap(func))
-            self._signatures[func] = sig
-        if functional:
-            bound = {}
-            positional = [n for n, kw_only in sig if not kw_only]
-            for n, v in zip(positional, args):
-                bound[n] = v
-            bound.update(kwargs)
-            return bound, True
-        b = sig.bind_partial(*args, **kwargs)
-        b.apply_defaults()
-        return dict(b.arguments), False
+            sig = self._signatures[func] = _parameters(func)
+        positional, defaults, functional = sig
+        bound = dict(defaults)
+        bound.update(zip(positional, args))
+        bound.update(kwargs)
+        return bound, functional
 
     def note(self, api: str, func: Any, args: tuple, kwargs: Dict[str, Any]) -> Optional[Dict[str, Any]]:
         """The ``collective`` dict of one call (None: not a collective); counts it."""
@@ -235,6 +223,19 @@ class CollectiveTracker:
         return {"op": "batch_isend_irecv", "group": group.ranks, "src": None, "dst": None, "reduce_op": None,
                 "dtype": dtype, "bytes": total, "async_op": True, "group_seq": self._count(group.key),
                 "group_name": group.key, "messages": messages}
+
+
+def _parameters(func: Any) -> Tuple[List[str], Dict[str, Any], bool]:
+    """(positional parameter names, keyword defaults, functional) of a collective callable."""
+    if is_functional(func):
+        op = func if isinstance(func, torch._ops.OpOverload) else getattr(func, "default", None)
+        if op is None:
+            op = getattr(func, func.overloads()[0])
+        return [a.name for a in op._schema.arguments if not a.kwarg_only], {}, True
+    params = inspect.signature(inspect.unwrap(func)).parameters.values()
+    positional = [p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    defaults = {p.name: p.default for p in params if p.default is not p.empty}
+    return positional, defaults, False
 
 
 def wait_functional(out: Any) -> Any:
