@@ -151,7 +151,8 @@ class CollectiveTracker:
         if api == "batch_isend_irecv":
             return self._batch(bound.get("p2p_op_list") or [])
         if functional:
-            group = self.group(name=bound.get("group_name"))
+            name = bound.get("group_name")  # a name; newer schemas ("Any") also take the group itself
+            group = self.group(name=name) if isinstance(name, str) else self.group(pg=name)
         else:
             group = self.group(pg=bound.get("group"))
         dtype, nbytes = payload(bound)
