@@ -282,3 +282,15 @@ def test_the_clock_counts_collectives_per_group_across_step_ends():
     assert tracker.order == [] and tracker.clock(tracker.mark()) == {"world": 2, "pair": 1}
     assert tracker._count("world") == 2
     assert tracker.clock(middle) == {"world": 2, "pair": 1}  # a mark of an earlier step reads this step's start
+
+
+def test_an_all_reduce_that_overflows_on_its_own_is_the_origin():
+    # every member's inputs were finite (rank 1 read and clean until after): a float16 sum beyond 65504
+    coll = dict(_coll(2, group=(0, 1)), dtype="torch.float16")
+    calls = {0: [_call("Distributed.all_reduce.2.forward", "received", {"0": 3}, coll)],
+             1: [_call("Distributed.all_reduce.2.forward", "received", {"0": 3}, coll)]}
+    found = cross_rank_origin(calls)
+    assert (found["rank"], found["name"]) == (0, "Distributed.all_reduce.2.forward")
+    assert "the collective itself made them" in found["reason"]
+    unread = cross_rank_origin({0: calls[0]})  # rank 1's store missing: no claim either way
+    assert "an unrecorded rank" in unread["chain"][0]

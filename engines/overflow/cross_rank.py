@@ -71,6 +71,16 @@ def _sources(rank: int, first: Dict[str, Any], firsts: Dict[int, Dict[str, Any]]
     return out
 
 
+def _made_by_the_collective(rank: int, first: Dict[str, Any], calls_by_rank: RankCalls,
+                            firsts: Dict[int, Dict[str, Any]]) -> bool:
+    """A received collective none of whose members held bad values before it, every member's store read."""
+    coll = first.get("collective") or {}
+    members = [int(r) for r in coll.get("group") or []]
+    if not members or any(m not in calls_by_rank for m in members):
+        return False
+    return not _sources(rank, first, firsts, calls_by_rank)
+
+
 def _happens_before(a: Tuple[int, Dict[str, Any]], b: Tuple[int, Dict[str, Any]]) -> Optional[bool]:
     """True: a before b; False: b before a; None: not ordered by a shared group."""
     ca, cb = a[1].get("clock") or {}, b[1].get("clock") or {}
@@ -98,12 +108,14 @@ def _order(origins: List[Tuple[int, Dict[str, Any]]]) -> List[Tuple[int, Dict[st
 
 def cross_rank_origin(calls_by_rank: RankCalls) -> Optional[Dict[str, Any]]:
     """``{"rank", "step", "name", "reason", "where", "origins": [...], "chain": {rank: text}}`` or None when no
-    rank flagged anything. ``origins`` lists every local origin in happens-before order (the first is the run's
+    rank flagged anything. ``calls_by_rank`` holds every rank whose store was read (an empty list: it flagged
+    nothing); a collective whose members all were read and none held bad values before it made them itself. ``origins`` lists every local origin in happens-before order (the first is the run's
     origin); ``chain`` says for each flagged rank where its first non-finite value came from."""
     firsts = first_calls(calls_by_rank)
     if not firsts:
         return None
     root_of: Dict[int, List[int]] = {}
+    made_here: set = set()  # ranks whose collective itself made the values (no member held any before)
 
     def roots(rank: int, seen: Tuple[int, ...]) -> List[int]:
         if rank in root_of:
@@ -113,6 +125,8 @@ def cross_rank_origin(calls_by_rank: RankCalls) -> Optional[Dict[str, Any]]:
             root_of[rank] = [rank]
             return root_of[rank]
         found: List[int] = []
+        if _made_by_the_collective(rank, first, calls_by_rank, firsts):
+            made_here.add(rank)
         for peer in _sources(rank, first, firsts, calls_by_rank):
             for r in roots(peer, seen + (rank,)):
                 if r not in found:
@@ -128,15 +142,21 @@ def cross_rank_origin(calls_by_rank: RankCalls) -> Optional[Dict[str, Any]]:
     chain = {}
     for r in sorted(firsts):
         f = firsts[r]
-        if r in local and f.get("origin") != "received":
+        if r in made_here:
+            coll = f.get("collective") or {}
+            chain[r] = ("%s (step %s): no member of group %s held non-finite values before %s #%s: the collective "
+                        "itself made them (a sum beyond its dtype's range?)" % (
+                            f.get("name"), f.get("step"), coll.get("group"), coll.get("op"), coll.get("group_seq")))
+        elif r in local and f.get("origin") != "received":
             chain[r] = "%s (step %s): %s" % (f.get("name"), f.get("step"), f.get("reason", ""))
         else:
             coll = f.get("collective") or {}
             src = ", ".join("rank %d" % s for s in root_of[r] if s != r) or "an unrecorded rank"
             chain[r] = "%s (step %s) received them through %s #%s on group %s from %s" % (
                 f.get("name"), f.get("step"), coll.get("op"), coll.get("group_seq"), coll.get("group"), src)
+    reason = chain[rank].split(": ", 1)[1] if rank in made_here else first.get("reason", "")
     return {"rank": rank, "step": first.get("step"), "name": first.get("name"), "origin": first.get("origin"),
-            "reason": first.get("reason", ""), "where": first.get("where", ""),
+            "reason": reason, "where": first.get("where", ""),
             "origins": [{"rank": r, "step": f.get("step"), "name": f.get("name")} for r, f in ordered],
             "chain": chain}
 
