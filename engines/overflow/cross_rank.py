@@ -10,7 +10,8 @@ members, which orders events across ranks (happens-before):
   inputs were not) is explained by a member of the same collective whose values were already bad when it entered
   it: a member whose first flagged call ended before it issued that collective (``clock[group] <= group_seq``),
   or whose record of the same collective had bad inputs. That member's own first call is followed back the same
-  way, to a local origin.
+  way, to a local origin. When every member's store was read and none held bad values before it, the collective
+  itself made them (a float16 sum beyond 65504) and is the origin.
 - Several local origins are put in happens-before order: A before B when they share a group and A's rank had
   issued fewer of its collectives at A than B's rank had at B (a collective both ranks took part in lies between
   them); otherwise by step, then rank.
