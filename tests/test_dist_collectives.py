@@ -294,3 +294,30 @@ def test_an_all_reduce_that_overflows_on_its_own_is_the_origin():
     assert "the collective itself made them" in found["reason"]
     unread = cross_rank_origin({0: calls[0]})  # rank 1's store missing: no claim either way
     assert "an unrecorded rank" in unread["chain"][0]
+
+
+@pytest.mark.slow
+def test_compare_of_two_2_rank_runs_points_the_received_all_reduce_back_to_rank_1(tmp_path):
+    from concurrent.futures import ThreadPoolExecutor
+
+    sides = {"golden": {"BED_NAN_RANK": "-1"}, "target": {"BED_NAN_RANK": "1", "BED_SHIFT": "1.001"}}
+    for side in sides:
+        (tmp_path / side).mkdir()
+        _job(tmp_path / side, "statistics", "nan_allreduce")
+    with ThreadPoolExecutor(2) as pool:  # the two launches side by side
+        procs = list(pool.map(lambda s: torchrun(tmp_path / s, ["-m", "probe_tui", "run", "cfg.json"], nproc=2,
+                                                 env=sides[s], timeout=240), sides))
+    for proc in procs:
+        ok(proc)
+    from engines.compare.engine import run_compare
+
+    outcome = run_compare({"task": "compare", "compare": {
+        "target_path": str(tmp_path / "target" / "dump" / "latest"),
+        "golden_path": str(tmp_path / "golden" / "dump" / "latest")}}, write=False)
+    first = outcome.summary["suspect_groups"][0]
+    assert (first["record"], first["rank"]) == ("Tensor.add.0.forward", 1)  # rank 1 added 1.001, not 1
+    div = outcome.divergence
+    notes = {(int(r), int(s)): str(n) for r, s, rec, n in zip(div["rank"], div["step"], div["record"], div["note"])
+             if rec == "Distributed.all_reduce.0.forward"}
+    assert notes[(0, 0)] == "received through all_reduce #0 on group [0, 1] from rank 1"
+    assert notes[(1, 0)] == ""  # rank 1's own input had diverged: not received
