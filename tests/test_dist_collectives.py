@@ -2,6 +2,7 @@
 following the collective links, on real torchrun launches (gloo, CPU), plus the analysis on synthetic stores."""
 
 import json
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -35,9 +36,12 @@ def test_collective_records_pair_across_ranks_and_leave_losses_bit_identical(tmp
     plain, probed = tmp_path / "plain", tmp_path / "probed"
     plain.mkdir()
     probed.mkdir()
-    ok(torchrun(plain, [bed("collectives")], nproc=2, timeout=240))
     _job(probed, "statistics", "collectives")
-    ok(torchrun(probed, ["-m", "probe_tui", "run", "cfg.json"], nproc=2, timeout=240))
+    with ThreadPoolExecutor(2) as pool:  # the two launches side by side
+        runs = [pool.submit(torchrun, plain, [bed("collectives")], nproc=2, timeout=240),
+                pool.submit(torchrun, probed, ["-m", "probe_tui", "run", "cfg.json"], nproc=2, timeout=240)]
+        for run in runs:
+            ok(run.result())
     assert losses(probed) == losses(plain)  # exact floats: capture changed nothing
     assert len(losses(plain)) == 2
 
@@ -298,8 +302,6 @@ def test_an_all_reduce_that_overflows_on_its_own_is_the_origin():
 
 @pytest.mark.slow
 def test_compare_of_two_2_rank_runs_points_the_received_all_reduce_back_to_rank_1(tmp_path):
-    from concurrent.futures import ThreadPoolExecutor
-
     sides = {"golden": {"BED_NAN_RANK": "-1"}, "target": {"BED_NAN_RANK": "1", "BED_SHIFT": "1.001"}}
     for side in sides:
         (tmp_path / side).mkdir()
