@@ -97,6 +97,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--step", type=int, help="only this step")
     p.add_argument("--rank", type=int, help="only this rank")
     p.add_argument("--nonfinite", action="store_true", help="only tensors holding inf or nan")
+    p.add_argument("--collectives", action="store_true",
+                   help="list the collective records (op, group, src/dst, reduce op, dtype, bytes, group_seq) and "
+                        "the collectives the ranks disagree on")
     p.add_argument("--export-npy", metavar="DIR", help="export the selected tensors as .npy files")
     p.add_argument("--row", metavar="NAME", help="inspect one row (full name, e.g. Functional.linear.0.forward.output.0)")
     p.add_argument("--slice", metavar="INDEX", help="with --row: print tensor[INDEX], e.g. '0, :4'")

@@ -17,6 +17,8 @@ def cmd_parse(args) -> int:
             return _inspect_row(args, where, histogram, read_tensor, tensor_slice)
         if args.slice or args.hist:
             return fail("--slice and --hist need --row NAME")
+        if getattr(args, "collectives", False):
+            return _collectives(args)
         outcome = parse(args.path, name=args.name, step=args.step, rank=args.rank, nonfinite=args.nonfinite,
                         export_npy=args.export_npy, limit=args.limit)
     except BadInputError as exc:  # a damaged file met while reading: one line, exit 2
@@ -34,6 +36,23 @@ def cmd_parse(args) -> int:
               f"{summary['pieces']} rank/step pieces: narrow with --name/--step/--rank or raise --limit)")
     elif summary["rows"] > args.limit:
         print(f"(listed {args.limit} of {summary['rows']} rows; narrow with --name/--step/--rank or raise --limit)")
+    return 0
+
+
+def _collectives(args) -> int:
+    from engines.parse.collectives import collectives
+    from probe_tui.summary_view import print_mapping
+
+    if args.nonfinite or args.export_npy:
+        return fail("--collectives lists records: it does not combine with --nonfinite or --export-npy")
+    found = collectives(args.path, name=args.name, step=args.step, rank=args.rank, limit=args.limit)
+    if args.json:
+        print_json(found)
+        return 0
+    print_mapping({"path": found["path"], "collectives": found["count"],
+                   "mismatches": len(found["mismatches"]), "tables": found["tables"]}, stream=sys.stdout)
+    if found["count"] > args.limit:
+        print(f"(listed {args.limit} of {found['count']} collectives; narrow with --name/--step/--rank)")
     return 0
 
 

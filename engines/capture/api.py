@@ -60,10 +60,11 @@ class ApiRecords:
         return isinstance(value, self.tensor_type)
 
     # -- forward ---------------------------------------------------------------------------------------------
-    def safe_before(self, info: Any, args: tuple, kwargs: Dict[str, Any]) -> Optional[Pre]:
+    def safe_before(self, info: Any, args: tuple, kwargs: Dict[str, Any],
+                    collective: Optional[Dict[str, Any]] = None) -> Optional[Pre]:
         """``before``; a failure is reported and the call runs unrecorded (None)."""
         try:
-            return self.before(info, args, kwargs)
+            return self.before(info, args, kwargs, collective)
         except Exception as exc:  # never break training
             self.session.summary.failed("capture of %s" % info.base, exc)
             return None
@@ -76,8 +77,10 @@ class ApiRecords:
             self.session.summary.failed("capture of %s" % info.base, exc)
             self.session.rollback(pre[0], pre[1])
 
-    def before(self, info: Any, args: tuple, kwargs: Dict[str, Any]) -> Optional[Pre]:
-        """Name the call, record its inputs (the session is busy) and take its input edges; None: nothing to do."""
+    def before(self, info: Any, args: tuple, kwargs: Dict[str, Any],
+               collective: Optional[Dict[str, Any]] = None) -> Optional[Pre]:
+        """Name the call, record its inputs (the session is busy) and take its input edges; None: nothing to do.
+        ``collective``: what a collective call is (its op, group, ... in ``args["collective"]``, docs/FORMAT.md)."""
         s = self.session
         flags = self._call_flags()
         counter = s.recompute_counter if flags & naming.FLAG_RECOMPUTED else s.api_counter
@@ -109,6 +112,8 @@ class ApiRecords:
             skeleton = walkers.walk_call(args, rec_kwargs, lambda slot, t: rows.append((slot, t)))
             if kept_defaults is not None:
                 skeleton["defaults"] = {k: walkers.walk(v, "", None) for k, v in kept_defaults.items()}
+            if collective is not None:
+                skeleton["collective"] = collective
             record = s.buffer.add_record(name, naming.KIND_API, naming.DIRECTION_FORWARD, parent, stack,
                                          skeleton, flags)
             if dm.forward and dm.input:

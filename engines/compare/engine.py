@@ -16,7 +16,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 
-from engines.compare import divergence, suspects, tensor_metrics
+from engines.compare import collective_links, divergence, suspects, tensor_metrics
 from engines.compare.options import CompareError, CompareOptions, summary_options
 from engines.compare.piece import PieceSettings, compare_piece
 from engines.compare.prefetch import start_prefetch
@@ -289,6 +289,7 @@ def _summarise(opts: CompareOptions, mode: str, target: DumpSource, golden: Dump
     """The merged first-divergence ranking and the summary (from the counts and ranking entries the chunks
     kept; the result rows themselves may be written and gone)."""
     div_all = _merge_divergence(chunks.divs)
+    div_all = collective_links.link_collectives(div_all, collective_links.collective_lookup(target, div_all))
     top = [_suspect(div_all, i) for i in range(min(opts.top, len(div_all.get("record", []))))]
     groups = suspects.group_suspects(div_all, {}, opts.top)
     counts = {name: int(chunks.counts[code]) for code, name in enumerate(VERDICTS)}

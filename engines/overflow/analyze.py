@@ -9,7 +9,9 @@ and once with its floating tensors raised to float32/float64, and judged:
 - ``precision``: only the low-precision dtype overflows (msprobe's "abnormal overflow"): the true result is
   finite; run the op in a wider dtype or rescale.
 - ``not reproduced``: the saved inputs do not overflow on the replay device: the original device's kernel did.
-- ``inherited``: the call's inputs were already non-finite; the step's first origin is the one to look at.
+- ``inherited``: the call's inputs were already non-finite (or, for a collective, arrived from another rank); the
+  step's first origin is the one to look at, and across ranks the summary's ``cross_rank_origin``
+  (``engines.overflow.cross_rank``).
 - ``not replayed``: backward and module calls (their forward inputs are not kept), collectives, or arguments
   that cannot be rebuilt; the row says why.
 
@@ -27,6 +29,7 @@ from engines.capture.options import field_of as _get
 from engines.errors import EXIT_FINDINGS, EXIT_OK, JobError
 from engines.frameworks import adapter_module
 from engines.overflow import origin as og
+from engines.overflow.cross_rank import cross_rank_origin, origin_line, origin_table, read_ranks
 from engines.overflow.replay import UnsafeApiName
 from engines.overflow.results import KIND as OVERFLOW_KIND
 from engines.overflow.results import read_calls
@@ -191,6 +194,10 @@ def analyse_rank(rank: int, rank_dir: Path, replay_dtype: str, device: str, repl
                 j.verdict = ("its inputs were already non-finite" +
                              ("; the step's first origin is %s" % first if first and first != name else
                               " when the step began (see earlier steps)"))
+            elif origin_name == og.ORIGIN_NAMES[og.RECEIVED]:
+                j.category = "inherited"
+                j.verdict = ("its non-finite values arrived from another rank through this collective; the "
+                             "cross-rank origin names the rank and op that produced them")
             elif c.get("kind") != "api":
                 j.verdict = "%s calls are not replayed (only API calls are)" % c.get("kind")
             elif c.get("direction") != "forward":
@@ -242,6 +249,12 @@ def run_analyze_overflow(job: Any, events: Any = None) -> AnalysisResult:
     out_dir, run = _output_folder(job, _get(section, "output_path", None))
     _write(out_dir, judgements)
     summary = summarise(judgements, replay_dtype, out_dir)
+    if len(ranks) > 1:
+        found = cross_rank_origin(read_ranks(ranks))
+        if found is not None:
+            summary["cross_rank_origin"] = found
+            summary["verdict"] = origin_line(found, len(ranks)) + ". " + summary["verdict"]
+            summary.setdefault("tables", []).insert(0, origin_table(found))
     exit_code = EXIT_FINDINGS if judgements else EXIT_OK
     if run is not None:
         run.finish(status="finished", exit_code=exit_code, summary=summary)

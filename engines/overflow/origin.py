@@ -11,9 +11,13 @@ fill, ``BAD`` otherwise. A call is then:
 - ``INPUTS``: some input is ``BAD``: the call only passes on (or consumes) values that were already bad.
 - ``MASK``: non-finite values are present, but every one traces back to a fill (``masked_fill(mask, -inf)``,
   ``torch.full(..., -inf)``, an added ``finfo.min`` mask): not an overflow (docs/decisions/0016-masks-are-not-overflows.md). Outputs stay ``MASK``.
+- ``RECEIVED``: a collective (``all_reduce``...) whose output is non-finite though this rank's inputs were not:
+  the values came from another rank's input of the same collective (``engines.overflow.cross_rank`` follows the
+  link to the rank and op that produced them, docs/OVERFLOW.md).
 - ``CLEAN``: nothing non-finite anywhere.
 
-``PRODUCED`` and ``INPUTS`` calls are *flagged* (they count toward ``overflow_nums``); ``MASK`` and ``CLEAN`` are not.
+``PRODUCED``, ``INPUTS`` and ``RECEIVED`` calls are *flagged* (they count toward ``overflow_nums``); ``MASK`` and
+``CLEAN`` are not.
 """
 
 from typing import Iterable, List, Optional, Sequence, Tuple
@@ -37,9 +41,10 @@ CLEAN = 0
 PRODUCED = 1
 INPUTS = 2
 MASKED = 3
+RECEIVED = 4
 
-ORIGIN_NAMES = {CLEAN: "clean", PRODUCED: "produced", INPUTS: "inputs", MASKED: "mask"}
-FLAGGED = (PRODUCED, INPUTS)
+ORIGIN_NAMES = {CLEAN: "clean", PRODUCED: "produced", INPUTS: "inputs", MASKED: "mask", RECEIVED: "received"}
+FLAGGED = (PRODUCED, INPUTS, RECEIVED)
 
 
 def kinds_text(kinds: int) -> str:
@@ -186,6 +191,15 @@ def classify(inputs: Sequence[TensorFacts], outputs: Sequence[TensorFacts], fill
     if out_kinds or in_kinds:
         return Verdict(MASKED, MASK, "non-finite values come from a mask or fill")
     return Verdict(CLEAN, FINITE, "")
+
+
+def received(verdict: Verdict, collective: object) -> Verdict:
+    """A collective's verdict: values it "produced" came from another member of its group (``RECEIVED``)."""
+    if verdict.origin != PRODUCED or not isinstance(collective, dict):
+        return verdict
+    text = "%s arrived through %s #%s on group %s: another rank's input held them" % (
+        kinds_text(verdict.new_kinds), collective.get("op"), collective.get("group_seq"), collective.get("group"))
+    return Verdict(RECEIVED, BAD, text, verdict.new_kinds)
 
 
 def split_rows(rows: Iterable[TensorFacts]) -> Tuple[List[TensorFacts], List[TensorFacts]]:

@@ -11,7 +11,8 @@ DIRECTION_NAMES = {0: "forward", 1: "backward", 2: ""}
 class FlaggedCall:
     """A call whose tensors hold non-finite values that are not a mask's."""
 
-    __slots__ = ("order", "name", "kind", "direction", "origin", "reason", "parent", "kept", "slots", "lost", "where")
+    __slots__ = ("order", "name", "kind", "direction", "origin", "reason", "parent", "kept", "slots", "lost", "where",
+                 "collective", "clock")
 
     def __init__(self, order: int, name: str, kind: int, direction: int, origin: int, reason: str, parent: str,
                  kept: bool, slots: Dict[str, str], lost: Optional[Dict[str, str]] = None, where: str = "") -> None:
@@ -26,6 +27,8 @@ class FlaggedCall:
         self.slots = slots  # slot -> "nan, +inf" for each non-finite tensor
         self.lost = lost or {}  # slot -> why its tensor was not saved
         self.where = where  # the user's code line that made the call ("model.py:52 forward: y = x.exp()")
+        self.collective: Optional[Dict[str, Any]] = None  # args["collective"] of a collective call
+        self.clock: Dict[str, int] = {}  # group key -> collectives this rank had issued on it when the call ended
 
     @property
     def origin_name(self) -> str:
@@ -35,7 +38,8 @@ class FlaggedCall:
         return {"order": self.order, "name": self.name, "kind": KIND_NAMES.get(self.kind, str(self.kind)),
                 "direction": DIRECTION_NAMES.get(self.direction, ""), "origin": self.origin_name,
                 "reason": self.reason, "parent": self.parent, "kept": self.kept, "nonfinite": dict(self.slots),
-                "not_saved": dict(self.lost), "where": self.where}
+                "not_saved": dict(self.lost), "where": self.where, "collective": self.collective,
+                "clock": dict(self.clock)}
 
 
 class StepFindings:

@@ -10,7 +10,10 @@ Tables (kind ``overflow``, schema version 1):
   the calls finished), ``name`` (the record name, also in the ``dump`` store when ``kept``), ``kind``, ``direction``,
   ``origin``, ``reason``, ``parent`` (enclosing module), ``kept`` (its record and tensors are in the dump store),
   ``first`` (it is the step's first origin), ``nonfinite`` (JSON: slot -> kinds), ``not_saved`` (JSON: slot ->
-  why a tensor of a kept call could not be saved), ``where`` (the code line that made the call, when known).
+  why a tensor of a kept call could not be saved), ``where`` (the code line that made the call, when known),
+  ``collective`` (JSON: the call's ``args["collective"]`` when it is a collective, "" otherwise) and ``clock``
+  (JSON: process-group key -> collectives this rank had issued on that group when the call ended; the link the
+  cross-rank origin follows, ``engines.overflow.cross_rank``). Stores written before these two columns lack them.
 
 The flagged calls' records and tensors are in the rank's ``dump`` store under the same step and name.
 """
@@ -50,6 +53,8 @@ CALLS = TableSpec("calls", (
     Column("nonfinite", "json", default="{}"),
     Column("not_saved", "json", default="{}"),
     Column("where", "json", default=""),
+    Column("collective", "json", default=""),
+    Column("clock", "json", default="{}"),
 ))
 
 TABLES = (STEPS, CALLS)
@@ -80,7 +85,9 @@ class OverflowWriter:
                 kept=[c["kept"] for c in calls],
                 first=[first is not None and c["order"] == first.order for c in calls],
                 nonfinite=[json.dumps(c["nonfinite"]) for c in calls],
-                not_saved=[json.dumps(c["not_saved"]) for c in calls], where=[c["where"] for c in calls])
+                not_saved=[json.dumps(c["not_saved"]) for c in calls], where=[c["where"] for c in calls],
+                collective=[json.dumps(c["collective"]) if c["collective"] else "" for c in calls],
+                clock=[json.dumps(c["clock"]) for c in calls])
         self.store.commit(findings.step, flagged=findings.flagged)
 
     def close(self, status: str = "finished") -> None:
@@ -100,9 +107,14 @@ def read_calls(rank_dir: Any, step: Optional[int] = None) -> List[Dict[str, Any]
         cols = r.read("calls", steps=None if step is None else [int(step)])
     rows = _rows(cols)
     for row in rows:
-        for key in ("nonfinite", "not_saved"):
+        had_clock = "clock" in row  # stores written before the column: the clock is unknown (None)
+        for key in ("nonfinite", "not_saved", "clock"):
             value = row.get(key)
             row[key] = json.loads(value) if isinstance(value, str) and value else {}
+        if not had_clock:
+            row["clock"] = None
+        value = row.get("collective")
+        row["collective"] = json.loads(value) if isinstance(value, str) and value else None
     return rows
 
 

@@ -77,6 +77,7 @@ class OverflowProcessor(CallProcessor):
         self._order = 0
         self._bad_forward: set = set()  # forward records of this step whose tensors held bad values
         self._untraced: set = set()  # entries computed by code no recorded call covers
+        self._marks: Dict[int, int] = {}  # record -> collectives issued when it finished (the cross-rank clock)
 
     # -- rows ------------------------------------------------------------------------------------------------
     def add_row(self, record: int, slot: str, t: Any, save: bool = False, fresh: bool = False) -> None:
@@ -106,6 +107,9 @@ class OverflowProcessor(CallProcessor):
         if self.limit_reached:
             return
         self._done.append(record)
+        tracker = getattr(self.session, "collectives", None)
+        if tracker is not None:
+            self._marks[record] = tracker.mark()
         entries = self.entries
         if not entries.pending or len(self._done) >= self.batch_records or entries.held_bytes >= self.hold_bytes:
             try:
@@ -207,13 +211,26 @@ class OverflowProcessor(CallProcessor):
                     b.row_save[i] = True
                 else:
                     lost[b.row_slot[i]] = entries.lost.get(e, "not saved")
-        self.findings.add(FlaggedCall(self._order, b.rec_name[r], kind, b.rec_direction[r], verdict.origin,
-                                      verdict.reason, b.rec_parent[r], keep, slots, lost, self._where(r)))
+        call = FlaggedCall(self._order, b.rec_name[r], kind, b.rec_direction[r], verdict.origin, verdict.reason,
+                           b.rec_parent[r], keep, slots, lost, self._where(r))
+        self._link(call, r)
+        self.findings.add(call)
         self._order += 1
         if self.overflow_nums >= 0 and self.hits >= self.overflow_nums:
             self.limit_reached = True
             self.findings.stopped = True
             self.session.running = False  # the function mode and module hooks pass calls through from now on
+
+    def _link(self, call: FlaggedCall, r: int) -> None:
+        """The call's place among its rank's collectives (``clock``), and the collective it is, if one."""
+        args = self.session.buffer.rec_args[r]
+        coll = args.get("collective") if isinstance(args, dict) else None
+        if isinstance(coll, dict):
+            call.collective = coll
+        tracker = getattr(self.session, "collectives", None)
+        mark = self._marks.get(r)
+        if tracker is not None and mark is not None:
+            call.clock = tracker.clock(mark)
 
     def _verdict(self, r: int, rows: List[int], exact: bool
                  ) -> Tuple[og.Verdict, Tuple[List[og.TensorFacts], List[og.TensorFacts], List[int]]]:
@@ -262,8 +279,11 @@ class OverflowProcessor(CallProcessor):
             # A backward computation also reads what its forward saved: if that held bad values, so did it.
             verdict = og.Verdict(og.INPUTS, og.BAD, "its forward call's tensors were non-finite")
         else:
-            fills = og.fill_kinds(b.rec_args[r])
+            args = b.rec_args[r]
+            fills = og.fill_kinds(args)
             verdict = og.classify(ins, outs, fills)
+            if isinstance(args, dict) and "collective" in args:
+                verdict = og.received(verdict, args["collective"])
             if untraced and verdict.origin == og.INPUTS:
                 where = b.rec_parent[r]
                 verdict.reason += (", made by code this level does not record%s (L1 or mix names the op)"

@@ -11,6 +11,7 @@ from engines.capture.check_options import capture_options
 from engines.capture.sink import dump_sink_factory
 from engines.capture.task import RankLazy, SessionTask
 from engines.collection import EXIT_FINDINGS, EXIT_OK, EXIT_TARGET_FAILED, CollectionResult
+from engines.overflow.cross_rank_task import add_cross_rank, launch_ranks, note
 from engines.overflow.engine import OverflowTally, overflow_nums, summarise
 from engines.overflow.report import StepFindings
 from engines.overflow.session import OverflowProcessor, build_session
@@ -43,7 +44,14 @@ class OverflowTask(SessionTask):
             self.tally.value.close(status)
 
     def result_summary(self) -> Dict[str, Any]:
-        return summarise(self.tally.get().steps, self.summary, self.run, self.limit, self.checks.limit_reached)
+        steps = self.tally.get().steps
+        out = summarise(steps, self.summary, self.run, self.limit, self.checks.limit_reached)
+        try:
+            if steps:  # a rank that checked nothing has nothing to wait for
+                add_cross_rank(out, self.run, self.tally.rank, launch_ranks(self.options.ranks))
+        except Exception as exc:  # the run's own results stand without it
+            note(out, "cross-rank origin not found: %s" % exc)
+        return out
 
     def outcome(self, result: Any) -> CollectionResult:
         out = self.result_summary()

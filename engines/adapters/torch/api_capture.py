@@ -15,6 +15,7 @@ from torch.overrides import TorchFunctionMode
 from engines.adapters.torch import api_table, flatten
 from engines.adapters.torch.api_defaults import defaults_of
 from engines.adapters.torch.backward_capture import attach, input_edge, sequence_mark
+from engines.adapters.torch.collectives import is_functional, wait_functional
 from engines.capture import naming
 from engines.capture.api import ApiRecords
 from engines.capture.backward import PendingBackward
@@ -38,9 +39,10 @@ is_compiling = _is_compiling_fn()
 class ApiInfo:
     """What the session decided once for one callable: its name and whether it is captured at all."""
 
-    __slots__ = ("prefix", "api", "base", "captured", "distributed", "defaults")
+    __slots__ = ("prefix", "api", "base", "captured", "distributed", "defaults", "functional")
 
-    def __init__(self, prefix: str, api: str, captured: bool, defaults: Optional[Dict[str, Any]] = None) -> None:
+    def __init__(self, prefix: str, api: str, captured: bool, defaults: Optional[Dict[str, Any]] = None,
+                 functional: bool = False) -> None:
         self.prefix = prefix
         self.api = api
         self.base = prefix + "." + api
@@ -48,6 +50,8 @@ class ApiInfo:
         self.distributed = prefix == naming.PREFIX_DISTRIBUTED
         # keyword defaults of the callable's signature (Python functions only): such kwargs are not recorded
         self.defaults = defaults
+        # a torch.ops collective (``_c10d_functional``): returns new tensors, complete after ``wait_tensor``
+        self.functional = functional and self.distributed
 
 
 class CaptureFunctionMode(TorchFunctionMode):
@@ -66,9 +70,12 @@ class CaptureFunctionMode(TorchFunctionMode):
         info = s.api_infos.get(func)
         if info is None:
             info = s.api_info(func)
-        if info is False or not info.captured:
+        if info is False:
             return func(*args, **kwargs)
-        return s.api_capture.call(info, func, args, kwargs)
+        collective = s.api_capture.collective(info, func, args, kwargs) if info.distributed else None
+        if not info.captured:
+            return func(*args, **kwargs)
+        return s.api_capture.call(info, func, args, kwargs, collective)
 
 
 class ApiCapture(ApiRecords):
@@ -77,11 +84,25 @@ class ApiCapture(ApiRecords):
     walkers = flatten.WALKERS
     tensor_type = torch.Tensor
 
-    def call(self, info: ApiInfo, func: Any, args: tuple, kwargs: Dict[str, Any]):
+    def collective(self, info: ApiInfo, func: Any, args: tuple, kwargs: Dict[str, Any]) -> Optional[Dict[str, Any]]:
+        """The ``collective`` args of a Distributed call (counted whether it is recorded or not); None for the
+        other calls of the namespace and when describing it failed (reported, the call runs as usual)."""
         s = self.session
         s.busy_depth += 1
         try:
-            pre = self.safe_before(info, args, kwargs)
+            return s.collectives.note(info.api, func, args, kwargs)
+        except Exception as exc:  # never break training
+            s.summary.failed("describing collective %s" % info.base, exc)
+            return None
+        finally:
+            s.busy_depth -= 1
+
+    def call(self, info: ApiInfo, func: Any, args: tuple, kwargs: Dict[str, Any],
+             collective: Optional[Dict[str, Any]] = None):
+        s = self.session
+        s.busy_depth += 1
+        try:
+            pre = self.safe_before(info, args, kwargs, collective)
         finally:
             s.busy_depth -= 1
         s.api_depth += 1
@@ -96,10 +117,18 @@ class ApiCapture(ApiRecords):
         if pre is not None:
             s.busy_depth += 1
             try:
+                if collective is not None and info.functional:
+                    self._wait(info, out)
                 self.safe_after(info, pre, args, kwargs, out)
             finally:
                 s.busy_depth -= 1
         return out
+
+    def _wait(self, info: ApiInfo, out: Any) -> None:
+        try:
+            wait_functional(out)
+        except Exception as exc:  # never break training: the outputs are recorded as they are
+            self.session.summary.failed("waiting for %s" % info.base, exc)
 
     # -- what the neutral record assembly asks -----------------------------------------------------------------
     def _call_flags(self) -> int:
@@ -123,8 +152,10 @@ class ApiCapture(ApiRecords):
 
     def _outputs(self, info: Any, out: Any, args: tuple, kwargs: Dict[str, Any]):
         outputs = flatten.output_tensors(out)
-        if not info.distributed:
+        if not info.distributed or info.functional:
             return outputs, False
+        if _is_async_work(out):
+            return [], False  # an async_op call: its result is written later (when the work completes)
         # Collectives write into their arguments: the result is the arguments after the call.
         post: List = []
         flatten.tensors_in(list(args), "output", post)
@@ -140,7 +171,13 @@ def resolve_info(func: Any, selector: Any) -> Any:
         return False
     prefix, api = name
     captured = selector.admits(prefix + "." + api)
-    return ApiInfo(prefix, api, captured, defaults_of(func) if captured else None)
+    return ApiInfo(prefix, api, captured, defaults_of(func) if captured else None, is_functional(func))
+
+
+def _is_async_work(out: Any) -> bool:
+    """A ``Work`` handle (``async_op=True``), or a list of them (``batch_isend_irecv``)."""
+    first = out[0] if isinstance(out, list) and out else out
+    return first is not None and not isinstance(first, torch.Tensor) and callable(getattr(first, "wait", None))
 
 
 def graph_task_active() -> bool:

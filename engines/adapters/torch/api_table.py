@@ -39,7 +39,8 @@ _set_grad_enabled _is_functional_tensor _is_any_true get_device
 SKIPPED_OP_NAMESPACES = frozenset(("profiler",))
 
 _NAMESPACE_PREFIXES = {"aten": naming.PREFIX_ATEN, "npu": naming.PREFIX_NPU, "c10d": naming.PREFIX_DISTRIBUTED,
-                       "_c10d_functional": naming.PREFIX_DISTRIBUTED, "c10d_functional": naming.PREFIX_DISTRIBUTED}
+                       "_c10d_functional": naming.PREFIX_DISTRIBUTED, "c10d_functional": naming.PREFIX_DISTRIBUTED,
+                       "_c10d_functional_autograd": naming.PREFIX_DISTRIBUTED}
 
 # c10d dispatcher op names -> the torch.distributed function names msprobe uses.
 C10D_OP_NAMES = {

@@ -18,6 +18,7 @@ import torch
 
 from engines.adapters.torch import flatten
 from engines.adapters.torch.api_capture import ApiCapture, CaptureFunctionMode, resolve_info
+from engines.adapters.torch.collectives import CollectiveTracker
 from engines.adapters.torch.entries import TensorEntries
 from engines.adapters.torch.module_capture import ModuleCapture
 from engines.capture import naming
@@ -59,6 +60,7 @@ class TorchCaptureSession(CaptureSession):
         self.recompute_counter = naming.CallCounter()
         self.api_infos: Dict[Any, Any] = {}
         self.api_capture = ApiCapture(self)
+        self.collectives = CollectiveTracker()
         self.modules = ModuleCapture(self)
         # id(output node) -> (node, edges leaving the module call): lets a parent's graph walk skip its children
         self.walk_memo: Dict[int, Any] = {}
@@ -152,6 +154,10 @@ class TorchCaptureSession(CaptureSession):
     def complete_pending_backward(self) -> None:
         super().complete_pending_backward()
         self.walk_memo = {}
+
+    def flush(self) -> None:
+        super().flush()
+        self.collectives.rebase()  # the step's collective order served its records' clocks
 
 
 #: The name every adapter gives its capture session (engines.adapters.protocol).
