@@ -94,8 +94,9 @@ class CallChecks:
         self.call_numbers: Counter = Counter()
 
     # -- the checks ------------------------------------------------------------------------------------------
-    def call(self, info: Any, func: Any, args: tuple, kwargs: Dict[str, Any]) -> Any:
-        """The interception's entry: the real call, checked when it is selected and eligible."""
+    def call(self, info: Any, func: Any, args: tuple, kwargs: Dict[str, Any], collective: Any = None) -> Any:
+        """The interception's entry: the real call, checked when it is selected and eligible (``collective``, the
+        capture's description of a Distributed call, is not needed: collectives are never re-run)."""
         name = self.checked_name(info, args, kwargs)
         if name is None:
             return func(*args, **kwargs)

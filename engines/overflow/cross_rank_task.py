@@ -1,5 +1,5 @@
-"""The cross-rank origin in an ``overflow_check`` launch's summary: rank 0 waits (bounded) for the other ranks'
-``overflow`` stores to close, then names the rank and op where the run's first non-finite value came from
+"""The cross-rank origin in an ``overflow_check`` launch's summary: the rank that owns the run folder (the one that
+prints the launch's summary) waits (bounded) for the checking ranks' ``overflow`` stores to close, then names the rank and op where the run's first non-finite value came from
 (``engines.overflow.cross_rank``)."""
 
 import os
@@ -30,9 +30,13 @@ def launch_ranks(selected: Sequence[int] = ()) -> List[int]:
 
 def add_cross_rank(out: Dict[str, Any], run: Any, rank: Optional[int], ranks: List[int],
                    wait_s: float = WAIT_S) -> None:
-    """On the launch's first checking rank, with more than one: ``out["cross_rank_origin"]``, a verdict line and
-    a table saying where each rank's first non-finite value came from."""
-    if run is None or rank is None or len(ranks) < 2 or rank != ranks[0]:
+    """On the rank that owns the run folder (it prints the launch's one summary), with more than one checking rank:
+    ``out["cross_rank_origin"]``, a verdict line and a table saying where each rank's first non-finite value came
+    from. Without an owner flag (a run object of another kind), the first checking rank."""
+    if run is None or rank is None or len(ranks) < 2:
+        return
+    owner = getattr(run, "owner", None)
+    if not (owner if owner is not None else rank == ranks[0]):
         return
     found_dirs, missing = wait_for_ranks(run.rank_dir, ranks, wait_s)
     found = cross_rank_origin(read_ranks(found_dirs))

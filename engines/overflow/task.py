@@ -47,8 +47,7 @@ class OverflowTask(SessionTask):
         steps = self.tally.get().steps
         out = summarise(steps, self.summary, self.run, self.limit, self.checks.limit_reached)
         try:
-            if steps:  # a rank that checked nothing has nothing to wait for
-                add_cross_rank(out, self.run, self.tally.rank, launch_ranks(self.options.ranks))
+            add_cross_rank(out, self.run, self.tally.rank, launch_ranks(self.options.ranks))
         except Exception as exc:  # the run's own results stand without it
             note(out, "cross-rank origin not found: %s" % exc)
         return out

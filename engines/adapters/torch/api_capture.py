@@ -72,7 +72,7 @@ class CaptureFunctionMode(TorchFunctionMode):
             info = s.api_info(func)
         if info is False:
             return func(*args, **kwargs)
-        collective = s.api_capture.collective(info, func, args, kwargs) if info.distributed else None
+        collective = s.describe_collective(info, func, args, kwargs) if info.distributed else None
         if not info.captured:
             return func(*args, **kwargs)
         return s.api_capture.call(info, func, args, kwargs, collective)
@@ -83,19 +83,6 @@ class ApiCapture(ApiRecords):
 
     walkers = flatten.WALKERS
     tensor_type = torch.Tensor
-
-    def collective(self, info: ApiInfo, func: Any, args: tuple, kwargs: Dict[str, Any]) -> Optional[Dict[str, Any]]:
-        """The ``collective`` args of a Distributed call (counted whether it is recorded or not); None for the
-        other calls of the namespace and when describing it failed (reported, the call runs as usual)."""
-        s = self.session
-        s.busy_depth += 1
-        try:
-            return s.collectives.note(info.api, func, args, kwargs)
-        except Exception as exc:  # never break training
-            s.summary.failed("describing collective %s" % info.base, exc)
-            return None
-        finally:
-            s.busy_depth -= 1
 
     def call(self, info: ApiInfo, func: Any, args: tuple, kwargs: Dict[str, Any],
              collective: Optional[Dict[str, Any]] = None):

@@ -119,6 +119,20 @@ class TorchCaptureSession(CaptureSession):
             pass
         return info
 
+    def describe_collective(self, info: Any, func: Any, args: tuple, kwargs: Dict[str, Any]
+                            ) -> Optional[Dict[str, Any]]:
+        """The ``collective`` args of a Distributed call (counted whether it is recorded or not, whatever the task's
+        processing); None for the other calls of the namespace and when describing it failed (reported, the call
+        runs as usual)."""
+        self.busy_depth += 1
+        try:
+            return self.collectives.note(info.api, func, args, kwargs)
+        except Exception as exc:  # never break training
+            self.summary.failed("describing collective %s" % info.base, exc)
+            return None
+        finally:
+            self.busy_depth -= 1
+
     def add_row(self, record: int, slot: str, t: torch.Tensor, save: bool = False, fresh: bool = False) -> None:
         entries = self.entries
         entry = entries.entry(t, save, fresh)
