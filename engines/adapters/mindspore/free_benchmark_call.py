@@ -29,7 +29,7 @@ from engines.free_benchmark.perturb import Perturbed
 try:  # PyNative's no-grad region (the check's re-runs stay out of the training's graph)
     from mindspore.graph.api import _no_grad as no_grad
 except ImportError:  # older MindSpore
-    from mindspore.common.api import _no_grad as no_grad  # type: ignore[no-redef]
+    from mindspore.common.api import _no_grad as no_grad
 
 _cast = raw(ops.cast)
 
