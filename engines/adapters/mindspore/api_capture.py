@@ -56,7 +56,7 @@ class ApiInfo:
 
 
 def _function_wrapper(original: Callable, info: ApiInfo) -> Callable:
-    def wrapper(*args, **kwargs):
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
         s = CURRENT.session
         if s is None or s.busy_depth or not s.running or not info.captured:
             return original(*args, **kwargs)
@@ -73,7 +73,7 @@ def _function_wrapper(original: Callable, info: ApiInfo) -> Callable:
 
 
 def _primitive_wrapper(original: Callable) -> Callable:
-    def __call__(prim, *args, **kwargs):
+    def __call__(prim: Any, *args: Any, **kwargs: Any) -> Any:
         s = CURRENT.session
         if s is None or s.busy_depth or not s.running:
             return original(prim, *args, **kwargs)
@@ -190,7 +190,7 @@ class ApiCapture(ApiRecords):
             self.primitives[name] = info
         return info
 
-    def call(self, info: ApiInfo, func: Callable, args: tuple, kwargs: Dict[str, Any]):
+    def call(self, info: ApiInfo, func: Callable, args: tuple, kwargs: Dict[str, Any]) -> Any:
         s = self.session
         if info.defaults is _UNREAD:
             info.defaults = signature_defaults(func)
@@ -219,7 +219,7 @@ class ApiCapture(ApiRecords):
                 want_outputs: bool) -> bool:
         return attach(pending, edges, outputs, want_inputs=want_inputs, want_outputs=want_outputs)
 
-    def _outputs(self, info: Any, out: Any, args: tuple, kwargs: Dict[str, Any]):
+    def _outputs(self, info: Any, out: Any, args: tuple, kwargs: Dict[str, Any]) -> Tuple[List, bool]:
         outputs = flatten.output_tensors(out)
         if info.distributed and not outputs:
             # A collective that returns nothing wrote into its arguments: they are its result.

@@ -12,7 +12,7 @@ PyTorch); a cell is named by its path in its root. Names follow msprobe's MindSp
 ``Cell.{path}.{Class}.forward.{N}``, ``Cell.{path}.{Class}.backward.{N}``, ``Cell.{path}.{Class}.parameters_grad.{K}``.
 """
 
-from typing import Any, Dict, Iterable, List, Optional, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
 
 from mindspore import nn
 
@@ -42,7 +42,7 @@ def cell_param_grad_name(path: str, cls: str, index: int) -> str:
     return "%s.%s.%s.parameters_grad.%d" % (PREFIX_CELL, path, cls, index)
 
 
-def _call(cell, *args, **kwargs):
+def _call(cell: Any, *args: Any, **kwargs: Any) -> Any:
     """``nn.Cell.__call__`` while a session runs (see the module docstring)."""
     s = CURRENT.session
     if s is None or s.busy_depth:
@@ -164,8 +164,8 @@ class CellCapture(ModuleTree):
             if self._own_param(p, path, cls, pname):
                 self.param_handles[id(p)] = p.register_hook(self._grad_hook(id(p)))
 
-    def _grad_hook(self, key: int):
-        def hook(grad):
+    def _grad_hook(self, key: int) -> Callable[[Any], Any]:
+        def hook(grad: Any) -> Any:
             s = self.session
             if not s.backward_open():
                 return grad

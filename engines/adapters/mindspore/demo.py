@@ -52,14 +52,14 @@ def build_model(knobs: Any) -> DemoGPT:
     return _build_model(resolve_knobs(knobs))
 
 
-def make_optimizer(model: Any, knobs: Any):
+def make_optimizer(model: Any, knobs: Any) -> Any:
     """PyTorch's AdamW (betas 0.9/0.999, eps 1e-8, weight decay 0.01) over every parameter, as a jit graph."""
     from mindspore.experimental.optim import AdamW
 
     return AdamW(model.trainable_params(), lr=resolve_knobs(knobs).lr)
 
 
-def loss_function(model: DemoGPT, vocab: int, autocast: bool):
+def loss_function(model: DemoGPT, vocab: int, autocast: bool) -> Callable[[Tensor, Tensor], Tensor]:
     """``forward(tokens, targets) -> loss``: the model and the cross-entropy (in float32, as under autocast)."""
 
     def forward(tokens: Tensor, targets: Tensor) -> Tensor:

@@ -13,7 +13,7 @@ baseline model did. The faults of ``engines.demo.faults`` are wired in with the 
 """
 
 import math
-from typing import Dict, Optional
+from typing import Any, Dict, Optional, Tuple
 
 import mindspore as ms
 import numpy as np
@@ -35,7 +35,7 @@ def _zeros(*shape: int) -> Tensor:
 class Linear(nn.Cell):
     """``y = x W^T + b`` with ``weight (out, in)`` and ``bias (out,)``; ``compute_dtype`` casts like autocast."""
 
-    def __init__(self, n_in: int, n_out: int, compute_dtype=None) -> None:
+    def __init__(self, n_in: int, n_out: int, compute_dtype: Any = None) -> None:
         super().__init__()
         self.weight = Parameter(_zeros(n_out, n_in), name="weight")
         self.bias = Parameter(_zeros(n_out), name="bias")
@@ -104,7 +104,7 @@ def fp16_overflow_softmax(logits: Tensor, mask: Tensor) -> Tensor:
 
 
 class CausalSelfAttention(nn.Cell):
-    def __init__(self, knobs: DemoKnobs, layer: int, schedule: FaultSchedule, compute_dtype=None) -> None:
+    def __init__(self, knobs: DemoKnobs, layer: int, schedule: FaultSchedule, compute_dtype: Any = None) -> None:
         super().__init__()
         self.layer = layer
         self.schedule = schedule
@@ -115,7 +115,7 @@ class CausalSelfAttention(nn.Cell):
         self.dropout = Dropout(0.0)
         self.causal = Tensor(np.triu(np.ones((knobs.seq, knobs.seq), dtype=np.bool_), k=1))
 
-    def logits(self, x: Tensor):
+    def logits(self, x: Tensor) -> Tuple[Tensor, Tensor, Tensor]:
         b, t, c = x.shape
         q, k, v = self.qkv(x).split(c, dim=2)
         q = q.view(b, t, self.n_head, self.head_dim).transpose(1, 2)
@@ -141,7 +141,7 @@ class CausalSelfAttention(nn.Cell):
 
 
 class MLP(nn.Cell):
-    def __init__(self, knobs: DemoKnobs, compute_dtype=None) -> None:
+    def __init__(self, knobs: DemoKnobs, compute_dtype: Any = None) -> None:
         super().__init__()
         self.fc1 = Linear(knobs.d_model, knobs.d_mlp, compute_dtype)
         self.fc2 = Linear(knobs.d_mlp, knobs.d_model, compute_dtype)
@@ -166,12 +166,12 @@ class ScaleGrad(nn.Cell):
     def construct(self, x: Tensor) -> Tensor:
         return x * 1.0
 
-    def bprop(self, x, out, dout):
+    def bprop(self, x: Tensor, out: Tensor, dout: Tensor) -> Tuple[Tensor]:
         return (dout * self.scale,)
 
 
 class Block(nn.Cell):
-    def __init__(self, knobs: DemoKnobs, layer: int, schedule: FaultSchedule, compute_dtype=None) -> None:
+    def __init__(self, knobs: DemoKnobs, layer: int, schedule: FaultSchedule, compute_dtype: Any = None) -> None:
         super().__init__()
         self.layer = layer
         self.schedule = schedule

@@ -13,7 +13,7 @@ held bytes past ``hold_bytes`` (default 1 GiB, ``PROBE_TUI_FB_BACKWARD_HOLD_MB``
 Which calls are checked, the cap and the rows are framework-neutral (``engines.free_benchmark.backward``).
 """
 
-from typing import Any, Dict, List, Tuple
+from typing import Any, Callable, Dict, List, Tuple
 
 import mindspore as ms
 from mindspore import Tensor
@@ -53,7 +53,8 @@ def _in_graph(t: Tensor) -> bool:
 class _Held:
     __slots__ = ("name", "func", "args", "kwargs", "paths", "inputs", "nbytes", "grads", "n_outputs")
 
-    def __init__(self, name, func, args, kwargs, paths, inputs, nbytes, n_outputs) -> None:
+    def __init__(self, name: str, func: Any, args: tuple, kwargs: Dict[str, Any], paths: List[Tuple],
+                 inputs: List[Tensor], nbytes: int, n_outputs: int) -> None:
         self.name = name
         self.func = func
         self.args = args
@@ -104,8 +105,8 @@ class BackwardChecks(BackwardChecksBase):
         self.held_bytes += nbytes
         return out
 
-    def _grad_hook(self, held: _Held, index: int):
-        def hook(grad):
+    def _grad_hook(self, held: _Held, index: int) -> Callable[[Any], Any]:
+        def hook(grad: Any) -> Any:
             if grad is not None:
                 held.grads[index] = grad
             return grad
@@ -113,7 +114,7 @@ class BackwardChecks(BackwardChecksBase):
         return hook
 
     def _run(self, held: _Held, inputs: List[Tensor], grads: List[Tensor]) -> Tuple:
-        def fn(*xs):
+        def fn(*xs: Tensor) -> Any:
             call = (held.args, held.kwargs)
             for path, x in zip(held.paths, xs):
                 call = structure.put(call, path, x)

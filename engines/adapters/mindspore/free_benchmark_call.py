@@ -7,12 +7,12 @@ dtype (still differentiable). No autocast to undo, no to_cpu, and no preheat on 
 side has none either): ``if_preheat`` is reported and ignored.
 """
 
-from typing import Any, Dict, List, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 from mindspore import Tensor, ops
 
 from engines.adapters.mindspore import free_benchmark_compare as cmp
-from engines.adapters.mindspore.api_capture import ApiCapture
+from engines.adapters.mindspore.api_capture import ApiCapture, ApiInfo
 from engines.adapters.mindspore.free_benchmark_perturb import (
     LOW_PRECISION,
     first_eligible_index,
@@ -29,7 +29,7 @@ from engines.free_benchmark.perturb import Perturbed
 try:  # PyNative's no-grad region (the check's re-runs stay out of the training's graph)
     from mindspore.graph.api import _no_grad as no_grad
 except ImportError:  # older MindSpore
-    from mindspore.common.api import _no_grad as no_grad  # type: ignore[no-redef]
+    from mindspore.common.api import _no_grad as no_grad
 
 _cast = raw(ops.cast)
 
@@ -121,7 +121,7 @@ class FreeBenchmarkCall(CallChecks):
         super().__init__(session, options, MindSporeOps(), backward)
         self._names = ApiCapture(session)  # primitive names, as the capture gives them
 
-    def primitive_info(self, prim: Any) -> Any:
+    def primitive_info(self, prim: Any) -> Optional[ApiInfo]:
         return self._names.primitive_info(prim)
 
     def call(self, info: Any, func: Any, args: tuple, kwargs: Dict[str, Any]) -> Any:

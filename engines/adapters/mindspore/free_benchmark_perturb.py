@@ -123,4 +123,5 @@ def _to_cpu(args: tuple, kwargs: Dict[str, Any]) -> Perturbed:
     raise Cancelled("to_cpu is not available on MindSpore (use improve_precision)")
 
 
-_WHOLE = {"improve_precision": _improve_precision, "to_cpu": _to_cpu}
+_WHOLE: Dict[str, Callable[[tuple, Dict[str, Any]], Perturbed]] = {"improve_precision": _improve_precision,
+                                                                   "to_cpu": _to_cpu}

@@ -14,17 +14,23 @@ and moved with one copy, and the direction bits / float32 bytes with one more.
 
 import weakref
 import zlib
-from typing import Any, Callable, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import mindspore as ms
 import numpy as np
 from mindspore import Tensor
 
-from engines.adapters.mindspore.optimizer_hooks import named_parameters, register_optimizer_pre_hook
+from engines.adapters.mindspore.optimizer_hooks import (
+    HookHandle,
+    named_parameters,
+    register_optimizer_pre_hook,
+)
 from engines.adapters.mindspore.tensor_stats import raw
 from engines.grad_probe.hook import GradProbeHookBase, GradProbeRunBase
 from engines.grad_probe.levels import has_direction, has_hash, has_histogram
 from engines.grad_probe.records import GradStepStats, direction_offsets, from_rows
+from engines.safe_fs import PathLike
+from schemas.grad_probe import GradProbeSection
 
 
 def _on_cpu(t: Tensor) -> bool:
@@ -136,7 +142,7 @@ class GradProbeHook(GradProbeHookBase):
         super().__init__(sink, level=level, bounds=bounds, param_list=param_list, steps=steps)
         if optimizer is not None:
             self._primary = weakref.ref(optimizer)
-        self._handle = None
+        self._handle: Optional[HookHandle] = None
 
     def install(self) -> "GradProbeHook":
         self._handle = register_optimizer_pre_hook(self._pre_call)
@@ -159,8 +165,9 @@ class GradProbeHook(GradProbeHookBase):
 class GradProbeRun(GradProbeRunBase):
     framework = "mindspore"
 
-    def __init__(self, section, rank_dir, *, steps: Optional[Sequence[int]] = None, rank: int = 0,
-                 world_size: int = 1, optimizer: Any = None, store_options=None,
+    def __init__(self, section: GradProbeSection, rank_dir: PathLike, *, steps: Optional[Sequence[int]] = None,
+                 rank: int = 0, world_size: int = 1, optimizer: Any = None,
+                 store_options: Optional[Dict[str, Any]] = None,
                  on_step: Optional[Callable[[int], None]] = None) -> None:
         super().__init__(section, rank_dir, steps=steps, rank=rank, world_size=world_size,
                          store_options=store_options, on_step=on_step, optimizer=optimizer)
@@ -169,7 +176,7 @@ class GradProbeRun(GradProbeRunBase):
         return GradProbeHook(sink, **options)
 
 
-def start_grad_probe(section, rank_dir, **kwargs) -> GradProbeRun:
+def start_grad_probe(section: GradProbeSection, rank_dir: PathLike, **kwargs: Any) -> GradProbeRun:
     """Record gradients into ``rank_dir`` until ``stop()``; ``section`` is a GradProbeSection. ``optimizer=``
     names the optimizer whose calls are the steps (msprobe's MindSpore ``monitor(optimizer)``)."""
     kwargs.pop("model", None)

@@ -19,7 +19,7 @@ Not on MindSpore (a message says so once): ``monitor_mbs_grad``, ``print_struct`
 """
 
 import logging
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Optional, Set, Tuple, Union
 
 import mindspore as ms
 import numpy as np
@@ -33,6 +33,7 @@ from engines.adapters.mindspore.optimizer_hooks import (
     register_optimizer_pre_hook,
 )
 from engines.adapters.mindspore.tensor_stats import raw
+from engines.monitor.config_watch import ConfigWatcher
 from engines.monitor.session import MonitorSessionBase, alert_rules  # noqa: F401 (the engine reads alert_rules here)
 
 log = logging.getLogger(__name__)
@@ -40,22 +41,26 @@ log = logging.getLogger(__name__)
 _sign, _mul, _sum, _sqrt, _cast = raw(mint.sign), raw(mint.mul), raw(mint.sum), raw(mint.sqrt), raw(ops.cast)
 _MOMENTS = (("exp_avg", "exp_avg_sq"), ("moment1", "moment2"), ("moments1", "moments2"))
 _UNSUPPORTED = ("monitor_mbs_grad", "print_struct", "stack_info")
+_Moments = Tuple[Dict[str, Tensor], Dict[str, Tensor]]  # first and second moments by parameter name
 
 
 class MonitorSession(MonitorSessionBase):
-    def __init__(self, section, writer, *, rank: int = 0, model: Any = None, loss_from_target: bool = False,
-                 watcher=None, on_message: Optional[Callable[[str, str], None]] = None,
+    _finder: RootFinder
+
+    def __init__(self, section: Any, writer: Any, *, rank: int = 0, model: Any = None,
+                 loss_from_target: bool = False, watcher: Optional[ConfigWatcher] = None,
+                 on_message: Optional[Callable[[str, str], None]] = None,
                  on_step: Optional[Callable[[int], None]] = None, on_alerts: Optional[Callable] = None) -> None:
         super().__init__(section, writer, rank=rank, loss_from_target=loss_from_target, watcher=watcher,
                          on_message=on_message, on_step=on_step, on_alerts=on_alerts)
         self._explicit = [model] if model is not None else []
         self._finder = RootFinder(self._attach_root)
         self._momentum_before: Dict[str, Tensor] = {}
-        self._said = set()
+        self._said: Set[str] = set()
         self._configure(section, not_before=0)
 
     # -- configuration -----------------------------------------------------------------------------------------
-    def _configure(self, section, not_before: int) -> None:
+    def _configure(self, section: Any, not_before: int) -> None:
         xy = self._configure_common(section, not_before)
         for key in _UNSUPPORTED:
             if getattr(section, key, False):
@@ -97,12 +102,12 @@ class MonitorSession(MonitorSessionBase):
     def _new_metrics(self) -> StepMetrics:
         return StepMetrics()
 
-    def _named(self, optimizer) -> List[Tuple[str, Any, int]]:
+    def _named(self, optimizer: Any) -> List[Tuple[str, Any, int]]:
         """(name, parameter, position) of the selected parameters."""
         return [(self._name(n), p, i) for i, (n, p) in enumerate(named_parameters(optimizer))
                 if self._select_params(self._name(n))]
 
-    def _pre_call(self, optimizer, args, kwargs) -> None:
+    def _pre_call(self, optimizer: Any, args: tuple, kwargs: dict) -> None:
         if not self._collecting:
             return
         try:
@@ -111,7 +116,7 @@ class MonitorSession(MonitorSessionBase):
             self.failures += 1
             log.exception("probe-tui monitor: recording before the optimizer call failed at step %d", self.step)
 
-    def _record_pre(self, optimizer, grads) -> None:
+    def _record_pre(self, optimizer: Any, grads: Iterable[Any]) -> None:
         section = self.section
         named = self._named(optimizer)
         grads = list(grads)
@@ -135,7 +140,7 @@ class MonitorSession(MonitorSessionBase):
                 agree = _sum(_cast(_mul(_sign(g), _sign(m)), ms.float64)) / float(g.size)
                 self._metrics.add_value("mg_direction", n, "value", (agree + 1.0) / 2.0)
 
-    def _post_call(self, optimizer, args, kwargs) -> None:
+    def _post_call(self, optimizer: Any, args: tuple, kwargs: dict) -> None:
         primary = self._is_primary(optimizer)
         if self._collecting:
             try:
@@ -147,7 +152,7 @@ class MonitorSession(MonitorSessionBase):
             self._finder.remove()  # the model is known by now: cell calls go back to MindSpore's fast path
             self._end_step()
 
-    def _record_post(self, optimizer) -> None:
+    def _record_post(self, optimizer: Any) -> None:
         section = self.section
         named = self._named(optimizer)
         moments = _moments(optimizer)
@@ -162,7 +167,7 @@ class MonitorSession(MonitorSessionBase):
             for n, p, _ in named:
                 self._measure("param_updated", n, p)
 
-    def _record_update(self, optimizer, named, moments) -> None:
+    def _record_update(self, optimizer: Any, named: List[Tuple[str, Any, int]], moments: _Moments) -> None:
         step = getattr(optimizer, "state_step", None)
         groups = getattr(optimizer, "param_groups", None)
         if step is None or not groups:
@@ -187,16 +192,16 @@ class MonitorSession(MonitorSessionBase):
                                     float("nan"))
 
     # -- values the target reports -----------------------------------------------------------------------------
-    def set_loss(self, loss) -> None:
+    def set_loss(self, loss: Any) -> None:
         """The loss of the step in progress (before the optimizer call)."""
         self._given_loss = loss
         self._loss_from_target = False
 
-    def _loss_value(self, loss) -> float:
+    def _loss_value(self, loss: Any) -> float:
         return float(loss.asnumpy()) if isinstance(loss, Tensor) else float(loss)
 
 
-def _total_norm(grads: List[Tensor]):
+def _total_norm(grads: List[Tensor]) -> Union[float, Tensor]:
     """The L2 norm of all gradients together, in float64 (on the host for CPU tensors, else one device value)."""
     if all(str(getattr(g, "device", "CPU")).upper().startswith("CPU") for g in grads):
         total = 0.0
@@ -208,7 +213,7 @@ def _total_norm(grads: List[Tensor]):
     return _sqrt(raw(ops.stack)(squares).sum())
 
 
-def _moments(optimizer) -> Optional[Tuple[Dict[str, Tensor], Dict[str, Tensor]]]:
+def _moments(optimizer: Any) -> Optional[_Moments]:
     """The optimizer's first and second moments by parameter name, or None for an optimizer without them."""
     names = [n for n, _ in named_parameters(optimizer)]
     for first, second in _MOMENTS:

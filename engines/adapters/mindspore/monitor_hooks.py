@@ -6,7 +6,7 @@ selected cells only (the others keep MindSpore's fast path); gradients come from
 gradient unchanged, so every number of the training stays as it is.
 """
 
-from typing import Any, Callable, List
+from typing import Any, Callable, List, Optional, Set
 
 import mindspore as ms
 from mindspore import Tensor, nn
@@ -29,10 +29,10 @@ class RootFinder:
 
     def __init__(self, on_root: Callable[[Any], None]) -> None:
         self.roots: List[Any] = []
-        self._ids = set()
+        self._ids: Set[int] = set()
         self._on_root = on_root
         self._depth = 0
-        self._previous = None
+        self._previous: Optional[Callable[..., Any]] = None  # nn.Cell.__call__ while installed
 
     def install(self) -> None:
         if self._previous is not None:
@@ -40,7 +40,7 @@ class RootFinder:
         previous = nn.Cell.__call__
         finder = self
 
-        def __call__(cell, *args, **kwargs):
+        def __call__(cell: Any, *args: Any, **kwargs: Any) -> Any:
             if finder._depth == 0 and id(cell) not in finder._ids and not _is_optimizer(cell):
                 finder.add_root(cell)
             finder._depth += 1
@@ -75,8 +75,8 @@ class ActivationHooks(ActivationHooksBase):
         self._handles.append(cell.register_forward_hook(self._make_hook(name)))
         self.modules[name] = cell
 
-    def _make_hook(self, name: str):
-        def hook(cell, inputs, output):
+    def _make_hook(self, name: str) -> Callable[[Any, Any, Any], None]:
+        def hook(cell: Any, inputs: Any, output: Any) -> None:
             if not self._is_active() or not cell.training:
                 return None
             suffix = self._call_suffix(cell)

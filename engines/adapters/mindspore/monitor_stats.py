@@ -7,7 +7,7 @@ metric is a 0-d tensor computed with ops every device has, and ``collect()`` sta
 """
 
 import math
-from typing import List, Sequence, Tuple
+from typing import List, Sequence, Tuple, Union
 
 import mindspore as ms
 import numpy as np
@@ -101,7 +101,7 @@ class StepMetrics:
     """What one step measured, with series keys ``(tag, name, metric)``; device values moved at ``collect()``."""
 
     def __init__(self) -> None:
-        self._blocks: List[Tuple[bool, object]] = []  # (on host, numpy array or device tensor)
+        self._blocks: List[Tuple[bool, Union[np.ndarray, Tensor]]] = []  # (on host, numpy array or device tensor)
         self.keys: List[Tuple[str, str, str]] = []
         self.shapes: List[str] = []
         self.dtypes: List[str] = []
@@ -119,7 +119,7 @@ class StepMetrics:
         self.shapes += [_shape(tensor)] * len(ops_)
         self.dtypes += [str(tensor.dtype)] * len(ops_)
 
-    def add_value(self, tag: str, name: str, metric: str, value) -> None:
+    def add_value(self, tag: str, name: str, metric: str, value: Union[float, Tensor]) -> None:
         if isinstance(value, Tensor):
             block = (True, value.asnumpy().astype(np.float64).reshape(1)) if _on_cpu(value) else \
                 (False, _cast(value, ms.float64).reshape((1,)))

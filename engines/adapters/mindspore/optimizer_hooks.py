@@ -12,7 +12,7 @@ is logged once and skipped; the optimizer always runs.
 
 import itertools
 import logging
-from typing import Any, Callable, Dict, List, Tuple
+from typing import Any, Callable, Dict, List, Set, Tuple
 
 from engines.adapters.mindspore.cell_capture import _ORIGINAL_CALL
 
@@ -23,12 +23,13 @@ Hook = Callable[[Any, tuple, dict], None]
 _pre: Dict[int, Hook] = {}
 _post: Dict[int, Hook] = {}
 _ids = itertools.count()
-_patched: List[Tuple[type, Any]] = []
-_failed = set()
+_patched: List[Tuple[Any, Any]] = []  # (optimizer base class, its own __call__ or None)
+_failed: Set[int] = set()  # the hooks that failed once (logged)
 
 
-def optimizer_bases() -> List[type]:
-    out: List[type] = []
+def optimizer_bases() -> List[Any]:
+    """MindSpore's optimizer base classes (framework classes: ``Any`` here)."""
+    out: List[Any] = []
     try:
         from mindspore.nn.optim.optimizer import Optimizer
 
@@ -54,7 +55,7 @@ def _run(hooks: Dict[int, Hook], optimizer: Any, args: tuple, kwargs: dict) -> N
                 log.exception("probe-tui: an optimizer hook failed; it is skipped, training continues")
 
 
-def _call(optimizer, *args, **kwargs):
+def _call(optimizer: Any, *args: Any, **kwargs: Any) -> Any:
     _run(_pre, optimizer, args, kwargs)
     out = _ORIGINAL_CALL(optimizer, *args, **kwargs)
     _run(_post, optimizer, args, kwargs)
@@ -109,7 +110,7 @@ def register_optimizer_post_hook(hook: Hook) -> HookHandle:
 
 def named_parameters(optimizer: Any) -> List[Tuple[str, Any]]:
     """``(name, parameter)`` in the order the optimizer receives gradients (MindSpore names are full paths)."""
-    params = getattr(optimizer, "parameters", None)
+    params: Any = getattr(optimizer, "parameters", None)
     if params is None:
         params = getattr(optimizer, "_parameters", ())
     return [(str(p.name), p) for p in params]

@@ -24,7 +24,7 @@ from engines.store.dtypes import as_float32, is_bfloat16
 try:
     from mindspore.graph.api import _no_grad as no_grad
 except ImportError:  # older MindSpore
-    from mindspore.common.api import _no_grad as no_grad  # type: ignore[no-redef]
+    from mindspore.common.api import _no_grad as no_grad
 
 _STORED_DTYPES = {
     "Float16": ms.float16, "BFloat16": ms.bfloat16, "Float32": ms.float32, "Float64": ms.float64,

@@ -102,7 +102,7 @@ class MindSporeCaptureSession(CaptureSession):
         return requires_grad(t) and getattr(t, "_grad_node", None) is not None
 
     def _save_grad_hook(self, name: str, index: int, slot: str, t: Any) -> None:
-        def hook(grad):
+        def hook(grad: Any) -> Any:
             self.record_save_grad(name, index, slot, grad)
             return grad
 

@@ -26,7 +26,7 @@ def host_copy(t: Tensor) -> Tuple[np.ndarray, str]:
 
 
 def crc32_of(arr: np.ndarray) -> int:
-    return zlib.crc32(np.ascontiguousarray(arr).reshape(-1).view(np.uint8))
+    return zlib.crc32(np.ascontiguousarray(arr).reshape(-1).view(np.uint8).data)
 
 
 def xhash_of(arr: np.ndarray, dtype_name: str, shape: Tuple[int, ...]) -> int:

@@ -12,7 +12,7 @@ call the optimizer cell; a loop compiled whole with ``@jit`` (graph mode) has no
 
 from typing import Any, Callable, Optional
 
-from engines.adapters.mindspore.optimizer_hooks import register_optimizer_post_hook
+from engines.adapters.mindspore.optimizer_hooks import HookHandle, register_optimizer_post_hook
 from engines.adapters.mindspore.session import MindSporeCaptureSession
 from engines.capture.options import CaptureOptions
 from engines.capture.summary import CaptureSummary
@@ -27,7 +27,7 @@ class ZeroCodeCapture(ZeroCode):
         # ``session``: a session built by the caller (overflow_check and free_benchmark bring their own).
         super().__init__(session or MindSporeCaptureSession(options, sink_factory, summary=summary), on_step_end)
         self.session.arm_cells = True
-        self._handle = None
+        self._handle: Optional[HookHandle] = None
 
     def _install_step_hook(self) -> None:
         self._handle = register_optimizer_post_hook(self._after_optimizer_call)

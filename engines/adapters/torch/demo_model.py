@@ -7,7 +7,7 @@ API-level and module-level capture see realistic traffic. Module names read well
 """
 
 import math
-from typing import Dict, Optional
+from typing import Any, Callable, Dict, Optional, Tuple
 
 import numpy as np
 import torch
@@ -23,12 +23,12 @@ class ScaleGrad(torch.autograd.Function):
     """Identity forward; multiplies the incoming gradient by ``scale`` in backward (the grad_explosion fault)."""
 
     @staticmethod
-    def forward(ctx, x: torch.Tensor, scale: float) -> torch.Tensor:
+    def forward(ctx: Any, x: torch.Tensor, scale: float) -> torch.Tensor:
         ctx.scale = scale
         return x.view_as(x)
 
     @staticmethod
-    def backward(ctx, grad: torch.Tensor):
+    def backward(ctx: Any, grad: torch.Tensor) -> Tuple[torch.Tensor, None]:
         return grad * ctx.scale, None
 
 
@@ -51,7 +51,7 @@ def _naive_softmax(x: torch.Tensor) -> torch.Tensor:
     return e / bf16_pairwise_sum(e)
 
 
-def _register_naive_softmax():
+def _register_naive_softmax() -> Optional[Callable[[torch.Tensor], torch.Tensor]]:
     """The naive softmax as one operator, ``torch.ops.demo.naive_softmax`` (torch >= 2.4), so that API-level tools
     see the fault as one call, as they would see a low-precision fused kernel. None on older torch."""
     custom_op = getattr(torch.library, "custom_op", None)
@@ -65,10 +65,10 @@ def _register_naive_softmax():
     def kernel(x: torch.Tensor) -> torch.Tensor:
         return _naive_softmax(x)
 
-    def setup(ctx, inputs, output):
+    def setup(ctx: Any, inputs: Tuple[torch.Tensor, ...], output: torch.Tensor) -> None:
         ctx.save_for_backward(output)
 
-    def backward(ctx, grad):
+    def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
         (p,) = ctx.saved_tensors
         return p * (grad - (grad * p).sum(dim=-1, keepdim=True))
 
@@ -120,7 +120,7 @@ class CausalSelfAttention(nn.Module):
         causal = torch.triu(torch.ones(knobs.seq, knobs.seq, dtype=torch.bool), diagonal=1)
         self.register_buffer("causal", causal, persistent=False)
 
-    def logits(self, x: torch.Tensor):
+    def logits(self, x: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Unmasked attention logits ``(B, H, T, T)`` and ``v``, plus the mask for length T."""
         b, t, c = x.shape
         q, k, v = self.qkv(x).split(c, dim=2)

@@ -1,7 +1,7 @@
 """Reproducibility and the facts a run records about its framework: ``seed_all`` and ``describe``."""
 
 import os
-from typing import Any, Dict, Optional
+from typing import Any, Dict, Optional, Tuple
 
 import torch
 from torch.overrides import TorchFunctionMode
@@ -24,7 +24,8 @@ class DropoutOffMode(TorchFunctionMode):
         self.targets |= {getattr(torch, n) for n in ("dropout", "alpha_dropout", "feature_dropout",
                                                      "feature_alpha_dropout") if hasattr(torch, n)}
 
-    def __torch_function__(self, func, types, args=(), kwargs=None):
+    def __torch_function__(self, func: Any, types: Tuple[type, ...], args: tuple = (),
+                           kwargs: Optional[Dict[str, Any]] = None) -> Any:
         kwargs = dict(kwargs or {})
         if func in self.targets:
             if "p" in kwargs:

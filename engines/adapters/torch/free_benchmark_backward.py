@@ -47,7 +47,9 @@ def _has_float32(obj: Any) -> bool:
 class _Held:
     __slots__ = ("name", "func", "args", "kwargs", "paths", "versions", "nbytes", "state", "lowered", "handle")
 
-    def __init__(self, name, func, args, kwargs, paths, versions, nbytes, state, lowered) -> None:
+    def __init__(self, name: str, func: Any, args: tuple, kwargs: Dict[str, Any], paths: List[Tuple],
+                 versions: List[int], nbytes: int, state: Optional[Tuple[str, torch.dtype]],
+                 lowered: Optional[torch.dtype]) -> None:
         self.name = name
         self.func = func
         self.args = args
@@ -57,7 +59,7 @@ class _Held:
         self.nbytes = nbytes
         self.state = state
         self.lowered = lowered
-        self.handle = None
+        self.handle: Any = None  # torch's RemovableHandle, once the gradient hook is registered
 
 
 class BackwardChecks(BackwardChecksBase):

@@ -74,15 +74,15 @@ def tensor_ratio(original: torch.Tensor, perturbed: torch.Tensor, tol: float) ->
 def resolve(values: List[Ratio]) -> List[float]:
     """Host floats of a batch of ratios: one transfer per device."""
     out: List[float] = [0.0] * len(values)
-    by_device: Dict[Any, List[int]] = {}
+    by_device: Dict[Any, List[Tuple[int, torch.Tensor]]] = {}
     for i, v in enumerate(values):
         if isinstance(v, torch.Tensor):
-            by_device.setdefault(v.device, []).append(i)
+            by_device.setdefault(v.device, []).append((i, v))
         else:
             out[i] = float(v)
-    for idx in by_device.values():
-        host = torch.stack([values[i].to(torch.float64) for i in idx]).cpu().tolist()
-        for i, h in zip(idx, host):
+    for pairs in by_device.values():
+        host = torch.stack([t.to(torch.float64) for _, t in pairs]).cpu().tolist()
+        for (i, _), h in zip(pairs, host):
             out[i] = float(h)
     return out
 

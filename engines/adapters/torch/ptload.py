@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib.util
 from pathlib import Path
+from typing import Union
 
 import numpy as np
 
@@ -16,7 +17,7 @@ def torch_available() -> bool:
     return importlib.util.find_spec("torch") is not None
 
 
-def load_pt(path) -> np.ndarray:
+def load_pt(path: Union[str, Path]) -> np.ndarray:
     """The tensor in ``path`` as a numpy array (bfloat16 and other non-numpy dtypes become float32)."""
     import torch
 
