@@ -124,7 +124,7 @@ class FreeBenchmarkCall(CallChecks):
     def primitive_info(self, prim: Any) -> Optional[ApiInfo]:
         return self._names.primitive_info(prim)
 
-    def call(self, info: Any, func: Any, args: tuple, kwargs: Dict[str, Any]) -> Any:
+    def call(self, info: Any, func: Any, args: tuple, kwargs: Dict[str, Any], collective: Any = None) -> Any:
         """The wrappers' entry."""
         s = self.session
         s.busy_depth += 1  # the wrappers do not pop themselves: nothing the call does inside is checked

@@ -70,7 +70,7 @@ def local_view(t: torch.Tensor) -> Tuple[torch.Tensor, str]:
     local = getattr(t, "_local_tensor", None)
     if not isinstance(local, torch.Tensor):  # a torch without the attribute: the public call (no collective)
         with torch.no_grad():
-            local = t.to_local()  # type: ignore[attr-defined]
+            local = t.to_local()
     if _kind_of(type(local)) == ASYNC:
         local = resolved(local)
     return local, dtensor_text(t)
@@ -79,7 +79,7 @@ def local_view(t: torch.Tensor) -> Tuple[torch.Tensor, str]:
 def _inner(t: torch.Tensor) -> Tuple[torch.Tensor, str]:
     """A wrapper's one inner tensor of the same shape and dtype (the wrapper itself when there is not one)."""
     try:
-        names = t.__tensor_flatten__()[0]  # type: ignore[attr-defined]
+        names = t.__tensor_flatten__()[0]
         inner = getattr(t, names[0]) if len(names) == 1 else None
     except Exception:
         return t, ""
