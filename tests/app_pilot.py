@@ -267,3 +267,39 @@ def make_free_benchmark_run(folder: Path) -> Path:
         writer.write(step, rows)
     writer.close()
     return folder
+
+
+def make_rank_compare_result(root: Path, ranks: int = 2, faulty: int = 1) -> Path:
+    """A compare result of ``ranks`` rank pairs (the real engine, statistics mode): every rank of the target matches
+    the golden except ``faulty``, whose block 1 softmax is doubled. In ``root/result``."""
+    from engines.compare.engine import run_compare
+
+    for rank in range(ranks):
+        write_dump(root / "target" / "rank{}".format(rank), golden=rank != faulty)
+        write_dump(root / "golden" / "rank{}".format(rank), golden=True)
+    out = root / "result"
+    run_compare({"task": "compare", "compare": {"target_path": str(root / "target"),
+                                                "golden_path": str(root / "golden"), "mode": "statistics",
+                                                "formats": ["hdf5"], "output_path": str(out)}}, None)
+    return out
+
+
+def make_rank_metrics(run_dir: Path, ranks: int = 2, steps: int = 6, spike_rank: int = 1, spike_at: int = 4) -> Path:
+    """A monitor run folder of ``ranks`` rank folders (the engine's writer, with its rank in the store): the loss is
+    ``rank``-shifted (rank r's loss is ``r`` above rank 0's) and block 1's norm spikes on ``spike_rank`` at
+    ``spike_at`` (an alert of that rank only)."""
+    from engines.monitor.alerts import RuleSpec
+    from engines.monitor.writer import MetricsWriter
+
+    for rank in range(ranks):
+        writer = MetricsWriter(Path(run_dir) / "rank{}".format(rank), rank=rank, world_size=ranks,
+                               rules=[RuleSpec("AnomalyTurbulence", 1.0, "up")])
+        for n in range(steps):
+            values = np.array([6.9 - 0.05 * n + rank, 0.5 + 0.01 * np.cos(n), 0.4 + 0.01 * np.sin(n)])
+            if rank == spike_rank and n == spike_at:
+                values[2] *= 1000.0
+            writer.write_step(n, MetricsRun.KEYS, values)
+        writer.close()
+    (Path(run_dir) / "run.json").write_text(json.dumps({"run_id": Path(run_dir).name, "task": "monitor",
+                                                         "world_size": ranks}), encoding="utf-8")
+    return Path(run_dir)
