@@ -144,6 +144,8 @@ async def test_the_dump_browser_shows_every_rank_or_one(tmp_path):
         await wait_until(pilot, lambda: [str(n.label).split("  ")[0] for n in tree.root.children[0].children]
                          == ["rank 1"], what="rank 1 alone")
         assert bar(screen).startswith("rank 1 of 2 (0-1)")
+        await wait_until(pilot, lambda: "records" in str(tree.root.children[0].children[0].label),
+                         what="rank 1 read and opened")
         # a search reads the rank shown only
         await pilot.press("slash", *"add", "enter")
         await wait_until(pilot, lambda: screen.keep is not None, what="the search done")
@@ -210,7 +212,8 @@ def test_across_ranks_leaves_non_finite_values_out_and_counts_them():
 
 # ---- real runs: the demo as two ranks of one run ------------------------------------------------------------------
 def run_ranks(root: Path, configs: list, run_id: str) -> None:
-    """``python -m probe_tui --run`` once per rank (config ``configs[r]``), as a launcher would start them."""
+    """``python -m probe_tui --run`` once per rank (config ``configs[r]``, in ``root``), as a launcher would start
+    them; each rank writes ``<dump_path>/<run_id>/rank<R>``."""
     procs = []
     for rank, config in enumerate(configs):
         path = root / "rank{}.json".format(rank)
@@ -225,9 +228,9 @@ def run_ranks(root: Path, configs: list, run_id: str) -> None:
             proc.wait(timeout=600)
         finally:
             log.close()
-    for rank in range(len(configs)):
-        assert (root / run_id / "rank{}".format(rank)).is_dir() or any(root.glob("*/{}/rank{}".format(
-            run_id, rank))), (root / "rank{}.log".format(rank)).read_text()
+    for rank, config in enumerate(configs):
+        assert (Path(config["dump_path"]) / run_id / "rank{}".format(rank)).is_dir(), \
+            (root / "rank{}.log".format(rank)).read_text()
 
 
 def demo_config(sample: str, dump_path: Path, steps: int = 2) -> dict:
@@ -278,6 +281,10 @@ def test_a_two_rank_monitor_run_names_the_rank_of_its_alert(tmp_path):
     run_ranks(tmp_path, [healthy, demo_config("monitor.json", dumps, steps=5)], "mon2")
     logs = [(tmp_path / "rank{}.log".format(r)).read_text() for r in (0, 1)]
     assert "alert at step 3 on rank 1:" in logs[1] and "alert at step" not in logs[0]
+    from engines.monitor.reader import open_metrics
+
+    with open_metrics(dumps / "mon2", rank=1) as metrics:
+        assert {a["rank"] for a in metrics.alerts()} == {1}  # the store's alerts name the rank that wrote them
     from probe_tui.app.data.monitor_feed import MonitorFeed
 
     snapshots = []

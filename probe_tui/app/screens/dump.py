@@ -266,6 +266,9 @@ class DumpScreen(RankSelector, AppScreen):
                         self.dump_tree.fill_piece(rank_node, self.index.piece(ref.rank, ref.step))
                         if self.keep is not None or rank_node is self.dump_tree.first_rank_line():
                             rank_node.expand()
+            first = self.dump_tree.first_rank_line()
+            if self.keep is None and first is not None and not first.is_expanded:
+                first.expand()  # not read yet: expanding it reads it
             self._show_status()
 
     def _matches(self, ref: Any) -> bool:

@@ -72,7 +72,7 @@ class MetricChart(PlotextPlot):
                 lx, ly = envelope(line_steps, values, columns)
                 if not lx.size:
                     continue
-                plt.plot(lx.tolist(), ly.tolist(), marker="braille" if i == 0 else "dot",
+                plt.plot(lx.tolist(), ly.tolist(), marker="braille" if i == 0 else "·",
                          color=COLORS[n % len(COLORS)], label=short_key(key) if i == 0 else None)
                 xs = lx if not xs.size else np.r_[min(xs[0], lx[0]), max(xs[-1], lx[-1])]
             if not xs.size:
