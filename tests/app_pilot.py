@@ -233,16 +233,17 @@ def make_grad_result(folder: Path) -> Path:
     return folder
 
 
-def make_overflow_run(folder: Path) -> Path:
+def make_overflow_run(folder: Path, rank: int = 0, clean: bool = False) -> Path:
+    """An overflow_check rank folder (``rank``) of three steps; step 2 flags two calls unless ``clean``."""
     from engines.overflow import origin as og
     from engines.overflow.report import FlaggedCall, StepFindings
     from engines.overflow.results import OverflowWriter
 
-    writer = OverflowWriter(folder / "rank0", META)
+    writer = OverflowWriter(folder / "rank{}".format(rank), dict(META, rank=rank))
     for step in range(3):
         found = StepFindings(step)
         found.checked, found.masks = 120, 4
-        if step == 2:
+        if step == 2 and not clean:
             found.add(FlaggedCall(0, "Torch.exp.0.forward", 0, 0, og.PRODUCED,
                                   "produced +inf from finite inputs", "Module.blocks.1.attn.Attention.forward.0",
                                   True, {"output.0": "+inf"}, where="model.py:105 softmax: e = torch.exp(scaled)"))

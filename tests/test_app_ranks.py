@@ -18,13 +18,17 @@ from textual.widgets import DataTable, OptionList
 from probe_tui.app.app import ProbeApp
 from probe_tui.app.screens.compare import CompareScreen
 from probe_tui.app.screens.dump import DumpScreen
+from probe_tui.app.screens.grad import GradScreen
 from probe_tui.app.screens.home import HomeScreen
 from probe_tui.app.screens.monitor import MonitorScreen
+from probe_tui.app.screens.overflow import OverflowScreen
 from probe_tui.app.screens.rank_picker import RankPicker
 from probe_tui.app.widgets.rank_bar import RankBar
 from probe_tui.app.widgets.result_tree import ResultTree
 from tests.app_pilot import (
     make_compare_result,
+    make_grad_result,
+    make_overflow_run,
     make_rank_compare_result,
     make_rank_metrics,
     open_view,
@@ -150,6 +154,46 @@ async def test_the_dump_browser_shows_every_rank_or_one(tmp_path):
         await pilot.press("slash", *"add", "enter")
         await wait_until(pilot, lambda: screen.keep is not None, what="the search done")
         assert set(screen.keep) == {(1, 0)} and screen.matches == 1  # Tensor.add.0 runs on rank 1's target only
+
+
+# ---- overflow check and grad compare ------------------------------------------------------------------------------
+@pilot_test
+async def test_the_overflow_view_shows_one_ranks_steps_and_remembers_it(tmp_path):
+    run = tmp_path / "run"
+    make_overflow_run(run, rank=0, clean=True)
+    make_overflow_run(run, rank=1)
+    async with viewing(run, OverflowScreen, root=tmp_path, size=(80, 24)) as (pilot, screen):
+        steps = screen.query_one("#ovf-steps", DataTable)
+        await wait_until(pilot, lambda: screen.result is not None and steps.row_count == 6)
+        await pilot.press("R")
+        await wait_until(pilot, lambda: isinstance(pilot.app.screen, RankPicker))
+        assert picker_lines(pilot.app)[1:] == ["rank 0  clean", "rank 1  first flagged at step 2: "
+                                               "Torch.exp.0.forward (1 flagged step)"]
+        await pilot.press("1", "enter")
+        await wait_until(pilot, lambda: steps.row_count == 3)
+        assert {str(steps.get_row_at(i)[1]) for i in range(3)} == {"1"}
+        assert steps.cursor_row == 2 and screen.shown_calls[0]["name"] == "Torch.exp.0.forward"
+        await pilot.press("escape")
+        await wait_until(pilot, lambda: isinstance(pilot.app.screen, HomeScreen))
+        again = await open_view(pilot, run, OverflowScreen)
+        steps = again.query_one("#ovf-steps", DataTable)
+        await wait_until(pilot, lambda: again.result is not None and steps.row_count == 3, what="rank 1 remembered")
+
+
+@pilot_test
+async def test_grad_compare_steps_through_its_ranks_without_an_every_rank_mode(tmp_path):
+    result = make_grad_result(tmp_path / "grad")
+    shutil.copytree(result / "rank0", result / "rank3")
+    async with viewing(result, GradScreen, root=tmp_path, size=(80, 24)) as (pilot, screen):
+        await wait_until(pilot, lambda: screen.result is not None and bar(screen))
+        assert screen.rank == 0 and bar(screen).startswith("rank 0 of 2 (0, 3)")
+        await pilot.press("greater_than_sign")
+        await wait_until(pilot, lambda: screen.rank == 3 and screen.rank_result.rank == 3)
+        await pilot.press("r")  # the grad view's own next-rank key: wraps to rank 0, never "every rank"
+        await wait_until(pilot, lambda: screen.rank == 0)
+        await pilot.press("R")
+        await wait_until(pilot, lambda: isinstance(pilot.app.screen, RankPicker))
+        assert [line.split("  ")[0] for line in picker_lines(pilot.app)] == ["rank 0", "rank 3"]
 
 
 # ---- the live monitor ----------------------------------------------------------------------------------------------
