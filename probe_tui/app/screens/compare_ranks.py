@@ -29,8 +29,16 @@ class CompareRanks(RankSelector):
     divergence_all: Optional[Dict[str, Any]]
 
     # ---- what the ranking says about ranks -----------------------------------------------------------------
+    _firsts_of: Tuple[Any, Dict[int, int]] = (None, {})
+
     def _firsts(self) -> Dict[int, int]:
-        return first_by_rank(self.divergence_all) if self.divergence_all is not None else {}
+        """Rank -> its first entry in the ranking (computed once per ranking: the picker asks for every rank)."""
+        table = self.divergence_all
+        if table is None:
+            return {}
+        if self._firsts_of[0] is not table:
+            self._firsts_of = (table, first_by_rank(table))
+        return self._firsts_of[1]
 
     def first_rank(self) -> Optional[int]:
         """The rank that diverged first (None: no divergence, or the ranking is not read yet)."""
