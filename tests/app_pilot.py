@@ -233,16 +233,17 @@ def make_grad_result(folder: Path) -> Path:
     return folder
 
 
-def make_overflow_run(folder: Path) -> Path:
+def make_overflow_run(folder: Path, rank: int = 0, clean: bool = False) -> Path:
+    """An overflow_check rank folder (``rank``) of three steps; step 2 flags two calls unless ``clean``."""
     from engines.overflow import origin as og
     from engines.overflow.report import FlaggedCall, StepFindings
     from engines.overflow.results import OverflowWriter
 
-    writer = OverflowWriter(folder / "rank0", META)
+    writer = OverflowWriter(folder / "rank{}".format(rank), dict(META, rank=rank))
     for step in range(3):
         found = StepFindings(step)
         found.checked, found.masks = 120, 4
-        if step == 2:
+        if step == 2 and not clean:
             found.add(FlaggedCall(0, "Torch.exp.0.forward", 0, 0, og.PRODUCED,
                                   "produced +inf from finite inputs", "Module.blocks.1.attn.Attention.forward.0",
                                   True, {"output.0": "+inf"}, where="model.py:105 softmax: e = torch.exp(scaled)"))
@@ -267,3 +268,39 @@ def make_free_benchmark_run(folder: Path) -> Path:
         writer.write(step, rows)
     writer.close()
     return folder
+
+
+def make_rank_compare_result(root: Path, ranks: int = 2, faulty: int = 1) -> Path:
+    """A compare result of ``ranks`` rank pairs (the real engine, statistics mode): every rank of the target matches
+    the golden except ``faulty``, whose block 1 softmax is doubled. In ``root/result``."""
+    from engines.compare.engine import run_compare
+
+    for rank in range(ranks):
+        write_dump(root / "target" / "rank{}".format(rank), golden=rank != faulty)
+        write_dump(root / "golden" / "rank{}".format(rank), golden=True)
+    out = root / "result"
+    run_compare({"task": "compare", "compare": {"target_path": str(root / "target"),
+                                                "golden_path": str(root / "golden"), "mode": "statistics",
+                                                "formats": ["hdf5"], "output_path": str(out)}}, None)
+    return out
+
+
+def make_rank_metrics(run_dir: Path, ranks: int = 2, steps: int = 6, spike_rank: int = 1, spike_at: int = 4) -> Path:
+    """A monitor run folder of ``ranks`` rank folders (the engine's writer, with its rank in the store): the loss is
+    ``rank``-shifted (rank r's loss is ``r`` above rank 0's) and block 1's norm spikes on ``spike_rank`` at
+    ``spike_at`` (an alert of that rank only)."""
+    from engines.monitor.alerts import RuleSpec
+    from engines.monitor.writer import MetricsWriter
+
+    for rank in range(ranks):
+        writer = MetricsWriter(Path(run_dir) / "rank{}".format(rank), rank=rank, world_size=ranks,
+                               rules=[RuleSpec("AnomalyTurbulence", 1.0, "up")])
+        for n in range(steps):
+            values = np.array([6.9 - 0.05 * n + rank, 0.5 + 0.01 * np.cos(n), 0.4 + 0.01 * np.sin(n)])
+            if rank == spike_rank and n == spike_at:
+                values[2] *= 1000.0
+            writer.write_step(n, MetricsRun.KEYS, values)
+        writer.close()
+    (Path(run_dir) / "run.json").write_text(json.dumps({"run_id": Path(run_dir).name, "task": "monitor",
+                                                         "world_size": ranks}), encoding="utf-8")
+    return Path(run_dir)

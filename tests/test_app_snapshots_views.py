@@ -16,6 +16,8 @@ from tests.app_pilot import (
     make_grad_result,
     make_metrics,
     make_overflow_run,
+    make_rank_compare_result,
+    make_rank_metrics,
     wait_until,
 )
 
@@ -105,6 +107,27 @@ def test_compare_model_tree(snap_compare, compare_result, size):
         await settle(pilot)
 
     assert snap_app(snap_compare, compare_result.parent, size, run_before)
+
+
+def test_compare_of_three_ranks_names_the_first(snap_compare, tmp_path):
+    """80x24: the rank bar over a compare of ranks 0-2 where rank 1 diverges."""
+    result = make_rank_compare_result(tmp_path, ranks=3, faulty=1)
+
+    async def run_before(pilot):
+        await open_on(pilot, result, lambda s: compare_ready(s) and getattr(s, "divergence_all", None) is not None)
+
+    assert snap_app(snap_compare, tmp_path, "80x24", run_before)
+
+
+def test_live_monitor_across_four_ranks(snap_compare, tmp_path):
+    """80x24: min/mean/max of the loss over four ranks, an alert of rank 2 in the list."""
+    run = make_rank_metrics(tmp_path / "monitor_run", ranks=4, steps=24, spike_rank=2, spike_at=16)
+
+    async def run_before(pilot):
+        await open_on(pilot, run, lambda s: getattr(s, "last_step", None) == 23
+                      and getattr(s, "shown_alerts", 0) == 1 and getattr(s, "multi_rank", False))
+
+    assert snap_app(snap_compare, tmp_path, "80x24", run_before)
 
 
 @pytest.mark.parametrize("size", SIZES)

@@ -114,6 +114,14 @@ class MetricsReader(Closing):
         return self._store.meta
 
     @property
+    def rank(self) -> int:
+        """The rank that wrote this store (0 when its metadata does not say)."""
+        try:
+            return int(self._store.meta.get("rank") or 0)
+        except (TypeError, ValueError):
+            return 0
+
+    @property
     def status(self) -> str:
         """``running``, ``finished``, ``failed``, ``killed``, ... (see StoreReader.status)."""
         return self._store.status
@@ -204,13 +212,17 @@ class MetricsReader(Closing):
         return out
 
     def alerts(self, steps: Optional[Tuple[int, int]] = None, since: int = 0) -> List[dict]:
-        """Alerts (step, series, tag, name, module, metric, value, baseline, rule, kind, message), in order;
-        ``since``: skip the first ``since`` alerts (a follower reads only what is new)."""
+        """Alerts (step, series, tag, name, module, metric, value, baseline, rule, kind, message, and the
+        ``rank`` that wrote them), in order; ``since``: skip the first ``since`` alerts (a follower reads only what
+        is new)."""
         with self._lock:
             total = self._store.num_rows(ALERTS)
             if total <= since:
                 return []
             rows = _rows(self._store.read(ALERTS, rows=slice(since, total)))
+        rank = self.rank
+        for row in rows:
+            row["rank"] = rank
         if steps is None:
             return rows
         lo, hi = steps

@@ -33,6 +33,7 @@ class MonitorTask:
         adapter = ctx.adapter("monitor")
         env_rank, world_size = process_rank()
         self.rank = env_rank if rank is None else int(rank)
+        self.world_size = world_size
         self.rank_dir = Path(run.rank_dir(self.rank))
         self.writer = MetricsWriter(self.rank_dir, rank=self.rank, world_size=world_size, framework=ctx.framework,
                                     rules=adapter.alert_rules(section), store_options=store_options(ctx.job),
@@ -60,7 +61,8 @@ class MonitorTask:
             by_step.setdefault(alert.step, []).append(alert)
         for step, found in sorted(by_step.items()):
             more = f" (+{len(found) - 1} more in anomalies.jsonl)" if len(found) > 1 else ""
-            self.say("warning", f"alert at step {step}: {found[0].message}{more}")
+            where = f" on rank {self.rank}" if self.world_size > 1 else ""  # interleaved ranks: say whose
+            self.say("warning", f"alert at step {step}{where}: {found[0].message}{more}")
 
     def _on_target_step(self, step: int, loss: Optional[float] = None) -> None:
         if loss is not None:

@@ -17,7 +17,7 @@ from textual.binding import Binding
 
 # Scopes: "app" actions work everywhere; the others belong to one screen.
 SCOPES = ("app", "home", "builder", "run", "summary", "compare", "dump", "monitor", "grad", "overflow", "freebench",
-          "help")
+          "ranks", "help")
 
 SCOPE_TITLES = {
     "app": "Everywhere",
@@ -31,6 +31,7 @@ SCOPE_TITLES = {
     "grad": "Grad compare",
     "overflow": "Overflow check",
     "freebench": "free_benchmark",
+    "ranks": "Rank picker",
     "help": "Help",
 }
 
@@ -76,6 +77,20 @@ class AppAction:
             id=self.id,
             key_display=self.key_display,
         )
+
+
+def rank_actions(scope: str, every: str) -> Tuple[AppAction, ...]:
+    """The rank selector of a view of a multi-rank run (hidden on a one-rank run): ``R`` picks a rank from a list,
+    ``<`` / ``>`` step through them. ``every`` says what the view shows for every rank at once ("" when it shows
+    one rank at a time)."""
+    choose = "Choose the rank to show" + ("; or every rank: " + every if every else "") + "."
+    return (
+        AppAction(f"{scope}.rank", "pick_rank", "R", "Rank", "Ranks", scope, choose),
+        AppAction(f"{scope}.rank_next", "step_rank(1)", "greater_than_sign", "Next rank", "Ranks", scope,
+                  "Show the next rank" + (" (after the last: every rank)." if every else "."), show=False),
+        AppAction(f"{scope}.rank_prev", "step_rank(-1)", "less_than_sign", "Prev rank", "Ranks", scope,
+                  "Show the previous rank" + (" (before the first: every rank)." if every else "."), show=False),
+    )
 
 
 ACTIONS: Tuple[AppAction, ...] = (
@@ -161,6 +176,7 @@ ACTIONS: Tuple[AppAction, ...] = (
               "Show or hide the detail pane (hidden, the table uses the whole width)."),
     AppAction("compare.files", "files", "i", "Files", "General", "compare",
               "Show the result folder's files and run.json.", show=False),
+    *rank_actions("compare", "every rank's rows, the first divergence across ranks, each rank's tree"),
     AppAction("compare.back", "back", "escape,q", "Back", "General", "compare",
               "Close the search, or go back to the previous screen."),
     # Dump browser
@@ -177,6 +193,7 @@ ACTIONS: Tuple[AppAction, ...] = (
               "Switch the histogram between values and log10 of their magnitudes."),
     AppAction("dump.files", "files", "i", "Files", "General", "dump",
               "Show the dump folder's files (and run.json).", show=False),
+    *rank_actions("dump", "each step lists every rank"),
     AppAction("dump.back", "back", "escape,q", "Back", "General", "dump",
               "Close the search or slice field, or go back to the previous screen."),
     # Live monitor
@@ -200,6 +217,7 @@ ACTIONS: Tuple[AppAction, ...] = (
               "Move to the alert list; enter on an alert charts its series around its step."),
     AppAction("monitor.files", "files", "i", "Files", "General", "monitor",
               "Show the run folder's files and run.json.", show=False),
+    *rank_actions("monitor", "each series as its min, mean and max over the ranks"),
     AppAction("monitor.back", "back", "escape,q", "Back", "General", "monitor",
               "Close the series filter, or go back to the previous screen (the run goes on)."),
     # Grad compare
@@ -209,14 +227,18 @@ ACTIONS: Tuple[AppAction, ...] = (
               "Show the layer ratios of the previous step.", key_display="["),
     AppAction("grad.step_on", "step(1)", "right_square_bracket", "Step +", "View", "grad",
               "Show the layer ratios of the next step.", key_display="]"),
-    AppAction("grad.rank", "next_rank", "r", "Rank", "View", "grad",
-              "Show the next rank (multi-rank results).", show=False),
+    AppAction("grad.rank", "step_rank(1)", "r,greater_than_sign", "Next rank", "Ranks", "grad",
+              "Show the next rank.", show=False),
+    AppAction("grad.rank_prev", "step_rank(-1)", "less_than_sign", "Prev rank", "Ranks", "grad",
+              "Show the previous rank.", show=False),
+    AppAction("grad.rank_pick", "pick_rank", "R", "Rank", "Ranks", "grad", "Choose the rank to show."),
     AppAction("grad.files", "files", "i", "Files", "General", "grad",
               "Show the result folder's files (the CSVs and charts).", show=False),
     AppAction("grad.back", "back", "escape,q", "Back", "General", "grad", "Back to the previous screen."),
     # overflow_check and analyze-overflow
     AppAction("overflow.dump", "open_dump", "d", "Open dump", "View", "overflow",
               "Open the kept calls' tensors in the dump browser."),
+    *rank_actions("overflow", "every rank's steps"),
     AppAction("overflow.files", "files", "i", "Files", "General", "overflow",
               "Show the run folder's files and run.json.", show=False),
     AppAction("overflow.back", "back", "escape,q", "Back", "General", "overflow", "Back to the previous screen."),
@@ -227,6 +249,10 @@ ACTIONS: Tuple[AppAction, ...] = (
               "Show the run folder's files (the CSV among them).", show=False),
     AppAction("freebench.back", "back", "escape,q", "Back", "General", "freebench",
               "Back to the previous screen."),
+    # Rank picker (R in a view of a multi-rank run)
+    AppAction("ranks.choose", "choose", "enter", "Show", "General", "ranks",
+              "Show the highlighted rank (type a rank number to find it).", show=False),
+    AppAction("ranks.close", "close", "escape", "Close", "General", "ranks", "Close the picker; the rank stays."),
     # Help
     AppAction("help.close", "close", "escape,q,f1", "Close", "General", "help", "Close the help screen."),
 )
@@ -263,7 +289,8 @@ def key_label(key: str) -> str:
     """A key name as a person types it: ``ctrl+s`` -> ``^s``, ``question_mark`` -> ``?``."""
     names = {"question_mark": "?", "escape": "esc", "enter": "enter", "tab": "tab", "slash": "/", "plus": "+",
              "minus": "-", "equals_sign": "=", "left_square_bracket": "[", "right_square_bracket": "]",
-             "exclamation_mark": "!", "full_stop": ".", "comma": ","}
+             "exclamation_mark": "!", "full_stop": ".", "comma": ",", "greater_than_sign": ">",
+             "less_than_sign": "<"}
     if key in names:
         return names[key]
     if key.startswith("ctrl+"):

@@ -65,6 +65,8 @@ class ProbeApp(App):
         self.run_env = run_env
         self.children_started: List[ChildRun] = []
         self.user_keymap: Dict[str, str] = {}
+        self.ranks_chosen: Dict[str, Optional[int]] = {}
+        """The rank each run's views show (``probe_tui.app.ranks``): run folder -> rank, None for every rank."""
 
     def on_mount(self) -> None:
         from probe_tui.app.screens.home import HomeScreen

@@ -101,6 +101,7 @@ class ResultView:
     sort: str = "order"
     descending: bool = False
     search: str = ""
+    rank: Optional[int] = None
 
     def __len__(self) -> int:
         return int(self.rows.shape[0])
@@ -178,6 +179,39 @@ class TreeIndex:
                 return row
             stack[:0] = self.children(int(self.piece_of[current]), int(self.columns["node"][current])).tolist()
         return -1
+
+
+def of_rank(table: Dict[str, np.ndarray], rank: Optional[int]) -> Dict[str, np.ndarray]:
+    """The entries of a ranking (or any table with a ``rank`` column) of one rank, in their order; every entry for
+    None."""
+    if rank is None or "rank" not in table:
+        return table
+    keep = np.asarray(table["rank"]).astype(np.int64) == int(rank)
+    return {c: np.asarray(v)[keep] for c, v in table.items()}
+
+
+def first_by_rank(table: Dict[str, np.ndarray]) -> Dict[int, int]:
+    """Rank -> the position in the first-divergence ranking of that rank's first entry (its best suspect)."""
+    if "rank" not in table or not len(table["rank"]):
+        return {}
+    ranks, first = np.unique(np.asarray(table["rank"]).astype(np.int64), return_index=True)
+    return {int(r): int(i) for r, i in zip(ranks.tolist(), first.tolist())}
+
+
+def diverged(table: Dict[str, np.ndarray], position: int) -> bool:
+    """Whether a ranking entry is a divergence, not float noise: its worst row an error or warning, or it adds
+    error at the model-signal level (a target-only region has no verdict of its own, only its score)."""
+    from engines.compare.divergence import MODEL_SIGNAL
+
+    return int(table["worst_verdict"][position]) in (ERROR, WARNING) or float(table["score"][position]) >= MODEL_SIGNAL
+
+
+def first_rank(table: Dict[str, np.ndarray]) -> Optional[int]:
+    """The rank that diverged first: the rank of the ranking's first entry, when that entry diverges. The ranking
+    is across ranks (docs/COMPARE.md "First divergence"), so its head names the origin rank."""
+    if "rank" not in table or not len(table["rank"]) or not diverged(table, 0):
+        return None
+    return int(table["rank"][0])
 
 
 class CompareResult:
@@ -289,9 +323,15 @@ class CompareResult:
     def sorts(self) -> Sequence[str]:
         return MODE_SORTS.get(self.mode, MODE_SORTS["statistics"])
 
+    def ranks(self) -> List[int]:
+        """The ranks the result has rows of."""
+        column = self.columns.get("rank")
+        return [int(r) for r in np.unique(column)] if column is not None and len(column) else []
+
     def view(self, verdict_filter: str = "all", search: str = "", sort: str = "order",
-             descending: bool = False) -> ResultView:
-        """Row numbers that pass the verdict filter and the name search, in the sort's order.
+             descending: bool = False, rank: Optional[int] = None) -> ResultView:
+        """Row numbers that pass the verdict filter, the name search and the rank (None: every rank), in the
+        sort's order.
 
         ``search`` is matched against each row's record and enclosing module (a substring, a glob with ``*?[``,
         a regular expression after ``re:``); a bad expression raises ValueError."""
@@ -303,6 +343,8 @@ class CompareResult:
         if search:
             hit = self._name_hits(search)
             mask &= hit[self.text["record"].codes] | hit[self.text["parent"].codes]
+        if rank is not None:
+            mask &= self.columns["rank"] == rank
         rows = np.flatnonzero(mask)
         rows = rows[self._order(rows, sort, descending)]
         shown = verdict[rows]
@@ -311,7 +353,7 @@ class CompareResult:
             positions = np.flatnonzero(shown == level)
             if positions.size:
                 break
-        return ResultView(rows, positions, level, verdict_filter, sort, descending, search)
+        return ResultView(rows, positions, level, verdict_filter, sort, descending, search, rank)
 
     def _name_hits(self, pattern: str) -> np.ndarray:
         """Per name code (last entry: code -1), whether the name matches ``pattern``."""

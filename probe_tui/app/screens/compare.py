@@ -19,9 +19,10 @@ from textual.widgets import Footer, Input, Label, Static, TabbedContent, TabPane
 
 from engines.compare.verdicts import VERDICTS
 from probe_tui.app.actions import bindings_for
-from probe_tui.app.data.compare_result import FILTER_CYCLE, SORT_LABELS, CompareResult, ResultView
+from probe_tui.app.data.compare_result import FILTER_CYCLE, SORT_LABELS, CompareResult, ResultView, of_rank
 from probe_tui.app.screens.base import AppScreen
 from probe_tui.app.screens.compare_detail import node_detail, row_detail, suspect_detail
+from probe_tui.app.screens.compare_ranks import CompareRanks
 from probe_tui.app.screens.compare_rows import (
     DIVERGENCE_COLUMNS,
     DivergenceRows,
@@ -30,6 +31,7 @@ from probe_tui.app.screens.compare_rows import (
     number_width,
 )
 from probe_tui.app.screens.path_prompt import relative_text
+from probe_tui.app.widgets.rank_bar import RankBar
 from probe_tui.app.widgets.result_tree import NodeRef, ResultTree
 from probe_tui.app.widgets.virtual_table import VirtualTable
 from probe_tui.formatting import count_text
@@ -38,7 +40,7 @@ DETAIL_DELAY_S = 0.08
 TABS = {"results": "tab-results", "divergence": "tab-divergence", "tree": "tab-tree"}
 
 
-class CompareScreen(AppScreen):
+class CompareScreen(CompareRanks, AppScreen):
     SCOPE = "compare"
     CSS_PATH = "compare.tcss"
     BINDINGS = bindings_for("compare")
@@ -73,9 +75,13 @@ class CompareScreen(AppScreen):
         self.path = Path(path)
         self.data: Optional[CompareResult] = None
         self.view: Optional[ResultView] = None
-        self.spec: Dict[str, Any] = {"verdict_filter": "all", "search": "", "sort": "order", "descending": False}
+        self.spec: Dict[str, Any] = {"verdict_filter": "all", "search": "", "sort": "order", "descending": False,
+                                     "rank": None}
         """The view last asked for (the one on screen may still be computing)."""
         self.divergence: Optional[Dict[str, Any]] = None
+        """The ranking shown: every entry, or the shown rank's."""
+        self.divergence_all: Optional[Dict[str, Any]] = None
+        self.init_ranks()
         self.tree_ready = False
         self._detail_key: Any = None
         self._view_applied: Optional[asyncio.Event] = None
@@ -89,6 +95,7 @@ class CompareScreen(AppScreen):
             yield Static(Text.assemble(("Compare", "bold"), " · " + relative_text(self.path, self.app.root)),
                          id="cmp-title")
             yield Static("", id="cmp-counts")
+        yield RankBar()
         with Horizontal(id="cmp-body"):
             with TabbedContent(id="cmp-tabs"):
                 with TabPane("1 Results", id=TABS["results"]):
@@ -139,6 +146,10 @@ class CompareScreen(AppScreen):
             return
         self.data = message.data
         self._show_counts()
+        self.setup_ranks(self.data.ranks())
+        if self.rank is not None:  # a rank chosen earlier for this result
+            self.spec["rank"] = self.rank
+            self._make_view(dict(self.spec), None)
         self._set_view(message.view, None)
         if not self.data.n_rows:
             self.results_table.empty_text = "This result has no rows."
@@ -189,6 +200,8 @@ class CompareScreen(AppScreen):
                  (" (reversed)" if view.descending else "")]
         if view.search:
             parts.append("search: " + view.search)
+        if view.rank is not None:
+            parts.append("rank {}".format(view.rank))
         parts.append("{} of {} rows".format(count_text(len(view)), count_text(data.n_rows)))
         if len(view.error_positions):
             word = VERDICTS[view.problem_level]
@@ -292,12 +305,37 @@ class CompareScreen(AppScreen):
 
     @on(DivergenceReady)
     def _divergence_ready(self, message: "CompareScreen.DivergenceReady") -> None:
-        self.divergence = message.table
+        self.divergence_all = message.table
+        self._show_divergence()
+        self.show_rank_bar()
+        if self.tree_ready:
+            self._reload_tree()
+
+    def _show_divergence(self) -> None:
+        self.divergence = of_rank(self.divergence_all, self.rank)
         table = self.divergence_table
-        table.empty_text = "No ranking in this result (first_divergence was off, or nothing matched)."
-        table.set_source(DIVERGENCE_COLUMNS, DivergenceRows(message.table), cursor=0)
+        table.empty_text = ("No entry of rank {} in the ranking.".format(self.rank) if self.rank is not None and
+                            self.divergence_all is not None and len(self.divergence_all.get("record", ())) else
+                            "No ranking in this result (first_divergence was off, or nothing matched).")
+        table.set_source(DIVERGENCE_COLUMNS, DivergenceRows(self.divergence), cursor=0)
         if self._active_tab() == "divergence":
+            self._detail_key = None  # other entries under the cursor now
             self._suspect_changed()
+
+    def rank_changed(self) -> None:
+        """Show the chosen rank's rows, ranking entries and tree pieces (every rank's for None)."""
+        if self.data is None:
+            return
+        self.request_view(rank=self.rank)
+        if self.divergence_all is not None:
+            self._show_divergence()
+        if self.tree_ready:
+            self._reload_tree()
+
+    def _reload_tree(self) -> None:
+        tree = self.query_one("#tree", ResultTree)
+        if tree.index is not None:
+            tree.load(tree.index, self.rank, self.tree_marks())
 
     @on(VirtualTable.CursorMoved, "#divergence")
     def _suspect_cursor(self, _: VirtualTable.CursorMoved) -> None:
@@ -318,7 +356,7 @@ class CompareScreen(AppScreen):
     @on(TreeReady)
     def _tree_ready(self, message: "CompareScreen.TreeReady") -> None:
         tree = self.query_one("#tree", ResultTree)
-        tree.load(message.index)
+        tree.load(message.index, self.rank, self.tree_marks())
         self.tree_ready = True
         if self._active_tab() == "tree":
             tree.focus()
@@ -427,8 +465,9 @@ class CompareScreen(AppScreen):
             return
         self.action_show_tab("results")
         position = self.view.position_of(row) if self.view is not None else None
-        if position is None:  # filtered out: show everything in dump order, then go there
-            self.spec = {"verdict_filter": "all", "search": "", "sort": "order", "descending": False}
+        if position is None:  # filtered out: show everything (of its rank) in dump order, then go there
+            self.spec = {"verdict_filter": "all", "search": "", "sort": "order", "descending": False,
+                         "rank": self.rank}
             self._make_view(dict(self.spec), row)
         else:
             self.results_table.move_cursor(position)

@@ -6,7 +6,7 @@ is filled on the UI thread from what they return.
 """
 
 from pathlib import Path
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 from rich.text import Text
 from textual import on, work
@@ -19,15 +19,17 @@ from textual.widgets import Footer, Input, Label, Static, Tree
 from probe_tui.app.actions import bindings_for
 from probe_tui.app.data.dump_index import DumpIndex, Piece
 from probe_tui.app.data.tensor_preview import Preview, PreviewError, histogram, read_slice
+from probe_tui.app.ranks import RankSelector
 from probe_tui.app.screens.base import AppScreen
 from probe_tui.app.screens.dump_detail import dump_detail, piece_detail, record_detail, tensor_detail
 from probe_tui.app.screens.path_prompt import relative_text
 from probe_tui.app.widgets.dump_tree import DumpRef, DumpTree
+from probe_tui.app.widgets.rank_bar import RankBar
 
 DETAIL_DELAY_S = 0.08
 
 
-class DumpScreen(AppScreen):
+class DumpScreen(RankSelector, AppScreen):
     SCOPE = "dump"
     CSS_PATH = "dump.tcss"
     BINDINGS = bindings_for("dump")
@@ -68,9 +70,13 @@ class DumpScreen(AppScreen):
         self.detail_renderable: Any = None
         """What the detail pane shows (a rich renderable)."""
         self._asking = "search"
+        self.keep: Optional[dict] = None
+        """(rank, step) -> the records the filters keep; None when nothing is filtered."""
+        self.init_ranks()
 
     def compose(self) -> ComposeResult:
         yield Static(Text.assemble(("Dump", "bold"), " · " + relative_text(self.path, self.app.root)), id="dump-title")
+        yield RankBar()
         with Horizontal(id="dump-body"):
             yield DumpTree(id="dump-tree")
             with VerticalScroll(id="dump-detail"):
@@ -109,12 +115,43 @@ class DumpScreen(AppScreen):
             self.notify(message.error, severity="error", title="Dump")
             return
         self.index = message.index
-        self.dump_tree.load(self.index)
+        self.setup_ranks(self.index.ranks)
+        self.dump_tree.load(self.index, rank=self.rank)
         self._detail(dump_detail(self.index))
         self._show_status()
         first = self.dump_tree.first_rank_line()
         if first is not None:
             first.expand()
+
+    def rank_changed(self) -> None:
+        """Show the chosen rank's pieces (every rank's for None), with the filters as they are."""
+        if self.index is None:
+            return
+        if self.search or self.nonfinite_only:  # the filters read the rank shown only
+            self._refilter()
+            return
+        self._reload_tree()
+
+    def rank_entries(self) -> List[Tuple[int, Text]]:
+        """Per rank: its steps, and for the pieces already read their records and inf/nan rows."""
+        entries = []
+        index = self.index
+        for rank in self.ranks:
+            note = Text("", style="dim")
+            if index is not None:
+                steps = index.steps_of.get(rank, [])
+                note.append("{} step{}".format(len(steps), "" if len(steps) == 1 else "s"))
+                read = [index.piece(rank, s) for s in steps if index.loaded(rank, s)]
+                if read:
+                    note.append(" · {:,} records read".format(sum(len(p.records) for p in read)))
+                    bad = sum(int(p.nonfinite.sum()) for p in read)
+                    if bad:
+                        note.append(" · {:,} inf/nan rows".format(bad), style="bold red")
+            entries.append((rank, note))
+        return entries
+
+    def every_rank_entry(self) -> Text:
+        return Text("each step lists every rank", style="dim")
 
     @on(Tree.NodeExpanded, "#dump-tree")
     def _expanded(self, event: Tree.NodeExpanded) -> None:
@@ -167,12 +204,13 @@ class DumpScreen(AppScreen):
     def _refilter(self) -> None:
         if self.index is None:
             return
-        self.query_one("#dump-status", Label).update(Text("filtering (reading every step and rank)…",
+        self.query_one("#dump-status", Label).update(Text("filtering (reading every step of {})…".format(
+            "every rank" if self.rank is None else "rank {}".format(self.rank)),
                                                           style="italic"))
-        self._filter(self.search, self.nonfinite_only)
+        self._filter(self.search, self.nonfinite_only, self.rank)
 
     @work(thread=True, exclusive=True, group="dump-filter", exit_on_error=False)
-    def _filter(self, search: str, nonfinite: bool) -> None:
+    def _filter(self, search: str, nonfinite: bool, only_rank: Optional[int] = None) -> None:
         if not search and not nonfinite:
             self.post_message(self.Filtered(None, 0))
             return
@@ -187,6 +225,8 @@ class DumpScreen(AppScreen):
         matches = 0
         for step in self.index.steps():
             for rank in self.index.ranks_at(step):
+                if only_rank is not None and rank != only_rank:
+                    continue
                 piece = self.index.piece(rank, step)
                 kept = piece.keep(match, nonfinite)
                 if kept:
@@ -208,20 +248,28 @@ class DumpScreen(AppScreen):
             self._show_status()
             return
         self.matches = message.matches
-        with self.app.batch_update():
-            self.dump_tree.load(self.index, message.keep)
-            for step_node in self.dump_tree.root.children:
-                for rank_node in step_node.children:
-                    ref = rank_node.data
-                    if message.keep is not None or self.index.loaded(ref.rank, ref.step):
-                        self.dump_tree.fill_piece(rank_node, self.index.piece(ref.rank, ref.step))
-                        if message.keep is not None or rank_node is self.dump_tree.first_rank_line():
-                            rank_node.expand()
-            self._show_status()
+        self.keep = message.keep
+        self._reload_tree()
         if message.keep is not None and not message.keep:
             self.notify("No record matches.", timeout=3)
         elif message.keep is not None:
             self.action_next_match()
+
+    def _reload_tree(self) -> None:
+        """The tree for the filters and the rank shown; pieces already read are filled at once."""
+        with self.app.batch_update():
+            self.dump_tree.load(self.index, self.keep, self.rank)
+            for step_node in self.dump_tree.root.children:
+                for rank_node in step_node.children:
+                    ref = rank_node.data
+                    if self.keep is not None or self.index.loaded(ref.rank, ref.step):
+                        self.dump_tree.fill_piece(rank_node, self.index.piece(ref.rank, ref.step))
+                        if self.keep is not None or rank_node is self.dump_tree.first_rank_line():
+                            rank_node.expand()
+            first = self.dump_tree.first_rank_line()
+            if self.keep is None and first is not None and not first.is_expanded:
+                first.expand()  # not read yet: expanding it reads it
+            self._show_status()
 
     def _matches(self, ref: Any) -> bool:
         if not isinstance(ref, DumpRef) or ref.kind != "record" or self.index is None:

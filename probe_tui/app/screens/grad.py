@@ -16,9 +16,11 @@ from textual.widgets import DataTable, Footer, Label, Static
 
 from probe_tui.app.actions import bindings_for
 from probe_tui.app.data.grad_result import GradResult, RankResult
+from probe_tui.app.ranks import RankSelector
 from probe_tui.app.screens.base import ResultScreen
 from probe_tui.app.screens.path_prompt import relative_text
 from probe_tui.app.widgets.metric_chart import MetricChart
+from probe_tui.app.widgets.rank_bar import RankBar
 from probe_tui.formatting import number_text
 
 BAR_HALF = 10
@@ -56,7 +58,8 @@ def layer_table(rank: RankResult, s: int, tolerance: float) -> Table:
     return table
 
 
-class GradScreen(ResultScreen):
+class GradScreen(RankSelector, ResultScreen):
+    ALL_RANKS = False  # one rank's parameters at a time
     SCOPE = "grad"
     CSS_PATH = "grad.tcss"
     BINDINGS = bindings_for("grad")
@@ -69,7 +72,7 @@ class GradScreen(ResultScreen):
     def __init__(self, path: Path) -> None:
         super().__init__(path)
         self.result: Optional[GradResult] = None
-        self.rank_index = 0
+        self.init_ranks()
         self.by_similarity = False
         self.layer_step = 0
         self.order: List[int] = []
@@ -80,6 +83,7 @@ class GradScreen(ResultScreen):
         yield Static(Text.assemble(("Grad compare", "bold"), " · " + relative_text(self.path, self.app.root)),
                      id="grad-title")
         yield Static(Text("Reading the result…", style="italic"), id="grad-verdict")
+        yield RankBar()
         with Horizontal(id="grad-body"):
             with Vertical(id="grad-left"):
                 yield Label("Parameters", id="params-title", classes="pane-title")
@@ -91,24 +95,29 @@ class GradScreen(ResultScreen):
         yield Footer()
 
     @property
-    def rank(self) -> Optional[RankResult]:
+    def rank_result(self) -> Optional[RankResult]:
+        """The result of the rank shown (the rank selector's ``self.rank``)."""
         if self.result is None or not self.result.ranks:
             return None
-        return list(self.result.ranks.values())[self.rank_index % len(self.result.ranks)]
+        return self.result.ranks.get(self.rank) or next(iter(self.result.ranks.values()))
 
     def read(self) -> GradResult:
         return GradResult.read(self.path)
 
     def show(self, result: GradResult) -> None:
         self.result = result
+        self.setup_ranks(list(result.ranks))
+        self._show_rank()
+
+    def rank_changed(self) -> None:
         self._show_rank()
 
     def _show_rank(self) -> None:
-        rank, result = self.rank, self.result
+        rank, result = self.rank_result, self.result
         if rank is None or result is None:
             return
         first = rank.violations[0] if rank.violations else None
-        multi = " (rank {} of {}, r: next)".format(rank.rank, len(result.ranks)) if len(result.ranks) > 1 else ""
+        multi = " (rank {})".format(rank.rank) if len(result.ranks) > 1 else ""
         if first is None:
             verdict = Text.assemble((" ✓ rule holds ", "bold reverse green"), " every parameter ≥ {} and no drop "
                                     "> {} over {} steps{}".format(result.threshold, result.drop, len(rank.steps), multi))
@@ -129,7 +138,7 @@ class GradScreen(ResultScreen):
         self._show_layers()
 
     def _fill_params(self) -> None:
-        rank = self.rank
+        rank = self.rank_result
         table = self.query_one("#params", DataTable)
         threshold = self.result.threshold
         order = list(range(len(rank.params)))
@@ -164,7 +173,7 @@ class GradScreen(ResultScreen):
             self._chart(int(event.row_key.value))
 
     def _chart(self, p: int) -> None:
-        rank = self.rank
+        rank = self.rank_result
         series = {"similarity/" + rank.params[p]: (rank.steps, rank.similarity[p])}
         if rank.summary is not None:
             series["similarity/summary"] = (rank.steps, rank.summary)
@@ -174,7 +183,7 @@ class GradScreen(ResultScreen):
                    order=list(series))
 
     def _show_layers(self) -> None:
-        rank = self.rank
+        rank = self.rank_result
         body = self.query_one("#layers-body", Static)
         if rank is None or not rank.layer_steps:
             body.update(Text("No layer ratios in this result.", style="italic dim"))
@@ -183,21 +192,16 @@ class GradScreen(ResultScreen):
         body.update(self.layers_renderable)
 
     def action_cycle_sort(self) -> None:
-        if self.rank is not None:
+        if self.rank_result is not None:
             self.by_similarity = not self.by_similarity
             self._fill_params()
 
     def action_step(self, delta: int) -> None:
-        rank = self.rank
+        rank = self.rank_result
         if rank is None or not rank.layer_steps:
             return
         self.layer_step = (self.layer_step + delta) % len(rank.layer_steps)
         self._show_layers()
-
-    def action_next_rank(self) -> None:
-        if self.result is not None and len(self.result.ranks) > 1:
-            self.rank_index += 1
-            self._show_rank()
 
     def action_files(self) -> None:
         self.app.open_path(self.path, kind="run")

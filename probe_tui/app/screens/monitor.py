@@ -21,8 +21,10 @@ from textual.widgets.selection_list import Selection
 from probe_tui.app.actions import bindings_for
 from probe_tui.app.data.monitor_feed import MonitorFeed, MonitorSnapshot, SeriesData
 from probe_tui.app.screens.base import AppScreen
+from probe_tui.app.screens.monitor_ranks import MonitorRanks
 from probe_tui.app.screens.path_prompt import relative_text
 from probe_tui.app.widgets.metric_chart import MAX_LINES, MetricChart
+from probe_tui.app.widgets.rank_bar import RankBar
 from probe_tui.formatting import number_text
 
 POLL_S = 0.5
@@ -39,7 +41,7 @@ def alert_why(alert: dict) -> str:
     return str(alert.get("kind", ""))
 
 
-class MonitorScreen(AppScreen):
+class MonitorScreen(MonitorRanks, AppScreen):
     SCOPE = "monitor"
     CSS_PATH = "monitor.tcss"
     BINDINGS = bindings_for("monitor")
@@ -73,6 +75,9 @@ class MonitorScreen(AppScreen):
         self.quiet_for = 0.0
         self._filling_picker = False
         self._matched = 0
+        self.latest: Dict[int, Tuple[int, float]] = {}
+        """Per rank, (step, value) of the first charted series where it was read."""
+        self.init_ranks()
 
     # ---- layout -------------------------------------------------------------------------------------------
     def compose(self) -> ComposeResult:
@@ -81,6 +86,7 @@ class MonitorScreen(AppScreen):
                          id="mon-title")
             yield Label("", id="mon-status")
         yield Static("", id="mon-info")
+        yield RankBar()
         with Horizontal(id="mon-body"):
             with Vertical(id="mon-picker"):
                 yield Input(placeholder="filter series", id="series-filter")
@@ -93,9 +99,7 @@ class MonitorScreen(AppScreen):
         yield Footer()
 
     def on_mount(self) -> None:
-        table = self.query_one("#alerts", DataTable)
-        for label, width in (("step", 6), ("series", 30), ("metric", 18), ("value", 11), ("why", 24)):
-            table.add_column(label, width=width, key=label)
+        self._alert_columns()
         self._show_status()
         self.feed = MonitorFeed(self.path, lambda snap: self.post_message(self.Snapshot(snap)))
         self.feed.start()
@@ -131,6 +135,7 @@ class MonitorScreen(AppScreen):
         self.quiet_for = snap.quiet_s
         self.last_step, self.collected = snap.last_step, snap.collected_steps
         self.alerts.extend(snap.new_alerts)
+        self.take_ranks(snap)
         with self.app.batch_update():
             if snap.series is not None:  # series only ever get added: the picker grows in place
                 new = [s.key for s in snap.series[len(self.series_keys):]]
@@ -143,6 +148,7 @@ class MonitorScreen(AppScreen):
             if not self.paused:
                 self._draw()
                 self._add_alerts()
+                self.show_rank_bar()
             self._show_status()
 
     def _state(self) -> Tuple[str, str]:
@@ -186,7 +192,8 @@ class MonitorScreen(AppScreen):
 
     def _draw(self) -> None:
         chart = self.query_one("#chart", MetricChart)
-        series = {k: (d.steps, d.values) for k, d in self.data.items()}
+        series = {k: ((d.steps, d.values) if d.low is None else (d.steps, d.values, d.low, d.high))
+                  for k, d in self.data.items()}
         window = None if self.window_width is None else self._window()
         chart.message = "waiting for the first step…" if self.status in ("running", "opening") else "no data"
         chart.show(series, window=window, log=self.log_y, mark_step=self.mark_step, order=self.selected)
@@ -331,7 +338,8 @@ class MonitorScreen(AppScreen):
         for n in range(self.shown_alerts, len(self.alerts)):
             a = self.alerts[n]
             style = "bold red" if a.get("kind") in ("nan", "inf") else ""
-            table.add_row(str(a.get("step")), Text(str(a.get("name", "")), style=style),
+            where = [str(a.get("rank", ""))] if self.rank_column else []
+            table.add_row(str(a.get("step")), *where, Text(str(a.get("name", "")), style=style),
                           "{} {}".format(a.get("tag", ""), a.get("metric", "")), number_text(a.get("value")),
                           alert_why(a), key=str(n))
         self.shown_alerts = len(self.alerts)
@@ -352,6 +360,9 @@ class MonitorScreen(AppScreen):
         step = int(alert.get("step", 0))
         keys = [k for k in self.selected if k != key][: MAX_LINES - 1] + [key]
         self._select(keys)
+        rank = alert.get("rank")
+        if self.multi_rank and rank is not None and rank != self.rank:  # drill down to the rank that alerted
+            self.choose_rank(int(rank))
         self.mark_step = step
         self.window_width = 2 * ALERT_CONTEXT
         self.window_end = step + ALERT_CONTEXT if (self.last_step or 0) > step + ALERT_CONTEXT else None
@@ -359,7 +370,8 @@ class MonitorScreen(AppScreen):
         self.query_one("#series-filter", Input).value = module
         self._fill_picker()
         self._redraw()
-        self.notify("step {} · {}".format(step, key), timeout=3, title="Alert")
+        where = "rank {} · ".format(alert.get("rank")) if self.multi_rank else ""
+        self.notify("{}step {} · {}".format(where, step, key), timeout=3, title="Alert")
 
     # ---- leaving ------------------------------------------------------------------------------------------
     def action_files(self) -> None:

@@ -3,7 +3,7 @@ step under the cursor with their reasons and code lines; the kept tensors a key 
 An analyze-overflow result shows its replays (range or precision overflow) in the same screen."""
 
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 from rich.console import Group
 from rich.text import Text
@@ -14,9 +14,11 @@ from textual.widgets import DataTable, Footer, Label, Static
 
 from probe_tui.app.actions import bindings_for
 from probe_tui.app.data.check_results import OverflowResult, read_overflow
+from probe_tui.app.ranks import RankSelector
 from probe_tui.app.screens.base import ResultScreen
 from probe_tui.app.screens.path_prompt import relative_text
 from probe_tui.app.tables import fill_table
+from probe_tui.app.widgets.rank_bar import RankBar
 from probe_tui.formatting import number_text
 
 ORIGIN_STYLES = {"produced": "bold red", "inputs": "yellow", "mask": "dim"}
@@ -53,7 +55,7 @@ def call_detail(call: Dict[str, Any]) -> Group:
     return Group(*parts)
 
 
-class OverflowScreen(ResultScreen):
+class OverflowScreen(RankSelector, ResultScreen):
     SCOPE = "overflow"
     CSS_PATH = "overflow.tcss"
     BINDINGS = bindings_for("overflow")
@@ -69,11 +71,15 @@ class OverflowScreen(ResultScreen):
         self.shown_calls: List[Dict[str, Any]] = []
         self.verdict_renderable: Any = None
         self.detail_renderable: Any = None
+        self.shown_steps: List[Dict[str, Any]] = []
+        self.shown_replays: List[Dict[str, Any]] = []
+        self.init_ranks()
 
     def compose(self) -> ComposeResult:
         yield Static(Text.assemble(("Overflow check", "bold"), " · " + relative_text(self.path, self.app.root)),
                      id="ovf-title")
         yield Static(Text("Reading the result…", style="italic"), id="ovf-verdict")
+        yield RankBar()
         with Horizontal(id="ovf-body"):
             with Vertical(id="ovf-left"):
                 yield Label("Steps", id="steps-title", classes="pane-title")
@@ -96,14 +102,41 @@ class OverflowScreen(ResultScreen):
         style = "bold red" if (flagged or result.replays) else "bold green"
         self.verdict_renderable = Text(verdict, style=style)
         self.query_one("#ovf-verdict", Static).update(self.verdict_renderable)
+        self.setup_ranks({int(s["rank"]) for s in result.steps} | {int(r["rank"]) for r in result.replays})
+        self.rank_changed()
+
+    def _of_rank(self, rows: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
+        return [r for r in rows if self.rank is None or int(r["rank"]) == self.rank]
+
+    def rank_changed(self) -> None:
+        """Show the chosen rank's steps (or replays); every rank's for None."""
+        result = self.result
+        if result is None:
+            return
         if result.analysis:
             self._show_replays()
         else:
             self._show_steps()
 
+    def rank_entries(self) -> List[Tuple[int, Text]]:
+        """Per rank: its first flagged step and call, or clean."""
+        entries = []
+        for rank in self.ranks:
+            flagged = [s for s in self.result.steps if int(s["rank"]) == rank and s["flagged"]] if self.result else []
+            if flagged:
+                first = flagged[0]
+                note = Text.assemble(("first flagged at step {}: ".format(first["step"]), "red"),
+                                     str(first.get("first") or ""), (" ({} flagged step{})".format(
+                                         len(flagged), "" if len(flagged) == 1 else "s"), "dim"))
+            else:
+                note = Text("clean", style="green")
+            entries.append((rank, note))
+        return entries
+
     def _show_steps(self) -> None:
         rows = []
-        for s in self.result.steps:
+        self.shown_steps = self._of_rank(self.result.steps)
+        for s in self.shown_steps:
             first = str(s.get("first") or "")
             origin = str(s.get("first_origin") or "")
             status = Text("flagged {}".format(s["flagged"]), style="bold red") if s["flagged"] else Text("clean",
@@ -117,7 +150,7 @@ class OverflowScreen(ResultScreen):
                    hide_when_empty=False)
         self.query_one("#steps-title", Label).update("Steps ({}): the first call that made inf/NaN".format(
             len(rows)))
-        first_bad = next((i for i, s in enumerate(self.result.steps) if s["flagged"]), 0)
+        first_bad = next((i for i, s in enumerate(self.shown_steps) if s["flagged"]), 0)
         table = self.query_one("#ovf-steps", DataTable)
         if table.row_count:
             table.move_cursor(row=first_bad)
@@ -128,15 +161,15 @@ class OverflowScreen(ResultScreen):
         if self.result is None:
             return
         if self.result.analysis:
-            if 0 <= event.cursor_row < len(self.result.replays):
+            if 0 <= event.cursor_row < len(self.shown_replays):
                 self._replay_detail(event.cursor_row)
         else:
             self._show_calls_of(event.cursor_row)
 
     def _show_calls_of(self, index: int) -> None:
-        if not (0 <= index < len(self.result.steps)):
+        if not (0 <= index < len(self.shown_steps)):
             return
-        step = self.result.steps[index]
+        step = self.shown_steps[index]
         self.shown_calls = self.result.calls_of(step["rank"], step["step"])
         rows = [([str(c["order"] + 1), Text(str(c["name"]), style=ORIGIN_STYLES.get(c["origin"], "")),
                   Text(str(c["origin"]), style=ORIGIN_STYLES.get(c["origin"], "")), str(c.get("reason") or ""),
@@ -157,7 +190,7 @@ class OverflowScreen(ResultScreen):
             self._detail(call_detail(self.shown_calls[event.cursor_row]))
 
     def _show_replays(self) -> None:
-        replays = self.result.replays
+        replays = self.shown_replays = self._of_rank(self.result.replays)
         rows = [([str(r["step"]), str(r["rank"]), str(r["name"]), str(r.get("dtype", "")).replace("torch.", ""),
                   str(r.get("as_saved", "")), "{} {}".format(r.get("replay_dtype", ""), r.get("high_precision", "")),
                   number_text(r.get("high_max_abs")), Text(str(r["category"]),
@@ -173,7 +206,7 @@ class OverflowScreen(ResultScreen):
             self._replay_detail(0)
 
     def _replay_detail(self, n: int) -> None:
-        r = self.result.replays[n]
+        r = self.shown_replays[n]
         self._detail(Group(
             Text(str(r["name"]), style="bold"), Text("rank {} · step {} · origin {}".format(r["rank"], r["step"],
                                                                                            r.get("origin", "")),

@@ -79,13 +79,15 @@ class DumpTree(Tree):
         self.index: Optional[DumpIndex] = None
         self.keep: Optional[dict] = None  # (rank, step) -> kept record names, when a filter is on
 
-    def load(self, index: DumpIndex, keep: Optional[dict] = None) -> None:
-        """The steps and ranks of ``index``; with ``keep``, only the pieces and records it names."""
+    def load(self, index: DumpIndex, keep: Optional[dict] = None, rank: Optional[int] = None) -> None:
+        """The steps and ranks of ``index``; with ``keep``, only the pieces and records it names; with ``rank``,
+        only that rank's pieces."""
         self.index, self.keep = index, keep
         self.clear()
         first_rank: Optional[TreeNode] = None
         for step in index.steps():
-            ranks = [r for r in index.ranks_at(step) if keep is None or keep.get((r, step))]
+            ranks = [r for r in index.ranks_at(step) if (keep is None or keep.get((r, step)))
+                     and (rank is None or r == rank)]
             if not ranks:
                 continue
             label = Text.assemble(("step {}".format(step), "bold"), ("  {} rank{}".format(

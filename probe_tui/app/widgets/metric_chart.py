@@ -39,13 +39,14 @@ def short_key(key: str, limit: int = 36) -> str:
 
 
 class MetricChart(PlotextPlot):
-    """The selected series over a step window; :meth:`show` redraws."""
+    """The selected series over a step window; :meth:`show` redraws. A series given as ``(steps, values, low,
+    high)`` is drawn as its line with the band's edges dotted in the same colour (min and max over ranks)."""
 
     def __init__(self, *, id: Optional[str] = None) -> None:
         super().__init__(id=id)
         self.message = "waiting for the first step…"
 
-    def show(self, series: Dict[str, Tuple[np.ndarray, np.ndarray]], *, window: Optional[Tuple[int, int]] = None,
+    def show(self, series: Dict[str, Tuple[np.ndarray, ...]], *, window: Optional[Tuple[int, int]] = None,
              log: bool = False, mark_step: Optional[int] = None, order: Sequence[str] = (),
              hline: Optional[float] = None, ylim: Optional[Tuple[float, float]] = None) -> None:
         plt = self.plt
@@ -56,20 +57,26 @@ class MetricChart(PlotextPlot):
         lo_all, hi_all = None, None
         keys = [k for k in order if k in series] + [k for k in series if k not in order]
         for n, key in enumerate(keys[:MAX_LINES]):
-            steps, values = series[key]
+            steps, values, *band = series[key]
             steps = np.asarray(steps, dtype=np.float64)
-            values = np.asarray(values, dtype=np.float64)
+            lines = [np.asarray(v, dtype=np.float64) for v in [values] + band[:2]]
             if window is not None:
                 keep = (steps >= window[0]) & (steps <= window[1])
-                steps, values = steps[keep], values[keep]
-            if log:
-                keep = values > 0
-                steps, values = steps[keep], values[keep]
-            xs, ys = envelope(steps, values, columns)
+                steps, lines = steps[keep], [v[keep] for v in lines]
+            xs = np.zeros(0)
+            for i, values in enumerate(lines):  # the line, then its band's low and high edges (dotted)
+                line_steps = steps
+                if log:
+                    keep = values > 0
+                    line_steps, values = steps[keep], values[keep]
+                lx, ly = envelope(line_steps, values, columns)
+                if not lx.size:
+                    continue
+                plt.plot(lx.tolist(), ly.tolist(), marker="braille" if i == 0 else "·",
+                         color=COLORS[n % len(COLORS)], label=short_key(key) if i == 0 else None)
+                xs = lx if not xs.size else np.r_[min(xs[0], lx[0]), max(xs[-1], lx[-1])]
             if not xs.size:
                 continue
-            plt.plot(xs.tolist(), ys.tolist(), marker="braille", color=COLORS[n % len(COLORS)],
-                     label=short_key(key))
             drawn += 1
             lo_all = xs[0] if lo_all is None else min(lo_all, xs[0])
             hi_all = xs[-1] if hi_all is None else max(hi_all, xs[-1])

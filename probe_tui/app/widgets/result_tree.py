@@ -7,7 +7,7 @@ added when a node is first expanded, at most :data:`CHILD_PAGE` at a time, so a 
 """
 
 from dataclasses import dataclass
-from typing import Optional
+from typing import Dict, Optional, Tuple
 
 from rich.text import Text
 from textual.widgets import Tree
@@ -86,21 +86,32 @@ class ResultTree(Tree):
         self.guide_depth = 2
         self.index: Optional[TreeIndex] = None
 
-    def load(self, index: TreeIndex) -> None:
+    def load(self, index: TreeIndex, rank: Optional[int] = None,
+             marks: Optional[Dict[Tuple[int, int], Text]] = None) -> None:
+        """The pieces of ``index`` (of ``rank`` only, unless None); ``marks``: a note after a (rank, step) piece's
+        line (where that rank diverged first)."""
         self.index = index
         self.clear()
         kinds = index.columns.get("kind")
         flat = kinds is not None and len(kinds) > 0 and not bool((kinds == KIND_MODULE).any())
-        for p, (rank, step) in enumerate(index.pieces):
+        first = True
+        for p, (piece_rank, step) in enumerate(index.pieces):
+            if rank is not None and piece_rank != rank:
+                continue
             children = index.children(p)
-            label = Text.assemble(("rank {} · step {}".format(rank, step), "bold"),
+            label = Text.assemble(("rank {} · step {}".format(piece_rank, step), "bold"),
                                   ("  {:,} top-level nodes".format(len(children)), "dim"))
+            mark = (marks or {}).get((piece_rank, step))
+            if mark is not None:
+                label.append("  ")
+                label.append_text(mark)
             if flat:
                 label.append("  (no module records: capture at level mix or L0 for the hierarchy)", style="italic dim")
             node = self.root.add(label, data=NodeRef(p), allow_expand=len(children) > 0)
-            if p == 0:
+            if first:
                 self._fill(node)
                 node.expand()
+                first = False
         self.root.expand()
 
     def _fill(self, node: TreeNode) -> None:
