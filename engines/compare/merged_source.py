@@ -1,0 +1,263 @@
+"""One side of a compare whose ranks are merged into whole-model pieces (:class:`MergedSource`), and the two hooks
+the compare engine calls: :func:`merge_sides` after opening both sides, :func:`after_piece` after comparing a piece.
+
+A piece of a merged side is one model replica (a group of :mod:`engines.compare.layouts`): each pipeline stage's
+tensor-parallel ranks merge into whole tensors (:mod:`engines.compare.shard_merge`), and the stages are stitched
+in model order (:mod:`engines.compare.pipeline`).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Dict, List, Optional, Tuple
+
+import numpy as np
+
+from engines.compare import layouts
+from engines.compare.layouts import Group, LayoutError, SideLayout
+from engines.compare.options import CompareError
+from engines.compare.pipeline import stitch_stages
+from engines.compare.shard_merge import LOCAL, PER_RANK, SHARDS, MergedPiece, Recipe, merge_group
+from engines.compare.shard_tensors import MergedTensorSpec, shard_errors
+from engines.dumps.rows import RowTable
+from engines.dumps.source import DumpSource
+
+
+class MergedSource(DumpSource):
+    def __init__(self, base: DumpSource, layout: SideLayout, reference: Optional[DumpSource] = None):
+        self.base = base
+        self.layout = layout
+        self.reference = reference
+        self.path = base.path
+        self.origin = base.origin
+        self._groups = {g.piece: g for g in layout.groups}
+        self._held: Optional[Tuple[Tuple[int, int], MergedPiece]] = None
+        self._ref_shapes: Optional[Tuple[Tuple[int, int], Dict[str, str]]] = None
+        self.counts = {"shards": 0, "per_rank": 0, "local": 0}
+        self.first_why = ""
+
+    @property
+    def framework(self) -> str:
+        return self.base.framework
+
+    def ranks(self) -> List[int]:
+        return sorted(self._groups)
+
+    def steps(self, rank: int) -> List[int]:
+        common: Optional[set] = None
+        for r in self._groups[rank].ranks:
+            s = set(self.base.steps(r))
+            common = s if common is None else common & s
+        return sorted(common or ())
+
+    def holds(self) -> Dict[str, bool]:
+        return self.base.holds()
+
+    def status(self, rank: int) -> str:
+        return self.base.status(self._groups[rank].ranks[0])
+
+    def notes(self) -> List[str]:
+        return self.base.notes()
+
+    def describe(self) -> str:
+        return "{} (merged: {})".format(self.base.describe(), self.layout.describe())
+
+    def group(self, rank: int) -> Group:
+        return self._groups[rank]
+
+    def piece(self, rank: int, step: int) -> MergedPiece:
+        if self._held is not None and self._held[0] == (rank, step):
+            return self._held[1]
+        group = self._groups[rank]
+        shapes = self._golden_shapes(rank, step)
+        stages = []
+        for stage_ranks in group.stages:
+            stages.append([self.base.rows(r, step) for r in stage_ranks])
+        trees = [self.base.tree(stage[0], step) for stage in group.stages]
+        renamed, record_mb = stitch_stages(stages, trees) if len(stages) > 1 else ([stages[0]], {})
+        merged = [merge_group(tables, list(stage_ranks), shapes) for tables, stage_ranks in zip(renamed,
+                                                                                              group.stages)]
+        piece = merged[0] if len(merged) == 1 else _order_stages(_concat(merged), merged, record_mb)
+        self._count(piece)
+        self._held = ((rank, step), piece)
+        return piece
+
+    def _count(self, piece: MergedPiece) -> None:
+        self.counts["shards"] += int((piece.how == SHARDS).sum())
+        self.counts["per_rank"] += int((piece.how == PER_RANK).sum())
+        self.counts["local"] += int((piece.how == LOCAL).sum())
+        if not self.first_why:
+            for i in np.flatnonzero((piece.how == PER_RANK) | (piece.how == LOCAL))[:1]:
+                self.first_why = "{}: {}".format(piece.rows.name[i], piece.why[i])
+
+    def _golden_shapes(self, rank: int, step: int) -> Optional[Dict[str, str]]:
+        ref = self.reference
+        if ref is None:
+            return None
+        ranks = ref.ranks()
+        g_rank = rank if rank in ranks else (ranks[0] if len(ranks) == 1 else None)
+        if g_rank is None:
+            return None
+        steps = ref.steps(g_rank)
+        g_step = step if step in steps else (steps[0] if len(steps) == 1 else None)
+        if g_step is None:
+            return None
+        if self._ref_shapes is not None and self._ref_shapes[0] == (g_rank, g_step):
+            return self._ref_shapes[1]
+        rows = ref.rows(g_rank, g_step)
+        shapes = dict(zip(rows.name.tolist(), rows.shape.tolist()))
+        self._ref_shapes = ((g_rank, g_step), shapes)
+        return shapes
+
+    def rows(self, rank: int, step: int) -> RowTable:
+        return self.piece(rank, step).rows
+
+    def tensor_spec(self, rank: int, step: int) -> MergedTensorSpec:
+        piece = self.piece(rank, step)
+        bases = tuple((r, self.base.tensor_spec(r, step)) for r in self._groups[rank].ranks)
+        return MergedTensorSpec(bases, tuple(piece.entries))
+
+    def tree(self, rank: int, step: int) -> Dict[str, Optional[str]]:
+        out: Dict[str, Optional[str]] = {}
+        for stage in self._groups[rank].stages:
+            for k, v in self.base.tree(stage[0], step).items():
+                out.setdefault(k, v)
+        return out
+
+    def close(self) -> None:
+        self.base.close()
+        if self.reference is not None and self.reference is not self.base:
+            pass
+
+
+def _concat(pieces: List[MergedPiece]) -> MergedPiece:
+    entries: List[Any] = []
+    tables = []
+    for p in pieces:
+        rows = p.rows.take(np.arange(len(p.rows)))
+        rows.data = np.where(rows.data >= 0, rows.data + len(entries), -1)
+        entries.extend(p.entries)
+        tables.append(rows)
+    table = RowTable.concat(tables)
+    return MergedPiece(table, entries, np.concatenate([p.how for p in pieces]), [w for p in pieces for w in p.why])
+
+
+def _order_stages(piece: MergedPiece, parts: List[MergedPiece], record_mb: Dict[str, int]) -> MergedPiece:
+    """Stitched model order, micro-batch by micro-batch: forward rows stage by stage, then backward rows from the
+    last stage back, then the rest (the rows of one stage keep their order)."""
+    stage = np.concatenate([np.full(len(p.rows), s, np.int64) for s, p in enumerate(parts)])
+    rows = piece.rows
+    direction = rows.direction.astype(np.int64)
+    key_stage = np.where(direction == 1, -stage, stage)
+    mb = np.fromiter((record_mb.get(r, 0) for r in rows.record.tolist()), dtype=np.int64, count=len(rows))
+    order = np.lexsort((rows.order, key_stage, direction, mb))
+    table = rows.take(order)
+    table.order[:] = np.arange(len(table))
+    return MergedPiece(table, piece.entries, piece.how[order], [piece.why[i] for i in order.tolist()])
+
+
+def merge_sides(target: DumpSource, golden: DumpSource, opts: Any, notes: List[str]) -> Tuple[DumpSource, DumpSource]:
+    """The hook after both sides are opened: merge the ranks of a side whose parallel layout differs from the
+    other's (docs/COMPARE.md, "Across parallel layouts"). Sides with the same layout pair rank by rank as before."""
+    if getattr(opts, "merge_ranks", "auto") == "off":
+        return target, golden
+    try:
+        t_layout = _layout_of(target, getattr(opts, "target_layout", None), "compare.target_layout")
+        g_layout = _layout_of(golden, getattr(opts, "golden_layout", None), "compare.golden_layout")
+    except LayoutError as exc:
+        raise CompareError(str(exc)) from None
+    t_shape = t_layout.shape() if t_layout is not None else None
+    g_shape = g_layout.shape() if g_layout is not None else None
+    if t_shape == g_shape and len(target.ranks()) == len(golden.ranks()):
+        return target, golden
+    if g_layout is not None and g_layout.merges:
+        golden = MergedSource(golden, g_layout)
+        notes.append("golden ranks merged: " + g_layout.describe())
+    if t_layout is not None and t_layout.merges:
+        target = MergedSource(target, t_layout, reference=golden)
+        notes.append("target ranks merged: " + t_layout.describe())
+    return target, golden
+
+
+def _layout_of(source: DumpSource, description: Any, field_name: str) -> Optional[SideLayout]:
+    if description is not None:
+        return layouts.from_description(description, source.ranks(), field_name)
+    return layouts.from_placements(source)
+
+
+def after_piece(cols: Dict[str, np.ndarray], target: DumpSource, golden: DumpSource, rank: int, t_step: int,
+                g_step: int, mode: str, verdict_codes: Dict[str, int]) -> None:
+    """The hook after a piece is compared: rows left out of the comparison become unmatched (with their reason),
+    rows kept per rank say why, and in tensor mode every merged row past its warning limit is compared shard by
+    shard with the matching slice of the golden tensor: the rank whose shard diverged is named in the row's
+    reasons and becomes the rank of its record (so first divergence names it)."""
+    if not isinstance(target, MergedSource):
+        return
+    piece = target.piece(rank, t_step)
+    reasons = cols["reasons"]
+    cols["rank"] = cols["rank"].copy()  # the piece's own column: the attribution below changes it
+    for i in np.flatnonzero(piece.how == LOCAL):
+        cols["matched"][i] = False
+        cols["verdict"][i] = verdict_codes["unmatched"]
+        cols["rel_err"][i] = math.nan
+        reasons[i] = piece.why[i]
+    for i in np.flatnonzero(piece.how == PER_RANK):
+        reasons[i] = (reasons[i] + "; " if reasons[i] else "") + "kept per rank: " + piece.why[i]
+    if mode != "tensor":
+        return
+    judged = (piece.how == SHARDS) & cols["matched"] & ((cols["verdict"] == verdict_codes["warning"])
+                                                        | (cols["verdict"] == verdict_codes["error"]))
+    rows = np.flatnonzero(judged & (cols["g_data"] >= 0)) if "g_data" in cols else np.flatnonzero(judged)
+    if not rows.size:
+        return
+    _attribute(cols, piece, target.tensor_spec(rank, t_step), golden, rank, g_step, rows)
+
+
+def _attribute(cols: Dict[str, np.ndarray], piece: MergedPiece, spec: MergedTensorSpec, golden: DumpSource,
+               rank: int, g_step: int, rows: np.ndarray) -> None:
+    g_rows = golden.rows(rank, g_step)
+    g_index = {name: j for j, name in enumerate(g_rows.name.tolist())}
+    t_reader = spec.open()
+    g_reader = golden.tensor_spec(rank, g_step).open()
+    worst_of_record: Dict[str, Tuple[float, int]] = {}
+    try:
+        for i in rows.tolist():
+            recipe = piece.entries[int(piece.rows.data[i])] if int(piece.rows.data[i]) >= 0 else None
+            j = g_index.get(str(cols["golden_name"][i]))
+            if not isinstance(recipe, Recipe) or j is None or int(g_rows.data[j]) < 0:
+                continue
+            try:
+                _, numel, _ = g_reader.info(int(g_rows.data[j]))
+                errors = shard_errors(recipe, t_reader, g_reader.read(int(g_rows.data[j]), 0, numel))
+            except (OSError, ValueError, KeyError):
+                continue
+            if not errors:
+                continue
+            errors.sort(key=lambda e: -e[1])
+            text = ", ".join("rank {} {:.3g}".format(r, e) for r, e in sorted(errors))
+            cols["reasons"][i] = (cols["reasons"][i] + "; " if cols["reasons"][i] else "") + \
+                "shards against the golden: " + text
+            top_rank, top = errors[0]
+            rest = errors[1][1] if len(errors) > 1 else 0.0
+            if top > 0 and top >= 4 * rest:
+                record = str(cols["record"][i])
+                if top > worst_of_record.get(record, (-1.0, 0))[0]:
+                    worst_of_record[record] = (top, top_rank)
+    finally:
+        t_reader.close()
+        g_reader.close()
+    for record, (_, r) in worst_of_record.items():
+        cols["rank"][cols["record"] == record] = r
+
+
+def merge_notes(target: DumpSource, golden: DumpSource, notes: List[str]) -> None:
+    """One line a merged side: how many rows merged, stayed per rank or were left out (and the first reason)."""
+    for word, side in (("target", target), ("golden", golden)):
+        if not isinstance(side, MergedSource):
+            continue
+        c = side.counts
+        text = "{}: {} row(s) merged from shards".format(word, c["shards"])
+        if c["per_rank"] or c["local"]:
+            text += ", {} kept per rank, {} not compared (first: {})".format(c["per_rank"], c["local"],
+                                                                              side.first_why)
+        notes.append(text)
