@@ -231,3 +231,19 @@ def test_placements_and_recipes():
     assert sorted(recipe.boxes()) == [(0, (0, 0)), (1, (0, 3)), (2, (2, 0)), (3, (2, 3))]
     partial = Recipe(tuple(parts[:2]), (2,), (("P:sum", 0),), (2, 3))
     assert np.array_equal(partial.assemble(arrays), arrays[0] + arrays[1]) and partial.boxes() is None
+
+
+def test_layout_on_the_command_line(tmp_path, capsys):
+    from probe_tui.cli import main
+
+    golden = run_of(tmp_path / "g", {0: golden_records()})
+    target = run_of(tmp_path / "t", {r: tp_records(r, placements=False) for r in (0, 1)})
+    assert main(["compare", str(target), str(golden), "-o", str(tmp_path / "o1"), "--target-layout", "tp=2"]) == 2
+    err = capsys.readouterr().err
+    assert "ranks" in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    assert main(["compare", str(target), str(golden), "-o", str(tmp_path / "o2"), "--target-layout", "ranks=2,tp"]) == 2
+    assert "expected key=value pairs" in capsys.readouterr().err
+    assert main(["compare", str(target), str(golden), "-o", str(tmp_path / "o3"),
+                 "--target-layout", "ranks=2,tp=2"]) == 0
+    summary = json.loads((tmp_path / "o3" / "summary.json").read_text())
+    assert summary["options"]["target_layout"]["tp"] == 2 and summary["errors"] == 0

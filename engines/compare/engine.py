@@ -309,10 +309,17 @@ def _summarise(opts: CompareOptions, mode: str, target: DumpSource, golden: Dump
         "largest_error_op": chunks.largest_error,
         "errors": counts["error"], "warnings": counts["warning"], "unmatched": counts["unmatched"],
         "top_suspects": top, "suspect_groups": groups, "options": summary_options(opts),
-        "tables": [suspects.suspects_table(groups, len({r for r, _, _ in pieces}) > 1)] if groups else [],
+        "tables": [suspects.suspects_table(groups, _many_ranks(pieces, div_all))] if groups else [],
     }
     exit_code = EXIT_FINDINGS if (fail_on_findings and counts["error"] > 0) else EXIT_OK
     return CompareOutcome(summary=summary, top_suspects=top, exit_code=exit_code, divergence=div_all)
+
+
+def _many_ranks(pieces, div: Dict[str, np.ndarray]) -> bool:
+    """Whether the suspects table names ranks: several rank pieces, or one merged piece whose suspects name the
+    rank whose shard diverged."""
+    ranks = div.get("rank")
+    return len({r for r, _, _ in pieces}) > 1 or (ranks is not None and len(np.unique(ranks)) > 1)
 
 
 class _Unreadable:

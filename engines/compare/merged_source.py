@@ -19,6 +19,7 @@ from engines.compare.options import CompareError
 from engines.compare.pipeline import stitch_stages
 from engines.compare.shard_merge import LOCAL, PER_RANK, SHARDS, MergedPiece, Recipe, merge_group
 from engines.compare.shard_tensors import MergedTensorSpec, shard_errors
+from engines.compare.tensor_metrics import ST_UNMATCHED
 from engines.dumps.rows import RowTable
 from engines.dumps.source import DumpSource
 
@@ -198,6 +199,7 @@ def after_piece(cols: Dict[str, np.ndarray], target: DumpSource, golden: DumpSou
     cols["rank"] = cols["rank"].copy()  # the piece's own column: the attribution below changes it
     for i in np.flatnonzero(piece.how == LOCAL):
         cols["matched"][i] = False
+        cols["status"][i] = ST_UNMATCHED
         cols["verdict"][i] = verdict_codes["unmatched"]
         cols["rel_err"][i] = math.nan
         reasons[i] = piece.why[i]

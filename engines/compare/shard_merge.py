@@ -197,7 +197,8 @@ class _Out:
     def copy(self, t: RowTable, j: int, rank: int, how: int, why: str = "") -> None:
         row = [getattr(t, f)[j] for f in FIELDS]
         row[_I["rank"]] = rank
-        row[_I["data"]] = self._entry((rank, int(t.data[j])) if int(t.data[j]) >= 0 else None)
+        keep = int(t.data[j]) >= 0 and how != LOCAL  # a row left out is not read
+        row[_I["data"]] = self._entry((rank, int(t.data[j])) if keep else None)
         self.builder.append(tuple(row))
         self.how.append(how)
         self.why.append(why)
@@ -287,8 +288,8 @@ def merge_group(tables: Sequence[RowTable], ranks: Sequence[int], golden_shapes:
     index = [{name: j for j, name in enumerate(t.name.tolist())} for t in tables]
     first_rank = ranks[0]
     seen: set = set()
-    for k, t in enumerate(tables):
-        for j, name in enumerate(t.name.tolist()):
+    for t in tables:  # rank 0's rows in its order, then rows some other rank alone holds
+        for name in t.name.tolist():
             if name in seen:
                 continue
             seen.add(name)
