@@ -247,3 +247,28 @@ def test_layout_on_the_command_line(tmp_path, capsys):
                  "--target-layout", "ranks=2,tp=2"]) == 0
     summary = json.loads((tmp_path / "o3" / "summary.json").read_text())
     assert summary["options"]["target_layout"]["tp"] == 2 and summary["errors"] == 0
+
+
+def test_tp2_pp2_and_data_parallel_replicas(tmp_path):
+    """ranks = tp + 2·pp (Megatron's order): stage 0 on ranks 0-1, stage 1 on ranks 2-3, shards in each; with
+    data parallel on top (8 ranks) the second replica is a piece of its own, rank 1 of the merged side."""
+    g = golden_records()
+    golden = run_of(tmp_path / "g", {0: g})
+    per_rank = {}
+    for tp in (0, 1):
+        full = tp_records(tp, placements=False)
+        per_rank[tp] = full[:2]
+        per_rank[2 + tp] = [("Functional.linear.0.forward", full[2][1])]
+    target = run_of(tmp_path / "t", per_rank)
+    out = run_compare(job(target, golden, tmp_path / "o1", target_layout={"ranks": 4, "tp": 2, "pp": 2}), None)
+    index, r = by_name(out)
+    assert r["target_shape"][index["Functional.linear.1.forward.input.1"]] == "[8, 16]"
+    assert out.summary["errors"] == 0 and out.summary["warnings"] == 0, out.summary["verdicts"]
+    assert sum(1 for n in r["target_name"].tolist() if n.startswith("Functional.linear.1.forward.output")) == 2
+    # order tp-dp-pp: rank = tp + 2·dp + 4·pp; both replicas hold the same rows
+    target2 = run_of(tmp_path / "t2", {r_: per_rank[(r_ % 2) + 2 * (r_ // 4)] for r_ in range(8)})
+    out2 = run_compare(job(target2, golden, tmp_path / "o2",
+                           target_layout={"ranks": 8, "tp": 2, "pp": 2, "order": "tp-dp-pp"}), None)
+    assert "rank 1 only in the target" in out2.summary["notes"]
+    assert [p["rank"] for p in out2.summary["pieces"]] == [0]
+    assert out2.summary["errors"] == 0 and out2.summary["rows"] == out.summary["rows"]
