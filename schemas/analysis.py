@@ -143,10 +143,12 @@ class CompareSection(ConfigModel):
         description="Result files: hdf5 (always), csv, xlsx (refused above Excel's row limit).")
     output_path: Optional[str] = field(
         None, "Folder for the results. Unset: a new run folder under dump_path.", min_length=1)
-    merge_ranks: Literal["auto", "off"] = field(
-        "auto", "auto: when the two runs' parallel layouts differ (TP=2 against one process), the ranks of a "
-                "parallel side merge into whole tensors before matching (from the recorded placements, or "
-                "target_layout/golden_layout). off: ranks pair by id.", advanced=True)
+    merge_ranks: Literal["auto", "on", "off"] = field(
+        "auto", "Merge the ranks of a parallel side into whole tensors before matching when the two runs' "
+                "layouts differ (TP=2 against one process), from the recorded placements or "
+                "target_layout/golden_layout. auto: when the sides have different numbers of ranks or a layout "
+                "is given; on: also for equal numbers of ranks (TP=2 against DP=2); off: ranks pair by id.",
+        advanced=True)
     target_layout: Optional[ParallelLayout] = field(
         None, "The target's parallel layout when its dump records no placements (Megatron-style manual tensor "
               "parallel, msprobe dumps), as msprobe's parallel merge takes it.", advanced=True)

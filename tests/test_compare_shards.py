@@ -272,3 +272,47 @@ def test_tp2_pp2_and_data_parallel_replicas(tmp_path):
     assert "rank 1 only in the target" in out2.summary["notes"]
     assert [p["rank"] for p in out2.summary["pieces"]] == [0]
     assert out2.summary["errors"] == 0 and out2.summary["rows"] == out.summary["rows"]
+
+
+def write_msprobe_ranks(root, per_rank):
+    """msprobe's layout, statistics only: step0/rank<R>/dump.json."""
+    for rank, records in per_rank.items():
+        folder = root / "step0" / "rank{}".format(rank)
+        folder.mkdir(parents=True)
+        data = {}
+        for name, tensors in records:
+            entry = {"input_args": [], "input_kwargs": {}, "output": []}
+            for slot, arr, _ in tensors:
+                f = np.asarray(arr, dtype=np.float64)
+                leaf = {"type": "torch.Tensor", "dtype": "torch.float32", "shape": list(arr.shape),
+                        "Max": float(f.max()), "Min": float(f.min()), "Mean": float(f.mean()),
+                        "Norm": float(np.linalg.norm(f)), "requires_grad": False}
+                (entry["output"] if slot.startswith("output") else entry["input_args"]).append(leaf)
+            data[name] = entry
+        (folder / "dump.json").write_text(json.dumps({"task": "statistics", "level": "L1", "framework": "pytorch",
+                                                      "dump_data_dir": None, "data": data}))
+    return root
+
+
+def test_msprobe_tp2_dumps_merge_with_a_layout_description(tmp_path):
+    golden = write_msprobe_ranks(tmp_path / "g", {0: golden_records()})
+    target = write_msprobe_ranks(tmp_path / "t", {r: tp_records(r, placements=False) for r in (0, 1)})
+    out = run_compare(job(target, golden, tmp_path / "out", target_layout={"ranks": 2, "tp": 2}), None)
+    assert out.summary["mode"] == "statistics" and out.summary["target_origin"] == "msprobe"
+    index, r = by_name(out)
+    i = index["Functional.linear.0.forward.output.0"]
+    f = (X @ W_UP.T).astype(np.float64)
+    assert r["target_shape"][i] == "[4, 16]" and r["t_max"][i] == pytest.approx(f.max(), rel=1e-6)
+    assert r["t_norm"][i] == pytest.approx(np.linalg.norm(f), rel=1e-6)
+    assert out.summary["errors"] == 0 and out.summary["warnings"] == 0, out.summary["verdicts"]
+
+
+def test_equal_rank_counts_merge_only_when_asked(tmp_path):
+    """TP=2 against DP=2: two ranks each; auto pairs rank by rank (reading no placements), on merges the TP side."""
+    golden = run_of(tmp_path / "g", {0: golden_records(), 1: golden_records()})
+    target = run_of(tmp_path / "t", {r: tp_records(r) for r in (0, 1)})
+    auto = run_compare(job(target, golden, tmp_path / "o1"), None)
+    assert [p["rank"] for p in auto.summary["pieces"]] == [0, 1] and auto.summary["errors"] > 0
+    on = run_compare(job(target, golden, tmp_path / "o2", merge_ranks="on"), None)
+    assert [p["rank"] for p in on.summary["pieces"]] == [0] and on.summary["errors"] == 0
+    assert "rank 1 only in the golden" in on.summary["notes"]

@@ -160,11 +160,13 @@ def _order_stages(piece: MergedPiece, parts: List[MergedPiece], record_mb: Dict[
 def merge_sides(target: DumpSource, golden: DumpSource, opts: Any, notes: List[str]) -> Tuple[DumpSource, DumpSource]:
     """The hook after both sides are opened: merge the ranks of a side whose parallel layout differs from the
     other's (docs/COMPARE.md, "Across parallel layouts"). Sides with the same layout pair rank by rank as before."""
-    if getattr(opts, "merge_ranks", "auto") == "off":
-        return target, golden
+    how = getattr(opts, "merge_ranks", "auto")
+    described = opts.target_layout is not None or opts.golden_layout is not None
+    if how == "off" or (how == "auto" and not described and len(target.ranks()) == len(golden.ranks())):
+        return target, golden  # the same number of ranks and no description: rank by rank, nothing more read
     try:
-        t_layout = _layout_of(target, getattr(opts, "target_layout", None), "compare.target_layout")
-        g_layout = _layout_of(golden, getattr(opts, "golden_layout", None), "compare.golden_layout")
+        t_layout = _layout_of(target, opts.target_layout, "compare.target_layout")
+        g_layout = _layout_of(golden, opts.golden_layout, "compare.golden_layout")
     except LayoutError as exc:
         raise CompareError(str(exc)) from None
     t_shape = t_layout.shape() if t_layout is not None else None

@@ -43,7 +43,7 @@ class CompareOptions:
     top: int = 10
     target_layout: Optional[ParallelLayout] = None  # how the target's ranks map to shards and stages
     golden_layout: Optional[ParallelLayout] = None
-    merge_ranks: str = "auto"  # auto: merge the ranks of a side whose parallel layout differs; off: rank by rank
+    merge_ranks: str = "auto"  # merge the ranks of a side whose parallel layout differs (docs/COMPARE.md)
 
     @classmethod
     def from_job(cls, job: Any) -> "CompareOptions":
@@ -86,8 +86,8 @@ class CompareOptions:
     def validate(self) -> None:
         if self.mode not in ("auto", "tensor", "statistics", "md5"):
             raise CompareError("compare.mode: {!r} is not one of auto, tensor, statistics, md5".format(self.mode))
-        if self.merge_ranks not in ("auto", "off"):
-            raise CompareError("compare.merge_ranks: {!r} is not one of auto, off".format(self.merge_ranks))
+        if self.merge_ranks not in ("auto", "on", "off"):
+            raise CompareError("compare.merge_ranks: {!r} is not one of auto, on, off".format(self.merge_ranks))
         if self.highlight not in ("none", "classic"):
             raise CompareError("compare.highlight: {!r} is not one of none, classic".format(self.highlight))
         for fmt in self.formats:
