@@ -165,7 +165,7 @@ def test_manual_tp_needs_a_layout_description(tmp_path):
     assert r["target_shape"][index["Functional.linear.1.forward.input.1"]] == "[8, 16]"  # S(1)
     # the row-parallel partial sums have the golden's shape and differ across ranks: left out, with the reason
     local = [i for i, n in enumerate(r["target_name"].tolist()) if n == "Functional.linear.1.forward.output.0"]
-    assert len(local) == 2 and all(not r["matched"][i] and "rank-local" in r["reasons"][i] for i in local)
+    assert len(local) == 2 and all(not r["matched"][i] and "local values" in r["reasons"][i] for i in local)
     assert out.summary["errors"] == 0 and out.summary["warnings"] == 0, out.summary["verdicts"]
     with pytest.raises(CompareError, match="compare.target_layout: the layout describes ranks 0-3"):
         run_compare(job(target, golden, tmp_path / "o3", target_layout={"ranks": 4, "tp": 2}), None)
@@ -227,10 +227,12 @@ def test_placements_and_recipes():
             arrays[rank] = whole[2 * dp:2 * dp + 2, 3 * tp:3 * tp + 3].copy()
             parts.append(Part(rank, rank, (dp, tp), (2, 3)))
     recipe = Recipe(tuple(parts), (2, 2), (("S", 0), ("S", 1)), (4, 6))
-    assert np.array_equal(recipe.assemble(arrays), whole)
-    assert sorted(recipe.boxes()) == [(0, (0, 0)), (1, (0, 3)), (2, (2, 0)), (3, (2, 3))]
-    partial = Recipe(tuple(parts[:2]), (2,), (("P:sum", 0),), (2, 3))
-    assert np.array_equal(partial.assemble(arrays), arrays[0] + arrays[1]) and partial.boxes() is None
+    assert np.array_equal(recipe.assemble([arrays[p.rank] for p in parts]), whole)
+    assert sorted((p.rank, off) for p, off in recipe.boxes()) == [(0, (0, 0)), (1, (0, 3)), (2, (2, 0)),
+                                                                  (3, (2, 3))]
+    partial = Recipe(tuple(Part(p.rank, p.loc, (i,), p.shape) for i, p in enumerate(parts[:2])), (2,), (("P:sum", 0),), (2, 3))
+    assert np.array_equal(partial.assemble([arrays[0], arrays[1]]), arrays[0] + arrays[1])
+    assert partial.boxes() is None
 
 
 def test_layout_on_the_command_line(tmp_path, capsys):

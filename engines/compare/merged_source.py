@@ -237,12 +237,15 @@ def _attribute(cols: Dict[str, np.ndarray], piece: MergedPiece, spec: MergedTens
                 continue
             if not errors:
                 continue
-            errors.sort(key=lambda e: -e[1])
-            text = ", ".join("rank {} {:.3g}".format(r, e) for r, e in sorted(errors))
+            text = ", ".join("{} {:.3g}".format(p.name, e) for p, e in errors)
             cols["reasons"][i] = (cols["reasons"][i] + "; " if cols["reasons"][i] else "") + \
                 "shards against the golden: " + text
-            top_rank, top = errors[0]
-            rest = errors[1][1] if len(errors) > 1 else 0.0
+            by_rank: Dict[int, float] = {}
+            for p, e in errors:
+                by_rank[p.rank] = max(by_rank.get(p.rank, 0.0), e)
+            ranked = sorted(by_rank.items(), key=lambda re_: -re_[1])
+            top_rank, top = ranked[0]
+            rest = ranked[1][1] if len(ranked) > 1 else 0.0
             if top > 0 and top >= 4 * rest:
                 record = str(cols["record"][i])
                 if top > worst_of_record.get(record, (-1.0, 0))[0]:

@@ -61,9 +61,19 @@ def parse_placement(text: str, ndim: int) -> Placement:
 @dataclass(frozen=True)
 class Part:
     rank: int
-    loc: int  # the rank's tensor locator (-1: no data)
+    loc: int  # the rank's tensor locator (-1: no data, or ``inner`` builds it)
     coord: Tuple[int, ...]
     shape: Tuple[int, ...]
+    inner: Optional["Recipe"] = None  # a part that is itself merged (a rank's micro-batches, concatenated)
+    label: str = ""  # how messages name it ("rank 1", "rank 0 micro-batch 1")
+
+    @property
+    def has_data(self) -> bool:
+        return self.loc >= 0 or self.inner is not None
+
+    @property
+    def name(self) -> str:
+        return self.label or "rank {}".format(self.rank)
 
 
 @dataclass(frozen=True)
@@ -86,16 +96,16 @@ class Recipe:
                      for p, items in groups.items()}
         return level[()]
 
-    def assemble(self, arrays: Dict[int, np.ndarray]) -> np.ndarray:
-        """The whole tensor from each part's array (by rank)."""
-        return self.reduce({p.coord: arrays[p.rank].reshape(p.shape) for p in self.parts}, _combine_arrays)
+    def assemble(self, arrays: Sequence[np.ndarray]) -> np.ndarray:
+        """The whole tensor from each part's array (in ``parts`` order)."""
+        return self.reduce({p.coord: a.reshape(p.shape) for p, a in zip(self.parts, arrays)}, _combine_arrays)
 
-    def boxes(self) -> Optional[List[Tuple[int, Tuple[int, ...]]]]:
-        """(rank, offset) of each part inside the whole tensor; None when a partial placement makes parts
+    def boxes(self) -> Optional[List[Tuple[Part, Tuple[int, ...]]]]:
+        """(part, offset) of each part inside the whole tensor; None when a partial placement makes parts
         overlap (no part is a slice of the whole)."""
         if any(kind.startswith("P") for kind, _ in self.placements):
             return None
-        start = {p.coord: ([(p.rank, (0,) * len(p.shape))], p.shape) for p in self.parts}
+        start = {p.coord: ([(p, (0,) * len(p.shape))], p.shape) for p in self.parts}
         return self.reduce(start, _combine_boxes)[0]
 
 
@@ -121,8 +131,8 @@ def _combine_boxes(placement: Placement, xs: List[Any]) -> Any:
         return [item for items, _ in xs for item in items], xs[0][1]
     out, shift = [], 0
     for items, shape in xs:
-        for rank, off in items:
-            out.append((rank, off[:dim] + (off[dim] + shift,) + off[dim + 1:]))
+        for part, off in items:
+            out.append((part, off[:dim] + (off[dim] + shift,) + off[dim + 1:]))
         shift += shape[dim]
     first = xs[0][1]
     return out, first[:dim] + (shift,) + first[dim + 1:]
@@ -194,11 +204,11 @@ class _Out:
         self.why: List[str] = []
         self.args: Dict[str, str] = {}
 
-    def copy(self, t: RowTable, j: int, rank: int, how: int, why: str = "") -> None:
+    def copy(self, t: RowTable, j: int, rank: int, how: int, why: str, entry: Any) -> None:
+        """Row ``j`` of ``t`` as it is; ``entry`` its tensor data (None: none, or not to be read)."""
         row = [getattr(t, f)[j] for f in FIELDS]
         row[_I["rank"]] = rank
-        keep = int(t.data[j]) >= 0 and how != LOCAL  # a row left out is not read
-        row[_I["data"]] = self._entry((rank, int(t.data[j])) if keep else None)
+        row[_I["data"]] = self._entry(entry)
         self.builder.append(tuple(row))
         self.how.append(how)
         self.why.append(why)
@@ -279,81 +289,110 @@ def infer_shard_dim(local: List[Tuple[int, ...]], whole: Tuple[int, ...]) -> Opt
     return found[0] if len(found) == 1 and len(local) > 1 else None
 
 
-def merge_group(tables: Sequence[RowTable], ranks: Sequence[int], golden_shapes: Optional[Dict[str, str]]) -> MergedPiece:
+class _Members:
+    """The tables being merged: one per rank of a tensor-parallel group, or one per micro-batch of a rank."""
+
+    def __init__(self, tables: Sequence[RowTable], ranks: Sequence[int], entries: Optional[Sequence[Sequence[Any]]],
+                 labels: Optional[Sequence[str]], word: str):
+        self.tables, self.ranks, self.entries, self.word = tables, list(ranks), entries, word
+        self.labels = list(labels) if labels else ["rank {}".format(r) for r in ranks]
+
+    def entry(self, k: int, j: int) -> Any:
+        """A row's tensor data: ``(rank, loc)``, a :class:`Recipe`, or None."""
+        loc = int(self.tables[k].data[j])
+        if loc < 0:
+            return None
+        return self.entries[k][loc] if self.entries is not None else (self.ranks[k], loc)
+
+    def part(self, k: int, j: int, coord: Tuple[int, ...], shape: Tuple[int, ...]) -> Part:
+        e = self.entry(k, j)
+        inner = e if isinstance(e, Recipe) else None
+        loc = int(e[1]) if isinstance(e, tuple) else -1
+        return Part(self.ranks[k], loc, coord, shape, inner, self.labels[k])
+
+    def which(self) -> str:
+        return "{} {}".format(self.word, ", ".join(self.labels) if self.word != "ranks" else list(self.ranks))
+
+
+def merge_group(tables: Sequence[RowTable], ranks: Sequence[int], golden_shapes: Optional[Dict[str, str]], *,
+                entries: Optional[Sequence[Sequence[Any]]] = None, labels: Optional[Sequence[str]] = None,
+                word: str = "ranks") -> MergedPiece:
     """Rows of the ranks of one tensor-parallel group (``ranks`` in shard order, one table each) as one piece.
-    ``golden_shapes`` (row name -> shape text of the golden) lets plain shards be recognised."""
+    ``golden_shapes`` (row name -> shape text of the golden) lets plain shards be recognised. Tables that are
+    merged pieces themselves pass their ``entries``; ``labels`` and ``word`` name the members in reasons."""
+    m = _Members(tables, ranks, entries, labels, word)
     out = _Out()
     for t in tables:
         out.args.update(t.args)
     index = [{name: j for j, name in enumerate(t.name.tolist())} for t in tables]
-    first_rank = ranks[0]
     seen: set = set()
-    for t in tables:  # rank 0's rows in its order, then rows some other rank alone holds
+    for t in tables:  # the first member's rows in its order, then rows some other member alone holds
         for name in t.name.tolist():
             if name in seen:
                 continue
             seen.add(name)
             where = [(kk, index[kk].get(name)) for kk in range(len(tables))]
             if any(jj is None for _, jj in where):
+                held = [m.labels[a] for a, b in where if b is not None]
                 for kk, jj in where:
                     if jj is not None:
-                        out.copy(tables[kk], jj, ranks[kk], PER_RANK, "on rank(s) {} only".format(
-                            [ranks[a] for a, b in where if b is not None]))
+                        out.copy(tables[kk], jj, m.ranks[kk], PER_RANK, "on {} only".format(", ".join(held)),
+                                 m.entry(kk, jj))
                 continue
-            _merge_row(out, tables, ranks, [jj for _, jj in where], name, golden_shapes, first_rank)
+            _merge_row(out, m, [jj for _, jj in where], name, golden_shapes)
     return out.build()
 
 
-def _merge_row(out: _Out, tables: Sequence[RowTable], ranks: Sequence[int], js: List[int], name: str,
-               golden_shapes: Optional[Dict[str, str]], first_rank: int) -> None:
+def _merge_row(out: _Out, m: _Members, js: List[int], name: str, golden_shapes: Optional[Dict[str, str]]) -> None:
+    tables, ranks = m.tables, m.ranks
     t0, j0 = tables[0], js[0]
     if len(tables) == 1:
-        out.copy(t0, j0, first_rank, WHOLE)
+        out.copy(t0, j0, ranks[0], WHOLE, "", m.entry(0, j0))
         return
     dists = [_dist(t.dist[j]) if t.dist is not None else None for t, j in zip(tables, js)]
     if any(d is not None for d in dists):
         try:
-            recipe = _placed_recipe(tables, ranks, js, dists)
-            stat = recipe.reduce({p.coord: _stat_of(tables[ranks.index(p.rank)], js[ranks.index(p.rank)])
-                                  for p in recipe.parts}, _checked_stats(tables, ranks, js))
+            recipe = _placed_recipe(m, js, dists)
+            stat = recipe.reduce({p.coord: _stat_of(tables[k], js[k]) for k, p in enumerate(recipe.parts)},
+                                 _checked_stats(m))
         except Unmergeable as exc:
-            _per_rank(out, tables, ranks, js, str(exc))
+            _per_rank(out, m, js, str(exc))
             return
-        out.merged(t0, j0, first_rank, recipe, stat, all(p.loc >= 0 for p in recipe.parts))
+        out.merged(t0, j0, ranks[0], recipe, stat, all(p.has_data for p in recipe.parts))
         return
     if all(_same_copy(t0, j0, t, j) for t, j in zip(tables[1:], js[1:])):
-        out.copy(t0, j0, first_rank, COPY)
+        out.copy(t0, j0, ranks[0], COPY, "", m.entry(0, j0))
         return
     shapes = [parse_shape(t.shape[j]) for t, j in zip(tables, js)]
     whole = parse_shape(golden_shapes.get(name, "")) if golden_shapes else None
     if not bool(t0.is_tensor[j0]) or whole is None or any(s is None for s in shapes):
-        _per_rank(out, tables, ranks, js, "copies differ across ranks {}".format(list(ranks)))
+        _per_rank(out, m, js, "copies differ across {}".format(m.which()))
         return
     if all(s == whole for s in shapes):
-        for t, j, r in zip(tables, js, ranks):
-            out.copy(t, j, r, LOCAL, "rank-local values: the copies on ranks {} differ and each has the golden's "
-                                     "shape (a partial sum before its all-reduce?); not compared".format(list(ranks)))
+        for k, (t, j) in enumerate(zip(tables, js)):
+            out.copy(t, j, ranks[k], LOCAL, "local values: the copies on {} differ and each has the golden's "
+                                            "shape (a partial sum before its all-reduce?); not compared".format(
+                                                m.which()), None)
         return
     d = infer_shard_dim([s for s in shapes if s is not None], whole)
     if d is None:
-        for t, j, r in zip(tables, js, ranks):
-            out.copy(t, j, r, LOCAL, "no one dimension makes shards of shapes {} a tensor of the golden's shape "
-                                     "{}: not merged, not compared".format([list(s or ()) for s in shapes],
-                                                                          list(whole)))
+        for k, (t, j) in enumerate(zip(tables, js)):
+            out.copy(t, j, ranks[k], LOCAL, "no one dimension makes shards of shapes {} a tensor of the golden's "
+                                            "shape {}: not merged, not compared".format(
+                                                [list(s or ()) for s in shapes], list(whole)), None)
         return
-    parts = tuple(Part(r, int(t.data[j]), (i,), s or ()) for i, (t, j, r, s) in enumerate(zip(tables, js, ranks,
-                                                                                             shapes)))
+    parts = tuple(m.part(k, j, (k,), s or ()) for k, (j, s) in enumerate(zip(js, shapes)))
     recipe = Recipe(parts, (len(parts),), (("S", d),), whole)
     stat = recipe.reduce({p.coord: _stat_of(t, j) for p, t, j in zip(parts, tables, js)}, _combine_stats)
-    out.merged(t0, j0, first_rank, recipe, stat, all(p.loc >= 0 for p in parts))
+    out.merged(t0, j0, ranks[0], recipe, stat, all(p.has_data for p in parts))
 
 
-def _per_rank(out: _Out, tables: Sequence[RowTable], ranks: Sequence[int], js: List[int], why: str) -> None:
-    for t, j, r in zip(tables, js, ranks):
-        out.copy(t, j, r, PER_RANK, why)
+def _per_rank(out: _Out, m: _Members, js: List[int], why: str) -> None:
+    for k, (t, j) in enumerate(zip(m.tables, js)):
+        out.copy(t, j, m.ranks[k], PER_RANK, why, m.entry(k, j))
 
 
-def _checked_stats(tables: Sequence[RowTable], ranks: Sequence[int], js: List[int]):
+def _checked_stats(m: _Members):
     """Statistics combine that refuses replicated copies that differ (the row then stays per rank)."""
 
     def combine(placement: Placement, xs: List[_Stat]) -> _Stat:
@@ -362,14 +401,13 @@ def _checked_stats(tables: Sequence[RowTable], ranks: Sequence[int], js: List[in
             for b in xs[1:]:
                 if not all(x == y or (math.isnan(x) and math.isnan(y))
                            for x, y in ((a.max, b.max), (a.min, b.min), (a.total, b.total), (a.sq, b.sq))):
-                    raise Unmergeable("replicated copies differ across ranks {}".format(list(ranks)))
+                    raise Unmergeable("replicated copies differ across {}".format(m.which()))
         return _combine_stats(placement, xs)
 
     return combine
 
 
-def _placed_recipe(tables: Sequence[RowTable], ranks: Sequence[int], js: List[int],
-                   dists: List[Optional[Dict[str, Any]]]) -> Recipe:
+def _placed_recipe(m: _Members, js: List[int], dists: List[Optional[Dict[str, Any]]]) -> Recipe:
     if any(d is None for d in dists):
         raise Unmergeable("a shard on some ranks, a plain tensor on others")
     head = dists[0] or {}
@@ -382,20 +420,20 @@ def _placed_recipe(tables: Sequence[RowTable], ranks: Sequence[int], js: List[in
         raise Unmergeable("placements {} do not match a {}-d mesh".format(placements, mesh.ndim))
     parsed = tuple(parse_placement(str(p), len(shape)) for p in placements)
     parts = []
-    for d, t, j, r in zip(dists, tables, js, ranks):
+    for k, (d, t, j) in enumerate(zip(dists, m.tables, js)):
         assert d is not None
         if tuple(d["global_shape"]) != tuple(head["global_shape"]) or d["placements"] != placements or \
                 d.get("mesh") != head.get("mesh"):
-            raise Unmergeable("the ranks' shards disagree on placement, mesh or global shape")
+            raise Unmergeable("the shards disagree on placement, mesh or global shape")
         coord = tuple(int(c) for c in d.get("coord") or ())
         local = parse_shape(t.shape[j])
         if len(coord) != mesh.ndim or local is None:
             raise Unmergeable("a shard without its mesh coordinate or shape")
-        parts.append(Part(r, int(t.data[j]), coord, local))
+        parts.append(m.part(k, j, coord, local))
     coords = {p.coord for p in parts}
     expected = {tuple(int(c) for c in idx) for idx in np.ndindex(*mesh.shape)}
     if coords != expected or len(coords) != len(parts):
-        raise Unmergeable("the mesh {} is not covered once by ranks {}".format(mesh.tolist(), list(ranks)))
+        raise Unmergeable("the mesh {} is not covered once by {}".format(mesh.tolist(), m.which()))
     recipe = Recipe(tuple(parts), tuple(int(s) for s in mesh.shape), parsed, shape)
     if tuple(recipe.reduce({p.coord: _Shape(p.shape) for p in parts}, _combine_shapes).shape) != shape:
         raise Unmergeable("shards of shapes {} do not make the global shape {}".format(

@@ -13,7 +13,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 
-from engines.compare.shard_merge import Recipe
+from engines.compare.shard_merge import Part, Recipe
 
 
 @dataclass(frozen=True)
@@ -63,11 +63,18 @@ class MergedTensorReader:
         held_loc, held = self._held
         if held_loc == loc and held is not None:
             return held
-        recipe = self.spec.entries[loc]
-        arrays = {p.rank: self.part(p.rank, p.loc) for p in recipe.parts}
-        whole = recipe.assemble(arrays)
+        whole = self.assemble(self.spec.entries[loc])
         self._held = (loc, whole)
         return whole
+
+    def assemble(self, recipe: Recipe) -> np.ndarray:
+        return recipe.assemble([self.array(p) for p in recipe.parts])
+
+    def array(self, part: Part) -> np.ndarray:
+        """One part's data, flat (a merged part assembled)."""
+        if part.inner is not None:
+            return self.assemble(part.inner).reshape(-1)
+        return self.part(part.rank, part.loc)
 
     def close(self) -> None:
         for reader in self._bases.values():
@@ -76,23 +83,21 @@ class MergedTensorReader:
         self._held = (-1, None)
 
 
-def shard_errors(recipe: Recipe, reader: MergedTensorReader, golden: np.ndarray) -> Optional[List[Tuple[int, float]]]:
-    """(rank, ‖shard − golden slice‖ / ‖golden slice‖) for every shard of a whole tensor; None when its parts are
+def shard_errors(recipe: Recipe, reader: MergedTensorReader, golden: np.ndarray) -> Optional[List[Tuple[Part, float]]]:
+    """(part, ‖shard − golden slice‖ / ‖golden slice‖) for every shard of a whole tensor; None when its parts are
     not slices of it (a partial placement)."""
     boxes = recipe.boxes()
     if boxes is None:
         return None
-    shape = {p.rank: p.shape for p in recipe.parts}
-    loc = {p.rank: p.loc for p in recipe.parts}
     whole = golden.reshape(recipe.shape).astype(np.float64, copy=False)
     out = []
-    for rank, offset in boxes:
-        index = tuple(slice(o, o + s) for o, s in zip(offset, shape[rank]))
+    for part, offset in boxes:
+        index = tuple(slice(o, o + s) for o, s in zip(offset, part.shape))
         g = whole[index]
-        t = reader.part(rank, loc[rank]).reshape(shape[rank]).astype(np.float64)
+        t = reader.array(part).reshape(part.shape).astype(np.float64)
         with np.errstate(invalid="ignore", divide="ignore"):
             diff = float(np.linalg.norm((t - g)[np.isfinite(t - g)]))
             norm = float(np.linalg.norm(g[np.isfinite(g)]))
             bad = bool((np.isfinite(t) != np.isfinite(g)).any())
-        out.append((rank, np.inf if bad else (diff / norm if norm > 0 else (0.0 if diff == 0 else np.inf))))
+        out.append((part, np.inf if bad else (diff / norm if norm > 0 else (0.0 if diff == 0 else np.inf))))
     return out
