@@ -318,3 +318,27 @@ def test_equal_rank_counts_merge_only_when_asked(tmp_path):
     on = run_compare(job(target, golden, tmp_path / "o2", merge_ranks="on"), None)
     assert [p["rank"] for p in on.summary["pieces"]] == [0] and on.summary["errors"] == 0
     assert "rank 1 only in the golden" in on.summary["notes"]
+
+
+def test_pp_micro_batches_merge_into_the_whole_batch_call(tmp_path):
+    """GPipe over 2 micro-batches against one process running the whole batch at once: each stage's calls of
+    one micro-batch are concatenated along the batch dimension into the golden's one call."""
+    g = golden_records()
+    (_, lin0), (_, relu), (_, lin1) = g
+
+    def rows(tensors, half):
+        return [(slot, a[2 * half:2 * half + 2] if a.shape[0] == 4 else a, d) for slot, a, d in tensors]
+
+    s0 = [("Functional.linear.0.forward", rows(lin0, 0)), ("Functional.relu.0.forward", rows(relu, 0)),
+          ("Functional.linear.1.forward", rows(lin0, 1)), ("Functional.relu.1.forward", rows(relu, 1))]
+    s1 = [("Functional.linear.0.forward", rows(lin1, 0)), ("Functional.linear.1.forward", rows(lin1, 1))]
+    golden = run_of(tmp_path / "g", {0: g})
+    target = run_of(tmp_path / "t", {0: s0, 1: s1})
+    out = run_compare(job(target, golden, tmp_path / "out", target_layout={"ranks": 2, "pp": 2}), None)
+    s = out.summary
+    assert s["unmatched"] == 0 and s["golden_only_rows"] == 0 and s["verdicts"]["pass"] == 8, s["verdicts"]
+    index, r = by_name(out)
+    assert r["target_shape"][index["Functional.linear.1.forward.output.0"]] == "[4, 8]"
+    assert r["target_shape"][index["Functional.linear.1.forward.input.1"]] == "[8, 16]"  # the same weight
+    assert any("2 micro-batches a golden call" in n for n in s["notes"]), s["notes"]
+    assert np.nanmax(r["rel_err"]) == 0.0

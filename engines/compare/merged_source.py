@@ -16,7 +16,7 @@ import numpy as np
 from engines.compare import layouts
 from engines.compare.layouts import Group, LayoutError, SideLayout
 from engines.compare.options import CompareError
-from engines.compare.pipeline import stitch_stages
+from engines.compare.pipeline import fold_micro_batches, micro_batch_count, stitch_stages
 from engines.compare.shard_merge import LOCAL, PER_RANK, SHARDS, MergedPiece, Recipe, merge_group
 from engines.compare.shard_tensors import MergedTensorSpec, shard_errors
 from engines.compare.tensor_metrics import ST_UNMATCHED
@@ -33,7 +33,9 @@ class MergedSource(DumpSource):
         self.origin = base.origin
         self._groups = {g.piece: g for g in layout.groups}
         self._held: Optional[Tuple[Tuple[int, int], MergedPiece]] = None
-        self._ref_shapes: Optional[Tuple[Tuple[int, int], Dict[str, str]]] = None
+        self._ref_rows: Optional[Tuple[Tuple[int, int], RowTable]] = None
+        self.micro_batches = 1
+        self.fold_note = ""
         self.counts = {"shards": 0, "per_rank": 0, "local": 0}
         self.first_why = ""
 
@@ -70,14 +72,28 @@ class MergedSource(DumpSource):
         if self._held is not None and self._held[0] == (rank, step):
             return self._held[1]
         group = self._groups[rank]
-        shapes = self._golden_shapes(rank, step)
-        stages = []
-        for stage_ranks in group.stages:
-            stages.append([self.base.rows(r, step) for r in stage_ranks])
+        golden = self._golden_rows(rank, step)
+        shapes = dict(zip(golden.name.tolist(), golden.shape.tolist())) if golden is not None else None
+        stages = [[self.base.rows(r, step) for r in stage_ranks] for stage_ranks in group.stages]
+        m = micro_batch_count([st[0] for st in stages], golden) if golden is not None else 1
+        folded = _fold(stages, m) if m > 1 else None
+        if m > 1 and folded is None:
+            self.fold_note = "micro-batches not merged: the calls of a stage do not divide into {}".format(m)
+            m = 1
         trees = [self.base.tree(stage[0], step) for stage in group.stages]
-        renamed, record_mb = stitch_stages(stages, trees) if len(stages) > 1 else ([stages[0]], {})
-        merged = [merge_group(tables, list(stage_ranks), shapes) for tables, stage_ranks in zip(renamed,
-                                                                                              group.stages)]
+        flat = folded if folded is not None else stages
+        renamed, record_mb = stitch_stages(flat, trees) if len(flat) > 1 else ([list(flat[0])], {})
+        merged = []
+        for tables, stage_ranks in zip(renamed, group.stages):
+            if m == 1:
+                merged.append(merge_group(tables, list(stage_ranks), shapes))
+                continue
+            self.micro_batches = m
+            per_rank = [merge_group(tables[k * m:(k + 1) * m], [r] * m, shapes, word="micro-batches",
+                                    labels=["rank {} micro-batch {}".format(r, i) for i in range(m)])
+                        for k, r in enumerate(stage_ranks)]
+            merged.append(per_rank[0] if len(per_rank) == 1 else
+                          merge_group([], list(stage_ranks), shapes, pieces=per_rank))
         piece = merged[0] if len(merged) == 1 else _order_stages(_concat(merged), merged, record_mb)
         self._count(piece)
         self._held = ((rank, step), piece)
@@ -91,7 +107,8 @@ class MergedSource(DumpSource):
             for i in np.flatnonzero((piece.how == PER_RANK) | (piece.how == LOCAL))[:1]:
                 self.first_why = "{}: {}".format(piece.rows.name[i], piece.why[i])
 
-    def _golden_shapes(self, rank: int, step: int) -> Optional[Dict[str, str]]:
+    def _golden_rows(self, rank: int, step: int) -> Optional[RowTable]:
+        """The golden piece this piece is compared with (for its shapes and call counts)."""
         ref = self.reference
         if ref is None:
             return None
@@ -103,12 +120,11 @@ class MergedSource(DumpSource):
         g_step = step if step in steps else (steps[0] if len(steps) == 1 else None)
         if g_step is None:
             return None
-        if self._ref_shapes is not None and self._ref_shapes[0] == (g_rank, g_step):
-            return self._ref_shapes[1]
+        if self._ref_rows is not None and self._ref_rows[0] == (g_rank, g_step):
+            return self._ref_rows[1]
         rows = ref.rows(g_rank, g_step)
-        shapes = dict(zip(rows.name.tolist(), rows.shape.tolist()))
-        self._ref_shapes = ((g_rank, g_step), shapes)
-        return shapes
+        self._ref_rows = ((g_rank, g_step), rows)
+        return rows
 
     def rows(self, rank: int, step: int) -> RowTable:
         return self.piece(rank, step).rows
@@ -129,6 +145,21 @@ class MergedSource(DumpSource):
         self.base.close()
         if self.reference is not None and self.reference is not self.base:
             pass
+
+
+def _fold(stages: List[List[RowTable]], m: int) -> Optional[List[List[RowTable]]]:
+    """Each stage's tables as its ranks' micro-batch tables (rank 0's m tables, then rank 1's...); None when a
+    rank's calls do not divide into m micro-batches."""
+    out = []
+    for tables in stages:
+        flat: List[RowTable] = []
+        for t in tables:
+            parts = fold_micro_batches(t, m)
+            if parts is None:
+                return None
+            flat.extend(parts)
+        out.append(flat)
+    return out
 
 
 def _concat(pieces: List[MergedPiece]) -> MergedPiece:
@@ -264,6 +295,10 @@ def merge_notes(target: DumpSource, golden: DumpSource, notes: List[str]) -> Non
             continue
         c = side.counts
         text = "{}: {} row(s) merged from shards".format(word, c["shards"])
+        if side.micro_batches > 1:
+            text += " ({} micro-batches a golden call)".format(side.micro_batches)
+        elif side.fold_note:
+            text += " ({})".format(side.fold_note)
         if c["per_rank"] or c["local"]:
             text += ", {} kept per rank, {} not compared (first: {})".format(c["per_rank"], c["local"],
                                                                               side.first_why)

@@ -14,7 +14,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from engines.dumps.rows import DIR_BACKWARD, DIR_FORWARD, KIND_API, RowTable
+from engines.dumps.rows import DIR_BACKWARD, DIR_FORWARD, KIND_API, KIND_PARAM_GRAD, RowTable
 
 _WORDS = {"forward": DIR_FORWARD, "backward": DIR_BACKWARD}
 
@@ -82,17 +82,100 @@ def stitch_stages(stages: Sequence[Sequence[RowTable]], trees: Sequence[Dict[str
     return out, record_mb
 
 
-def _renamed(table: RowTable, renames: Dict[str, str]) -> RowTable:
+def _renamed(table: RowTable, renames: Dict[str, str], every_kind: bool = False) -> RowTable:
     if all(k == v for k, v in renames.items()):
         return table
     out = table.take(np.arange(len(table)))
     records = out.record.tolist()
-    is_api = out.kind == KIND_API
+    rename = np.ones(len(records), dtype=bool) if every_kind else out.kind == KIND_API
     new = np.empty(len(records), dtype=object)
-    new[:] = [renames.get(r, r) if api else r for r, api in zip(records, is_api.tolist())]
+    new[:] = [renames.get(r, r) if yes else r for r, yes in zip(records, rename.tolist())]
     names = np.empty(len(records), dtype=object)
     names[:] = [r + "." + s for r, s in zip(new.tolist(), out.slot.tolist())]
     out.record, out.name = new, names
     out.args = {renames.get(k, k): v for k, v in table.args.items()}
     out._groups = None
     return out
+
+
+def call_key(record: str) -> Optional[Tuple[str, int]]:
+    """(call family, call index): ``("Functional.linear.forward", 3)`` of an API record, ``("Module.up.Linear
+    .forward", 0)`` of a module record; None for names without a call index."""
+    call = split_call(record)
+    if call is not None:
+        return "{}.{}".format(call[0], call[2]), call[1]
+    head, _, last = record.rpartition(".")
+    return (head, int(last)) if head and last.isdigit() else None
+
+
+def _forward_counts(tables: Sequence[RowTable]) -> Dict[str, int]:
+    counts: Dict[str, int] = {}
+    for t in tables:
+        seen = set()
+        for record, kind in zip(t.record.tolist(), t.kind.tolist()):
+            if record in seen or kind == KIND_PARAM_GRAD or record.startswith("Distributed."):
+                continue
+            seen.add(record)
+            key = call_key(record)
+            if key is not None and key[0].endswith("forward"):
+                counts[key[0]] = counts.get(key[0], 0) + 1
+    return counts
+
+
+def micro_batch_count(stage_heads: Sequence[RowTable], golden: RowTable) -> int:
+    """How many micro-batches the target ran for one golden call: the one ratio of the target's forward call
+    counts (all stages together) to the golden's, over the call families both record; 1 when they do not agree."""
+    t_counts, g_counts = _forward_counts(stage_heads), _forward_counts([golden])
+    ratios = {t_counts[k] / g_counts[k] for k in t_counts.keys() & g_counts.keys() if g_counts[k]}
+    if len(ratios) != 1:
+        return 1
+    m = ratios.pop()
+    return int(m) if m == int(m) and m > 1 else 1
+
+
+def fold_micro_batches(table: RowTable, m: int) -> Optional[List[RowTable]]:
+    """A stage rank's rows as ``m`` tables, one per micro-batch, its calls renamed to their index within the
+    micro-batch (the k-th call of a family is in micro-batch ``k // (calls / m)``: forwards run micro-batch by
+    micro-batch); rows without a call index (parameter gradients) are in every table. None when a family's calls
+    do not divide by ``m``."""
+    records = table.record.tolist()
+    kind_of: Dict[str, int] = {}
+    for record, kind in zip(records, table.kind.tolist()):
+        kind_of.setdefault(record, kind)
+    families: Dict[str, List[int]] = {}
+    api: Dict[str, bool] = {}
+    for record, kind in kind_of.items():
+        key = call_key(record) if kind != KIND_PARAM_GRAD else None
+        if key is not None:
+            families.setdefault(key[0], []).append(key[1])
+            api[key[0]] = split_call(record) is not None
+    where: Dict[str, Tuple[int, str]] = {}
+    for family, indices in families.items():
+        # an API's backward call keeps its forward's index; a module's backward calls are counted on their own
+        forward = family[: -len("backward")] + "forward"
+        own = families[forward] if api[family] and family.endswith(".backward") and forward in families \
+            else indices
+        own = sorted(set(own))
+        if len(own) % m:
+            return None
+        per = len(own) // m
+        pos = {idx: i for i, idx in enumerate(own)}
+        for idx in indices:
+            if idx not in pos:
+                return None
+            mb, within = divmod(pos[idx], per)
+            where[_named(family, idx, api[family])] = (mb, _named(family, within, api[family]))
+    mb_of = np.array([where.get(r, (-1, r))[0] for r in records], dtype=np.int64)
+    out = []
+    for mb in range(m):
+        part = table.take(np.flatnonzero((mb_of == mb) | (mb_of < 0)))
+        out.append(_renamed(part, {old: new for old, (b, new) in where.items() if b == mb}, every_kind=True))
+    return out
+
+
+def _named(family: str, index: int, is_api: bool) -> str:
+    """The record name of call ``index`` of a family (inverse of :func:`call_key`)."""
+    if not is_api:
+        return "{}.{}".format(family, index)
+    head, _, direction = family.rpartition(".")
+    return "{}.{}.{}".format(head, index, direction)

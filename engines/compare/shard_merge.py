@@ -315,19 +315,28 @@ class _Members:
 
 
 def merge_group(tables: Sequence[RowTable], ranks: Sequence[int], golden_shapes: Optional[Dict[str, str]], *,
-                entries: Optional[Sequence[Sequence[Any]]] = None, labels: Optional[Sequence[str]] = None,
+                pieces: Optional[Sequence[MergedPiece]] = None, labels: Optional[Sequence[str]] = None,
                 word: str = "ranks") -> MergedPiece:
     """Rows of the ranks of one tensor-parallel group (``ranks`` in shard order, one table each) as one piece.
-    ``golden_shapes`` (row name -> shape text of the golden) lets plain shards be recognised. Tables that are
-    merged pieces themselves pass their ``entries``; ``labels`` and ``word`` name the members in reasons."""
-    m = _Members(tables, ranks, entries, labels, word)
+    ``golden_shapes`` (row name -> shape text of the golden) lets plain shards be recognised. Members that are
+    merged pieces themselves are passed as ``pieces`` (their rows kept per rank or left out stay so); ``labels``
+    and ``word`` name the members in reasons."""
+    if pieces is not None:
+        tables = [p.rows for p in pieces]
+    m = _Members(tables, ranks, [p.entries for p in pieces] if pieces is not None else None, labels, word)
     out = _Out()
     for t in tables:
         out.args.update(t.args)
-    index = [{name: j for j, name in enumerate(t.name.tolist())} for t in tables]
+    settled = [np.isin(p.how, (PER_RANK, LOCAL)) if pieces is not None else np.zeros(len(t), dtype=bool)
+               for p, t in zip(pieces or [None] * len(tables), tables)]
+    index = [{name: j for j, name in enumerate(t.name.tolist()) if not settled[k][j]} for k, t in enumerate(tables)]
     seen: set = set()
-    for t in tables:  # the first member's rows in its order, then rows some other member alone holds
-        for name in t.name.tolist():
+    for k, t in enumerate(tables):  # the first member's rows in its order, then rows some other member alone holds
+        for j, name in enumerate(t.name.tolist()):
+            if settled[k][j]:
+                assert pieces is not None
+                out.copy(t, j, m.ranks[k], int(pieces[k].how[j]), pieces[k].why[j], m.entry(k, j))
+                continue
             if name in seen:
                 continue
             seen.add(name)
