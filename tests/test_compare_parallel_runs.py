@@ -71,3 +71,22 @@ def test_dtensor_tp2_against_one_process_from_the_recorded_placements(tmp_path):
     bad = compare(faulty, golden, tmp_path / "o2")
     top = bad.top_suspects[0]
     assert top["record"] == "Module.up.Linear.forward.0" and top["rank"] == 1, bad.top_suspects[:3]
+
+
+def test_pp2_micro_batches_against_one_process(tmp_path):
+    """The pipeline bed (2 stages, GPipe over 2 micro-batches) against its unsplit run on the whole batch: the
+    stages stitch and the micro-batches merge into the whole-batch calls. Step 1: step 0 holds the schedule's
+    shape inference too. Needs tests/dist_beds/pp.py (the test beds' branch): skipped without it."""
+    if not Path(bed("pp")).is_file():
+        pytest.skip("tests/dist_beds/pp.py is not in this checkout")
+    golden = capture(tmp_path / "g", "pp", 1)
+    target = capture(tmp_path / "t", "pp", 2)
+    out = compare(target, golden, tmp_path / "o", target_layout={"ranks": 2, "pp": 2}, step=[1])
+    assert any("2 micro-batches a golden call" in n for n in out.summary["notes"]), out.summary["notes"]
+    r = out.results
+    forward = [i for i, n in enumerate(r["target_name"].tolist()) if ".forward." in n]
+    names = [r["target_name"][i] for i in forward]
+    assert "Module.up.Linear.forward.0.output.0" in names and "Module.down.Linear.forward.0.output.0" in names
+    assert all(r["matched"][i] and r["rel_err"][i] < 1e-5 for i in forward), [
+        (r["target_name"][i], r["target_shape"][i], r["rel_err"][i]) for i in forward]
+    assert r["target_shape"][r["target_name"].tolist().index("Module.up.Linear.forward.0.input.0")] == "[4, 8]"

@@ -17,7 +17,7 @@ from typing import Any, Dict, List, Optional, Tuple
 import numpy as np
 
 from engines.compare import divergence, suspects, tensor_metrics
-from engines.compare.merged_source import after_piece, merge_notes, merge_sides
+from engines.compare.merged_source import MergeOptions, MergeTally, after_piece, merge_sides
 from engines.compare.options import CompareError, CompareOptions, summary_options
 from engines.compare.piece import PieceSettings, compare_piece
 from engines.compare.prefetch import start_prefetch
@@ -153,7 +153,9 @@ def run_compare(job: Any, events=None, *, fail_on_findings: bool = True, write: 
     prefetch = start_prefetch(target, golden)  # both msprobe dumps: the target read by a helper process
     try:
         notes: List[str] = ["target " + n for n in target.notes()] + ["golden " + n for n in golden.notes()]
-        target, golden = merge_sides(target, golden, opts, notes)  # ranks of another parallel layout merge here
+        # ranks of another parallel layout merge here (a process that opens the sides itself does the same)
+        target, golden = merge_sides(target, golden, MergeOptions.of(opts), notes)
+        tally = MergeTally(target, golden)
         mode = choose_mode(opts.mode, target, golden)
         pieces = pair_pieces(target, golden, opts.rank, opts.step, notes)
         if not pieces:
@@ -185,6 +187,7 @@ def run_compare(job: Any, events=None, *, fail_on_findings: bool = True, write: 
                     raise CompareError(str(exc)) from None
                 cols, match = compare_piece(t_rows, g_rows, t_spec, g_spec, settings)
                 after_piece(cols, target, golden, rank, t_step, g_step, mode, _VERDICT_CODE)
+                tally.add(cols)
                 _note_unmatched_records(cols, rank, t_step, opts.fuzzy_match, notes)
                 only = {"rank": np.full(match.golden_only.shape[0], rank, dtype=np.int64),
                         "step": np.full(match.golden_only.shape[0], g_step, dtype=np.int64),
@@ -199,7 +202,7 @@ def run_compare(job: Any, events=None, *, fail_on_findings: bool = True, write: 
                 del cols, only
                 _emit(events, "step", step=n, total_steps=len(pieces), elapsed_s=round(time.time() - started, 3),
                       records=chunks.rows)
-            merge_notes(target, golden, notes)
+            tally.note(notes, pieces[0][:2])
             unreadable.check(notes)  # before anything is written: nothing compared is bad input
         except BaseException as exc:
             chunks.abort()

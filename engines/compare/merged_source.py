@@ -9,6 +9,7 @@ in model order (:mod:`engines.compare.pipeline`).
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
@@ -36,8 +37,6 @@ class MergedSource(DumpSource):
         self._ref_rows: Optional[Tuple[Tuple[int, int], RowTable]] = None
         self.micro_batches = 1
         self.fold_note = ""
-        self.counts = {"shards": 0, "per_rank": 0, "local": 0}
-        self.first_why = ""
 
     @property
     def framework(self) -> str:
@@ -95,17 +94,8 @@ class MergedSource(DumpSource):
             merged.append(per_rank[0] if len(per_rank) == 1 else
                           merge_group([], list(stage_ranks), shapes, pieces=per_rank))
         piece = merged[0] if len(merged) == 1 else _order_stages(_concat(merged), merged, record_mb)
-        self._count(piece)
         self._held = ((rank, step), piece)
         return piece
-
-    def _count(self, piece: MergedPiece) -> None:
-        self.counts["shards"] += int((piece.how == SHARDS).sum())
-        self.counts["per_rank"] += int((piece.how == PER_RANK).sum())
-        self.counts["local"] += int((piece.how == LOCAL).sum())
-        if not self.first_why:
-            for i in np.flatnonzero((piece.how == PER_RANK) | (piece.how == LOCAL))[:1]:
-                self.first_why = "{}: {}".format(piece.rows.name[i], piece.why[i])
 
     def _golden_rows(self, rank: int, step: int) -> Optional[RowTable]:
         """The golden piece this piece is compared with (for its shapes and call counts)."""
@@ -228,6 +218,7 @@ def after_piece(cols: Dict[str, np.ndarray], target: DumpSource, golden: DumpSou
     if not isinstance(target, MergedSource):
         return
     piece = target.piece(rank, t_step)
+    cols["merge_how"] = piece.how.copy()  # for :class:`MergeTally`, wherever this piece was compared
     reasons = cols["reasons"]
     cols["rank"] = cols["rank"].copy()  # the piece's own column: the attribution below changes it
     for i in np.flatnonzero(piece.how == LOCAL):
@@ -288,18 +279,55 @@ def _attribute(cols: Dict[str, np.ndarray], piece: MergedPiece, spec: MergedTens
         cols["rank"][cols["record"] == record] = r
 
 
-def merge_notes(target: DumpSource, golden: DumpSource, notes: List[str]) -> None:
-    """One line a merged side: how many rows merged, stayed per rank or were left out (and the first reason)."""
-    for word, side in (("target", target), ("golden", golden)):
-        if not isinstance(side, MergedSource):
-            continue
-        c = side.counts
-        text = "{}: {} row(s) merged from shards".format(word, c["shards"])
+@dataclass(frozen=True)
+class MergeOptions:
+    """What :func:`merge_sides` reads of the compare options (picklable: worker processes merge the sides they
+    open themselves)."""
+
+    merge_ranks: str = "auto"
+    target_layout: Any = None
+    golden_layout: Any = None
+
+    @classmethod
+    def of(cls, opts: Any) -> "MergeOptions":
+        return cls(getattr(opts, "merge_ranks", "auto"), getattr(opts, "target_layout", None),
+                   getattr(opts, "golden_layout", None))
+
+
+class MergeTally:
+    """Counts of the merged rows over the compared pieces (from their ``merge_how`` column, so pieces compared in
+    worker processes count too), said in one note a merged side."""
+
+    def __init__(self, target: DumpSource, golden: DumpSource):
+        self.target, self.golden = target, golden
+        self.counts = np.zeros(LOCAL + 1, dtype=np.int64)
+        self.first_why = ""
+        self.seen = False
+
+    def add(self, cols: Dict[str, np.ndarray]) -> None:
+        how = cols.get("merge_how")
+        if how is None:
+            return
+        self.seen = True
+        self.counts += np.bincount(how, minlength=LOCAL + 1)[:LOCAL + 1]
+        if not self.first_why:
+            for i in np.flatnonzero((how == PER_RANK) | (how == LOCAL))[:1]:
+                why = str(cols["reasons"][i]).rpartition("kept per rank: ")[2]
+                self.first_why = "{}: {}".format(cols["target_name"][i], why)
+
+    def note(self, notes: List[str], first_piece: Optional[Tuple[int, int]] = None) -> None:
+        side = self.target
+        if not isinstance(side, MergedSource) or not self.seen:
+            return
+        if side.micro_batches == 1 and not side.fold_note and first_piece is not None:
+            side.piece(*first_piece)  # pieces compared elsewhere: learn the micro-batch count here
+        c = self.counts
+        text = "target: {} row(s) merged from shards".format(int(c[SHARDS]))
         if side.micro_batches > 1:
             text += " ({} micro-batches a golden call)".format(side.micro_batches)
         elif side.fold_note:
             text += " ({})".format(side.fold_note)
-        if c["per_rank"] or c["local"]:
-            text += ", {} kept per rank, {} not compared (first: {})".format(c["per_rank"], c["local"],
-                                                                              side.first_why)
+        if c[PER_RANK] or c[LOCAL]:
+            text += ", {} kept per rank, {} not compared (first: {})".format(int(c[PER_RANK]), int(c[LOCAL]),
+                                                                              self.first_why)
         notes.append(text)
