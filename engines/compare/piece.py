@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Callable, Dict, Optional
+from typing import Callable, Dict, Optional, Tuple
 
 import numpy as np
 
@@ -60,7 +60,7 @@ def _stats(rows: RowTable) -> Dict[str, np.ndarray]:
 
 
 def _known_on_both(t_stats: Dict[str, np.ndarray], g_stats: Dict[str, np.ndarray], t_valid: np.ndarray,
-                   g_valid: np.ndarray):
+                   g_valid: np.ndarray) -> Tuple[Dict[str, np.ndarray], Dict[str, np.ndarray]]:
     """The statistics with those a side does not know (its valid bit clear: a bool mean, a merged shard's norm)
     set to NaN on both sides: a missing statistic is not compared (never a difference)."""
     t_out, g_out = dict(t_stats), dict(g_stats)
@@ -140,8 +140,8 @@ def compare_piece(t: RowTable, g: RowTable, t_spec, g_spec, st: PieceSettings):
     _scalar_flags(cols, flags, scalar, t.text, g_text)
     flag_changed_defaults(cols, flags, t, matched, F["scalar argument changed"])
 
-    rel_err = stats_metrics.scaled_stat_errors(*_known_on_both(_stats(t), g_stats, t.valid, cols["g_valid"]),
-                                               t.numel, st.small_value, scale_norm=g_stats["norm"])
+    t_known, g_known = _known_on_both(_stats(t), g_stats, t.valid, cols["g_valid"])
+    rel_err = stats_metrics.scaled_stat_errors(t_known, g_known, t.numel, st.small_value, scale_norm=g_stats["norm"])
     rel_err[~tensor] = np.nan
     both_hash = (t.crc32 != "") & (cols["golden_crc32"] != "") & matched
     hash_equal = np.full(n, -1, dtype=np.int8)

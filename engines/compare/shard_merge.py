@@ -327,8 +327,8 @@ def merge_group(tables: Sequence[RowTable], ranks: Sequence[int], golden_shapes:
     out = _Out()
     for t in tables:
         out.args.update(t.args)
-    settled = [np.isin(p.how, (PER_RANK, LOCAL)) if pieces is not None else np.zeros(len(t), dtype=bool)
-               for p, t in zip(pieces or [None] * len(tables), tables)]
+    settled = [np.isin(p.how, (PER_RANK, LOCAL)) for p in pieces] if pieces is not None else \
+        [np.zeros(len(t), dtype=bool) for t in tables]
     index = [{name: j for j, name in enumerate(t.name.tolist()) if not settled[k][j]} for k, t in enumerate(tables)]
     seen: set = set()
     for k, t in enumerate(tables):  # the first member's rows in its order, then rows some other member alone holds
@@ -348,7 +348,7 @@ def merge_group(tables: Sequence[RowTable], ranks: Sequence[int], golden_shapes:
                         out.copy(tables[kk], jj, m.ranks[kk], PER_RANK, "on {} only".format(", ".join(held)),
                                  m.entry(kk, jj))
                 continue
-            _merge_row(out, m, [jj for _, jj in where], name, golden_shapes)
+            _merge_row(out, m, [int(jj) for _, jj in where if jj is not None], name, golden_shapes)
     return out.build()
 
 
@@ -401,7 +401,7 @@ def _per_rank(out: _Out, m: _Members, js: List[int], why: str) -> None:
         out.copy(t, j, m.ranks[k], PER_RANK, why, m.entry(k, j))
 
 
-def _checked_stats(m: _Members):
+def _checked_stats(m: _Members) -> Callable[[Placement, List[_Stat]], _Stat]:
     """Statistics combine that refuses replicated copies that differ (the row then stays per rank)."""
 
     def combine(placement: Placement, xs: List[_Stat]) -> _Stat:

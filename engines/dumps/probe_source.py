@@ -386,7 +386,7 @@ def _build_rows(reader, recs: Dict[str, np.ndarray], ts: Dict[str, np.ndarray], 
     return table
 
 
-def _tensor_rows(reader, step: int) -> Dict[str, np.ndarray]:
+def _tensor_rows(reader: Any, step: int) -> Dict[str, np.ndarray]:
     """The ``tensors`` columns compare reads, ``dist`` (a shard's placement, docs/FORMAT.md) included: all "" for a
     store written before that column existed."""
     try:
