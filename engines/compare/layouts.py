@@ -42,11 +42,10 @@ class SideLayout:
 
     def describe(self) -> str:
         g = self.groups[0]
-        tp = len(g.stages[0])
-        return "{} group(s) of {} rank(s) (tp {}, pp {}; from {})".format(len(self.groups), len(g.ranks), tp,
-                                                                         len(g.stages), "the layout description"
-                                                                         if self.origin == "description" else
-                                                                         "the recorded placements")
+        if self.origin != "description":
+            return "{} group(s) of {} rank(s) (from the recorded placements)".format(len(self.groups), len(g.ranks))
+        return "{} group(s) of {} rank(s) (tp {}, pp {}; from the layout description)".format(
+            len(self.groups), len(g.ranks), len(g.stages[0]), len(g.stages))
 
 
 class LayoutError(ValueError):
