@@ -342,3 +342,43 @@ def test_pp_micro_batches_merge_into_the_whole_batch_call(tmp_path):
     assert r["target_shape"][index["Functional.linear.1.forward.input.1"]] == "[8, 16]"  # the same weight
     assert any("2 micro-batches a golden call" in n for n in s["notes"]), s["notes"]
     assert np.nanmax(r["rel_err"]) == 0.0
+
+
+def test_tp2_inside_dp2_from_the_recorded_meshes(tmp_path):
+    """TP2 x DP2: ranks 0-1 and 2-3 are tensor-parallel groups (their 1-d meshes), each on half of the batch.
+    Against one process on the whole batch, every row merges: within a replica by its shards, then the replicas
+    along the batch."""
+    per_rank = {}
+    for dp in (0, 1):
+        x = X[2 * dp:2 * dp + 2]
+        mesh = (2 * dp, 2 * dp + 1)
+        for tp in (0, 1):
+            cols = slice(8 * tp, 8 * tp + 8)
+            h = x @ W_UP[cols].T
+            r = np.maximum(h, 0)
+            partial = r @ W_DOWN[:, cols].T
+
+            def d(shape, p, tp=tp, mesh=mesh):
+                return dist(shape, p, tp, mesh)
+
+            # the weight on the 2-d mesh (replicated over dp, sharded over tp): what links the replicas
+            two_d = json.dumps({"global_shape": [8, 16], "placements": ["R", "S(1)"], "mesh": [[0, 1], [2, 3]],
+                                "mesh_dims": ["dp", "tp"], "coord": [dp, tp]})
+
+            per_rank[2 * dp + tp] = [
+                ("Functional.linear.0.forward", [("input.0", x, ""), ("input.1", W_UP[cols], d((16, 8), "S(0)")),
+                                                 ("output.0", h, d((2, 16), "S(1)"))]),
+                ("Functional.relu.0.forward", [("input.0", h, ""), ("output.0", r, "")]),
+                ("Functional.linear.1.forward", [("input.0", r, d((2, 16), "S(1)")),
+                                                 ("input.1", W_DOWN[:, cols], two_d),
+                                                 ("output.0", partial, d((2, 8), "P(sum)"))])]
+    golden = run_of(tmp_path / "g", {0: golden_records()})
+    target = run_of(tmp_path / "t", per_rank)
+    out = run_compare(job(target, golden, tmp_path / "out"), None)
+    s = out.summary
+    assert s["verdicts"]["pass"] == 8 and s["rows"] == 8, (s["verdicts"], s["notes"])
+    assert any("data-parallel replicas of 2" in n for n in s["notes"]), s["notes"]
+    index, r = by_name(out)
+    assert r["target_shape"][index["Functional.relu.0.forward.output.0"]] == "[4, 16]"
+    assert r["target_shape"][index["Functional.linear.1.forward.output.0"]] == "[4, 8]"
+    assert np.nanmax(r["rel_err"]) < 1e-6

@@ -22,6 +22,8 @@ from schemas.layout import ParallelLayout
 class Group:
     piece: int  # the merged piece's rank id
     stages: Tuple[Tuple[int, ...], ...]  # pipeline stages in model order, each its tensor-parallel ranks in order
+    # data-parallel replicas of a recorded 2-d layout: the tensor-parallel sub-meshes (each holds one batch slice)
+    replicas: Tuple[Tuple[int, ...], ...] = ()
 
     @property
     def ranks(self) -> List[int]:
@@ -43,7 +45,9 @@ class SideLayout:
     def describe(self) -> str:
         g = self.groups[0]
         if self.origin != "description":
-            return "{} group(s) of {} rank(s) (from the recorded placements)".format(len(self.groups), len(g.ranks))
+            return "{} group(s) of {} rank(s){} (from the recorded placements)".format(
+                len(self.groups), len(g.ranks), ", data-parallel replicas of {}".format(len(g.replicas[0]))
+                if g.replicas else "")
         return "{} group(s) of {} rank(s) (tp {}, pp {}; from the layout description)".format(
             len(self.groups), len(g.ranks), len(g.stages[0]), len(g.stages))
 
@@ -85,14 +89,19 @@ def from_placements(source: DumpSource) -> Optional[SideLayout]:
         return r
 
     seen_mesh = False
+    activation_meshes: Dict[Tuple[int, ...], None] = {}
     for rank in ranks:
         steps = source.steps(rank)
         if not steps:
             continue
         try:
-            texts = reader_of(rank).tensors(step=steps[0], columns=["dist"])["dist"]
+            cols = reader_of(rank).tensors(step=steps[0], columns=["dist", "slot"])
         except (KeyError, ValueError):
             return None
+        texts = cols["dist"]
+        for text, slot in set(zip(texts.tolist(), cols["slot"].tolist())):
+            if str(slot).startswith(("input", "output")) and _mesh_dims(text) == 1:
+                activation_meshes[tuple(_mesh_ranks(text))] = None
         for text in set(texts.tolist()):
             members = _mesh_ranks(text)
             members = [m for m in members if m in parent]
@@ -107,8 +116,26 @@ def from_placements(source: DumpSource) -> Optional[SideLayout]:
     comps: Dict[int, List[int]] = {}
     for r in ranks:
         comps.setdefault(find(r), []).append(r)
-    groups = tuple(Group(i, (tuple(sorted(c)),)) for i, c in enumerate(sorted(comps.values(), key=min)))
+    groups = tuple(Group(i, (tuple(sorted(c)),), _replicas(c, list(activation_meshes)))
+                   for i, c in enumerate(sorted(comps.values(), key=min)))
     return SideLayout(groups, "placements")
+
+
+def _replicas(component: List[int], meshes: List[Tuple[int, ...]]) -> Tuple[Tuple[int, ...], ...]:
+    """The 1-d meshes of the activations that split a group into equal, disjoint, smaller sub-groups (tensor
+    parallel inside data parallel); () when they do not."""
+    subs = sorted({m for m in meshes if set(m) <= set(component) and len(m) < len(component)}, key=min)
+    members = [r for m in subs for r in m]
+    if not subs or len(set(len(m) for m in subs)) != 1 or sorted(members) != sorted(component):
+        return ()
+    return tuple(subs)
+
+
+def _mesh_dims(text: str) -> int:
+    try:
+        return len(json.loads(text).get("placements") or ()) if text and '"mesh"' in text else 0
+    except (ValueError, AttributeError):
+        return 0
 
 
 def _mesh_ranks(text: str) -> List[int]:

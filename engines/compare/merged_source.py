@@ -8,6 +8,7 @@ in model order (:mod:`engines.compare.pipeline`).
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Tuple
@@ -21,7 +22,7 @@ from engines.compare.pipeline import fold_micro_batches, micro_batch_count, stit
 from engines.compare.shard_merge import LOCAL, PER_RANK, SHARDS, MergedPiece, Recipe, merge_group
 from engines.compare.shard_tensors import MergedTensorSpec, shard_errors
 from engines.compare.tensor_metrics import ST_UNMATCHED
-from engines.dumps.rows import RowTable
+from engines.dumps.rows import RowTable, parse_shape
 from engines.dumps.source import DumpSource
 
 
@@ -84,6 +85,9 @@ class MergedSource(DumpSource):
         renamed, record_mb = stitch_stages(flat, trees) if len(flat) > 1 else ([list(flat[0])], {})
         merged = []
         for tables, stage_ranks in zip(renamed, group.stages):
+            if group.replicas and m == 1 and len(group.stages) == 1:
+                merged.append(_merge_replicas(tables, list(stage_ranks), group.replicas, shapes))
+                continue
             if m == 1:
                 merged.append(merge_group(tables, list(stage_ranks), shapes))
                 continue
@@ -150,6 +154,48 @@ def _fold(stages: List[List[RowTable]], m: int) -> Optional[List[List[RowTable]]
             flat.extend(parts)
         out.append(flat)
     return out
+
+
+def _merge_replicas(tables: List[RowTable], ranks: List[int], replicas: Tuple[Tuple[int, ...], ...],
+                    shapes: Optional[Dict[str, str]]) -> MergedPiece:
+    """Tensor parallel inside data parallel: rows the whole group merges (shards on the 2-d mesh, identical
+    copies) as the group merges them; the others merged within each replica (its batch slice: the golden's shape
+    with dimension 0 divided by the replica count), then the replicas concatenated along dimension 0."""
+    full = merge_group(tables, ranks, shapes)
+    redo = np.isin(full.how, (PER_RANK, LOCAL))
+    if not redo.any():
+        return full
+    by_rank = dict(zip(ranks, tables))
+    slice_shapes = _batch_slices(shapes, len(replicas))
+    per_replica = [merge_group([by_rank[r] for r in rep], list(rep), slice_shapes) for rep in replicas]
+    hier = merge_group([], [rep[0] for rep in replicas], shapes, pieces=per_replica, word="data-parallel replicas",
+                       labels=["ranks {}".format("-".join(map(str, rep))) for rep in replicas])
+    wanted = set(full.rows.name[redo].tolist())
+    keep_hier = np.fromiter((n in wanted for n in hier.rows.name.tolist()), dtype=bool, count=len(hier.rows))
+    both = _concat([_subset(full, ~redo), _subset(hier, keep_hier)])
+    first = {n: i for i, n in reversed(list(enumerate(full.rows.name.tolist())))}
+    key = np.fromiter((first.get(n, len(first)) for n in both.rows.name.tolist()), dtype=np.int64,
+                      count=len(both.rows))
+    order = np.argsort(key, kind="stable")
+    rows = both.rows.take(order)
+    rows.order[:] = np.arange(len(rows))
+    return MergedPiece(rows, both.entries, both.how[order], [both.why[i] for i in order.tolist()])
+
+
+def _batch_slices(shapes: Optional[Dict[str, str]], k: int) -> Optional[Dict[str, str]]:
+    if shapes is None:
+        return None
+    out = {}
+    for name, text in shapes.items():
+        shape = parse_shape(text)
+        if shape and shape[0] % k == 0:
+            out[name] = json.dumps([shape[0] // k] + list(shape[1:]))
+    return out
+
+
+def _subset(piece: MergedPiece, keep: np.ndarray) -> MergedPiece:
+    idx = np.flatnonzero(keep)
+    return MergedPiece(piece.rows.take(idx), piece.entries, piece.how[idx], [piece.why[i] for i in idx.tolist()])
 
 
 def _concat(pieces: List[MergedPiece]) -> MergedPiece:

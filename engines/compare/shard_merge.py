@@ -231,6 +231,21 @@ class _Out:
         self.how.append(SHARDS)
         self.why.append("")
 
+    def leave_out_misshapen(self, golden_shapes: Dict[str, str]) -> None:
+        """A row kept per rank whose shape is not the golden's would only say so (a shape error): left out."""
+        rows = self.builder.rows
+        for i, how in enumerate(self.how):
+            if how != PER_RANK:
+                continue
+            name, shape = rows[i][_I["name"]], rows[i][_I["shape"]]
+            whole = golden_shapes.get(name)
+            if whole is not None and parse_shape(whole) is not None and parse_shape(whole) != parse_shape(shape):
+                row = list(rows[i])
+                row[_I["data"]] = -1
+                rows[i] = tuple(row)
+                self.how[i] = LOCAL
+                self.why[i] += "; its shape is not the golden's {}: not compared".format(whole)
+
     def _entry(self, entry: Any) -> int:
         if entry is None:
             return -1
@@ -335,7 +350,7 @@ def merge_group(tables: Sequence[RowTable], ranks: Sequence[int], golden_shapes:
         for j, name in enumerate(t.name.tolist()):
             if settled[k][j]:
                 assert pieces is not None
-                out.copy(t, j, m.ranks[k], int(pieces[k].how[j]), pieces[k].why[j], m.entry(k, j))
+                out.copy(t, j, int(t.rank[j]), int(pieces[k].how[j]), pieces[k].why[j], m.entry(k, j))
                 continue
             if name in seen:
                 continue
@@ -349,6 +364,8 @@ def merge_group(tables: Sequence[RowTable], ranks: Sequence[int], golden_shapes:
                                  m.entry(kk, jj))
                 continue
             _merge_row(out, m, [int(jj) for _, jj in where if jj is not None], name, golden_shapes)
+    if golden_shapes:
+        out.leave_out_misshapen(golden_shapes)
     return out.build()
 
 

@@ -42,6 +42,8 @@ class MergedTensorReader:
         entry = self.spec.entries[loc]
         if isinstance(entry, Recipe):
             first = entry.parts[0]
+            while first.inner is not None:  # a merged part: its first stored part says the dtype
+                first = first.inner.parts[0]
             dtype, _, _ = self._base(first.rank).info(first.loc)
             return dtype, int(np.prod(entry.shape)) if entry.shape else 1, entry.shape
         rank, base_loc = entry
