@@ -77,6 +77,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-o", "--output", metavar="DIR", help="where to write the result")
     p.add_argument("--mode", choices=["auto", "tensor", "statistics", "md5"], default="auto")
     p.add_argument("--fuzzy", action="store_true", help="align names that differ (call indices, class names)")
+    p.add_argument("--target-layout", metavar="LAYOUT",
+                   help="the target's parallel layout when its dump records none, e.g. ranks=4,tp=2,pp=2 "
+                        "(keys ranks, tp, pp, vpp, order)")
+    p.add_argument("--golden-layout", metavar="LAYOUT", help="the golden's parallel layout, as --target-layout")
     _add_job_flags(p)
 
     p = sub.add_parser("analyze-overflow", help="replay the ops an overflow_check run flagged, in high precision")

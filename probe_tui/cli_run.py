@@ -5,6 +5,7 @@ from typing import Any, Dict
 
 from probe_tui.cli_config import load_or_report
 from probe_tui.cli_output import fail, print_json
+from schemas.layout import layout_from_text
 
 
 def _event_sink(args):
@@ -86,8 +87,16 @@ def _run_section(task: str, section: Dict[str, Any], args, label: str) -> int:
 
 
 def cmd_compare(args) -> int:
-    return _run_section("compare", {"target_path": args.target, "golden_path": args.golden, "mode": args.mode,
-                                    "fuzzy_match": bool(args.fuzzy)}, args, label="compare")
+    section = {"target_path": args.target, "golden_path": args.golden, "mode": args.mode,
+               "fuzzy_match": bool(args.fuzzy)}
+    for flag, key in (("target_layout", "target_layout"), ("golden_layout", "golden_layout")):
+        text = getattr(args, flag, None)
+        if text:
+            try:
+                section[key] = layout_from_text(text)
+            except ValueError as exc:
+                return fail("compare --{}: {}".format(flag.replace("_", "-"), exc))
+    return _run_section("compare", section, args, label="compare")
 
 
 def cmd_analyze_overflow(args) -> int:

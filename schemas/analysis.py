@@ -12,6 +12,7 @@ from pydantic import PlainValidator, WithJsonSchema, field_validator, model_vali
 from .base import ConfigModel
 from .common import JobBase
 from .errors import RuleCollector, echo
+from .layout import ParallelLayout
 from .schema_rules import NON_BLANK, add_rules, inside, note, when
 from .types import RankList, config_error, field
 
@@ -142,6 +143,17 @@ class CompareSection(ConfigModel):
         description="Result files: hdf5 (always), csv, xlsx (refused above Excel's row limit).")
     output_path: Optional[str] = field(
         None, "Folder for the results. Unset: a new run folder under dump_path.", min_length=1)
+    merge_ranks: Literal["auto", "on", "off"] = field(
+        "auto", "Merge the ranks of a parallel side into whole tensors before matching when the two runs' "
+                "layouts differ (TP=2 against one process), from the recorded placements or "
+                "target_layout/golden_layout. auto: when the sides have different numbers of ranks or a layout "
+                "is given; on: also for equal numbers of ranks (TP=2 against DP=2); off: ranks pair by id.",
+        advanced=True)
+    target_layout: Optional[ParallelLayout] = field(
+        None, "The target's parallel layout when its dump records no placements (Megatron-style manual tensor "
+              "parallel, msprobe dumps), as msprobe's parallel merge takes it.", advanced=True)
+    golden_layout: Optional[ParallelLayout] = field(
+        None, "The golden's parallel layout, as target_layout.", advanced=True)
 
     @field_validator("formats")
     @classmethod

@@ -17,6 +17,7 @@ from typing import Any, Dict, List, Optional, Tuple
 import numpy as np
 
 from engines.compare import collective_links, divergence, suspects, tensor_metrics
+from engines.compare.merged_source import MergeOptions, MergeTally, after_piece, merge_sides
 from engines.compare.options import CompareError, CompareOptions, summary_options
 from engines.compare.piece import PieceSettings, compare_piece
 from engines.compare.prefetch import start_prefetch
@@ -45,6 +46,9 @@ class CompareOutcome:
     @property
     def run_dir(self) -> Optional[Path]:
         return self.output_dir
+
+
+_VERDICT_CODE = {name: code for code, name in enumerate(VERDICTS)}
 
 
 def _emit(events, kind: str, **fields) -> None:
@@ -149,6 +153,9 @@ def run_compare(job: Any, events=None, *, fail_on_findings: bool = True, write: 
     prefetch = start_prefetch(target, golden)  # both msprobe dumps: the target read by a helper process
     try:
         notes: List[str] = ["target " + n for n in target.notes()] + ["golden " + n for n in golden.notes()]
+        # ranks of another parallel layout merge here (a process that opens the sides itself does the same)
+        target, golden = merge_sides(target, golden, MergeOptions.of(opts), notes)
+        tally = MergeTally(target, golden)
         mode = choose_mode(opts.mode, target, golden)
         pieces = pair_pieces(target, golden, opts.rank, opts.step, notes)
         if not pieces:
@@ -179,6 +186,8 @@ def run_compare(job: Any, events=None, *, fail_on_findings: bool = True, write: 
                 except DumpSourceError as exc:
                     raise CompareError(str(exc)) from None
                 cols, match = compare_piece(t_rows, g_rows, t_spec, g_spec, settings)
+                after_piece(cols, target, golden, rank, t_step, g_step, mode, _VERDICT_CODE)
+                tally.add(cols)
                 _note_unmatched_records(cols, rank, t_step, opts.fuzzy_match, notes)
                 only = {"rank": np.full(match.golden_only.shape[0], rank, dtype=np.int64),
                         "step": np.full(match.golden_only.shape[0], g_step, dtype=np.int64),
@@ -193,6 +202,7 @@ def run_compare(job: Any, events=None, *, fail_on_findings: bool = True, write: 
                 del cols, only
                 _emit(events, "step", step=n, total_steps=len(pieces), elapsed_s=round(time.time() - started, 3),
                       records=chunks.rows)
+            tally.note(notes, pieces[0][:2])
             unreadable.check(notes)  # before anything is written: nothing compared is bad input
         except BaseException as exc:
             chunks.abort()
@@ -303,10 +313,17 @@ def _summarise(opts: CompareOptions, mode: str, target: DumpSource, golden: Dump
         "largest_error_op": chunks.largest_error,
         "errors": counts["error"], "warnings": counts["warning"], "unmatched": counts["unmatched"],
         "top_suspects": top, "suspect_groups": groups, "options": summary_options(opts),
-        "tables": [suspects.suspects_table(groups, len({r for r, _, _ in pieces}) > 1)] if groups else [],
+        "tables": [suspects.suspects_table(groups, _many_ranks(pieces, div_all))] if groups else [],
     }
     exit_code = EXIT_FINDINGS if (fail_on_findings and counts["error"] > 0) else EXIT_OK
     return CompareOutcome(summary=summary, top_suspects=top, exit_code=exit_code, divergence=div_all)
+
+
+def _many_ranks(pieces, div: Dict[str, np.ndarray]) -> bool:
+    """Whether the suspects table names ranks: several rank pieces, or one merged piece whose suspects name the
+    rank whose shard diverged."""
+    ranks = div.get("rank")
+    return len({r for r, _, _ in pieces}) > 1 or (ranks is not None and len(np.unique(ranks)) > 1)
 
 
 class _Unreadable:

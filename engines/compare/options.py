@@ -9,6 +9,7 @@ from typing import Any, Dict, Iterable, List, Optional, Union
 from engines.compare.mapping import KeyOptions, MappingError, load_mapping_file, parse_api_mapping, string_map
 from engines.compare.verdicts import Thresholds
 from engines.errors import JobError
+from schemas.layout import ParallelLayout, layout_from_text
 
 FORMATS = ("hdf5", "csv", "xlsx")
 DEFAULT_SMALL_VALUE = 0.0
@@ -40,6 +41,9 @@ class CompareOptions:
     dump_path: Path = Path("./probe_dump")
     workers: Optional[int] = None
     top: int = 10
+    target_layout: Optional[ParallelLayout] = None  # how the target's ranks map to shards and stages
+    golden_layout: Optional[ParallelLayout] = None
+    merge_ranks: str = "auto"  # merge the ranks of a side whose parallel layout differs (docs/COMPARE.md)
 
     @classmethod
     def from_job(cls, job: Any) -> "CompareOptions":
@@ -72,6 +76,9 @@ class CompareOptions:
             dump_path=Path(str(_get(job, "dump_path", None) or "./probe_dump")).expanduser(),
             workers=data.get("workers"),
             top=int(data.get("top") or 10),
+            target_layout=_layout(data.get("target_layout"), "compare.target_layout"),
+            golden_layout=_layout(data.get("golden_layout"), "compare.golden_layout"),
+            merge_ranks=str(data.get("merge_ranks") or "auto"),
         )
         opts.validate()
         return opts
@@ -79,6 +86,8 @@ class CompareOptions:
     def validate(self) -> None:
         if self.mode not in ("auto", "tensor", "statistics", "md5"):
             raise CompareError("compare.mode: {!r} is not one of auto, tensor, statistics, md5".format(self.mode))
+        if self.merge_ranks not in ("auto", "on", "off"):
+            raise CompareError("compare.merge_ranks: {!r} is not one of auto, on, off".format(self.merge_ranks))
         if self.highlight not in ("none", "classic"):
             raise CompareError("compare.highlight: {!r} is not one of none, classic".format(self.highlight))
         for fmt in self.formats:
@@ -125,6 +134,19 @@ def _get(obj: Any, key: str, default: Any) -> Any:
     return getattr(obj, key, default)
 
 
+def _layout(value: Any, field_name: str) -> Optional[ParallelLayout]:
+    if value is None or isinstance(value, ParallelLayout):
+        return value
+    try:
+        if isinstance(value, str):
+            value = layout_from_text(value)
+        return ParallelLayout.model_validate(value)
+    except (ValueError, TypeError) as exc:  # pydantic's ValidationError is a ValueError
+        lines = str(exc).splitlines()
+        text = "; ".join(ln.strip() for ln in lines[1:3]) if "validation error" in str(exc) else lines[0]
+        raise CompareError("{}: {}".format(field_name, text.split(" [type=")[0])) from None
+
+
 def _path_or_none(value: object) -> Optional[str]:
     if value in (None, "", False):
         return None
@@ -150,4 +172,6 @@ def _int_list(value: Union[None, int, str, Iterable[Union[int, str]]]) -> List[i
 def summary_options(opts: CompareOptions) -> Dict[str, Any]:
     return {"mode": opts.mode, "fuzzy_match": opts.fuzzy_match, "highlight": opts.highlight,
             "rel_eps": opts.rel_eps, "small_value": opts.small_value, "thresholds": opts.thresholds.as_dict(),
-            "formats": list(opts.formats)}
+            "formats": list(opts.formats), "merge_ranks": opts.merge_ranks,
+            "target_layout": opts.target_layout.model_dump() if opts.target_layout else None,
+            "golden_layout": opts.golden_layout.model_dump() if opts.golden_layout else None}

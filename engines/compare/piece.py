@@ -28,7 +28,7 @@ from engines.compare.tensor_metrics import (
 )
 from engines.compare.tensor_stream import PairTask, compare_pairs, itemsize_of
 from engines.compare.verdicts import IGNORED_APIS, F, Thresholds
-from engines.dumps.rows import V_MAX, V_MIN, RowTable
+from engines.dumps.rows import STAT_BITS, V_MAX, V_MIN, RowTable
 from engines.dumps.source import TensorSpec
 
 MODES = ("tensor", "statistics", "md5")
@@ -58,6 +58,20 @@ def _golden(values: np.ndarray, gi: np.ndarray, fill: object) -> np.ndarray:
 
 def _stats(rows: RowTable) -> Dict[str, np.ndarray]:
     return {s: getattr(rows, s) for s in STATS}
+
+
+def _known_on_both(t_stats: Dict[str, np.ndarray], g_stats: Dict[str, np.ndarray], t_valid: np.ndarray,
+                   g_valid: np.ndarray) -> Tuple[Dict[str, np.ndarray], Dict[str, np.ndarray]]:
+    """The statistics with those a side does not know (its valid bit clear: a bool mean, a merged shard's norm)
+    set to NaN on both sides: a missing statistic is not compared (never a difference)."""
+    t_out, g_out = dict(t_stats), dict(g_stats)
+    for s in STATS:
+        bit = STAT_BITS[s]
+        unknown = ((t_valid & bit) == 0) | ((g_valid & bit) == 0)
+        if unknown.any():
+            t_out[s] = np.where(unknown, math.nan, t_stats[s])
+            g_out[s] = np.where(unknown, math.nan, g_stats[s])
+    return t_out, g_out
 
 
 def _api_name(record: str) -> str:
@@ -128,7 +142,8 @@ def compare_piece(t: RowTable, g: RowTable, t_spec: Optional[TensorSpec], g_spec
     _scalar_flags(cols, flags, scalar, t.text, g_text)
     flag_changed_defaults(cols, flags, t, matched, F["scalar argument changed"])
 
-    rel_err = stats_metrics.scaled_stat_errors(_stats(t), g_stats, t.numel, st.small_value)
+    t_known, g_known = _known_on_both(_stats(t), g_stats, t.valid, cols["g_valid"])
+    rel_err = stats_metrics.scaled_stat_errors(t_known, g_known, t.numel, st.small_value, scale_norm=g_stats["norm"])
     rel_err[~tensor] = np.nan
     both_hash = (t.crc32 != "") & (cols["golden_crc32"] != "") & matched
     hash_equal = np.full(n, -1, dtype=np.int8)

@@ -120,15 +120,17 @@ def stats_table(n_stats: Dict[str, np.ndarray], b_stats: Dict[str, np.ndarray],
 
 
 def scaled_stat_errors(n_stats: Dict[str, np.ndarray], b_stats: Dict[str, np.ndarray], numel: np.ndarray,
-                       small_value: float) -> np.ndarray:
+                       small_value: float, scale_norm: Optional[np.ndarray] = None) -> np.ndarray:
     """Largest scale-aware relative error over the four statistics (a lower bound of ‖x−y‖/‖y‖).
 
     NaN where nothing numeric can be compared. A row where a statistic is non-finite on exactly one side, or
-    non-finite on both with different values, gets inf.
+    non-finite on both with different values, gets inf. ``scale_norm``: the golden norm that sets the scale (default
+    ``b_stats["norm"]``).
     """
     numel = np.asarray(numel, dtype=np.float64)
     with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
-        rms = np.abs(b_stats["norm"]) / np.sqrt(np.where(numel > 0, numel, 1.0))
+        norm = b_stats["norm"] if scale_norm is None else scale_norm
+        rms = np.abs(norm) / np.sqrt(np.where(numel > 0, numel, 1.0))
         rms = np.where(np.isfinite(rms), rms, 0.0)
         worst = np.full(numel.shape[0], np.nan)
         for s in STATS:

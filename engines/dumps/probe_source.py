@@ -297,7 +297,7 @@ class ProbeSource(DumpSource):
         if step not in reader.steps():
             raise DumpSourceError("{}: rank {} has no step {}".format(self.path, rank, step))
         recs = reader.records(step=step, columns=["name", "kind", "direction", "parent", "stack", "args"])
-        ts = reader.tensors(step=step, columns=_TENSOR_COLS)
+        ts = _tensor_rows(reader, step)
         _check_refs(self.rank_dirs[rank], recs, ts)
         return _build_rows(reader, recs, ts, rank, step)
 
@@ -373,7 +373,7 @@ def _build_rows(reader: DumpReader, recs: Dict[str, np.ndarray], ts: Dict[str, n
         rank=np.full(n, rank, np.int64), order=np.zeros(n, np.int64), parent=recs["parent"][rec_pos],
         stack=stacks[rec_pos], data=np.where(ts["pool"] != "", ts["row"], -1).astype(np.int64),
         data_name=np.full(n, "", dtype=object))
-    table = RowTable(args={}, **cols)
+    table = RowTable(args={}, dist=ts["dist"], **cols)
     scalars = _scalar_rows(recs, stacks, rank, step)
     io_rank = np.array([0, 2, 1, 3, 4], dtype=np.int64)  # input, output, parameters, grads, other
     sort_tensor = (rec_pos, io_rank[io], np.arange(n))
@@ -389,6 +389,17 @@ def _build_rows(reader: DumpReader, recs: Dict[str, np.ndarray], ts: Dict[str, n
     table.order[:] = np.arange(len(table))
     table.args = _args_with_defaults(recs)
     return table
+
+
+def _tensor_rows(reader: Any, step: int) -> Dict[str, np.ndarray]:
+    """The ``tensors`` columns compare reads, ``dist`` (a shard's placement, docs/FORMAT.md) included: all "" for a
+    store written before that column existed."""
+    try:
+        return reader.tensors(step=step, columns=_TENSOR_COLS + ["dist"])
+    except (KeyError, ValueError):
+        ts = reader.tensors(step=step, columns=_TENSOR_COLS)
+        ts["dist"] = np.full(ts["slot"].shape[0], "", dtype=object)
+        return ts
 
 
 def _args_with_defaults(recs: Dict[str, np.ndarray]) -> Dict[str, str]:

@@ -62,6 +62,8 @@ class RowTable:
     stack: np.ndarray  # call stack text ("" none)
     data: np.ndarray  # int64 locator for the side's TensorStore
     data_name: np.ndarray  # file name or "" (shown in the Data_name column)
+    # a shard's placement JSON (docs/FORMAT.md tensors.dist: "" for a plain tensor); None when the dump has none
+    dist: Optional[np.ndarray] = None
     args: Dict[str, str] = field(default_factory=dict)  # record -> non-tensor args JSON (our dumps)
     _groups: Optional[Tuple[np.ndarray, np.ndarray]] = field(  # record_codes(), once computed
         default=None, init=False, repr=False, compare=False)
@@ -72,7 +74,7 @@ class RowTable:
     def take(self, index: np.ndarray) -> "RowTable":
         """Rows at ``index`` (a bool mask or int positions)."""
         cols = {name: getattr(self, name)[index] for name in FIELDS}
-        return RowTable(args=self.args, **cols)
+        return RowTable(args=self.args, dist=None if self.dist is None else self.dist[index], **cols)
 
     @staticmethod
     def concat(tables: List["RowTable"]) -> "RowTable":
@@ -84,7 +86,11 @@ class RowTable:
         args: Dict[str, str] = {}
         for t in tables:
             args.update(t.args)
-        return RowTable(args=args, **cols)
+        dist = None
+        if any(t.dist is not None for t in tables):
+            dist = np.concatenate([t.dist if t.dist is not None else np.full(len(t), "", dtype=object)
+                                   for t in tables])
+        return RowTable(args=args, dist=dist, **cols)
 
     def record_codes(self) -> Tuple[np.ndarray, np.ndarray]:
         """(code of each row's record, record names in dump order); computed once (tables are not changed in
@@ -98,7 +104,7 @@ class RowTable:
         return self.record_codes()[1].tolist()
 
 
-FIELDS = tuple(f.name for f in fields(RowTable) if f.name not in ("args", "_groups"))
+FIELDS = tuple(f.name for f in fields(RowTable) if f.name not in ("args", "_groups", "dist"))
 
 
 class RowBuilder:

@@ -2,6 +2,7 @@
 
 Under ``torchrun --nproc_per_node=N`` the layers are sharded over N ranks; as one plain process the same model runs
 unsharded: the TP=1 reference of the same weights and data. Each rank saves its per-step losses.
+``BED_FAULT=<f>``: rank 1 scales its shard of the ``up`` output by ``f`` (a fault in one rank's shard of one op).
 """
 
 import os
@@ -33,6 +34,10 @@ def main() -> None:
 
         mesh = init_device_mesh("cpu", (world,), mesh_dim_names=("tp",))
         model = parallelize_module(model, mesh, {"up": ColwiseParallel(), "down": RowwiseParallel()})
+    fault = float(os.environ.get("BED_FAULT", "0") or 0)
+    if fault and rank == 1:  # inside forward: a hook of the training's own would run after probe-tui's
+        up_forward = model.up.forward
+        model.up.forward = lambda x: up_forward(x) * fault
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     values = []
     for step in range(STEPS):
