@@ -143,3 +143,20 @@ def test_preheat_runs_where_the_framework_can_rerun_on_the_cpu(fw):
     notes = [n for n in session.summary.notes if "preheat" in n]
     assert notes == ([] if preheats else ["free_benchmark: preheat is not available on MindSpore (as in msprobe); "
                                           "the fixed thresholds are used"])
+
+
+def test_a_call_on_a_distributed_tensor_is_not_re_run():
+    """Re-running a call on a DTensor (or waiting on an AsyncCollectiveTensor again) would issue collectives on one
+    rank alone: such calls pass through, counted by reason."""
+    torch = pytest.importorskip("torch")
+    act = pytest.importorskip("torch.distributed._functional_collectives").AsyncCollectiveTensor
+    from engines.free_benchmark.calls import SKIP_SHARDED
+
+    fw = _Torch()
+    checks = _checks(fw)
+    x = fw.half()  # float16: improve_precision has something to raise
+    out = checks.call(fw.info, lambda t: t * 2, (act(x),), {})
+    assert torch.equal(out, x * 2)
+    assert checks.checked == 0 and checks.skipped[SKIP_SHARDED] == 1
+    checks.call(fw.info, lambda t: t * 2, (x,), {})  # a plain tensor is still checked
+    assert checks.checked == 1

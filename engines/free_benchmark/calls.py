@@ -36,6 +36,7 @@ SKIP_INPLACE = "skipped: in-place call (re-running it would write its input agai
 SKIP_RANDOM = "skipped: random call"
 SKIP_INPUT = "skipped: no floating tensor in the first tensor argument (unsupported input type)"
 SKIP_VIEW = "skipped: the output is a view of an input (nothing computed)"
+SKIP_SHARDED = "skipped: a distributed tensor input (re-running the call could issue collectives on this rank alone)"
 #: pert_modes whose re-run leaves the framework's own low-precision region (autocast)
 WHOLE_CALL_MODES = ("improve_precision", "to_cpu")
 
@@ -130,6 +131,8 @@ class CallChecks:
             return SKIP_COLLECTIVE
         if self.ops.is_inplace(info, kwargs):
             return SKIP_INPLACE
+        if self.ops.has_sharded_input(args, kwargs):
+            return SKIP_SHARDED
         if is_random(info.api, args, kwargs, self.ops.random_apis):
             return SKIP_RANDOM
         if self.ops.first_eligible(args) is None:

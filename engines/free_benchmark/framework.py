@@ -27,6 +27,9 @@ class FrameworkOps(Protocol):
 
     def is_inplace(self, info: Any, kwargs: Dict[str, Any]) -> bool: ...
 
+    def has_sharded_input(self, args: tuple, kwargs: Dict[str, Any]) -> bool:
+        """A tensor argument of a subclass that may issue collectives when run (a DTensor): never re-run."""
+
     def first_eligible(self, args: tuple) -> Optional[int]:
         """The perturbed argument (``perturb.first_eligible_index``); None: the call cannot be checked."""
 

@@ -88,6 +88,9 @@ class MindSporeOps:
     resolve = staticmethod(cmp.resolve)
     cast_like = staticmethod(_cast_like)
 
+    def has_sharded_input(self, args: tuple, kwargs: Dict[str, Any]) -> bool:
+        return False  # MindSpore PyNative has no tensor subclass that runs collectives
+
     def is_inplace(self, info: Any, kwargs: Dict[str, Any]) -> bool:
         return info.inplace or "out" in kwargs or kwargs.get("inplace") is True
 

@@ -113,6 +113,9 @@ def _cast_like(new: Any, old: Any) -> Any:
     return structure.cast_like(new, old, _is_tensor, _cast_tensor)
 
 
+_PLAIN_TENSORS = (torch.Tensor, torch.nn.Parameter)
+
+
 class TorchOps:
     """free_benchmark's ``FrameworkOps`` on PyTorch (``engines.free_benchmark.framework``)."""
 
@@ -134,6 +137,16 @@ class TorchOps:
 
     def is_inplace(self, info: Any, kwargs: Dict[str, Any]) -> bool:
         return is_inplace(info.api, kwargs)
+
+    def has_sharded_input(self, args: tuple, kwargs: Dict[str, Any]) -> bool:
+        """Any tensor argument (nested one level in a list or tuple) of a subclass other than Parameter: a DTensor
+        or an AsyncCollectiveTensor runs collectives (or waits on one) inside the call."""
+        for value in list(args) + list(kwargs.values()):
+            items = value if isinstance(value, (list, tuple)) else (value,)
+            for item in items:
+                if isinstance(item, torch.Tensor) and type(item) not in _PLAIN_TENSORS:
+                    return True
+        return False
 
     def context(self, args: tuple, kwargs: Dict[str, Any]) -> Optional[Tuple[str, torch.dtype]]:
         return autocast_state(args, kwargs)
