@@ -152,6 +152,32 @@ def test_collectives_are_recorded_with_their_results(tmp_path, monkeypatch):
     assert "ReduceOp" in dump.record("Distributed.all_reduce.1.forward")["args"]
 
 
+def test_a_buffer_an_async_collective_fills_later_is_read_anew(tmp_path, monkeypatch):
+    """An irecv (a pipeline stage's activations) or an ``async_op=True`` collective writes its buffer when the work
+    completes, after its record, and the backend's write leaves the version counter alone: the next op on that
+    buffer must record what it holds then, not the entry summarised at the collective's call (garbage, NaN)."""
+    import torch.distributed as dist
+
+    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
+    monkeypatch.setenv("MASTER_PORT", str(_free_port()))
+    dist.init_process_group("gloo", rank=0, world_size=1)
+    try:
+        buf = torch.full((4,), float("nan"))
+        arrived = torch.arange(4, dtype=torch.float32)
+
+        def body():
+            work = dist.broadcast(buf, src=0, async_op=True)
+            work.wait()
+            buf.data.copy_(arrived)  # what the peer's data does to the buffer: no version bump
+            return torch.relu(buf)
+
+        dump, _, _ = _capture(tmp_path, body, level="L1")
+    finally:
+        dist.destroy_process_group()
+    assert buf._version == 0
+    assert_stats_equal(dump.rows("Torch.relu.0.forward")["input.0"], arrived)
+
+
 def test_dispatch_fallback_records_collectives_the_function_mode_cannot_see(tmp_path, monkeypatch):
     """On torch < 2.3 ``dist.all_reduce`` is plain Python: the dispatch-mode fallback records ``c10d`` ops then.
     Simulated here by hiding the collective from the function mode's table."""

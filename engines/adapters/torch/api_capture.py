@@ -130,7 +130,21 @@ class ApiCapture(ApiRecords):
         flatten.tensors_in(list(args), "output", post)
         for k, v in kwargs.items():
             flatten.tensors_in(v, "output.%s" % k, post)
+        if _is_async(out):
+            # an irecv or an async_op=True collective: its buffers are written when the work completes, after this
+            # record, and without a version bump; later records must read them anew, not reuse this entry
+            for _, t in post:
+                self.session.entries.mark_volatile(t)
         return outputs + post, True
+
+
+def _is_async(out: Any) -> bool:
+    """Did a torch.distributed call return pending work (``isend``/``irecv``, ``async_op=True``, a list of them)?"""
+    work = getattr(torch.distributed, "Work", None)
+    if work is None or out is None:
+        return False
+    items = out if isinstance(out, (list, tuple)) else (out,)
+    return any(isinstance(item, work) for item in items)
 
 
 def resolve_info(func: Any, selector: Any) -> Any:
