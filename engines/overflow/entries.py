@@ -42,6 +42,7 @@ class OverflowEntriesBase:
     def clear(self) -> None:
         self.n = 0
         self.cache: Dict[int, Tuple] = {}
+        self.volatile: set = set()  # ids an async collective writes later, unseen by the version counter
         self.meta: List[Tuple[str, str, str]] = []
         self.sums: List[float] = []  # finite test per entry: the sum, or nan while on the device
         self.pending: Dict[Any, Tuple[List[Any], List[int]]] = {}
@@ -59,6 +60,13 @@ class OverflowEntriesBase:
         self.held_bytes = 0
         self.reads = 0  # tensors read on the host beyond the batched sums (each one a sync on an accelerator)
         self.deferred = False  # some sum waited on the device for a batch transfer
+
+    def mark_volatile(self, t: Any) -> None:
+        """``t`` changes without a version bump from now on (an irecv's buffer): each sight is a new entry and
+        what it held before is forgotten."""
+        self.volatile.add(id(t))
+        self.cache.pop(id(t), None)
+        self.remembered.pop(id(t), None)
 
     # -- what the adapter brings -----------------------------------------------------------------------------
     def entry(self, t: Any, save: bool = False, fresh: bool = False) -> int:

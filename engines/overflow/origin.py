@@ -13,6 +13,11 @@ fill, ``BAD`` otherwise. A call is then:
   ``torch.full(..., -inf)``, an added ``finfo.min`` mask): not an overflow (docs/decisions/0016-masks-are-not-overflows.md). Outputs stay ``MASK``.
 - ``CLEAN``: nothing non-finite anywhere.
 
+A call that allocates without initialising (``torch.empty`` and its kin: the buffers FSDP all-gathers into and a
+pipeline stage receives into) holds whatever the memory held, NaN under ``torch.use_deterministic_algorithms``'s
+fill: it is ``MASK``, never an origin, and what is computed from its values before they are written (a pipeline
+stage's shape inference) is not flagged either.
+
 ``PRODUCED`` and ``INPUTS`` calls are *flagged* (they count toward ``overflow_nums``); ``MASK`` and ``CLEAN`` are not.
 """
 
@@ -40,6 +45,22 @@ MASKED = 3
 
 ORIGIN_NAMES = {CLEAN: "clean", PRODUCED: "produced", INPUTS: "inputs", MASKED: "mask"}
 FLAGGED = (PRODUCED, INPUTS)
+
+
+# Calls whose outputs hold uninitialised memory (record names ``<prefix>.<api>.<n>.forward``).
+UNINITIALISED = frozenset(("Torch.empty", "Torch.empty_like", "Torch.empty_strided", "Torch.empty_permuted",
+                           "Tensor.new_empty", "Tensor.new_empty_strided"))
+
+
+def allocates_uninitialised(record_name: str) -> bool:
+    return ".".join(record_name.split(".", 2)[:2]) in UNINITIALISED
+
+
+def uninitialised(outputs: Sequence["TensorFacts"]) -> "Verdict":
+    """The verdict of an uninitialising allocation: its non-finite values are no overflow."""
+    if any(f.kinds for f in outputs):
+        return Verdict(MASKED, MASK, "uninitialised memory (its values are undefined until written)")
+    return Verdict(CLEAN, FINITE, "")
 
 
 def kinds_text(kinds: int) -> str:

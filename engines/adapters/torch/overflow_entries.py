@@ -50,6 +50,9 @@ class OverflowEntries(OverflowEntriesBase):
         except RuntimeError:
             version = -1
             fresh = True
+        if key in self.volatile:
+            version = -1
+            fresh = True
         if not fresh:
             cached = self.cache.get(key)
             if cached is not None and cached[1] == version and cached[0]() is t:
