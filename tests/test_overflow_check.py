@@ -280,3 +280,26 @@ def test_a_buffer_an_async_collective_fills_is_checked_as_it_arrives(tmp_path, m
         dist.destroy_process_group()
     assert not session.summary.failure_detail
     assert found[0].first.name == "Tensor.mul.0.forward" and found[0].first.origin_name == "produced"
+
+
+class _UsesBuffer(torch.nn.Module):
+    def forward(self, buf, x):
+        torch.relu(buf)  # computing on memory nothing wrote yet (a pipeline stage's shape inference)
+        return x * 1e4
+
+
+def test_uninitialised_memory_allocated_before_recording_began_is_no_overflow(tmp_path):
+    """The allocation happens before the step's first module call, so no record holds it: the check still knows
+    the memory is uninitialised (a pipeline stage allocates its shape-inference inputs that way)."""
+    def body():
+        buf = torch.empty(2, 4)  # NaN under deterministic algorithms; before recording begins
+        assert torch.isnan(buf).all()
+        return _UsesBuffer()(buf, torch.full((1,), 10.0, dtype=torch.float16))
+
+    torch.use_deterministic_algorithms(True)
+    try:
+        _, found = _session_run(body, tmp_path, nums=1)
+    finally:
+        torch.use_deterministic_algorithms(False)
+    first = found[0].first
+    assert first.name == "Tensor.mul.0.forward" and first.origin_name == "produced", (first.name, first.reason)

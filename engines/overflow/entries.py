@@ -27,6 +27,10 @@ from engines.capture.summary import CaptureSummary
 from engines.overflow import origin as og
 
 
+# At most this many uninitialised allocations are remembered (model construction makes one per parameter).
+MAX_UNINITIALISED = 65536
+
+
 class OverflowEntriesBase:
     """Drop-in for the capture's ``TensorEntries`` (``entry``, ``meta``, ``finish``, ``take_host_data``, ``clear``,
     ``close``, ``saving_stopped``), with the finiteness facts and references overflow_check needs."""
@@ -37,6 +41,9 @@ class OverflowEntriesBase:
         self.saving_stopped = False
         # id -> (ref, version, kinds, taint): non-finite tensors outlive steps
         self.remembered: Dict[int, Tuple[weakref.ref, int, int, int]] = {}
+        # id -> (ref, version): tensors an uninitialising allocation made before recording began (a pipeline
+        # stage's shape-inference inputs), still unwritten when first seen: their non-finite values are a mask
+        self.uninitialised: Dict[int, Tuple[weakref.ref, int]] = {}
         self.clear()
 
     def clear(self) -> None:
@@ -67,6 +74,22 @@ class OverflowEntriesBase:
         self.volatile.add(id(t))
         self.cache.pop(id(t), None)
         self.remembered.pop(id(t), None)
+
+    def note_uninitialised(self, t: Any, version: int) -> None:
+        """``t`` (at ``version``) holds uninitialised memory: made by ``torch.empty`` or kin before recording."""
+        if len(self.uninitialised) >= MAX_UNINITIALISED:
+            self.uninitialised = {k: v for k, v in self.uninitialised.items() if v[0]() is not None}
+            if len(self.uninitialised) >= MAX_UNINITIALISED:
+                return
+        try:
+            self.uninitialised[id(t)] = (weakref.ref(t), version)
+        except TypeError:
+            pass
+
+    def _still_uninitialised(self, key: int, t: Any, version: int, e: int) -> None:
+        known = self.uninitialised.get(key)
+        if known is not None and known[1] == version and known[0]() is t:
+            self.taint[e] = og.MASK
 
     # -- what the adapter brings -----------------------------------------------------------------------------
     def entry(self, t: Any, save: bool = False, fresh: bool = False) -> int:
@@ -227,3 +250,4 @@ class OverflowEntriesBase:
     def close(self) -> None:
         self.clear()
         self.remembered = {}
+        self.uninitialised = {}

@@ -35,6 +35,12 @@ def _is_compiling_fn():
 is_compiling = _is_compiling_fn()
 
 
+# Allocations that leave their memory uninitialised (overflow_check: their values are no overflow).
+UNINITIALISED = frozenset(f for f in (torch.empty, torch.empty_like, torch.empty_strided,
+                                      getattr(torch, "empty_permuted", None), torch.Tensor.new_empty,
+                                      torch.Tensor.new_empty_strided) if f is not None)
+
+
 class ApiInfo:
     """What the session decided once for one callable: its name and whether it is captured at all."""
 
@@ -62,6 +68,12 @@ class CaptureFunctionMode(TorchFunctionMode):
             kwargs = {}
         s = self.session
         if s.busy_depth or not s.running or is_compiling():
+            if s.armed and not s.running and func in UNINITIALISED and s.notes_uninitialised:
+                # before recording begins: overflow_check remembers what uninitialised memory this made
+                out = func(*args, **kwargs)
+                if isinstance(out, torch.Tensor):
+                    s.note_uninitialised(out)
+                return out
             return func(*args, **kwargs)
         info = s.api_infos.get(func)
         if info is None:

@@ -80,6 +80,8 @@ class OverflowEntries(OverflowEntriesBase):
             except TypeError:
                 pass
         self._recall(key, t, version, e)
+        if self.uninitialised:
+            self._still_uninitialised(key, t, version, e)
         return e
 
     def _test(self, e: int, x: torch.Tensor) -> None:

@@ -50,6 +50,10 @@ class TorchCaptureSession(CaptureSession):
 
     detect_rank = staticmethod(detect_rank)
     walkers = flatten.WALKERS
+    notes_uninitialised = False  # overflow_check's session: remember uninitialised allocations before recording
+
+    def note_uninitialised(self, out: Any) -> None:
+        return None
 
     def __init__(self, options: CaptureOptions, sink_factory: Optional[Callable[[int], Any]] = None,
                  summary: Optional[CaptureSummary] = None, rank: Optional[int] = None,
