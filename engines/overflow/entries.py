@@ -26,7 +26,6 @@ import numpy as np
 from engines.capture.summary import CaptureSummary
 from engines.overflow import origin as og
 
-
 # At most this many uninitialised allocations are remembered (model construction makes one per parameter).
 MAX_UNINITIALISED = 65536
 
