@@ -47,15 +47,6 @@ ORIGIN_NAMES = {CLEAN: "clean", PRODUCED: "produced", INPUTS: "inputs", MASKED: 
 FLAGGED = (PRODUCED, INPUTS)
 
 
-# Calls whose outputs hold uninitialised memory (record names ``<prefix>.<api>.<n>.forward``).
-UNINITIALISED = frozenset(("Torch.empty", "Torch.empty_like", "Torch.empty_strided", "Torch.empty_permuted",
-                           "Tensor.new_empty", "Tensor.new_empty_strided"))
-
-
-def allocates_uninitialised(record_name: str) -> bool:
-    return ".".join(record_name.split(".", 2)[:2]) in UNINITIALISED
-
-
 def uninitialised(outputs: Sequence["TensorFacts"]) -> "Verdict":
     """The verdict of an uninitialising allocation: its non-finite values are no overflow."""
     if any(f.kinds for f in outputs):

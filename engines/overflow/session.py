@@ -243,7 +243,7 @@ class OverflowChecks(_Session):
                 out_entries.append(e)
         if kind == naming.KIND_PARAM_GRAD:
             verdict = _gradient_verdict(outs)
-        elif og.allocates_uninitialised(b.rec_name[r]):
+        elif naming.allocates_uninitialised(b.rec_name[r]):
             verdict = og.uninitialised(outs)
         elif backward and forward_of(b.rec_name[r]) in self._bad_forward:
             # A backward computation also reads what its forward saved: if that held bad values, so did it.
