@@ -284,7 +284,8 @@ def test_a_buffer_an_async_collective_fills_is_checked_as_it_arrives(tmp_path, m
 
 class _UsesBuffer(torch.nn.Module):
     def forward(self, buf, x):
-        torch.relu(buf)  # computing on memory nothing wrote yet (a pipeline stage's shape inference)
+        # computing on memory nothing wrote yet, forward and backward (a pipeline stage's shape inference)
+        torch.relu(buf).pow(2).sum().backward()
         return x * 1e4
 
 
@@ -292,7 +293,7 @@ def test_uninitialised_memory_allocated_before_recording_began_is_no_overflow(tm
     """The allocation happens before the step's first module call, so no record holds it: the check still knows
     the memory is uninitialised (a pipeline stage allocates its shape-inference inputs that way)."""
     def body():
-        buf = torch.empty(2, 4)  # NaN under deterministic algorithms; before recording begins
+        buf = torch.empty(2, 4, requires_grad=True)  # NaN under deterministic algorithms; before recording begins
         assert torch.isnan(buf).all()
         return _UsesBuffer()(buf, torch.full((1,), 10.0, dtype=torch.float16))
 

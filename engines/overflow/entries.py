@@ -57,6 +57,7 @@ class OverflowEntriesBase:
         self.nbytes: Dict[int, int] = {}
         self.grad: Dict[int, bool] = {}
         self.computed: set = set()  # entries of tensors some autograd-tracked computation made (not leaves)
+        self.uninitialised_entries: set = set()  # entries whose non-finite values come from uninitialised memory
         self.clones: Dict[int, Any] = {}
         self.kinds: Dict[int, int] = {}
         self.extremes: Dict[int, int] = {}
@@ -89,6 +90,7 @@ class OverflowEntriesBase:
         known = self.uninitialised.get(key)
         if known is not None and known[1] == version and known[0]() is t:
             self.taint[e] = og.MASK
+            self.uninitialised_entries.add(e)
 
     # -- what the adapter brings -----------------------------------------------------------------------------
     def entry(self, t: Any, save: bool = False, fresh: bool = False) -> int:
