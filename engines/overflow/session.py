@@ -210,7 +210,7 @@ class OverflowChecks(_Session):
             self.running = False  # the function mode and module hooks pass calls through from now on
 
     def _verdict(self, r: int, rows: List[int], exact: bool
-                 ) -> Tuple[og.Verdict, Tuple[List[og.TensorFacts], List[og.TensorFacts], List[int]]]:
+                 ) -> Tuple[og.Verdict, Tuple[List[og.TensorFacts], List[og.TensorFacts], List[int], List[int]]]:
         b = self.buffer
         entries = self.entries
         kind = b.rec_kind[r]
