@@ -68,7 +68,7 @@ class CaptureFunctionMode(TorchFunctionMode):
             kwargs = {}
         s = self.session
         if s.busy_depth or not s.running or is_compiling():
-            if s.armed and not s.running and func in UNINITIALISED and s.notes_uninitialised:
+            if s.armed and not s.running and func in UNINITIALISED:
                 # before recording begins: overflow_check remembers what uninitialised memory this made
                 out = func(*args, **kwargs)
                 if isinstance(out, torch.Tensor):

@@ -24,13 +24,5 @@ class OverflowSession(OverflowChecks, TorchCaptureSession):
         self.entries = OverflowEntries(self.summary, batched=batched)
         self.init_overflow(overflow_nums, on_step, hold_bytes, batch_records)
 
-    notes_uninitialised = True
-
-    def note_uninitialised(self, out: Any) -> None:
-        try:
-            self.entries.note_uninitialised(out, out._version)
-        except Exception as exc:  # never break training
-            self.summary.failed("noting an uninitialised allocation", exc)
-
     def requires_grad_flag(self, t: Any) -> int:
         return 1 if t.requires_grad else 0
