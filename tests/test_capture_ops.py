@@ -152,6 +152,32 @@ def test_collectives_are_recorded_with_their_results(tmp_path, monkeypatch):
     assert "ReduceOp" in dump.record("Distributed.all_reduce.1.forward")["args"]
 
 
+def test_a_buffer_an_async_collective_fills_later_is_read_anew(tmp_path, monkeypatch):
+    """An irecv (a pipeline stage's activations) or an ``async_op=True`` collective writes its buffer when the work
+    completes, after its record, and the backend's write leaves the version counter alone: the next op on that
+    buffer must record what it holds then, not the entry summarised at the collective's call (garbage, NaN)."""
+    import torch.distributed as dist
+
+    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
+    monkeypatch.setenv("MASTER_PORT", str(_free_port()))
+    dist.init_process_group("gloo", rank=0, world_size=1)
+    try:
+        buf = torch.full((4,), float("nan"))
+        arrived = torch.arange(4, dtype=torch.float32)
+
+        def body():
+            work = dist.broadcast(buf, src=0, async_op=True)
+            work.wait()
+            buf.data.copy_(arrived)  # what the peer's data does to the buffer: no version bump
+            return torch.relu(buf)
+
+        dump, _, _ = _capture(tmp_path, body, level="L1")
+    finally:
+        dist.destroy_process_group()
+    assert buf._version == 0
+    assert_stats_equal(dump.rows("Torch.relu.0.forward")["input.0"], arrived)
+
+
 def test_dispatch_fallback_records_collectives_the_function_mode_cannot_see(tmp_path, monkeypatch):
     """On torch < 2.3 ``dist.all_reduce`` is plain Python: the dispatch-mode fallback records ``c10d`` ops then.
     Simulated here by hiding the collective from the function mode's table."""
@@ -336,3 +362,28 @@ def test_debug_level_records_only_save(tmp_path):
     s.step_end()
     s.close()
     assert Dump(tmp_path / "rank0").names(0) == ["act.0.debug", "act_grad.0.debug"]
+
+
+def test_fully_shard_modules_keep_their_own_class_name(tmp_path, monkeypatch):
+    """FSDP2 swaps each sharded module's class for a generated ``FSDPLinear``; records name ``Linear``, as the
+    unsharded model does, so the two layouts' records match (and the root stays unrecorded)."""
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
+    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
+    monkeypatch.setenv("MASTER_PORT", str(_free_port()))
+    dist.init_process_group("gloo", rank=0, world_size=1)
+    try:
+        model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU())
+        mesh = init_device_mesh("cpu", (1,))
+        fully_shard(model[0], mesh=mesh)
+        fully_shard(model, mesh=mesh)
+        assert type(model[0]).__name__ == "FSDPLinear"
+        dump, _, _ = _capture(tmp_path, lambda: model(torch.ones(2, 4)).sum().backward(), level="L0")
+    finally:
+        dist.destroy_process_group()
+    names = dump.names(0)
+    assert "Module.0.Linear.forward.0" in names and "Module.1.ReLU.forward.0" in names
+    assert "Module.0.Linear.parameters_grad.0" in names
+    assert not any("FSDP" in n for n in names), names

@@ -141,3 +141,22 @@ def test_kinds_of_non_finite_rows():
     assert [r[0] for r in h.largest()] == ["Torch.exp.0.forward.input.0", "Torch.exp.0.backward.input.0",
                                            "Functional.softmax.0.forward.output.0"]
     assert h.describe() == "4 rows: 1 produced, 1 mask, 2 inherited"
+
+
+def test_uninitialised_allocations_are_not_where_non_finite_values_start():
+    """FSDP2's all-gather buffers and a pipeline stage's receive buffers come from torch.empty: NaN under
+    deterministic algorithms, never a value an op produced."""
+    h = TensorHighlights(keep=3)
+    f32 = "torch.float32"
+    nan = float("nan")
+    names = [("Torch.empty_strided.0.forward", 0, '{"args":[],"kwargs":{}}'),
+             ("Tensor.new_empty.0.forward", 0, '{"args":[{"tensor":"input.0"}]}'),
+             ("Torch.exp.0.forward", 0, '{"args":[{"tensor":"input.0"}]}')]
+    rows = [(0, "output.0", f32, "[2]", nan, nan, 2, 0, 0),
+            (1, "input.0", f32, "[2]", 1.0, 0.0, -1, -1, -1),
+            (1, "output.0", f32, "[2]", nan, nan, 2, 0, 0),
+            (2, "input.0", f32, "[2]", 100.0, 0.0, -1, -1, -1),
+            (2, "output.0", f32, "[2]", float("inf"), 1.0, 0, 1, 0)]
+    h.add_step(0, *_step(names, rows))
+    assert h.nonfinite == {"produced": 1, "mask": 2, "inherited": 0}
+    assert [r[0] for r in h.produced] == ["Torch.exp.0.forward.output.0"]

@@ -231,3 +231,78 @@ def test_module_level_says_when_the_values_appeared_between_recorded_calls(tmp_p
     assert call["name"] == "Module.blocks.1.attn.dropout.Dropout.forward.0" and call["origin"] == "inputs"
     assert "made by code this level does not record in Module.blocks.1.attn.CausalSelfAttention.forward.0" \
         in call["reason"]
+
+
+class _Uninitialised(torch.nn.Module):
+    def forward(self, x):
+        buf = torch.empty(2, 4)  # NaN: torch fills uninitialised memory when deterministic algorithms are on
+        assert torch.isnan(buf).all()
+        torch.relu(buf)
+        return x * 1e4
+
+
+def test_uninitialised_memory_is_no_overflow_and_the_real_one_is_found(tmp_path):
+    """``torch.empty`` returns whatever memory held (NaN under deterministic algorithms: the buffers a pipeline
+    stage receives into and runs its shape inference on, FSDP2's all-gather buffers): not an origin, and what is
+    computed from it is not flagged; the overflow after it is the first finding."""
+    torch.use_deterministic_algorithms(True)
+    try:
+        _, found = _session_run(lambda: _Uninitialised()(torch.full((4,), 10.0, dtype=torch.float16)), tmp_path,
+                                nums=1)
+    finally:
+        torch.use_deterministic_algorithms(False)
+    first = found[0].first
+    assert first.name == "Tensor.mul.0.forward" and first.origin_name == "produced", (first.name, first.reason)
+    assert found[0].masks == 3  # the allocation, and the isnan and relu of its values
+
+
+class _Received(torch.nn.Module):
+    def forward(self, buf):
+        dist = torch.distributed
+        dist.broadcast(buf, src=0, async_op=True).wait()
+        buf.data.copy_(torch.full_like(buf, 60000.0))  # the data arriving later: no version bump
+        return buf * 2.0  # float16: +inf from finite inputs
+
+
+def test_a_buffer_an_async_collective_fills_is_checked_as_it_arrives(tmp_path, monkeypatch):
+    """overflow_check on a pipeline stage: the record of an async collective is kept (no hook failure) and the
+    values its buffer holds when used are the ones checked."""
+    import socket
+
+    import torch.distributed as dist
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        monkeypatch.setenv("MASTER_PORT", str(sock.getsockname()[1]))
+    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
+    dist.init_process_group("gloo", rank=0, world_size=1)
+    try:
+        session, found = _session_run(lambda: _Received()(torch.ones(1, dtype=torch.float16)), tmp_path, nums=1)
+    finally:
+        dist.destroy_process_group()
+    assert not session.summary.failure_detail
+    assert found[0].first.name == "Tensor.mul.0.forward" and found[0].first.origin_name == "produced"
+
+
+class _UsesBuffer(torch.nn.Module):
+    def forward(self, buf, x):
+        # computing on memory nothing wrote yet, forward and backward (a pipeline stage's shape inference)
+        torch.relu(buf).pow(2).sum().backward()
+        return x * 1e4
+
+
+def test_uninitialised_memory_allocated_before_recording_began_is_no_overflow(tmp_path):
+    """The allocation happens before the step's first module call, so no record holds it: the check still knows
+    the memory is uninitialised (a pipeline stage allocates its shape-inference inputs that way)."""
+    def body():
+        buf = torch.empty(2, 4, requires_grad=True)  # NaN under deterministic algorithms; before recording begins
+        assert torch.isnan(buf).all()
+        return _UsesBuffer()(buf, torch.full((1,), 10.0, dtype=torch.float16))
+
+    torch.use_deterministic_algorithms(True)
+    try:
+        _, found = _session_run(body, tmp_path, nums=1)
+    finally:
+        torch.use_deterministic_algorithms(False)
+    first = found[0].first
+    assert first.name == "Tensor.mul.0.forward" and first.origin_name == "produced", (first.name, first.reason)

@@ -7,7 +7,7 @@ the statistics rows turned into columns (``stats_columns``), and the columns of 
 """
 
 import math
-from typing import Any, Dict, List, Tuple
+from typing import Any, Dict, List, Set, Tuple
 
 import numpy as np
 
@@ -101,12 +101,20 @@ class StepEntries:
     def clear(self) -> None:
         self.n = 0
         self.cache: Dict[int, Tuple] = {}
+        # ids of tensors an asynchronous collective writes into after its call returns (a recv buffer): the
+        # backend's write leaves the version counter alone, so each sight of them this step is summarised anew
+        self.volatile: Set[int] = set()
         self.stats.clear()
         self.host_data: Dict[int, Tuple[np.ndarray, str]] = {}
         self.hashes: Dict[int, Any] = {}  # entry -> (crc, xhash), or the adapter's pending form of it
         self.numels: Dict[int, int] = {}
         self.meta: List[Tuple[str, str, str]] = []  # entry -> (dtype, shape JSON, device)
         self.dist: Dict[int, str] = {}  # entry -> the dist JSON of a distributed tensor's local shard
+
+    def mark_volatile(self, t: Any) -> None:
+        """``t`` changes without a version bump from now on (an async collective's buffer): never reuse its entry."""
+        self.volatile.add(id(t))
+        self.cache.pop(id(t), None)
 
     def columns(self) -> EntryColumns:
         """The step's entry columns with statistics and element counts (the adapter adds the hashes)."""

@@ -7,7 +7,8 @@ of three kinds, decided from its own record:
 - **produced**: an output of a call whose tensor inputs are finite and whose scalar arguments are finite: the op
   made the value (the rows a user wants);
 - **mask**: an output of a call with a non-finite scalar argument (``masked_fill(mask, -inf)``): filled on purpose,
-  not an overflow (docs/decisions/0016-masks-are-not-overflows.md);
+  not an overflow (docs/decisions/0016-masks-are-not-overflows.md); or an output of an uninitialising allocation
+  (``torch.empty`` and kin: FSDP's all-gather buffers, a pipeline stage's receive buffers), whatever memory held;
 - **inherited**: an input, or an output of a call that already had a non-finite input.
 
 The summary lists the first produced rows (each name once) when there are any; otherwise the ``keep`` tensors of
@@ -21,6 +22,8 @@ import threading
 from typing import Any, Dict, List, Mapping, Tuple
 
 import numpy as np
+
+from engines.capture.naming import allocates_uninitialised
 
 VALID_MAX, VALID_MIN = 1, 2
 DIRECTION_FORWARD, DIRECTION_BACKWARD = 0, 1  # docs/FORMAT.md records.direction
@@ -103,8 +106,8 @@ class TensorHighlights:
             if _is_input(slots[i]) or r in inputs_bad or (
                     direction[r] == DIRECTION_BACKWARD and _forward_twin(names[r]) in forward_bad):
                 kind = "inherited"
-            elif '"type":"float"' in (args[r] or ""):  # a non-finite scalar argument (docs/FORMAT.md args)
-                kind = "mask"
+            elif '"type":"float"' in (args[r] or "") or allocates_uninitialised(names[r]):
+                kind = "mask"  # a non-finite scalar argument (docs/FORMAT.md args), or uninitialised memory
             else:
                 kind = "produced"
             self.nonfinite[kind] += 1

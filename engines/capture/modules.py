@@ -71,6 +71,10 @@ class ModuleTree:
     def _parameters(self, module: Any) -> Dict[str, Any]:
         raise NotImplementedError
 
+    def _class_name(self, module: Any) -> str:
+        """The class a record names (an adapter maps a wrapper's generated class back to the model's own)."""
+        return type(module).__name__
+
     def _hook_params(self, module: Any, path: str, cls: str) -> None:
         raise NotImplementedError
 
@@ -122,7 +126,7 @@ class ModuleTree:
             if not clean:
                 self._set(sub, None)
                 continue
-            cls = type(sub).__name__
+            cls = self._class_name(sub)
             full = prefix + clean
             self._set(sub, (full, cls))
             parent_path = full.rpartition(".")[0] if "." in clean else prefix.rstrip(".")
@@ -147,7 +151,7 @@ class ModuleTree:
             return None
         parent = next((f.name for f in reversed(self.frames) if f.name), "")
         parent_path = path_of(parent, self.prefix)
-        cls = type(module).__name__
+        cls = self._class_name(module)
         full = (parent_path + "." if parent_path else "") + cls
         self._set(module, (full, cls))
         self.new_modules.append((full, cls, parent_path))

@@ -34,6 +34,17 @@ API_PREFIXES = (
 MODULE_PREFIXES = ("Module", "Cell")
 
 # Record kinds and directions (columns of the `records` table, docs/FORMAT.md).
+# APIs whose outputs hold uninitialised memory: whatever the allocator returned (NaN under torch's deterministic
+# mode), the buffers collectives and pipeline stages fill later. Their non-finite values are no finding.
+UNINITIALISED_APIS = frozenset(("Torch.empty", "Torch.empty_like", "Torch.empty_strided", "Torch.empty_permuted",
+                                "Tensor.new_empty", "Tensor.new_empty_strided"))
+
+
+def allocates_uninitialised(record_name: str) -> bool:
+    """Is ``<Prefix>.<api>.<n>.forward`` a call of one of ``UNINITIALISED_APIS``?"""
+    return ".".join(record_name.split(".", 2)[:2]) in UNINITIALISED_APIS
+
+
 KIND_API = 0
 KIND_MODULE = 1
 KIND_PARAM_GRAD = 2

@@ -26,6 +26,9 @@ import numpy as np
 from engines.capture.summary import CaptureSummary
 from engines.overflow import origin as og
 
+# At most this many uninitialised allocations are remembered (model construction makes one per parameter).
+MAX_UNINITIALISED = 65536
+
 
 class OverflowEntriesBase:
     """Drop-in for the capture's ``TensorEntries`` (``entry``, ``meta``, ``finish``, ``take_host_data``, ``clear``,
@@ -37,11 +40,15 @@ class OverflowEntriesBase:
         self.saving_stopped = False
         # id -> (ref, version, kinds, taint): non-finite tensors outlive steps
         self.remembered: Dict[int, Tuple[weakref.ref, int, int, int]] = {}
+        # id -> (ref, version): tensors an uninitialising allocation made before recording began (a pipeline
+        # stage's shape-inference inputs), still unwritten when first seen: their non-finite values are a mask
+        self.uninitialised: Dict[int, Tuple[weakref.ref, int]] = {}
         self.clear()
 
     def clear(self) -> None:
         self.n = 0
         self.cache: Dict[int, Tuple] = {}
+        self.volatile: set = set()  # ids an async collective writes later, unseen by the version counter
         self.meta: List[Tuple[str, str, str]] = []
         self.dist: Dict[int, str] = {}  # entry -> the dist JSON of a distributed tensor's local shard
         self.sums: List[float] = []  # finite test per entry: the sum, or nan while on the device
@@ -51,6 +58,7 @@ class OverflowEntriesBase:
         self.nbytes: Dict[int, int] = {}
         self.grad: Dict[int, bool] = {}
         self.computed: set = set()  # entries of tensors some autograd-tracked computation made (not leaves)
+        self.uninitialised_entries: set = set()  # entries whose non-finite values come from uninitialised memory
         self.clones: Dict[int, Any] = {}
         self.kinds: Dict[int, int] = {}
         self.extremes: Dict[int, int] = {}
@@ -60,6 +68,30 @@ class OverflowEntriesBase:
         self.held_bytes = 0
         self.reads = 0  # tensors read on the host beyond the batched sums (each one a sync on an accelerator)
         self.deferred = False  # some sum waited on the device for a batch transfer
+
+    def mark_volatile(self, t: Any) -> None:
+        """``t`` changes without a version bump from now on (an irecv's buffer): each sight is a new entry and
+        what it held before is forgotten."""
+        self.volatile.add(id(t))
+        self.cache.pop(id(t), None)
+        self.remembered.pop(id(t), None)
+
+    def note_uninitialised(self, t: Any, version: int) -> None:
+        """``t`` (at ``version``) holds uninitialised memory: made by ``torch.empty`` or kin before recording."""
+        if len(self.uninitialised) >= MAX_UNINITIALISED:
+            self.uninitialised = {k: v for k, v in self.uninitialised.items() if v[0]() is not None}
+            if len(self.uninitialised) >= MAX_UNINITIALISED:
+                return
+        try:
+            self.uninitialised[id(t)] = (weakref.ref(t), version)
+        except TypeError:
+            pass
+
+    def _still_uninitialised(self, key: int, t: Any, version: int, e: int) -> None:
+        known = self.uninitialised.get(key)
+        if known is not None and known[1] == version and known[0]() is t:
+            self.taint[e] = og.MASK
+            self.uninitialised_entries.add(e)
 
     # -- what the adapter brings -----------------------------------------------------------------------------
     def entry(self, t: Any, save: bool = False, fresh: bool = False) -> int:
@@ -220,3 +252,4 @@ class OverflowEntriesBase:
     def close(self) -> None:
         self.clear()
         self.remembered = {}
+        self.uninitialised = {}

@@ -16,6 +16,11 @@ fill, ``BAD`` otherwise. A call is then:
   link to the rank and op that produced them, docs/OVERFLOW.md).
 - ``CLEAN``: nothing non-finite anywhere.
 
+A call that allocates without initialising (``torch.empty`` and its kin: the buffers FSDP all-gathers into and a
+pipeline stage receives into) holds whatever the memory held, NaN under ``torch.use_deterministic_algorithms``'s
+fill: it is ``MASK``, never an origin, and what is computed from its values before they are written (a pipeline
+stage's shape inference) is not flagged either.
+
 ``PRODUCED``, ``INPUTS`` and ``RECEIVED`` calls are *flagged* (they count toward ``overflow_nums``); ``MASK`` and
 ``CLEAN`` are not.
 """
@@ -45,6 +50,13 @@ RECEIVED = 4
 
 ORIGIN_NAMES = {CLEAN: "clean", PRODUCED: "produced", INPUTS: "inputs", MASKED: "mask", RECEIVED: "received"}
 FLAGGED = (PRODUCED, INPUTS, RECEIVED)
+
+
+def uninitialised(outputs: Sequence["TensorFacts"]) -> "Verdict":
+    """The verdict of an uninitialising allocation: its non-finite values are no overflow."""
+    if any(f.kinds for f in outputs):
+        return Verdict(MASKED, MASK, "uninitialised memory (its values are undefined until written)")
+    return Verdict(CLEAN, FINITE, "")
 
 
 def kinds_text(kinds: int) -> str:

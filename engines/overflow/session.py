@@ -76,6 +76,8 @@ class OverflowProcessor(CallProcessor):
         self._inplace: Dict[int, bool] = {}
         self._order = 0
         self._bad_forward: set = set()  # forward records of this step whose tensors held bad values
+        # forward records of this step that computed on uninitialised memory: their backward does too
+        self._uninitialised_forward: set = set()
         self._untraced: set = set()  # entries computed by code no recorded call covers
         self._marks: Dict[int, int] = {}  # record -> collectives issued when it finished (the cross-rank clock)
 
@@ -183,13 +185,20 @@ class OverflowProcessor(CallProcessor):
         verdict, facts = self._verdict(r, rows, exact=False)
         if verdict.flagged:
             verdict, facts = self._verdict(r, rows, exact=True)
-        ins, outs, out_entries = facts
+        ins, outs, out_entries, in_entries = facts
         b = self.session.buffer
         entries = self.entries
         kind = b.rec_kind[r]
         backward = b.rec_direction[r] == naming.DIRECTION_BACKWARD
         for f, e in zip(outs, out_entries):
             entries.set_taint(e, verdict.output_taint if f.kinds else og.FINITE)
+        if verdict.origin == og.MASKED and (naming.allocates_uninitialised(b.rec_name[r]) or any(
+                f.kinds and e in entries.uninitialised_entries for f, e in zip(ins, in_entries))):
+            # non-finite values from uninitialised memory, passed on: remembered so that what is computed from
+            # them, and the backward of this call, are not taken for an overflow either
+            entries.uninitialised_entries.update(e for f, e in zip(outs, out_entries) if f.kinds)
+            if not backward:
+                self._uninitialised_forward.add(b.rec_name[r])
         if verdict.origin == og.MASKED:
             self.findings.masks += 1
         if verdict.flagged and not backward:
@@ -233,7 +242,7 @@ class OverflowProcessor(CallProcessor):
             call.clock = tracker.clock(mark)
 
     def _verdict(self, r: int, rows: List[int], exact: bool
-                 ) -> Tuple[og.Verdict, Tuple[List[og.TensorFacts], List[og.TensorFacts], List[int]]]:
+                 ) -> Tuple[og.Verdict, Tuple[List[og.TensorFacts], List[og.TensorFacts], List[int], List[int]]]:
         b = self.session.buffer
         entries = self.entries
         kind = b.rec_kind[r]
@@ -275,6 +284,11 @@ class OverflowProcessor(CallProcessor):
                 out_entries.append(e)
         if kind == naming.KIND_PARAM_GRAD:
             verdict = _gradient_verdict(outs)
+        elif naming.allocates_uninitialised(b.rec_name[r]):
+            verdict = og.uninitialised(outs)
+        elif backward and forward_of(b.rec_name[r]) in self._uninitialised_forward and \
+                not any(f.kinds and f.taint == og.BAD for f in ins):
+            verdict = og.Verdict(og.MASKED, og.MASK, "its forward call computed on uninitialised memory")
         elif backward and forward_of(b.rec_name[r]) in self._bad_forward:
             # A backward computation also reads what its forward saved: if that held bad values, so did it.
             verdict = og.Verdict(og.INPUTS, og.BAD, "its forward call's tensors were non-finite")
@@ -293,7 +307,7 @@ class OverflowProcessor(CallProcessor):
                     f.extremes = entries.extremes_of(e)
                 if any(f.extremes for f in ins):
                     verdict = og.classify(ins, outs, fills)
-        return verdict, (ins, outs, out_entries)
+        return verdict, (ins, outs, out_entries, in_entries)
 
     def _where(self, r: int) -> str:
         sid = self.session.buffer.rec_stack[r]

@@ -36,6 +36,12 @@ def _is_compiling_fn():
 is_compiling = _is_compiling_fn()
 
 
+# Allocations that leave their memory uninitialised (overflow_check: their values are no overflow).
+UNINITIALISED = frozenset(f for f in (torch.empty, torch.empty_like, torch.empty_strided,
+                                      getattr(torch, "empty_permuted", None), torch.Tensor.new_empty,
+                                      torch.Tensor.new_empty_strided) if f is not None)
+
+
 class ApiInfo:
     """What the session decided once for one callable: its name and whether it is captured at all."""
 
@@ -66,6 +72,12 @@ class CaptureFunctionMode(TorchFunctionMode):
             kwargs = {}
         s = self.session
         if s.busy_depth or not s.running or is_compiling():
+            if s.armed and not s.running and func in UNINITIALISED:
+                # before recording begins: overflow_check remembers what uninitialised memory this made
+                out = func(*args, **kwargs)
+                if isinstance(out, torch.Tensor):
+                    s.note_uninitialised(out)
+                return out
             return func(*args, **kwargs)
         info = s.api_infos.get(func)
         if info is None:
@@ -141,13 +153,17 @@ class ApiCapture(ApiRecords):
         outputs = flatten.output_tensors(out)
         if not info.distributed or info.functional:
             return outputs, False
-        if _is_async_work(out):
-            return [], False  # an async_op call: its result is written later (when the work completes)
         # Collectives write into their arguments: the result is the arguments after the call.
         post: List = []
         flatten.tensors_in(list(args), "output", post)
         for k, v in kwargs.items():
             flatten.tensors_in(v, "output.%s" % k, post)
+        if _is_async_work(out):
+            # an async_op call or an irecv: its result is written later (when the work completes), without a
+            # version bump: later records must read its buffers anew, not reuse the entry summarised at the call
+            for _, t in post:
+                self.session.entries.mark_volatile(t)
+            return [], False
         return outputs + post, True
 
 

@@ -57,6 +57,9 @@ class TensorEntries(StepEntries):
         except RuntimeError:  # inference tensors keep no version counter
             version = -1
             fresh = True
+        if key in self.volatile:
+            version = -1
+            fresh = True
         if not fresh:
             cached = self.cache.get(key)
             if cached is not None and cached[1] == version and cached[0]() is t:

@@ -13,6 +13,7 @@ from typing import List, Sequence, Tuple
 import numpy as np
 import torch
 
+from engines.adapters.torch.shards import local_shard
 from engines.grad_probe.levels import has_direction, has_hash, has_histogram
 from engines.grad_probe.records import GradStepStats, direction_offsets, from_rows
 
@@ -86,7 +87,7 @@ def compute_grad_stats(
     bounds: Sequence[float],
 ) -> GradStepStats:
     names = [name for name, _ in named_grads]
-    grads = [grad for _, grad in named_grads]
+    grads = [local_shard(grad) for _, grad in named_grads]  # a DTensor gradient (FSDP2, TP): this rank's shard
     bounds = [float(b) for b in bounds]
     histogram = has_histogram(level)
     numels = np.array([g.numel() for g in grads], dtype=np.int64)

@@ -24,6 +24,8 @@ _WRAPPER_CLASSES = frozenset(("FullyShardedDataParallel", "CheckpointWrapper", "
                               "DistributedDataParallel", "DataParallel", "OffloadWrapper"))
 _DATA_PARALLEL = frozenset(("DistributedDataParallel", "DataParallel"))
 _COMPILED = "OptimizedModule"
+# The mixins composable parallelism puts in front of a module's class (fully_shard, replicate).
+_SHARDING_MIXINS = frozenset(("FSDPModule", "ReplicateModule", "DDP"))
 COMPILED_NOTE = "a torch.compile'd module ran: the operators inside compiled regions are not captured"
 
 
@@ -63,6 +65,9 @@ class ModuleCapture(ModuleTree):
 
     def _parameters(self, module: Any) -> Dict[str, Any]:
         return module._parameters
+
+    def _class_name(self, module: Any) -> str:
+        return class_name(type(module))
 
     def input_edge(self, slot: str, t: Any) -> Any:
         return input_edge(slot, t)
@@ -156,6 +161,16 @@ class ModuleCapture(ModuleTree):
                 s.busy_depth -= 1
         except Exception as exc:
             s.summary.failed("parameter-gradient hook", exc)
+
+
+def class_name(cls: type) -> str:
+    """The model's own class name: FSDP2's ``fully_shard`` (and composable ``replicate``) swaps a module's class
+    for a generated ``FSDP<Class>(FSDPModule, <Class>)``; the record keeps ``<Class>``, as an unsharded run of the
+    same model names it, so the layouts' records match."""
+    bases = cls.__bases__
+    if len(bases) == 2 and bases[0].__name__ in _SHARDING_MIXINS and cls.__name__.endswith(bases[1].__name__):
+        return bases[1].__name__
+    return cls.__name__
 
 
 def _in_backward() -> bool:

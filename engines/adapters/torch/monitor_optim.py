@@ -14,18 +14,20 @@ from typing import List, Sequence, Tuple
 import torch
 
 from engines.adapters.torch.monitor_stats import StepMetrics
+from engines.adapters.torch.shards import local_shard
 
 NamedParams = List[Tuple[str, torch.Tensor]]
 
 
 def grad_of(param: torch.Tensor):
+    """The gradient the optimizer reads (Megatron's ``main_grad`` first); a DTensor's local shard."""
     grad = getattr(param, "main_grad", None)
-    return grad if grad is not None else param.grad
+    return local_shard(grad if grad is not None else param.grad)
 
 
 def _state(optimizer, param, key: str):
     state = optimizer.state.get(param) if hasattr(optimizer, "state") else None
-    return None if not state else state.get(key)
+    return None if not state else local_shard(state.get(key))
 
 
 def add_bulk(metrics: StepMetrics, tag: str, named: Sequence[Tuple[str, torch.Tensor]], ops, eps) -> None:
@@ -89,7 +91,7 @@ def record_update(metrics: StepMetrics, optimizer, named: NamedParams, ops, eps)
         updates.append((name, update))
         lr = group.get("lr", 0.0)
         lr = float(lr) if not isinstance(lr, torch.Tensor) else lr
-        param_norm = torch.linalg.vector_norm(param.detach(), dtype=torch.float64)
+        param_norm = torch.linalg.vector_norm(local_shard(param.detach()), dtype=torch.float64)
         ratios.append((name, lr * torch.linalg.vector_norm(update, dtype=torch.float64) / param_norm))
     add_bulk(metrics, "update", updates, ops, eps)
     for name, ratio in ratios:

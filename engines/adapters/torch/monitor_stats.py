@@ -14,6 +14,8 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import numpy as np
 import torch
 
+from engines.adapters.torch.shards import local_shard
+
 _HAS_FOREACH_MAX = hasattr(torch, "_foreach_max")
 
 
@@ -30,8 +32,8 @@ def _real(x: torch.Tensor) -> torch.Tensor:
 
 
 def tensor_metrics(x: torch.Tensor, ops: Sequence[str], eps: float) -> torch.Tensor:
-    """A float64 device tensor with one value per op, in ``ops`` order."""
-    x = _real(x.detach())
+    """A float64 device tensor with one value per op, in ``ops`` order (of the local shard of a DTensor)."""
+    x = _real(local_shard(x.detach()))
     numel = x.numel()
     if numel == 0:
         return torch.full((len(ops),), float("nan"), dtype=torch.float64, device=x.device)
@@ -61,7 +63,7 @@ def tensor_metrics(x: torch.Tensor, ops: Sequence[str], eps: float) -> torch.Ten
 
 def bulk_metrics(tensors: Sequence[torch.Tensor], ops: Sequence[str], eps: float) -> torch.Tensor:
     """``(len(tensors), len(ops))`` float64 on the device; norm (and max) through fused foreach kernels."""
-    tensors = [_real(t.detach()) for t in tensors]
+    tensors = [_real(local_shard(t.detach())) for t in tensors]
     if not tensors:
         return torch.zeros((0, len(ops)), dtype=torch.float64)
     columns: Dict[str, torch.Tensor] = {}
@@ -91,11 +93,13 @@ class StepMetrics:
         return len(self.keys)
 
     def add_tensor(self, tag: str, name: str, tensor: torch.Tensor, ops: Sequence[str], eps: float) -> None:
+        tensor = local_shard(tensor)
         self._add(tensor_metrics(tensor, ops, eps), [(tag, name, op) for op in ops], _shape(tensor), str(tensor.dtype))
 
     def add_bulk(self, tag: str, names: Sequence[str], tensors: Sequence[torch.Tensor], ops: Sequence[str],
                  eps: float) -> torch.Tensor:
         """Metrics of many tensors at once; returns the ``(n, len(ops))`` device block."""
+        tensors = [local_shard(t) for t in tensors]
         block = bulk_metrics(tensors, ops, eps)
         keys = [(tag, name, op) for name in names for op in ops]
         shapes = [_shape(t) for t in tensors for _ in ops]

@@ -51,6 +51,9 @@ class OverflowEntries(OverflowEntriesBase):
         except RuntimeError:
             version = -1
             fresh = True
+        if key in self.volatile:
+            version = -1
+            fresh = True
         if not fresh:
             cached = self.cache.get(key)
             if cached is not None and cached[1] == version and cached[0]() is t:
@@ -81,6 +84,8 @@ class OverflowEntries(OverflowEntriesBase):
             except TypeError:
                 pass
         self._recall(key, t, version, e)
+        if self.uninitialised:
+            self._still_uninitialised(key, t, version, e)
         return e
 
     def _test(self, e: int, x: torch.Tensor) -> None:

@@ -52,6 +52,17 @@ class TorchCaptureSession(CaptureSession):
     detect_rank = staticmethod(detect_rank)
     walkers = flatten.WALKERS
 
+    def note_uninitialised(self, out: Any) -> None:
+        """``out`` came from ``torch.empty`` or kin before the step's recording began: overflow_check's entries
+        remember it (its NaN is no overflow); other tasks' entries do not ask."""
+        note = getattr(self.entries, "note_uninitialised", None)
+        if note is None:
+            return
+        try:
+            note(out, out._version)
+        except Exception as exc:  # never break training
+            self.summary.failed("noting an uninitialised allocation", exc)
+
     def __init__(self, options: CaptureOptions, sink_factory: Optional[Callable[[int], Any]] = None,
                  summary: Optional[CaptureSummary] = None, rank: Optional[int] = None,
                  force_batched: bool = False, force_dispatch: bool = False) -> None:
