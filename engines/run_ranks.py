@@ -105,7 +105,9 @@ def _write(run: Any, rank: int, data: Dict[str, Any]) -> None:
     try:
         folder = run.rank_dir(rank)
         write_json_atomic(folder / RANK_JSON, data)
-    except (OSError, RunError, ValueError) as exc:
+    except RunError as exc:  # the rank folder itself is refused (a planted link): its store's opening says so once
+        log.debug("probe-tui: %s: %s not written (%s)", run.path, RANK_JSON, exc)
+    except (OSError, ValueError) as exc:
         log.warning("probe-tui: %s: could not write rank %d's %s (%s)", run.path, rank, RANK_JSON,
                     safe_fs.describe_os_error(run.path, exc) if isinstance(exc, OSError) else exc)
 
