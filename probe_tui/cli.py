@@ -76,6 +76,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-o", "--output", metavar="DIR", help="where to write the result")
     p.add_argument("--mode", choices=["auto", "tensor", "statistics", "md5"], default="auto")
     p.add_argument("--fuzzy", action="store_true", help="align names that differ (call indices, class names)")
+    p.add_argument("--workers", type=int, metavar="N",
+                   help="processes comparing rank pairs at once (default: as many as cores and pairs allow)")
     _add_job_flags(p)
 
     p = sub.add_parser("analyze-overflow", help="replay the ops an overflow_check run flagged, in high precision")

@@ -75,8 +75,11 @@ def _run_section(task: str, section: Dict[str, Any], args, label: str) -> int:
 
 
 def cmd_compare(args) -> int:
-    return _run_section("compare", {"target_path": args.target, "golden_path": args.golden, "mode": args.mode,
-                                    "fuzzy_match": bool(args.fuzzy)}, args, label="compare")
+    section = {"target_path": args.target, "golden_path": args.golden, "mode": args.mode,
+               "fuzzy_match": bool(args.fuzzy)}
+    if args.workers is not None:
+        section["workers"] = args.workers  # checked by the config schema (at least 1): one line, exit 2
+    return _run_section("compare", section, args, label="compare")
 
 
 def cmd_analyze_overflow(args) -> int:

@@ -142,6 +142,11 @@ class CompareSection(ConfigModel):
         description="Result files: hdf5 (always), csv, xlsx (refused above Excel's row limit).")
     output_path: Optional[str] = field(
         None, "Folder for the results. Unset: a new run folder under dump_path.", min_length=1)
+    workers: Optional[int] = field(
+        None, "Processes comparing (rank, step) pairs at once on this machine (one process writes the results, "
+              "the same as with 1); with one pair, processes streaming its tensors. Unset: as many as cores and "
+              "pairs allow, once the first pair shows the compare is worth it. Under torchrun or srun each "
+              "launched process takes its share of the pairs (docs/COMPARE.md).", ge=1, advanced=True)
 
     @field_validator("formats")
     @classmethod
