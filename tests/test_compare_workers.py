@@ -278,3 +278,19 @@ def test_torchrun_bad_input_stops_every_process_with_one_line(dumps, tmp_path):
     assert "/engines/" not in err and "/probe_tui/" not in err  # no traceback of ours
     assert not (tmp_path / "out").exists()
 
+
+
+def test_the_cli_progress_counts_pairs():
+    import io
+
+    from rich.console import Console
+
+    from probe_tui.progress import RichProgressSink
+
+    buf = io.StringIO()
+    sink = RichProgressSink(Console(file=buf, force_terminal=False, width=200), plain_interval_s=0)
+    sink.emit("run_started", run_dir=None, task="compare", total_steps=None)
+    for n in range(3):
+        sink.emit("step", step=n, total_steps=3, elapsed_s=0.5, records=10 * (n + 1), unit="pair")
+    assert [x.split()[0:2] for x in buf.getvalue().splitlines()[1:]] == [["1/3", "pairs"], ["2/3", "pairs"],
+                                                                         ["3/3", "pairs"]]

@@ -115,9 +115,11 @@ class LaunchedSplit:
         own = set(meta["pieces"])
         count = len(own)
         assert self.parts is not None
+        _check_private(self.parts)
         for n in range(total):
             path = self.parts / "piece{}.pkl".format(n)
             try:
+                safe_fs.check_regular_or_absent(path)  # a link planted there is refused, never followed
                 with open(path, "rb") as fh:
                     result: PieceResult = pickle.load(fh)
                 os.unlink(path)
@@ -172,3 +174,14 @@ class LaunchedSplit:
             self.stage = DONE
             if raise_:
                 raise CompareError(first)
+
+
+def _check_private(parts: Path) -> None:
+    """The parts folder is still the private one rank 0 made (this user's, no one else's access): only then are
+    the pickles in it read (docs/SECURITY.md)."""
+    try:
+        safe_fs.check_private_dir(parts, "compare parts folder")
+        if os.lstat(parts).st_mode & 0o077:
+            raise safe_fs.UnsafePathError("{}: others may write into it; its results are not read".format(parts))
+    except OSError as exc:
+        raise CompareError("compare: parts folder {}: {}".format(parts, exc)) from None

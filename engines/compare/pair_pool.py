@@ -4,7 +4,7 @@ A compare is a list of (rank, step) pieces; each piece is read, matched, measure
 (:func:`compute_piece`). With ``workers`` W > 1 the pieces go to W - 1 spawned processes plus this one (which
 takes the next piece itself whenever no result is ready and few are held, as the tensor workers do), and come
 back in piece order, so the caller ranks and writes exactly what one process would have: the result files are the
-same byte for byte. At most ``2 W`` finished pieces are held at once (a worker's result waits while an earlier
+same byte for byte. At most ``W + 1`` finished pieces are held at once (a worker's result waits while an earlier
 piece is still being compared), so memory stays bounded by the pieces' size, not the dump's.
 
 ``workers`` unset: as many as cores and pieces allow, but only once the first piece (compared here) took longer
@@ -154,7 +154,7 @@ def piece_results(pieces: Sequence[Piece], target: DumpSource, golden: DumpSourc
 def _pooled(queue: Iterator[Tuple[int, Piece]], target: DumpSource, golden: DumpSource, spec: SideSpec,
             workers: int, finished: Callable[[PieceResult], PieceResult]) -> Generator[PieceResult, None, None]:
     helpers = workers - 1
-    limit = 2 * workers  # finished pieces held, waiting for an earlier one
+    limit = workers + 1  # finished pieces held, waiting for an earlier one
     held: Dict[int, PieceResult] = {}
     pending: Dict["Future[PieceResult]", Tuple[int, Piece]] = {}
     first = next(queue, None)
