@@ -43,6 +43,8 @@ def run_job_reporting(job, args, *, label: str) -> int:
     try:
         outcome = run_job(job, events=sink, fail_on_findings=getattr(args, "fail_on_findings", False))
     except (JobError, TargetError, RunError) as exc:
+        if getattr(exc, "echoed", False):  # a launched compare's member: rank 0 prints the launch's one line
+            return 2
         return fail(f"{label}: {exc}")
     finally:
         progress.close()

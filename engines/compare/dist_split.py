@@ -30,6 +30,13 @@ from engines.dumps.source import DumpSource
 START, AGREED, SHARED, GATHERED, DONE = range(5)
 
 
+class EchoedError(CompareError):
+    """A launched member other than rank 0 stops on bad input that rank 0 reports: the launch prints its one line
+    once (``echoed`` tells the CLI to exit 2 without printing it again)."""
+
+    echoed = True
+
+
 class LaunchedSplit:
     """This process's part in a launched compare (see the module docstring); ``stage`` says which collectives
     it has passed, so that a failure anywhere still meets the others at the next one."""

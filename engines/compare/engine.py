@@ -18,7 +18,7 @@ from typing import Any, Dict, List, Optional, Tuple
 import numpy as np
 
 from engines.compare import divergence, suspects, tensor_metrics
-from engines.compare.dist_split import LaunchedSplit
+from engines.compare.dist_split import EchoedError, LaunchedSplit
 from engines.compare.options import CompareError, CompareOptions, summary_options
 from engines.compare.pair_pool import PieceResult, SideSpec, piece_results
 from engines.compare.piece import PieceSettings
@@ -165,6 +165,8 @@ def run_launched(group: WorkGroup, job: Any, events=None, *, fail_on_findings: b
         return outcome
     except BaseException as exc:
         split.failed(exc)
+        if split.rank != 0 and isinstance(exc, CompareError):  # rank 0 says the launch's one line
+            raise EchoedError(str(exc)) from None
         raise
     finally:
         split.close()
