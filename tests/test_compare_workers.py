@@ -101,6 +101,37 @@ def test_more_workers_than_pairs_and_chunked_writing(dumps, tmp_path, monkeypatc
     _same_results(tmp_path / "one_s1", tmp_path / "three")
 
 
+def _tensor_rank(folder: Path, rank: int, noise: float) -> None:
+    rng = np.random.default_rng(rank)
+    with DumpWriter(folder / "rank{}".format(rank), meta={"rank": rank, "world_size": 3,
+                                                         "framework": "pytorch"}) as w:
+        rows = w.add_records(step=0, name=["Functional.linear.{}.forward".format(i) for i in range(4)], kind=0,
+                             direction=0)
+        for i, row in enumerate(rows):
+            x = rng.standard_normal(64).astype(np.float32)
+            if noise:
+                x = x + np.float32(noise * (i + 1)) * np.random.default_rng(7 + i).standard_normal(64, np.float32)
+            ref = w.put_tensor(x, "torch.float32")
+            w.add_tensors(refs=[ref], record=[row], step=0, slot=["output.0"], dtype="torch.float32", shape=[(64,)],
+                          max=float(x.max()), min=float(x.min()), mean=float(x.mean()),
+                          norm=float(np.linalg.norm(x)), valid=15)
+        w.commit_step(0)
+
+
+def test_tensor_mode_on_workers_writes_what_one_process_writes(tmp_path):
+    for rank in range(3):
+        _tensor_rank(tmp_path / "t", rank, 1e-3)
+        _tensor_rank(tmp_path / "g", rank, 0.0)
+    outs = []
+    for w in (1, 2):
+        section = {"target_path": str(tmp_path / "t"), "golden_path": str(tmp_path / "g"), "mode": "tensor",
+                   "output_path": str(tmp_path / "o{}".format(w)), "workers": w}
+        outs.append(run_compare({"task": "compare", "compare": section}))
+    assert outs[0].summary["rows"] == 12 and outs[0].summary["mode"] == "tensor"
+    assert outs[1].summary["verdicts"] == outs[0].summary["verdicts"]
+    _same_results(tmp_path / "o1", tmp_path / "o2")
+
+
 def test_a_damaged_rank_read_by_a_worker_is_one_line_exit_2(dumps, tmp_path, capsys):
     import shutil
 
