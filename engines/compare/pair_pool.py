@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import signal
 import time
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
@@ -107,6 +108,9 @@ _READER: Dict[str, SideReader] = {}
 
 
 def _init_worker(spec: SideSpec) -> None:
+    # Ctrl-C reaches the whole process group: the parent stops the compare (and this pool); a worker interrupted
+    # as well would only print a traceback
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     _READER["sides"] = SideReader(spec)
 
 
@@ -167,51 +171,51 @@ def _pooled(queue: Iterator[Tuple[int, Piece]], target: DumpSource, golden: Dump
         held[item[0]] = finished(compute_piece(target, golden, spec.mode, spec.settings, *item))
 
     ctx = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(max_workers=helpers, mp_context=ctx, initializer=_init_worker,
-                             initargs=(spec,)) as pool:
+    pool = ProcessPoolExecutor(max_workers=helpers, mp_context=ctx, initializer=_init_worker, initargs=(spec,))
+    completed = False  # the pool is shut down below, waiting for its workers only when the compare went through
 
-        def refill() -> None:
-            while not broken and len(pending) <= helpers and len(held) + len(pending) < limit:
-                item = next(queue, None)
-                if item is None:
-                    return
-                pending[pool.submit(_work, *item)] = item
+    def refill() -> None:
+        while not broken and len(pending) <= helpers and len(held) + len(pending) < limit:
+            item = next(queue, None)
+            if item is None:
+                return
+            pending[pool.submit(_work, *item)] = item
 
-        try:
-            refill()  # the workers start on the pieces after the first; this process compares the first
-            here(first)
-            while True:
-                if nxt in held:
-                    yield held.pop(nxt)
-                    nxt += 1
-                    continue
-                if not pending:  # nothing held either (pieces leave the queue in order): start the next ones
-                    refill()
-                    if not pending:
-                        item = next(queue, None)
-                        if item is None:
-                            return
-                        here(item)
-                    continue
-                ready = [f for f in pending if f.done()]
-                if not ready and len(held) < limit:
-                    item = next(queue, None)
-                    if item is not None:  # nothing ready: this process compares the next piece itself
-                        here(item)
-                        continue
-                if not ready:
-                    ready = list(wait(list(pending), return_when=FIRST_COMPLETED)[0])
-                for fut in ready:
-                    item = pending.pop(fut)
-                    try:
-                        held[item[0]] = finished(fut.result())
-                    except BrokenProcessPool:  # a worker died (killed, out of memory): the rest is done here
-                        broken = True
-                        here(item)
+    try:
+        refill()  # the workers start on the pieces after the first; this process compares the first
+        here(first)
+        while True:
+            if nxt in held:
+                yield held.pop(nxt)
+                nxt += 1
+                continue
+            if not pending:  # nothing held either (pieces leave the queue in order): start the next ones
                 refill()
-        finally:
-            for fut in pending:
-                fut.cancel()
+                if not pending:
+                    item = next(queue, None)
+                    if item is None:
+                        completed = True
+                        return
+                    here(item)
+                continue
+            ready = [f for f in pending if f.done()]
+            if not ready and len(held) < limit:
+                item = next(queue, None)
+                if item is not None:  # nothing ready: this process compares the next piece itself
+                    here(item)
+                    continue
+            if not ready:
+                ready = list(wait(list(pending), return_when=FIRST_COMPLETED)[0])
+            for fut in ready:
+                item = pending.pop(fut)
+                try:
+                    held[item[0]] = finished(fut.result())
+                except BrokenProcessPool:  # a worker died (killed, out of memory): the rest is done here
+                    broken = True
+                    here(item)
+            refill()
+    finally:
+        pool.shutdown(wait=completed, cancel_futures=True)
 
 
 __all__ = ["PieceResult", "SideSpec", "SideReader", "compute_piece", "piece_results", "default_workers",
