@@ -64,6 +64,8 @@ def compute_piece(target: DumpSource, golden: DumpSource, mode: str, settings: P
                   piece: Piece) -> PieceResult:
     rank, t_step, g_step = piece
     try:
+        target.release_others(rank)  # pieces come rank after rank: memory stays flat with the rank count
+        golden.release_others(rank)
         t_rows, g_rows = target.rows(rank, t_step), golden.rows(rank, g_step)
         t_spec = target.tensor_spec(rank, t_step) if mode == "tensor" else None
         g_spec = golden.tensor_spec(rank, g_step) if mode == "tensor" else None
