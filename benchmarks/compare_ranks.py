@@ -1,17 +1,17 @@
 """Compare of many rank pairs: wall time and peak memory with 1 and more worker processes.
 
     python benchmarks/compare_ranks.py [--ranks 64] [--rows 200000] [--workers 1,2] [--formats hdf5]
-                                       [--dir DIR] [--keep]
+                                       [--dir DIR] [--keep] [--compare-ranks N]
 
 Writes (once; reused from ``--dir``) two synthetic statistics dumps of ``--ranks`` rank folders, ``--rows`` tensor
 rows a rank (one step; records of two inputs and one output, the target's statistics off by a relative 1e-3, one
-rank with a few records off by 10%), with ``engines.store.DumpWriter`` and numpy. Then, for each worker count, runs
-``probe-tui compare TARGET GOLDEN --workers W`` in a child process and prints its wall time, the CPU seconds of it
-and of its children, and the peak RSS of the parent (``os.wait4``) and of the largest worker (``RUSAGE_CHILDREN``
-of the child as the child itself reports it in its summary is not available, so the compare runs through a small
-driver that prints both ``getrusage`` figures). The results of the runs are checked to be the same (row counts,
-verdict counts, top suspects). ``uptime`` is printed before and after: on a shared machine wall times follow the
-load.
+rank with ten records off by 10%), with ``engines.store.DumpWriter`` and numpy. Then, for each worker count, runs
+the compare (statistics mode, ``workers: W``) in a child process, a small driver that prints the wall time, the CPU
+seconds and peak RSS of the compare's process (``RUSAGE_SELF``) and of its workers (``RUSAGE_CHILDREN``: the CPU
+of all, the peak RSS of the largest). The runs' results are checked to be the same (row and verdict counts, top
+suspects). ``uptime`` is printed before and after: on a shared machine wall times follow the load, CPU seconds
+are the steadier figure. ``--compare-ranks N`` compares the first N ranks only: the peak memory against the rank
+count.
 """
 
 import argparse
@@ -97,11 +97,13 @@ def uptime() -> str:
         return "load average {:.2f} {:.2f} {:.2f}".format(*os.getloadavg())
 
 
-def run_once(work: Path, workers: int, formats, timeout: float) -> dict:
+def run_once(work: Path, workers: int, formats, timeout: float, ranks: int = 0) -> dict:
     out = work / "out_w{}".format(workers)
     shutil.rmtree(out, ignore_errors=True)
     section = {"target_path": str(work / "target"), "golden_path": str(work / "golden"), "output_path": str(out),
                "mode": "statistics", "formats": formats, "workers": workers}
+    if ranks:
+        section["rank"] = list(range(ranks))
     t0 = time.perf_counter()
     proc = subprocess.run([sys.executable, "-c", DRIVER, str(ROOT), json.dumps(section)], capture_output=True,
                           text=True, timeout=timeout)
@@ -122,6 +124,8 @@ def main() -> None:
     ap.add_argument("--formats", default="hdf5", help="result files (hdf5, csv, xlsx; the CSV of 12.8M rows is ~6 GB)")
     ap.add_argument("--dir", help="work folder (default: $TMPDIR/probe-tui-compare-ranks); the dumps are reused")
     ap.add_argument("--keep", action="store_true", help="keep the dumps after the run")
+    ap.add_argument("--compare-ranks", type=int, default=0,
+                    help="compare only the first N ranks of the dumps (peak memory against the rank count)")
     ap.add_argument("--timeout", type=float, default=3600, help="seconds a compare may take")
     args = ap.parse_args()
     work = Path(args.dir) if args.dir else Path(tempfile.gettempdir()) / "probe-tui-compare-ranks"
@@ -132,7 +136,7 @@ def main() -> None:
         write_dumps(work, args.ranks, args.rows)
         first = None
         for w in [int(x) for x in args.workers.split(",") if x]:
-            res = run_once(work, w, formats, args.timeout)
+            res = run_once(work, w, formats, args.timeout, args.compare_ranks)
             print("workers {}: {:,} rows in {:.1f} s ({:,.0f} rows/s); CPU s parent {:.1f}, workers {:.1f}; "
                   "peak RSS parent {:.0f} MB, largest worker {:.0f} MB".format(
                       w, res["rows"], res["wall_s"], res["rows"] / res["wall_s"], res["cpu_parent_s"],
