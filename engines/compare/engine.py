@@ -441,12 +441,22 @@ def _run_summary(summary: Dict[str, Any]) -> Dict[str, Any]:
 
 def _merge_divergence(divs: List[Dict[str, np.ndarray]]) -> Dict[str, np.ndarray]:
     """All pieces' rankings in one list: tier (update-phase ops after a model that shows a signal), then best
-    score first (positions renumbered)."""
-    table = concat(divs)
+    score first (positions renumbered).
+
+    The pieces' entries (one per record of every rank and step) are taken out of ``divs`` column by column and
+    reordered in place, so they are held about once, not three times (pieces, joined, sorted): with many ranks
+    this list is the largest thing a compare holds at its end."""
+    if len(divs) > 1:
+        keys = [k for k in divs[0] if all(k in d for d in divs)]
+        table = {k: np.concatenate([d.pop(k) for d in divs]) for k in keys}
+    else:
+        table = divs[0] if divs else {}
+    divs.clear()
     if not table or len(table["record"]) == 0:
         return table
     order = np.lexsort((table["order"], table["step"], table["rank"], -table["score"], table["tier"]))
-    table = {k: v[order] for k, v in table.items()}
+    for k in list(table):
+        table[k] = table[k][order]
     table["position"] = np.arange(1, len(order) + 1, dtype=np.int64)
     return table
 
