@@ -183,6 +183,11 @@ def test_launched_world_reads_torchrun_and_srun():
     # an sbatch script's SLURM_NTASKS alone is no launch: only an srun step's task count is
     assert launched_world({"SLURM_NTASKS": "4", "SLURM_PROCID": "0"}) == (0, 1)
     assert launched_world({"SLURM_STEP_NUM_TASKS": "2", "SLURM_PROCID": "1"}) == (1, 2)
+    assert launched_world({"RANK": "1", "WORLD_SIZE": "4", "PROBE_TUI_COMPARE_LAUNCH": "0"}) == (0, 1)
+    with pytest.raises(CompareError, match="WORLD_SIZE"):
+        launched_world({"RANK": "x", "WORLD_SIZE": "2"})
+    with pytest.raises(CompareError, match="outside"):
+        launched_world({"RANK": "2", "WORLD_SIZE": "2"})
 
 
 class _Hub:

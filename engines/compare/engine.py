@@ -204,6 +204,8 @@ def _compare(job: Any, events, fail_on_findings: bool, write: bool,
         if split is not None:
             split.agree()
             split.open_parts(opts)
+            if split.rank != 0:  # its progress counts its own share; rank 0's counts every pair
+                progress.total = len(split.share(pieces))
             share = split.compute_share(pieces, target, golden, spec, opts.workers, progress.done)
             if split.rank != 0:
                 told = split.wait_outcome(share)
@@ -226,6 +228,7 @@ def _compare(job: Any, events, fail_on_findings: bool, write: bool,
                     n, cols, only = result.n, result.cols, result.only
                     rank, t_step, _ = pieces[n]
                     del result
+                    target.release_others(rank)  # the ranking reads this rank's module tree: only its reader open
                     _note_unmatched_records(cols, rank, t_step, opts.fuzzy_match, notes)
                     unreadable.add(cols)
                     # no chunk is written while no tensor pair could be compared yet: if that stays so, the compare

@@ -5,6 +5,8 @@ A compare started by a launcher (``WORLD_SIZE`` > 1 from torchrun, or ``SLURM_ST
 (gloo) in the torch adapter (``engines/adapters/torch/dist_group.py``), loaded by name so that torch stays out of
 every compare that is not launched so. The group only splits the work and passes small objects (statuses, file
 lists, the summary); the result rows move through files (:mod:`engines.compare.dist_split`).
+``PROBE_TUI_COMPARE_LAUNCH=0`` makes a compare run alone although launched so (one rank of a training launch
+comparing on its own).
 """
 
 from __future__ import annotations
@@ -38,6 +40,8 @@ class WorkGroup(Protocol):
 def launched_world(env: Optional[Mapping[str, str]] = None) -> Tuple[int, int]:
     """(rank, world size) of the launch this process belongs to; (0, 1) when it was not launched so."""
     env = os.environ if env is None else env
+    if env.get("PROBE_TUI_COMPARE_LAUNCH", "") == "0":  # one process of a launch compares alone
+        return 0, 1
     for rank_var, size_var in (("RANK", "WORLD_SIZE"), ("SLURM_PROCID", "SLURM_STEP_NUM_TASKS")):
         size_text = env.get(size_var, "")
         if size_text:
