@@ -139,6 +139,10 @@ def _num(v) -> Optional[float]:
     return v if math.isfinite(v) else (1e308 if v > 0 else -1e308)
 
 
+#: Seconds a launched member other than rank 0 waits before exiting on bad input that rank 0 reports.
+ECHO_GRACE_S = 1.0
+
+
 def run_compare(job: Any, events=None, *, fail_on_findings: bool = True, write: bool = True) -> CompareOutcome:
     """Compare the two dumps a compare job names and write the reports.
 
@@ -166,6 +170,8 @@ def run_launched(group: WorkGroup, job: Any, events=None, *, fail_on_findings: b
     except BaseException as exc:
         split.failed(exc)
         if split.rank != 0 and isinstance(exc, CompareError):  # rank 0 says the launch's one line
+            # torchrun stops the other processes as soon as one exits: leave rank 0 the time to say it first
+            time.sleep(ECHO_GRACE_S)
             raise EchoedError(str(exc)) from None
         raise
     finally:
