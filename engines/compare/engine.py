@@ -53,7 +53,6 @@ class CompareOutcome:
 
 
 
-
 def _emit(events, kind: str, **fields) -> None:
     if events is not None:
         events.emit(kind, **fields)
