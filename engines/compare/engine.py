@@ -52,7 +52,6 @@ class CompareOutcome:
         return self.output_dir
 
 
-
 def _emit(events, kind: str, **fields) -> None:
     if events is not None:
         events.emit(kind, **fields)
