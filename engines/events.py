@@ -3,7 +3,8 @@
 Kinds and their fields (``?`` = optional):
 
 - ``run_started{run_dir, task, total_steps}`` (``total_steps`` None when unknown, e.g. a script)
-- ``step{step, total_steps, loss?, elapsed_s, records?, bytes?}`` after each training step (``step`` 0-based)
+- ``step{step, total_steps, loss?, elapsed_s, records?, bytes?, unit?}`` after each training step (``step``
+  0-based); an analysis counts its own units (``unit``: ``"pair"`` for compare's rank pairs, done across workers)
 - ``message{level, text}`` with level ``debug|info|warning|error``
 - ``run_finished{status, exit_code, run_dir, summary}``
 
@@ -22,7 +23,7 @@ KINDS: Dict[str, Dict[str, bool]] = {
     # field -> required
     "run_started": {"run_dir": True, "task": True, "total_steps": True},
     "step": {"step": True, "total_steps": True, "loss": False, "elapsed_s": True, "records": False,
-             "bytes": False},
+             "bytes": False, "unit": False},
     "message": {"level": True, "text": True},
     "run_finished": {"status": True, "exit_code": True, "run_dir": True, "summary": True},
 }

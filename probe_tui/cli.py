@@ -81,6 +81,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the target's parallel layout when its dump records none, e.g. ranks=4,tp=2,pp=2 "
                         "(keys ranks, tp, pp, vpp, order)")
     p.add_argument("--golden-layout", metavar="LAYOUT", help="the golden's parallel layout, as --target-layout")
+    p.add_argument("--workers", type=int, metavar="N",
+                   help="processes comparing rank pairs at once (default: as many as cores and pairs allow)")
     _add_job_flags(p)
 
     p = sub.add_parser("analyze-overflow", help="replay the ops an overflow_check run flagged, in high precision")

@@ -46,6 +46,8 @@ def run_job_reporting(job, args, *, label: str) -> int:
     try:
         outcome = run_job(job, events=sink, fail_on_findings=getattr(args, "fail_on_findings", False))
     except (JobError, TargetError, RunError) as exc:
+        if getattr(exc, "echoed", False):  # a launched compare's member: rank 0 prints the launch's one line
+            return 2
         return fail(f"{label}: {exc}")
     finally:
         progress.close()
@@ -96,6 +98,8 @@ def cmd_compare(args) -> int:
                 section[key] = layout_from_text(text)
             except ValueError as exc:
                 return fail("compare --{}: {}".format(flag.replace("_", "-"), exc))
+    if args.workers is not None:
+        section["workers"] = args.workers  # checked by the config schema (at least 1): one line, exit 2
     return _run_section("compare", section, args, label="compare")
 
 

@@ -27,7 +27,9 @@ def _loss_label(loss: Any) -> str:
     return "" if loss is None else f"loss {format_loss(loss)}"
 
 
-def _step_label(step: int, total: Optional[int]) -> str:
+def _step_label(step: int, total: Optional[int], unit: Optional[str] = None) -> str:
+    if unit:  # an analysis's units (compare: rank pairs done, across its workers)
+        return f"{step + 1}/{total} {unit}s" if total else f"{step + 1} {unit}s"
     return f"step {step + 1}/{total}" if total else f"step {step + 1}"
 
 
@@ -97,10 +99,10 @@ class RichProgressSink:
         self._start()
         step, total = int(fields.get("step", 0)), fields.get("total_steps")
         if self._progress is not None and self._task is not None:
-            self._progress.update(self._task, completed=step + 1, total=total, step=_step_label(step, total),
+            self._progress.update(self._task, completed=step + 1, total=total, step=_step_label(step, total, fields.get("unit")),
                                   loss=_loss_label(fields.get("loss")), extra=_extras(fields))
             return
-        parts = [self.prefix.strip(), _step_label(step, total), _loss_label(fields.get("loss")),
+        parts = [self.prefix.strip(), _step_label(step, total, fields.get("unit")), _loss_label(fields.get("loss")),
                  format_duration(fields.get('elapsed_s', 0.0))]
         line = "  ".join(part for part in parts if part)
         extra = _extras(fields)

@@ -154,6 +154,11 @@ class CompareSection(ConfigModel):
               "parallel, msprobe dumps), as msprobe's parallel merge takes it.", advanced=True)
     golden_layout: Optional[ParallelLayout] = field(
         None, "The golden's parallel layout, as target_layout.", advanced=True)
+    workers: Optional[int] = field(
+        None, "Processes comparing (rank, step) pairs at once on this machine (one process writes the results, "
+              "the same as with 1); with one pair, processes streaming its tensors. Unset: as many as cores and "
+              "pairs allow, once the first pair shows the compare is worth it. Under torchrun or srun each "
+              "launched process takes its share of the pairs (docs/COMPARE.md).", ge=1, advanced=True)
 
     @field_validator("formats")
     @classmethod

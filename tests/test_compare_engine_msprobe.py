@@ -92,7 +92,8 @@ def test_reference_8_3_tensor_compare(tmp_path):
     assert r["classic_colour"].tolist() == [0, 0, 0, 1, 0, 2]
     # first divergence: both ops got exact inputs; softmax adds the larger error
     assert [s["record"] for s in out.top_suspects] == ["Functional.softmax.0.forward", "Functional.matmul.0.forward"]
-    assert ("step", {"step": 0, "total_steps": 1, "elapsed_s": pytest.approx(0, abs=60), "records": 6}) in \
+    assert ("step", {"step": 0, "total_steps": 1, "elapsed_s": pytest.approx(0, abs=60), "records": 6,
+                     "unit": "pair"}) in \
         [(k, f) for k, f in ev.seen if k == "step"]
     from openpyxl import load_workbook
 

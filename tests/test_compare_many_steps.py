@@ -73,7 +73,9 @@ def rows_in_flight(monkeypatch):
     """The most result rows alive at once: every piece's result columns are tracked until they are freed."""
     alive = []  # (weak reference to a piece's verdict column, its rows)
     peak = [0]
-    real = engine.compare_piece
+    from engines.compare import pair_pool  # where each piece is compared (in this process: no workers here)
+
+    real = pair_pool.compare_piece
 
     def spy(*args, **kwargs):
         gc.collect()
@@ -82,7 +84,7 @@ def rows_in_flight(monkeypatch):
         alive.append((weakref.ref(cols["verdict"]), len(cols["verdict"])))
         return cols, match
 
-    monkeypatch.setattr(engine, "compare_piece", spy)
+    monkeypatch.setattr(pair_pool, "compare_piece", spy)
     return peak
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import time
+from contextlib import closing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
@@ -17,12 +18,15 @@ from typing import Any, Dict, List, Optional, Tuple
 import numpy as np
 
 from engines.compare import collective_links, divergence, suspects, tensor_metrics
-from engines.compare.merged_source import MergeOptions, MergeTally, after_piece, merge_sides
+from engines.compare.dist_split import EchoedError, LaunchedSplit
+from engines.compare.merged_source import MergeOptions, MergeTally, merge_sides
 from engines.compare.options import CompareError, CompareOptions, summary_options
-from engines.compare.piece import PieceSettings, compare_piece
+from engines.compare.pair_pool import PieceResult, SideSpec, piece_results
+from engines.compare.piece import PieceSettings
 from engines.compare.prefetch import start_prefetch
 from engines.compare.stream_out import ResultChunks, StreamingReport, concat
 from engines.compare.verdicts import VERDICTS
+from engines.compare.workgroup import WorkGroup, join_launch
 from engines.dumps.names import direction_word
 from engines.dumps.opener import open_dump
 from engines.dumps.source import DumpSource, DumpSourceError, require_steps
@@ -46,9 +50,6 @@ class CompareOutcome:
     @property
     def run_dir(self) -> Optional[Path]:
         return self.output_dir
-
-
-_VERDICT_CODE = {name: code for code, name in enumerate(VERDICTS)}
 
 
 def _emit(events, kind: str, **fields) -> None:
@@ -139,25 +140,62 @@ def _num(v) -> Optional[float]:
     return v if math.isfinite(v) else (1e308 if v > 0 else -1e308)
 
 
+#: Seconds a launched member other than rank 0 waits before exiting on bad input that rank 0 reports.
+ECHO_GRACE_S = 1.0
+
+
 def run_compare(job: Any, events=None, *, fail_on_findings: bool = True, write: bool = True) -> CompareOutcome:
     """Compare the two dumps a compare job names and write the reports.
 
     Raises :class:`CompareError` (a ``JobError``: one line naming the field or file, exit code 2) for bad input.
     ``exit_code`` is 3 when some row is an error and ``fail_on_findings`` (the default: the runner turns 3 into
     0 unless ``--fail-on-findings`` was given), else 0. Events: ``message`` and one ``step`` per (rank, step).
+    Under a launcher (torchrun, srun) the launched processes share the pairs (:mod:`engines.compare.dist_split`).
     """
+    group = join_launch()
+    if group is None:
+        return _compare(job, events, fail_on_findings, write, None)
+    return run_launched(group, job, events, fail_on_findings=fail_on_findings, write=write)
+
+
+def run_launched(group: WorkGroup, job: Any, events=None, *, fail_on_findings: bool = True,
+                 write: bool = True) -> CompareOutcome:
+    """:func:`run_compare` as one member of ``group``: rank 0 returns the compare's outcome, the others rank 0's
+    exit code and a summary of their share."""
+    split = LaunchedSplit(group)
+    try:
+        outcome = _compare(job, events, fail_on_findings, write, split)
+        split.tell({"exit_code": outcome.exit_code, "summary": outcome.summary,
+                    "output_dir": str(outcome.output_dir) if outcome.output_dir else None})
+        return outcome
+    except BaseException as exc:
+        split.failed(exc)
+        if split.rank != 0 and isinstance(exc, CompareError):  # rank 0 says the launch's one line
+            # torchrun stops the other processes as soon as one exits: leave rank 0 the time to say it first
+            time.sleep(ECHO_GRACE_S)
+            raise EchoedError(str(exc)) from None
+        raise
+    finally:
+        split.close()
+
+
+def _compare(job: Any, events, fail_on_findings: bool, write: bool,
+             split: Optional[LaunchedSplit]) -> CompareOutcome:
     started = time.time()
     opts = CompareOptions.from_job(job)
     target = open_side(opts.target_path, "compare.target_path")
     golden = open_side(opts.golden_path, "compare.golden_path")
-    prefetch = start_prefetch(target, golden)  # both msprobe dumps: the target read by a helper process
+    prefetch = None
     try:
         notes: List[str] = ["target " + n for n in target.notes()] + ["golden " + n for n in golden.notes()]
         # ranks of another parallel layout merge here (a process that opens the sides itself does the same)
-        target, golden = merge_sides(target, golden, MergeOptions.of(opts), notes)
+        merge = MergeOptions.of(opts)
+        target, golden = merge_sides(target, golden, merge, notes)
         tally = MergeTally(target, golden)
-        mode = choose_mode(opts.mode, target, golden)
         pieces = pair_pieces(target, golden, opts.rank, opts.step, notes)
+        if len(pieces) <= 1 or opts.workers == 1:  # else worker processes read the pieces (pair_pool)
+            prefetch = start_prefetch(target, golden)  # both msprobe dumps: the target read by a helper process
+        mode = choose_mode(opts.mode, target, golden)
         if not pieces:
             raise CompareError("compare: no rank/step present in both {} and {}{}".format(
                 opts.target_path, opts.golden_path, " (" + "; ".join(notes) + ")" if notes else ""))
@@ -172,36 +210,43 @@ def run_compare(job: Any, events=None, *, fail_on_findings: bool = True, write: 
             thresholds=opts.thresholds, highlight=opts.highlight, workers=opts.workers)
         _say(events, "compare {} ({}) against {} ({}), mode {}, {} piece(s)".format(
             target.path, target.origin, golden.path, golden.origin, mode, len(pieces)))
+        spec = SideSpec(opts.target_path, opts.golden_path, mode, settings, merge)
+        progress = _Progress(events, len(pieces), started)
+        if split is not None:
+            split.agree()
+            split.open_parts(opts)
+            if split.rank != 0:  # its progress counts its own share; rank 0's counts every pair
+                progress.total = len(split.share(pieces))
+            share = split.compute_share(pieces, target, golden, spec, opts.workers, progress.done)
+            if split.rank != 0:
+                told = split.wait_outcome(share)
+                target.close()
+                golden.close()
+                return _member_outcome(split, share, told)
+            results = split.results(share, len(pieces), progress.done)
+        else:
+            results = piece_results(pieces, target, golden, spec, opts.workers, progress.done)
         out = _Output(opts, job, target.framework)
         chunks = ResultChunks(opts.first_divergence, target.tree,
                               (lambda first: StreamingReport(out.folder(), opts, mode, first, out.stamp))
                               if write else None)
         unreadable = _Unreadable(mode)
         try:
-            for n, (rank, t_step, g_step) in enumerate(pieces):
-                try:
-                    t_rows, g_rows = target.rows(rank, t_step), golden.rows(rank, g_step)
-                    t_spec = target.tensor_spec(rank, t_step) if mode == "tensor" else None
-                    g_spec = golden.tensor_spec(rank, g_step) if mode == "tensor" else None
-                except DumpSourceError as exc:
-                    raise CompareError(str(exc)) from None
-                cols, match = compare_piece(t_rows, g_rows, t_spec, g_spec, settings)
-                after_piece(cols, target, golden, rank, t_step, g_step, mode, _VERDICT_CODE)
-                tally.add(cols)
-                _note_unmatched_records(cols, rank, t_step, opts.fuzzy_match, notes)
-                only = {"rank": np.full(match.golden_only.shape[0], rank, dtype=np.int64),
-                        "step": np.full(match.golden_only.shape[0], g_step, dtype=np.int64),
-                        "golden_name": g_rows.name[match.golden_only],
-                        "golden_dtype": g_rows.dtype[match.golden_only],
-                        "golden_shape": g_rows.shape[match.golden_only]}
-                del t_rows, g_rows, match
-                unreadable.add(cols)
-                # no chunk is written while no tensor pair could be compared yet: if that stays so, the compare
-                # is bad input and nothing may be half-written
-                chunks.add(cols, rank, t_step, only, more=n + 1 < len(pieces) and not unreadable.nothing_compared)
-                del cols, only
-                _emit(events, "step", step=n, total_steps=len(pieces), elapsed_s=round(time.time() - started, 3),
-                      records=chunks.rows)
+            with closing(results):
+                for result in results:
+                    if result.error:
+                        raise CompareError(result.error)
+                    n, cols, only = result.n, result.cols, result.only
+                    rank, t_step, _ = pieces[n]
+                    del result
+                    target.release_others(rank)  # the ranking reads this rank's module tree: only its reader open
+                    tally.add(cols)
+                    _note_unmatched_records(cols, rank, t_step, opts.fuzzy_match, notes)
+                    unreadable.add(cols)
+                    # no chunk is written while no tensor pair could be compared yet: if that stays so, the compare
+                    # is bad input and nothing may be half-written
+                    chunks.add(cols, rank, t_step, only, more=n + 1 < len(pieces) and not unreadable.nothing_compared)
+                    del cols, only
             tally.note(notes, pieces[0][:2])
             unreadable.check(notes)  # before anything is written: nothing compared is bad input
         except BaseException as exc:
@@ -270,6 +315,28 @@ def _finish(opts: CompareOptions, mode: str, target: DumpSource, golden: DumpSou
             writer.abort()
         raise
     return outcome
+
+
+def _member_outcome(split: LaunchedSplit, share: Dict[str, Any], told: Dict[str, Any]) -> CompareOutcome:
+    """A launched member other than rank 0: rank 0's exit code, a summary of this member's share."""
+    out = told.get("output_dir")
+    summary = {"launched_rank": split.rank, "world_size": split.size, "pairs_compared": len(share["pieces"]),
+               "results_written_by": "rank 0", "run_dir": out}
+    return CompareOutcome(summary=summary, top_suspects=[], exit_code=int(told.get("exit_code", EXIT_OK)),
+                          output_dir=Path(out) if out else None)
+
+
+class _Progress:
+    """One ``step`` event per piece as it finishes, in whichever process compared it: pairs done across
+    workers (``records``: result rows compared so far)."""
+
+    def __init__(self, events, total: int, started: float):
+        self.events, self.total, self.started, self.rows = events, total, started, 0
+
+    def done(self, count: int, result: PieceResult) -> None:
+        self.rows += len(result.cols.get("verdict", ()))
+        _emit(self.events, "step", step=count - 1, total_steps=self.total, unit="pair",
+              elapsed_s=round(time.time() - self.started, 3), records=self.rows)
 
 
 class _Output:
@@ -398,14 +465,25 @@ def _run_summary(summary: Dict[str, Any]) -> Dict[str, Any]:
 
 def _merge_divergence(divs: List[Dict[str, np.ndarray]]) -> Dict[str, np.ndarray]:
     """All pieces' rankings in one list: tier (update-phase ops after a model that shows a signal), then best
-    score first (positions renumbered)."""
-    table = concat(divs)
+    score first (positions renumbered).
+
+    The pieces' entries (one per record of every rank and step) are taken out of ``divs`` column by column and
+    reordered in place, so they are held about once, not three times (pieces, joined, sorted): with many ranks
+    this list is the largest thing a compare holds at its end."""
+    if len(divs) > 1:
+        keys = [k for k in divs[0] if all(k in d for d in divs)]
+        table = {k: np.concatenate([d.pop(k) for d in divs]) for k in keys}
+    else:
+        table = divs[0] if divs else {}
+    divs.clear()
     if not table or len(table["record"]) == 0:
         return table
     order = np.lexsort((table["order"], table["step"], table["rank"], -table["score"], table["tier"]))
-    table = {k: v[order] for k, v in table.items()}
+    for k in list(table):
+        table[k] = table[k][order]
     table["position"] = np.arange(1, len(order) + 1, dtype=np.int64)
     return table
 
 
-__all__ = ["CompareError", "CompareOutcome", "run_compare", "EXIT_OK", "EXIT_BAD_INPUT", "EXIT_FINDINGS"]
+__all__ = ["CompareError", "CompareOutcome", "run_compare", "run_launched", "EXIT_OK", "EXIT_BAD_INPUT",
+           "EXIT_FINDINGS"]

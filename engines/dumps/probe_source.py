@@ -301,6 +301,10 @@ class ProbeSource(DumpSource):
         _check_refs(self.rank_dirs[rank], recs, ts)
         return _build_rows(reader, recs, ts, rank, step)
 
+    def release_others(self, rank: int) -> None:
+        for other in [r for r in self._readers if r != rank]:
+            self._readers.pop(other).close()
+
     def close(self) -> None:
         for r in self._readers.values():
             r.close()

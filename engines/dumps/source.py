@@ -122,6 +122,11 @@ class DumpSource:
         (docs/FORMAT.md, "Partial steps"), a rank without a complete step."""
         return []
 
+    def release_others(self, rank: int) -> None:
+        """Let go of what was read for ranks other than ``rank`` (open files, decoding caches): a reader walking
+        the ranks one after the other (compare) keeps memory flat however many ranks the dump has. Reading a
+        released rank again reopens it."""
+
     def close(self) -> None:
         pass
 

@@ -77,6 +77,11 @@ class MsprobeSource(DumpSource):
             folder = Path(declared)
         return MsprobeTensorSpec(str(folder), tuple(self._tensor_files[(rank, step)]))
 
+    def release_others(self, rank: int) -> None:
+        for key in [k for k in self._rows if k[0] != rank]:  # each piece parsed stayed held (the heads are small)
+            self._rows.pop(key, None)
+            self._tensor_files.pop(key, None)
+
     @guarded
     def tree(self, rank: int, step: int) -> Dict[str, Optional[str]]:
         return read_construct(self._files[(rank, step)].folder)
