@@ -7,6 +7,7 @@ thread per process and a timeout. The beds in ``tests/dist_beds/`` write each ra
 
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -44,15 +45,28 @@ def torchrun(cwd: Path, args: Sequence[str], nproc: int = 2, *, env: Optional[Di
     if not any(a.startswith(("--master_port", "--rdzv")) for a in launcher_args):
         cmd.append("--master_port=%d" % free_port())
     cmd += list(launcher_args) + list(args)
-    return subprocess.run(cmd, cwd=cwd, env=clean_env(env), stdin=subprocess.DEVNULL, capture_output=True,
-                          timeout=timeout)
+    return run_group(cmd, cwd, env, timeout)
+
+
+def run_group(cmd: Sequence[str], cwd: Path, env: Optional[Dict[str, str]], timeout: float
+              ) -> subprocess.CompletedProcess:
+    """Run ``cmd`` in a session of its own; on timeout the whole process group is killed (a launcher killed alone
+    leaves its workers running, orphaned), then the timeout is raised."""
+    proc = subprocess.Popen(list(cmd), cwd=cwd, env=clean_env(env), stdin=subprocess.DEVNULL,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        raise
+    return subprocess.CompletedProcess(list(cmd), proc.returncode, out, err)
 
 
 def run_single(cwd: Path, args: Sequence[str], *, env: Optional[Dict[str, str]] = None,
                timeout: float = 300) -> subprocess.CompletedProcess:
     """The same bed as one plain process (world size 1: the reference run of a parallel layout)."""
-    return subprocess.run([sys.executable] + list(args), cwd=cwd, env=clean_env(env), stdin=subprocess.DEVNULL,
-                          capture_output=True, timeout=timeout)
+    return run_group([sys.executable] + list(args), cwd, env, timeout)
 
 
 def bed(name: str) -> str:

@@ -42,3 +42,30 @@ def finish() -> None:
     if dist.is_initialized():
         dist.barrier()
         dist.destroy_process_group()
+
+
+class MLP(torch.nn.Module):
+    """The beds' two-layer MLP (the names ``up``/``down`` the tests look for)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.up = torch.nn.Linear(DIM, 2 * DIM)
+        self.down = torch.nn.Linear(2 * DIM, DIM)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down(torch.relu(self.up(x)))
+
+
+def train(model: torch.nn.Module, rank: int, rows: int = 4, start: int = 0, count: int = 0) -> None:
+    """``STEPS`` SGD steps on rows ``start .. start+count`` of each step's global batch (all of it when count is 0),
+    loss = mean square of the output; saves the rank's losses and ends the process group."""
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    values = []
+    for step in range(STEPS):
+        loss = model(batch(step, rows, start, count)).pow(2).mean()
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        values.append(loss.item())
+    save_losses(rank, values)
+    finish()

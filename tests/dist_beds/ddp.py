@@ -11,19 +11,9 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import torch  # noqa: E402
-from bed_common import DIM, STEPS, batch, finish, init, save_losses  # noqa: E402
+from bed_common import MLP, init, train  # noqa: E402
 
 ROWS = 4
-
-
-class MLP(torch.nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.up = torch.nn.Linear(DIM, 2 * DIM)
-        self.down = torch.nn.Linear(2 * DIM, DIM)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down(torch.relu(self.up(x)))
 
 
 def main() -> None:
@@ -32,17 +22,8 @@ def main() -> None:
     model: torch.nn.Module = MLP()
     if world > 1:
         model = torch.nn.parallel.DistributedDataParallel(model)
-    opt = torch.optim.SGD(model.parameters(), lr=0.1)
     share = ROWS // world
-    values = []
-    for step in range(STEPS):
-        loss = model(batch(step, ROWS, rank * share, share)).pow(2).mean()
-        loss.backward()
-        opt.step()
-        opt.zero_grad()
-        values.append(loss.item())
-    save_losses(rank, values)
-    finish()
+    train(model, rank, ROWS, rank * share, share)
 
 
 if __name__ == "__main__":

@@ -20,7 +20,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
-from bed_common import DIM, STEPS, batch, finish, init, save_losses  # noqa: E402
+from bed_common import DIM, init, train  # noqa: E402
 
 
 class CopyTo(torch.autograd.Function):
@@ -97,16 +97,7 @@ def main() -> None:
     rank, world = init()
     torch.manual_seed(0)
     model = MLP(rank, world)
-    opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    values = []
-    for step in range(STEPS):
-        loss = model(batch(step)).pow(2).mean()
-        loss.backward()
-        opt.step()
-        opt.zero_grad()
-        values.append(loss.item())
-    save_losses(rank, values)
-    finish()
+    train(model, rank)
 
 
 if __name__ == "__main__":

@@ -11,17 +11,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import torch  # noqa: E402
-from bed_common import DIM, STEPS, batch, finish, init, save_losses  # noqa: E402
-
-
-class MLP(torch.nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.up = torch.nn.Linear(DIM, 2 * DIM)
-        self.down = torch.nn.Linear(2 * DIM, DIM)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down(torch.relu(self.up(x)))
+from bed_common import MLP, init, train  # noqa: E402
 
 
 def main() -> None:
@@ -38,16 +28,7 @@ def main() -> None:
     if fault and rank == 1:  # inside forward: a hook of the training's own would run after probe-tui's
         up_forward = model.up.forward
         model.up.forward = lambda x: up_forward(x) * fault
-    opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    values = []
-    for step in range(STEPS):
-        loss = model(batch(step)).pow(2).mean()
-        loss.backward()
-        opt.step()
-        opt.zero_grad()
-        values.append(loss.item())
-    save_losses(rank, values)
-    finish()
+    train(model, rank)
 
 
 if __name__ == "__main__":

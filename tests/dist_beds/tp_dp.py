@@ -15,8 +15,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 warnings.filterwarnings("ignore", message="FSDP2-wrapped module")
 
 import torch  # noqa: E402
-from bed_common import STEPS, batch, finish, init, save_losses  # noqa: E402
-from tp import MLP  # noqa: E402
+from bed_common import MLP, init, train  # noqa: E402
 
 ROWS = 4
 
@@ -38,16 +37,7 @@ def main() -> None:
         fully_shard(model, mesh=mesh["dp"])
         count = ROWS // 2
         start = mesh.get_coordinate()[0] * count
-    opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    values = []
-    for step in range(STEPS):
-        loss = model(batch(step, ROWS, start, count)).pow(2).mean()
-        loss.backward()
-        opt.step()
-        opt.zero_grad()
-        values.append(loss.item())
-    save_losses(rank, values)
-    finish()
+    train(model, rank, ROWS, start, count)
 
 
 if __name__ == "__main__":
