@@ -83,6 +83,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--golden-layout", metavar="LAYOUT", help="the golden's parallel layout, as --target-layout")
     p.add_argument("--workers", type=int, metavar="N",
                    help="processes comparing rank pairs at once (default: as many as cores and pairs allow)")
+    p.add_argument("--top", metavar="N",
+                   help="suspects the summary lists from the first-divergence ranking (default 10)")
     _add_job_flags(p)
 
     p = sub.add_parser("analyze-overflow", help="replay the ops an overflow_check run flagged, in high precision")

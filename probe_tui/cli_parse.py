@@ -12,6 +12,8 @@ def cmd_parse(args) -> int:
     from engines.parse.inspect import histogram, parse, read_tensor, tensor_slice
 
     where = {"rank": args.rank, "step": args.step}
+    if args.limit < 0:
+        return fail(f"--limit: {args.limit} is below 0 (the number of rows to list)")
     try:
         if args.row:
             return _inspect_row(args, where, histogram, read_tensor, tensor_slice)

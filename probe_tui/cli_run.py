@@ -100,6 +100,12 @@ def cmd_compare(args) -> int:
                 return fail("compare --{}: {}".format(flag.replace("_", "-"), exc))
     if args.workers is not None:
         section["workers"] = args.workers  # checked by the config schema (at least 1): one line, exit 2
+    if args.top is not None:
+        try:
+            section["top"] = int(args.top)
+        except ValueError:
+            return fail("compare --top: {!r} is not a whole number".format(args.top))
+        # below 1: refused by the config schema (compare.top), one line, exit 2
     return _run_section("compare", section, args, label="compare")
 
 

@@ -1,7 +1,8 @@
 """The one-screen summary printed after a headless job (the status line itself comes from the progress view).
 
 Engines return a summary dict; scalar entries become a key/value grid, ``tables`` (a list of
-``{"title", "columns", "rows"}``) become tables cut to ``MAX_ROWS`` rows, and ``error`` shows its last lines.
+``{"title", "columns", "rows"}``) become tables cut to ``MAX_ROWS`` rows (or to the spec's ``max_rows``, where its
+producer already chose how many: ``parse --limit``, ``compare --top``), and ``error`` shows its last lines.
 Values are raw numbers; labels and text come from :mod:`probe_tui.formatting` (``size_bytes`` reads "size 1.5 MB").
 """
 
@@ -43,7 +44,8 @@ def print_mapping(summary: Dict[str, Any], stream: TextIO) -> None:
         table = Table(title=spec.get("title"), title_justify="left", show_edge=False, pad_edge=False)
         columns = [str(c) for c in spec.get("columns", [])]
         rows = list(spec.get("rows", []))
-        cells = [[format_value(cell) for cell in row] for row in rows[:MAX_ROWS]]
+        cap = int(spec.get("max_rows") or MAX_ROWS)
+        cells = [[format_value(cell) for cell in row] for row in rows[:cap]]
         first_max = _first_column_width(console.width, columns, cells)
         for index, column in enumerate(columns):
             # The first column names the row: kept on one line, and on a narrow terminal it gives way (ellipsised)
@@ -53,8 +55,8 @@ def print_mapping(summary: Dict[str, Any], stream: TextIO) -> None:
         for row in cells:
             table.add_row(*row)
         console.print(table)
-        if len(rows) > MAX_ROWS:
-            console.print(f"[dim]… {len(rows) - MAX_ROWS} more rows[/]")
+        if len(rows) > cap:
+            console.print(f"[dim]… {len(rows) - cap} more rows[/]")
 
     error = summary.get("error")
     if error:

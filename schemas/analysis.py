@@ -138,6 +138,8 @@ class CompareSection(ConfigModel):
         "none", "Colour rows of the xlsx report: classic = msprobe's red/yellow rules (needs xlsx in formats).",
         advanced=True)
     first_divergence: bool = field(True, "Rank the calls most likely to have introduced the difference.")
+    top: int = field(10, "How many entries of the first-divergence ranking the summary lists (top suspects, suspect "
+                         "groups); the full ranking is in the result file.", ge=1)
     formats: List[Literal["hdf5", "csv", "xlsx"]] = field(
         default_factory=lambda: ["hdf5", "csv"],
         description="Result files: hdf5 (always), csv, xlsx (refused above Excel's row limit).")

@@ -302,9 +302,9 @@ def _dataflow_entries(cols, fr: RecordFrame, small_value: float, api_only: bool)
 def _naive(cols, fr: Optional[RecordFrame], pick_first: bool) -> Optional[str]:
     fr = fr or record_frame(cols)
     with np.errstate(invalid="ignore"):
-        ok = (fr.kind == KIND_API) & ~np.isnan(fr.out_err)
+        ok = (fr.kind == KIND_API) & (fr.out_err > 0)  # no op is named when nothing differs (NaN: unknown)
         if pick_first:
-            ok &= (fr.out_err > 0) & (fr.direction != DIR_BACKWARD)
+            ok &= fr.direction != DIR_BACKWARD
     idx = np.flatnonzero(ok)
     if idx.size == 0:
         return None
@@ -321,7 +321,8 @@ def first_differing(cols: Dict[str, np.ndarray], frame: Optional[RecordFrame] = 
 
 
 def largest_error(cols: Dict[str, np.ndarray], frame: Optional[RecordFrame] = None) -> Optional[str]:
-    """The API record with the largest output error (the top of a plain sorted-by-error list)."""
+    """The API record with the largest output error (the top of a plain sorted-by-error list); None when no
+    output differs."""
     return _naive(cols, frame, False)
 
 

@@ -380,7 +380,8 @@ def _summarise(opts: CompareOptions, mode: str, target: DumpSource, golden: Dump
         "largest_error_op": chunks.largest_error,
         "errors": counts["error"], "warnings": counts["warning"], "unmatched": counts["unmatched"],
         "top_suspects": top, "suspect_groups": groups, "options": summary_options(opts),
-        "tables": [suspects.suspects_table(groups, _many_ranks(pieces, div_all))] if groups else [],
+        "tables": [dict(suspects.suspects_table(groups, _many_ranks(pieces, div_all)), max_rows=opts.top)]
+        if groups else [],  # groups are cut to top already: a viewer shows them all
     }
     exit_code = EXIT_FINDINGS if (fail_on_findings and counts["error"] > 0) else EXIT_OK
     return CompareOutcome(summary=summary, top_suspects=top, exit_code=exit_code, divergence=div_all)

@@ -217,7 +217,7 @@ def _rows_table(rows: RowTable, limit: int) -> Dict[str, Any]:
                 for s, bit in STAT_BITS.items()]
         out.append([rows.name[i], int(rows.rank[i]), int(rows.step[i]), rows.dtype[i], rows.shape[i]] + vals)
     return {"title": "rows", "columns": ["name", "rank", "step", "dtype", "shape", "max", "min", "mean", "norm"],
-            "rows": out}
+            "rows": out, "max_rows": limit}  # the listing is already cut to the limit: a viewer shows it all
 
 
 # -- tensors ---------------------------------------------------------------------------------------------------

@@ -20,8 +20,11 @@ from probe_tui.app.openers import detect_kind, factory_for
 
 
 def resolve_start(path: Optional[Union[str, Path]]) -> Tuple[Path, Optional[Path]]:
-    """``(root, start)`` for ``probe-tui [open PATH]``: the folder to list, and a run folder or config file to
-    open on top of the home screen. Raises FileNotFoundError naming a path that does not exist."""
+    """``(root, start)`` for ``probe-tui [open PATH]``: the folder to list, and a run folder, a compare result
+    written with ``compare -o DIR`` (no run.json there) or a config file to open on top of the home screen.
+    Raises FileNotFoundError naming a path that does not exist."""
+    from probe_tui.app.data.compare_result import is_compare_result
+
     if path is None:
         return Path.cwd(), None
     target = Path(path).expanduser()
@@ -30,7 +33,7 @@ def resolve_start(path: Optional[Union[str, Path]]) -> Tuple[Path, Optional[Path
     target = target.resolve()
     if target.is_file():
         return target.parent, target
-    if (target / "run.json").is_file():
+    if (target / "run.json").is_file() or is_compare_result(target):
         return target.parent, target
     return target, None
 
