@@ -82,6 +82,26 @@ def test_metadata_calls_and_properties_are_never_recorded(tmp_path):
     assert dump is None and summary.records == 0  # nothing at all was recorded
 
 
+class _SparseMatMuls(torch.nn.Module):
+    """A tiny model calling ``torch.mm`` and ``torch.hspmm``: each shares its binding with an alias (``dsmm``,
+    ``spmm``; ``hsmm``) that sorts before it."""
+
+    def __init__(self):
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.randn(4, 3))
+
+    def forward(self, x):
+        return torch.mm(x, self.w), torch.hspmm(x.to_sparse(), self.w)
+
+
+def test_aliased_bindings_are_named_as_called(tmp_path):
+    model, x = _SparseMatMuls(), torch.randn(2, 4)
+    dump, _, _ = _capture(tmp_path, lambda: model(x), level="L1")
+    names = dump.names(0)
+    assert "Torch.mm.0.forward" in names and "Torch.hspmm.0.forward" in names
+    assert not any(n.startswith(("Torch.dsmm", "Torch.spmm", "Torch.hsmm")) for n in names)
+
+
 @pytest.fixture(scope="module")
 def npu_op():
     """A custom op in an ``npu`` namespace: the CPU stand-in for a torch_npu kernel."""
