@@ -102,6 +102,29 @@ def test_aliased_bindings_are_named_as_called(tmp_path):
     assert not any(n.startswith(("Torch.dsmm", "Torch.spmm", "Torch.hsmm")) for n in names)
 
 
+def _loader_step_names(root):
+    """One step over four batches of a shuffled ``num_workers=2`` DataLoader whose iterator is made while recording."""
+    from torch.utils.data import DataLoader, TensorDataset
+
+    data = TensorDataset(torch.arange(64.0).reshape(16, 4), torch.ones(16, 1))
+    model = torch.nn.Linear(4, 1)
+
+    def body():
+        batches = iter(DataLoader(data, batch_size=2, shuffle=True, num_workers=2))  # seeds itself, samples
+        for _ in range(4):
+            x, y = next(batches)  # the main process unpickles what the workers sent: torch's calls, not the model's
+            F.mse_loss(model(x), y)
+
+    dump, _, _ = _capture(root, body, level="L1")
+    return dump.names(0)
+
+
+def test_dataloader_workers_add_no_records(tmp_path):
+    first, second = _loader_step_names(tmp_path / "a"), _loader_step_names(tmp_path / "b")
+    assert first == second
+    assert sorted({n.split(".")[1] for n in first}) == ["linear", "mse_loss"]
+
+
 @pytest.fixture(scope="module")
 def npu_op():
     """A custom op in an ``npu`` namespace: the CPU stand-in for a torch_npu kernel."""
