@@ -125,6 +125,19 @@ def test_dataloader_workers_add_no_records(tmp_path):
     assert sorted({n.split(".")[1] for n in first}) == ["linear", "mse_loss"]
 
 
+def test_a_data_loading_region_left_open_does_not_silence_the_next_start(tmp_path):
+    s = make_session(tmp_path, level="L1")
+    s.start()
+    torch.ops.profiler._record_function_enter_new("enumerate(DataLoader)#It.__next__", None)  # its exit never runs
+    s.stop()
+    s.start()
+    torch.relu(torch.ones(2))
+    s.stop()
+    s.step_end()
+    s.close()
+    assert "Torch.relu.0.forward" in Dump(tmp_path / "rank0").names(0)
+
+
 @pytest.fixture(scope="module")
 def npu_op():
     """A custom op in an ``npu`` namespace: the CPU stand-in for a torch_npu kernel."""

@@ -125,6 +125,12 @@ class CaptureFunctionMode(TorchFunctionMode):
         return s.api_capture.call(info, func, args, kwargs, collective)
 
 
+    def __exit__(self, exc_type: Any, exc_value: Any, traceback: Any) -> Any:
+        if self._loading:  # removed inside a data-loading region: its exit will not be seen, so it ends here
+            self.session.busy_depth -= len(self._loading)
+            self._loading.clear()
+        return super().__exit__(exc_type, exc_value, traceback)
+
     def _enter_data_loading(self, func: Any, args: tuple, kwargs: Dict[str, Any]) -> Any:
         handle = func(*args, **kwargs)
         self._loading.append(handle)
