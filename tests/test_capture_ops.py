@@ -82,6 +82,62 @@ def test_metadata_calls_and_properties_are_never_recorded(tmp_path):
     assert dump is None and summary.records == 0  # nothing at all was recorded
 
 
+class _SparseMatMuls(torch.nn.Module):
+    """A tiny model calling ``torch.mm`` and ``torch.hspmm``: each shares its binding with an alias (``dsmm``,
+    ``spmm``; ``hsmm``) that sorts before it."""
+
+    def __init__(self):
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.randn(4, 3))
+
+    def forward(self, x):
+        return torch.mm(x, self.w), torch.hspmm(x.to_sparse(), self.w)
+
+
+def test_aliased_bindings_are_named_as_called(tmp_path):
+    model, x = _SparseMatMuls(), torch.randn(2, 4)
+    dump, _, _ = _capture(tmp_path, lambda: model(x), level="L1")
+    names = dump.names(0)
+    assert "Torch.mm.0.forward" in names and "Torch.hspmm.0.forward" in names
+    assert not any(n.startswith(("Torch.dsmm", "Torch.spmm", "Torch.hsmm")) for n in names)
+
+
+def _loader_step_names(root):
+    """One step over four batches of a shuffled ``num_workers=2`` DataLoader whose iterator is made while recording."""
+    from torch.utils.data import DataLoader, TensorDataset
+
+    data = TensorDataset(torch.arange(64.0).reshape(16, 4), torch.ones(16, 1))
+    model = torch.nn.Linear(4, 1)
+
+    def body():
+        batches = iter(DataLoader(data, batch_size=2, shuffle=True, num_workers=2))  # seeds itself, samples
+        for _ in range(4):
+            x, y = next(batches)  # the main process unpickles what the workers sent: torch's calls, not the model's
+            F.mse_loss(model(x), y)
+
+    dump, _, _ = _capture(root, body, level="L1")
+    return dump.names(0)
+
+
+def test_dataloader_workers_add_no_records(tmp_path):
+    first, second = _loader_step_names(tmp_path / "a"), _loader_step_names(tmp_path / "b")
+    assert first == second
+    assert sorted({n.split(".")[1] for n in first}) == ["linear", "mse_loss"]
+
+
+def test_a_data_loading_region_left_open_does_not_silence_the_next_start(tmp_path):
+    s = make_session(tmp_path, level="L1")
+    s.start()
+    torch.ops.profiler._record_function_enter_new("enumerate(DataLoader)#It.__next__", None)  # its exit never runs
+    s.stop()
+    s.start()
+    torch.relu(torch.ones(2))
+    s.stop()
+    s.step_end()
+    s.close()
+    assert "Torch.relu.0.forward" in Dump(tmp_path / "rank0").names(0)
+
+
 @pytest.fixture(scope="module")
 def npu_op():
     """A custom op in an ``npu`` namespace: the CPU stand-in for a torch_npu kernel."""

@@ -72,6 +72,7 @@ def test_a_healthy_run_lists_its_largest_magnitudes(tmp_path):
     assert max(abs(rows[0][2]), abs(rows[0][3])) == mag[ok].max()
     assert [max(abs(r[2]), abs(r[3])) for r in rows] == sorted((max(abs(r[2]), abs(r[3])) for r in rows),
                                                                reverse=True)
+    assert not [n for n in summary["capture"]["notes"] if "optimizer" in n]  # the demo steps its optimizer
     lines = _render(summary)
     assert len(lines) <= 20 and max(len(line) for line in lines) <= 80, "\n".join(lines)
     meta = _strict((Path(outcome.run_dir) / "run.json").read_text())
@@ -85,6 +86,27 @@ def test_a_healthy_run_lists_its_largest_magnitudes(tmp_path):
     app_size = dict(_summary_items(meta["summary"]))["size"]
     cli_size = [line.split(None, 1)[1].strip() for line in lines if line.split()[:1] == ["size"]]
     assert cli_size == [app_size] == [format_bytes(size)], (cli_size, app_size)
+
+
+def test_a_script_with_no_optimizer_step_says_how_its_steps_were_counted(tmp_path):
+    """Tried as a new user would: ``probe-tui --run`` on a loop that never calls ``optimizer.step()``."""
+    import subprocess
+    import sys
+
+    (tmp_path / "train.py").write_text(
+        "import torch\nmodel = torch.nn.Linear(4, 1)\nfor _ in range(3):\n"
+        "    model(torch.randn(2, 4)).sum().backward()\n")
+    (tmp_path / "cfg.json").write_text(json.dumps(
+        {"task": "statistics", "level": "L1", "dump_path": "dump", "target": {"script": "train.py"}}))
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1]), COLUMNS="200")
+    done = subprocess.run([sys.executable, "-m", "probe_tui", "--run", "cfg.json"], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    said = "no optimizer step was seen"
+    assert said in done.stdout + done.stderr
+    run_json = _strict((tmp_path / "dump" / "latest" / "run.json").read_text())
+    notes = run_json["summary"]["capture"]["notes"]
+    assert [n for n in notes if said in n] and run_json["summary"]["steps"] == "0"
 
 
 def test_an_overflow_is_named_where_it_starts(tmp_path):

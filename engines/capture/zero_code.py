@@ -16,6 +16,9 @@ from typing import Any, Callable, Optional
 
 from engines.capture.summary import CaptureSummary
 
+NO_OPTIMIZER_STEP = ("no optimizer step was seen: steps are counted by optimizer steps, so the whole run was "
+                     "recorded as step %d")
+
 
 class ZeroCode:
     def __init__(self, session: Any, on_step_end: Optional[Callable[[int, int], None]] = None) -> None:
@@ -48,12 +51,22 @@ class ZeroCode:
         self._remove_hooks()
         status = "finished" if exc_type is None else \
             ("stopped" if issubclass(exc_type, KeyboardInterrupt) else "failed")
+        self._note_step_counting()
         self.session.close(status)
         return None
 
     def close(self, status: str = "finished") -> CaptureSummary:
         self._remove_hooks()
+        self._note_step_counting()
         return self.session.close(status)
+
+    def _note_step_counting(self) -> None:
+        """Steps are optimizer steps: a run that recorded ops but never stepped one is a single step, and says so."""
+        try:
+            if self.steps_seen == 0 and self.session.buffer.num_records:
+                self.session.summary.note(NO_OPTIMIZER_STEP % self.session.step)
+        except Exception as exc:  # never break training
+            self.session.summary.failed("counting steps", exc)
 
     def optimizer_stepped(self, optimizer: Any) -> None:
         """After an optimizer step: the primary optimizer's steps close the capture step and arm the next."""

@@ -7,9 +7,12 @@ API is recorded once, at its outermost call. Inputs are summarised *before* the 
 them), outputs after; the backward side is observed on the autograd graph (``backward_capture``).
 """
 
+import os
+import sys
 from typing import Any, Dict, List, Optional
 
 import torch
+import torch.utils.data
 from torch.overrides import TorchFunctionMode
 
 from engines.adapters.torch import api_table, flatten
@@ -60,18 +63,48 @@ class ApiInfo:
         self.functional = functional and self.distributed
 
 
+# Data loading is no model op, and how many calls it makes in a step varies (the main process unpickles what
+# workers sent as it arrives). torch's DataLoader iterators run ``__next__`` inside
+# ``record_function("enumerate(DataLoader)#...")``; the function mode sees the region's enter and exit ops and
+# steps aside in between (unpickling, pinning, sampling, single-process collation); calls made by torch's data
+# package itself outside that region (an iterator seeding itself, its sampler prefetching) are not recorded either.
+try:
+    _RF_ENTER: Any = torch.ops.profiler._record_function_enter_new
+    _RF_EXIT: Any = torch.ops.profiler._record_function_exit._RecordFunction
+except (AttributeError, RuntimeError):  # an older torch: its data loading is recorded
+    _RF_ENTER = _RF_EXIT = None
+DATA_LOADING_REGION = "enumerate(DataLoader)"
+
+
+_DATA_PACKAGE = os.path.dirname(os.path.abspath(torch.utils.data.__file__)) + os.sep
+_data_code: Dict[Any, bool] = {}
+
+
+def _called_by_data_loading(code: Any) -> bool:
+    """Whether the calling code is torch's data package (a DataLoader iterator seeding itself, its sampler)."""
+    found = _data_code.get(code)
+    if found is None:
+        found = _data_code[code] = os.path.abspath(code.co_filename).startswith(_DATA_PACKAGE)
+    return found
+
+
 class CaptureFunctionMode(TorchFunctionMode):
     """Hands every torch call to the session; calls pass straight through while the session is busy."""
 
     def __init__(self, session: Any) -> None:
         super().__init__()
         self.session = session
+        self._loading: List[Any] = []  # the record handles of the data-loading regions open now
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         if kwargs is None:
             kwargs = {}
         s = self.session
         if s.busy_depth or not s.running or is_compiling():
+            if self._loading and func is _RF_EXIT and args and args[0] is self._loading[-1]:
+                self._loading.pop()
+                s.busy_depth -= 1
+                return func(*args, **kwargs)
             if s.armed and not s.running and func in UNINITIALISED:
                 # before recording begins: overflow_check remembers what uninitialised memory this made
                 out = func(*args, **kwargs)
@@ -83,11 +116,26 @@ class CaptureFunctionMode(TorchFunctionMode):
         if info is None:
             info = s.api_info(func)
         if info is False:
+            if func is _RF_ENTER and _RF_ENTER is not None and args and str(args[0]).startswith(DATA_LOADING_REGION):
+                return self._enter_data_loading(func, args, kwargs)
             return func(*args, **kwargs)
         collective = s.describe_collective(info, func, args, kwargs) if info.distributed else None
-        if not info.captured:
+        if not info.captured or _called_by_data_loading(sys._getframe(1).f_code):
             return func(*args, **kwargs)
         return s.api_capture.call(info, func, args, kwargs, collective)
+
+
+    def __exit__(self, exc_type: Any, exc_value: Any, traceback: Any) -> Any:
+        if self._loading:  # removed inside a data-loading region: its exit will not be seen, so it ends here
+            self.session.busy_depth -= len(self._loading)
+            self._loading.clear()
+        return super().__exit__(exc_type, exc_value, traceback)
+
+    def _enter_data_loading(self, func: Any, args: tuple, kwargs: Dict[str, Any]) -> Any:
+        handle = func(*args, **kwargs)
+        self._loading.append(handle)
+        self.session.busy_depth += 1  # until the region's exit op (always run: record_function is a `with`)
+        return handle
 
 
 class ApiCapture(ApiRecords):

@@ -75,10 +75,29 @@ def _fill(table: Dict[Any, Optional[ApiName]], namespace: Any, prefix: str, skip
             continue
         try:
             if obj in table:
+                _prefer_own_name(table, obj, prefix, name)
                 continue
             table[obj] = None if name in skip else (prefix, name)
         except TypeError:  # unhashable
             continue
+
+
+def _prefer_own_name(table: Dict[Any, Optional[ApiName]], obj: Any, prefix: str, name: str) -> None:
+    """Aliases of one binding (``torch.dsmm``/``spmm``/``mm``) compare equal, so the table keeps one entry for all.
+    The function mode hands the binding over under its ATen operator's name (``mm`` whichever alias the script
+    called), and that is the name msprobe writes: it wins over whichever alias ``dir()`` listed first."""
+    entry = table[obj]
+    if entry is None or entry[0] != prefix or entry[1] == name:
+        return
+    if _is_aten_op(name) and not _is_aten_op(entry[1]):
+        table[obj] = (prefix, name)
+
+
+def _is_aten_op(name: str) -> bool:
+    try:
+        return hasattr(torch.ops.aten, name)
+    except Exception:
+        return False
 
 
 def build_table() -> Dict[Any, Optional[ApiName]]:
