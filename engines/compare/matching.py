@@ -7,7 +7,7 @@ Result: for every target row the golden row index or -1. Golden-only rows are co
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Dict, List
+from typing import Dict, List, Tuple
 
 import numpy as np
 
@@ -37,7 +37,8 @@ def exact_pairs(t_keys: np.ndarray, g_keys: np.ndarray) -> np.ndarray:
     return np.fromiter((get(k, -1) for k in t_keys.tolist()), dtype=np.int64, count=len(t_keys))
 
 
-def _record_signatures(rows: RowTable, keys: np.ndarray):
+def _record_signatures(rows: RowTable, keys: np.ndarray
+                       ) -> Tuple[List[str], Dict[str, Dict[str, int]], List[Tuple[str, tuple]]]:
     """Per record (dump order): first row, slots, and the alignment signature."""
     order: List[str] = []
     slots: Dict[str, Dict[str, int]] = {}
@@ -85,13 +86,13 @@ def match_rows(t_rows: RowTable, g_rows: RowTable, opts: KeyOptions, *, fuzzy: b
         renamed = np.zeros(len(t_rows), dtype=bool)
     gated = np.zeros(len(t_rows), dtype=bool)
     if not opts.data_mapping:
-        hit = np.flatnonzero(gi >= 0)
-        t_dt = t_rows.dtype[hit]
-        g_dt = g_rows.dtype[gi[hit]]
+        paired = np.flatnonzero(gi >= 0)
+        t_dt = t_rows.dtype[paired]
+        g_dt = g_rows.dtype[gi[paired]]
         differ = np.flatnonzero(t_dt != g_dt)
         for p in differ:
             if not dtype_compatible(t_dt[p], g_dt[p], cross_framework):
-                gated[hit[p]] = True
+                gated[paired[p]] = True
         gi = np.where(gated, -1, gi)
     taken = np.zeros(len(g_rows), dtype=bool)
     taken[gi[gi >= 0]] = True
