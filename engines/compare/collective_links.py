@@ -10,21 +10,19 @@ inherited score (1) with a note naming the rank(s) it came from, so the op that 
 ranks first, in happens-before order, not the all-reduce on the lowest rank.
 """
 
-import json
 from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
+
+from engines.dumps.collective import collective_of
 
 Link = Tuple[str, int]  # (group key, group_seq)
 
 
 def _collective(args: Any) -> Optional[Dict[str, Any]]:
-    try:
-        obj = json.loads(args) if isinstance(args, str) and args else args
-    except ValueError:
-        return None
-    coll = obj.get("collective") if isinstance(obj, dict) else None
-    return coll if isinstance(coll, dict) and coll.get("group_seq") is not None else None
+    """A collective that links ranks (it has its ``group_seq``)."""
+    coll = collective_of(args)
+    return coll if coll is not None and coll.get("group_seq") is not None else None
 
 
 def collective_lookup(source: Any, div: Dict[str, np.ndarray]) -> Dict[Tuple[int, int, str], Dict[str, Any]]:

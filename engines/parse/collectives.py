@@ -10,6 +10,7 @@ float32, or names another group, is listed under ``mismatches``.
 import json
 from typing import Any, Dict, List, Optional, Tuple
 
+from engines.dumps.collective import collective_of
 from engines.dumps.probe_source import ProbeSource
 from engines.parse.inspect import ParseError, _open, _pieces, name_matcher
 
@@ -34,7 +35,7 @@ def collectives(path: Any, *, name: Optional[str] = None, step: Optional[int] = 
             for rec_name, args in zip(recs["name"].tolist(), recs["args"].tolist()):
                 if not rec_name.startswith("Distributed.") or (match is not None and not match(rec_name)):
                     continue
-                coll = _collective(args)
+                coll = collective_of(args)
                 if coll is None:
                     continue
                 row = {"rank": r, "step": s, "name": rec_name}
@@ -57,13 +58,6 @@ def collectives(path: Any, *, name: Optional[str] = None, step: Optional[int] = 
             "tables": tables}
 
 
-def _collective(args: Any) -> Optional[Dict[str, Any]]:
-    try:
-        obj = json.loads(args) if isinstance(args, str) and args else args
-    except ValueError:
-        return None
-    coll = obj.get("collective") if isinstance(obj, dict) else None
-    return coll if isinstance(coll, dict) else None
 
 
 def _ranks(group: Any) -> str:
