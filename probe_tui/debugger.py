@@ -129,10 +129,15 @@ class PrecisionDebugger:
 
     _current: Optional["PrecisionDebugger"] = None
     _lock = threading.Lock()
+    default_framework: Optional[str] = None  # the framework when the job and model do not say (compat imports)
 
     def __init__(self, config_path: Optional[str] = None, task: Optional[str] = None,
                  dump_path: Optional[str] = None, level: Optional[str] = None, step: Optional[list] = None,
                  model: Any = None) -> None:
+        if self.__dict__.get("_ready"):  # the instance an msprobe-style singleton handed back (probe_tui.compat)
+            return
+        if step is not None and model is None and not isinstance(step, (list, tuple)):
+            model, step = step, None  # msprobe 8.x's order: (config_path, task, dump_path, level, model, step)
         overrides: Dict[str, Any] = {}
         if task is not None:
             overrides["task"] = task
@@ -149,7 +154,12 @@ class PrecisionDebugger:
         self._open()
         with PrecisionDebugger._lock:
             PrecisionDebugger._current = self
+        # h5py registers its library's shutdown when first imported; first imported inside our exit handler (a
+        # script that never calls step(): the store opens there), the interpreter crashes at its end. Imported
+        # now, its shutdown runs after our handler.
+        importlib.import_module("h5py")
         atexit.register(self._close_at_exit)
+        self._ready = True
 
     def _open(self) -> None:
         from engines import registry
@@ -158,7 +168,7 @@ class PrecisionDebugger:
         from engines.steps import StepReporter
         from engines.task import resolve
 
-        self.framework = _framework_of(self.job, self._model)
+        self.framework = _framework_of(self.job, self._model, self.default_framework)
         ctx = resolve(self.job, self.framework, with_target=False)  # the script is the target
         task_class = registry.task_class(self.task)
         try:  # the framework is importable: fail before anything is written
@@ -186,9 +196,23 @@ class PrecisionDebugger:
 
     # -- msprobe's lifecycle ---------------------------------------------------------------------------------
     @_Either
-    def start(self, model: Any = None) -> None:
-        """Capture from here (the model enables module-level records at L0/mix; the root itself is not recorded)."""
-        self.runner.start(model if model is not None else self._model)
+    def start(self, model: Any = None, token_range: Optional[List[int]] = None,
+              rank_id: Optional[int] = None) -> None:
+        """Capture from here (the model enables module-level records at L0/mix; the root itself is not recorded).
+        ``token_range=[a, b]``: only the model's calls a..b (counted from 0 at each start, both included) are
+        recorded (an inference loop: one call per token); ``rank_id``: write as this rank (msprobe's)."""
+        from engines.capture.script_controls import check_rank_id, check_token_range
+
+        model = model if model is not None else self._model
+        tokens = check_token_range(token_range)
+        rank = check_rank_id(rank_id)
+        if tokens is None and rank is None:
+            self.runner.start(model)
+            return
+        if tokens is not None and model is None:
+            raise ValueError("token_range: start(model=..., token_range=...) needs the model whose calls count "
+                             "the tokens")
+        self._control("start(token_range=..., rank_id=...)").start(model, token_range=tokens, rank_id=rank)
 
     @_Either
     def stop(self) -> None:
@@ -210,6 +234,44 @@ class PrecisionDebugger:
         and, when it requires grad, its gradient under ``{name}_grad.{N}.debug``."""
         name, value = _save_args(args, kwargs)
         self.runner.save(name, value, save_backward=save_backward)
+
+    @_Either
+    def set_init_step(self, step: int) -> None:
+        """Number the steps from ``step`` (the config's ``step`` list counts the same way); before the loop."""
+        self._control("set_init_step").set_init_step(step)
+
+    @_Either
+    def register_custom_api(self, module: Any, api: Optional[str] = None, api_prefix: Optional[str] = None,
+                            **kwargs: Any) -> None:
+        """Record each call of ``module.api`` as one API record ``{api_prefix}.{api}.{N}.forward`` (the prefix
+        defaults to the module's name), as msprobe's ``register_custom_api`` (``api_name=`` is taken too)."""
+        api = api if api is not None else kwargs.pop("api_name", None)
+        if kwargs:
+            raise TypeError("register_custom_api: unexpected argument %s" % ", ".join(sorted(kwargs)))
+        self._control("register_custom_api").register_custom_api(module, api, api_prefix)
+
+    @_Either
+    def restore_custom_api(self, module: Any, api: Optional[str] = None, **kwargs: Any) -> None:
+        """Put back what ``register_custom_api`` wrapped."""
+        api = api if api is not None else kwargs.pop("api_name", None)
+        self._control("restore_custom_api").restore_custom_api(module, api)
+
+    @_Either
+    def module_dump(self, module: Any, name: str) -> None:
+        """Until ``module_dump_end()``, record only ``module``'s own calls, as ``Module.{name}.{Class}.forward.{N}``
+        and its backward (nothing inside it, nothing else in the window)."""
+        self._control("module_dump").module_dump(module, name)
+
+    @_Either
+    def module_dump_end(self) -> None:
+        self._control("module_dump_end").module_dump_end()
+
+    def _control(self, what: str) -> Any:
+        """The task object, when it has msprobe's finer capture controls (the capture-session tasks)."""
+        if not hasattr(self.runner, "module_dump"):
+            raise ValueError("%s: available in statistics, tensor, overflow_check and free_benchmark runs; this "
+                             "one is %s" % (what, self.task))
+        return self.runner
 
     @_Either
     def monitor(self, model: Any) -> None:
@@ -253,11 +315,14 @@ class PrecisionDebugger:
         self.close(status)
 
 
-def _framework_of(job: Any, model: Any) -> str:
-    """The job's framework; for ``auto``, the model's, else the one the script imported (torch if both)."""
+def _framework_of(job: Any, model: Any, default: Optional[str] = None) -> str:
+    """The job's framework; for ``auto``, the model's, else ``default`` (the one an msprobe stand-in import
+    names), else the one the script imported (torch if both)."""
     framework = getattr(job, "framework", "auto") if job is not None else "auto"
     if framework in ("pytorch", "mindspore"):
         return framework
+    if default is not None and model is None:
+        return default
     if model is not None and type(model).__module__.split(".")[0] == "mindspore":
         return "mindspore"
     if model is not None:
@@ -284,10 +349,24 @@ def _save_args(args: tuple, kwargs: Dict[str, Any]):
     return name, value
 
 
-def seed_all(seed: int = 1234, mode: bool = False, rm_dropout: bool = False) -> Dict[str, Any]:
+def module_dump(module: Any, name: str) -> None:
+    """msprobe's module-level ``module_dump(module, name)``, on the debugger created last."""
+    PrecisionDebugger.module_dump(module, name)
+
+
+def module_dump_end() -> None:
+    PrecisionDebugger.module_dump_end()
+
+
+def seed_all(seed: int = 1234, mode: bool = False, rm_dropout: bool = False,
+             is_enhanced: bool = False, *, framework: Optional[str] = None) -> Dict[str, Any]:
     """Seed every generator (and enable deterministic kernels with ``mode``, dropout off with ``rm_dropout``);
-    the settings are recorded in the run metadata of every run started afterwards."""
-    state = adapter(_framework_of(None, None), "environment").seed_all(seed, mode=mode, rm_dropout=rm_dropout)
+    the settings are recorded in the run metadata of every run started afterwards. msprobe 26's ``is_enhanced``
+    (re-seeding before every random call) is not done: said once, the rest applies."""
+    if is_enhanced:
+        say("warning: seed_all(is_enhanced=True) is not supported; seeds are set once (docs/MSPROBE.md)")
+    state = adapter(framework or _framework_of(None, None), "environment").seed_all(seed, mode=mode,
+                                                                                    rm_dropout=rm_dropout)
     current = PrecisionDebugger._current
     if current is not None and current.run.owner:
         try:

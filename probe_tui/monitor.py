@@ -59,6 +59,10 @@ class TrainingMonitor:
         """The loss of the current step; call before ``optimizer.step()``. A tensor is read without a sync."""
         self._task.session.set_loss(loss)
 
+    def start_at(self, step: int) -> None:
+        """Number the steps from ``step`` (a resumed run; msprobe's ``start_iteration``), before training."""
+        self._task.session.start_at(step)
+
     @property
     def step(self) -> int:
         """The step in progress (steps count the optimizer's ``step()`` calls)."""

@@ -58,6 +58,7 @@ class ModuleTree:
         self.param_handles: Dict[int, Any] = {}
         self.param_rounds: Dict[Tuple[str, str], List[Any]] = {}  # (path, cls) -> [index, names seen, record]
         self.new_modules: List[Tuple[str, str, str]] = []
+        self.dumped: Dict[int, Any] = {}  # id(module) -> the module_dump of it (its own hooks record it)
 
     # -- what the adapter brings -----------------------------------------------------------------------------
     def _accepts_root(self, root: Any) -> bool:
@@ -158,13 +159,15 @@ class ModuleTree:
         return (full, cls)
 
     # -- forward ---------------------------------------------------------------------------------------------
-    def enter(self, module: Any, args: tuple, kwargs: Dict[str, Any]) -> ModuleFrame:
-        """Push the frame of a module call and record its inputs (the caller holds the session busy)."""
+    def enter(self, module: Any, args: tuple, kwargs: Dict[str, Any],
+              named: Optional[Tuple[str, str]] = None) -> ModuleFrame:
+        """Push the frame of a module call and record its inputs (the caller holds the session busy). ``named``:
+        the (path, class) a ``module_dump`` gives its module, recorded at any level."""
         s = self.session
-        info = self.name_of(module)
+        info = named if named is not None else self.name_of(module)
         parent_frame = self.frames[-1] if self.frames else None
         listed_parent = parent_frame is not None and parent_frame.listed
-        if info is None or not s.options.module_level:
+        if info is None or (named is None and not s.options.module_level):
             frame = ModuleFrame(module, parent_frame.name if parent_frame else "", listed_parent)
             self.frames.append(frame)
             return frame

@@ -49,7 +49,9 @@ class CaptureSession:
     walkers: Walkers  # its flatten walkers (for save())
     entries: Any  # its TensorEntries (engines/adapters/<fw>/entries.py)
     modules: Any  # its module (cell) capture: add_root, install, uninstall, end_step, current, take_new_modules
+    api_capture: Any  # its API record assembly (engines.capture.api.ApiRecords): call, info_class
     fresh_backward_entries = False  # a gradient tensor is a new entry on every sight (no version counter to trust)
+    module_dump_class: Any = None  # msprobe's module_dump window (``ModuleDump(session, module, name)``), if any
 
     def __init__(self, options: CaptureOptions, sink_factory: Optional[Callable[[int], Any]] = None,
                  summary: Optional[CaptureSummary] = None, rank: Optional[int] = None) -> None:
@@ -77,6 +79,9 @@ class CaptureSession:
         self._busy = Busy(self)
         self.partial: Optional[str] = None  # why the step being flushed is incomplete (close() sets it)
         self._save_handles: List[Any] = []
+        self.tokens: Any = None  # TokenWindow of start(model, token_range=...)
+        self.custom_apis: Any = None  # CustomApis of register_custom_api
+        self.dump_window: Any = None  # the module_dump in effect
         self.processor = CallProcessor()  # statistics and tensor: the session's own processing
 
     def plug(self, processor: CallProcessor) -> "CaptureSession":
@@ -147,6 +152,59 @@ class CaptureSession:
         self.running = True
         self._install()
 
+    def start_tokens(self, model: Any, first: int, last: int) -> None:
+        """``start(model, token_range=[first, last])``: the step opens, recording follows the model's calls
+        (``engines.capture.script_controls.TokenWindow``)."""
+        if self.tokens is not None and self.tokens.root is not (model[0] if isinstance(model, (list, tuple))
+                                                                 and model else model):
+            self.tokens.remove()
+            self.tokens = None
+        self.start(model)
+        if self.tokens is None:
+            from engines.capture.script_controls import TokenWindow
+
+            self.tokens = TokenWindow(self, model, first, last)
+        self.tokens.restart(first, last)
+
+    def set_init_step(self, step: int) -> None:
+        """msprobe's ``set_init_step``: the step numbers (and the config's ``step`` list) count from ``step``."""
+        if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+            raise ValueError("set_init_step: expected an integer >= 0, got %r" % (step,))
+        if self.step_open or self.buffer.num_records:
+            raise ValueError("set_init_step: call it before the first start() (a step is open)")
+        self.step = int(step)
+
+    def set_rank(self, rank: int) -> None:
+        """``start(rank_id=...)``: this process writes as ``rank`` (before its store opens; later it is kept)."""
+        if self.sink is None:
+            self._fixed_rank = rank
+            self.rank = rank
+
+    def register_custom_api(self, module: Any, api: str, prefix: Optional[str] = None) -> None:
+        if self.custom_apis is None:
+            from engines.capture.script_controls import CustomApis
+
+            self.custom_apis = CustomApis(self, self.api_capture.info_class)
+        self.custom_apis.register(module, api, prefix)
+
+    def restore_custom_api(self, module: Any, api: str) -> None:
+        if self.custom_apis is not None:
+            self.custom_apis.restore(module, api)
+
+    def module_dump(self, module: Any, name: str) -> None:
+        """msprobe's ``module_dump``: until ``module_dump_end()`` only ``module``'s own calls are recorded, named
+        ``name`` (the adapter's ``module_dump_class``)."""
+        if self.module_dump_class is None:
+            raise ValueError("module_dump: not available for this framework")
+        if self.dump_window is not None:
+            self.module_dump_end()
+        self.dump_window = self.module_dump_class(self, module, name)
+
+    def module_dump_end(self) -> None:
+        window, self.dump_window = self.dump_window, None
+        if window is not None:
+            window.end()
+
     def stop(self) -> None:
         self.running = False
         self.armed = False
@@ -203,6 +261,11 @@ class CaptureSession:
             except Exception:
                 pass
         self._save_handles = []
+        if self.tokens is not None:
+            self.tokens.remove()
+        if self.custom_apis is not None:
+            self.custom_apis.restore_all()
+        self.module_dump_end()
         self.entries.close()
         if self.sink is not None:
             self.sink.close(status)

@@ -5,7 +5,7 @@
 reporter, and under ``--run`` the adapter's zero-code capture drives the same session (``begin``/``end``).
 """
 
-from typing import Any, Callable, Dict, Optional
+from typing import Any, Callable, Dict, Optional, Tuple
 
 from engines.capture.engine import refuse_a_second_writer, summary_for_cli
 from engines.capture.options import CaptureOptions
@@ -55,8 +55,31 @@ class SessionTask:
         return self.reporter.steps
 
     # -- the in-script lifecycle -----------------------------------------------------------------------------
-    def start(self, model: Any = None) -> None:
-        self.session.start(model)
+    def start(self, model: Any = None, token_range: Optional[Tuple[int, int]] = None,
+              rank_id: Optional[int] = None) -> None:
+        """msprobe's ``start(model, token_range, rank_id)`` (the arguments checked by the caller)."""
+        if rank_id is not None:
+            self.session.set_rank(rank_id)
+        if token_range is not None:
+            self.session.start_tokens(model, token_range[0], token_range[1])
+        else:
+            self.session.start(model)
+
+    # msprobe's finer controls (engines.capture.script_controls, the adapter's module_dump)
+    def set_init_step(self, step: int) -> None:
+        self.session.set_init_step(step)
+
+    def register_custom_api(self, module: Any, api: str, prefix: Optional[str] = None) -> None:
+        self.session.register_custom_api(module, api, prefix)
+
+    def restore_custom_api(self, module: Any, api: str) -> None:
+        self.session.restore_custom_api(module, api)
+
+    def module_dump(self, module: Any, name: str) -> None:
+        self.session.module_dump(module, name)
+
+    def module_dump_end(self) -> None:
+        self.session.module_dump_end()
 
     def stop(self) -> None:
         self.session.stop()

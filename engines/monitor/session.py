@@ -158,6 +158,11 @@ class MonitorSessionBase:
             self._activations.remove()
         self._remove_extras()
 
+    def start_at(self, step: int) -> None:
+        """Number the steps from ``step`` (msprobe's ``start_iteration``: a resumed run); before training."""
+        self.step = int(step)
+        self._begin_step()
+
     # -- per step ----------------------------------------------------------------------------------------------
     def _begin_step(self) -> None:
         self._metrics = self._new_metrics()

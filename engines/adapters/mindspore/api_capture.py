@@ -173,6 +173,7 @@ class ApiCapture(ApiRecords):
 
     walkers = flatten.WALKERS
     tensor_type = Tensor
+    info_class = ApiInfo  # what register_custom_api names its calls with (engines.capture.script_controls)
     stack_skip = 2  # the wrapper and ``call``
 
     def __init__(self, session: Any) -> None:

@@ -120,11 +120,12 @@ class CellCapture(ModuleTree):
         return cell_param_grad_name(path, cls, index)
 
     # -- forward ---------------------------------------------------------------------------------------------
-    def enter(self, cell: Any, args: tuple, kwargs: Dict[str, Any]) -> ModuleFrame:
+    def enter(self, cell: Any, args: tuple, kwargs: Dict[str, Any],
+              named: Optional[Tuple[str, str]] = None) -> ModuleFrame:
         s = self.session
         s.busy_depth += 1
         try:
-            return super().enter(cell, args, kwargs)
+            return super().enter(cell, args, kwargs, named)
         except Exception as exc:
             s.summary.failed("forward of %s" % type(cell).__name__, exc)
             frame = ModuleFrame(cell, "", False)

@@ -143,6 +143,7 @@ class ApiCapture(ApiRecords):
 
     walkers = flatten.WALKERS
     tensor_type = torch.Tensor
+    info_class = ApiInfo  # what register_custom_api names its calls with (engines.capture.script_controls)
 
     def call(self, info: ApiInfo, func: Any, args: tuple, kwargs: Dict[str, Any],
              collective: Optional[Dict[str, Any]] = None):

@@ -107,7 +107,7 @@ class ModuleCapture(ModuleTree):
 
     def _post(self, module: Any, args: tuple, *rest: Any) -> None:
         s = self.session
-        if is_compiling():
+        if is_compiling() or (self.dumped and id(module) in self.dumped):  # a module_dump's hooks record it
             return None
         frame = self._pop(module)
         if frame is None or len(rest) != 2 or frame.name == "" or frame.module is not module:

@@ -21,6 +21,7 @@ from engines.adapters.torch.api_capture import ApiCapture, CaptureFunctionMode, 
 from engines.adapters.torch.collectives import CollectiveTracker
 from engines.adapters.torch.entries import TensorEntries
 from engines.adapters.torch.module_capture import ModuleCapture
+from engines.adapters.torch.module_dump import ModuleDump
 from engines.capture import naming
 from engines.capture.options import CaptureOptions
 from engines.capture.session import CaptureSession
@@ -51,6 +52,7 @@ class TorchCaptureSession(CaptureSession):
 
     detect_rank = staticmethod(detect_rank)
     walkers = flatten.WALKERS
+    module_dump_class = ModuleDump
 
     def note_uninitialised(self, out: Any) -> None:
         """``out`` came from ``torch.empty`` or kin before the step's recording began: overflow_check's entries
