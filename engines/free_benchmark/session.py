@@ -44,7 +44,7 @@ class FreeBenchmarkProcessor(CallProcessor):
 
     def attach(self, session: CaptureSession) -> None:
         super().attach(session)
-        session.api_capture = self.checks  # type: ignore[attr-defined]  # the adapter's sessions all have one
+        session.api_capture = self.checks  # the adapter's sessions all have one
         ops = self.checks.ops
         if self.fb.preheat and not ops.preheat:
             session.summary.note("free_benchmark: preheat is not available on %s (as in msprobe); the fixed "
