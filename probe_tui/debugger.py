@@ -43,9 +43,22 @@ class _Either:
         if obj is None:
             obj = cls._current
             if obj is None:
+                if cls.class_calls_without_debugger == "ignore":  # msprobe 26's: nothing to do, said once
+                    return functools.partial(_ignored_call, cls, self.func.__name__)
                 raise RuntimeError("probe-tui: create PrecisionDebugger(config_path=...) before calling %s()"
                                    % self.func.__name__)
         return functools.partial(self.func, obj)
+
+
+_ignored_calls: set = set()
+
+
+def _ignored_call(cls: type, name: str, *args: Any, **kwargs: Any) -> None:
+    """``PrecisionDebugger.start()`` and kin called on the class before any debugger exists (a script that builds
+    its debugger only when asked to dump): nothing is recorded; said once per call name."""
+    if name not in _ignored_calls:
+        _ignored_calls.add(name)
+        say("PrecisionDebugger.%s() called before any PrecisionDebugger was created: ignored" % name)
 
 
 def _load_job(config_path: Optional[str], overrides: Dict[str, Any]):
@@ -130,6 +143,8 @@ class PrecisionDebugger:
     _current: Optional["PrecisionDebugger"] = None
     _lock = threading.Lock()
     default_framework: Optional[str] = None  # the framework when the job and model do not say (compat imports)
+    # a class call (PrecisionDebugger.start()) with no debugger created: "raise" (msprobe 8.x) or "ignore" (26.x)
+    class_calls_without_debugger = "raise"
 
     def __init__(self, config_path: Optional[str] = None, task: Optional[str] = None,
                  dump_path: Optional[str] = None, level: Optional[str] = None, step: Optional[list] = None,

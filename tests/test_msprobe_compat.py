@@ -86,3 +86,20 @@ def test_shim_refuses_a_missing_script(tmp_path: Path, capsys):
         assert main([str(tmp_path / "nope.py")]) == 2
     assert "no such script" in capsys.readouterr().err
     assert main([]) == 2
+
+
+def test_class_calls_before_any_debugger(capsys):
+    """msprobe 26: ``PrecisionDebugger.start()`` in model code with no debugger built (dumping switched off in
+    the launcher) does nothing; probe_tui's own class keeps saying that the debugger is missing."""
+    from probe_tui.compat.msprobe.pytorch import PrecisionDebugger as Compat
+    from probe_tui.debugger import PrecisionDebugger
+
+    assert PrecisionDebugger._current is None
+    Compat.start()
+    Compat.stop()
+    Compat.step()
+    Compat.start()
+    err = capsys.readouterr().err
+    assert err.count("PrecisionDebugger.start() called before any PrecisionDebugger was created: ignored") == 1
+    with pytest.raises(RuntimeError, match="create PrecisionDebugger"):
+        PrecisionDebugger.start()
