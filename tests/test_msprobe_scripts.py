@@ -141,10 +141,10 @@ def _v8_model_arg(folder: Path) -> None:
 
 
 def _seed_all(folder: Path) -> None:
-    lines = (folder / "stdout.txt").read_text().split()
+    out = (folder / "stdout.txt").read_text()
     # the values msprobe's seed_all page prints for this example
-    assert (folder / "stdout.txt").read_text().splitlines()[:2] == ["tensor(-0.0866)", "tensor(0.2038)"], lines
-    assert "deterministic: True" in (folder / "stdout.txt").read_text()
+    assert out.splitlines()[:2] == ["tensor(-0.0866)", "tensor(0.2038)"], out
+    assert "deterministic: True" in out
 
 
 def _grad_probe(folder: Path) -> None:
@@ -189,17 +189,23 @@ TORCH_CASES = [
 ]
 
 
-@pytest.fixture(scope="module")
-def torch_batch(tmp_path_factory) -> Path:
+def _run_table(root: Path, cases: List[Case]) -> None:
+    """Run every script of ``cases`` in one process, then every check; one failure report naming each case."""
+    _run_batch(root, [c.name for c in cases])
+    failures: Dict[str, str] = {}
+    for case in cases:
+        try:
+            case.check(root / case.name)
+        except AssertionError as exc:
+            failures[case.name] = str(exc)[:2000] or "assertion failed"
+    assert not failures, "\n\n".join("%s: %s" % item for item in failures.items())
+
+
+def test_msprobe_doc_examples_pytorch(tmp_path: Path) -> None:
+    """One test for the whole table: its scripts share one process (under pytest-xdist, split cases would each
+    start that process again)."""
     pytest.importorskip("torch")
-    root = tmp_path_factory.mktemp("msprobe_torch")
-    _run_batch(root, [c.name for c in TORCH_CASES])
-    return root
-
-
-@pytest.mark.parametrize("case", TORCH_CASES, ids=[c.name for c in TORCH_CASES])
-def test_msprobe_doc_example_pytorch(torch_batch: Path, case: Case) -> None:
-    case.check(torch_batch / case.name)
+    _run_table(tmp_path, TORCH_CASES)
 
 
 def test_unchanged_msprobe_script_through_the_shim(tmp_path: Path) -> None:
@@ -235,14 +241,6 @@ def _ms_model_train(folder: Path) -> None:
 MS_CASES = [Case("ms_pynative_loop", _ms_loop), Case("ms_model_train", _ms_model_train)]
 
 
-@pytest.fixture(scope="module")
-def mindspore_batch(tmp_path_factory) -> Path:
+def test_msprobe_doc_examples_mindspore(tmp_path: Path) -> None:
     pytest.importorskip("mindspore")
-    root = tmp_path_factory.mktemp("msprobe_mindspore")
-    _run_batch(root, [c.name for c in MS_CASES])
-    return root
-
-
-@pytest.mark.parametrize("case", MS_CASES, ids=[c.name for c in MS_CASES])
-def test_msprobe_doc_example_mindspore(mindspore_batch: Path, case: Case) -> None:
-    case.check(mindspore_batch / case.name)
+    _run_table(tmp_path, MS_CASES)
