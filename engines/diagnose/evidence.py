@@ -4,6 +4,7 @@ single op stands out, each top-level module's share of the error added (docs/DIA
 from __future__ import annotations
 
 import math
+import re
 from typing import Any, Dict, List, Optional
 
 import numpy as np
@@ -13,6 +14,8 @@ from engines.compare.suspects import innermost_frame, is_cast, short_op
 from engines.dumps.rows import IO_INPUT, IO_OUTPUT, IO_PARAM, KIND_API
 
 STACK_LINES = 6  # innermost user frames kept in the verdict
+_FRAME = re.compile(r"File (.+?), line (\d+), in ([^,\n]+)")  # the stack text our dumps and msprobe's hold
+_LIBRARY = re.compile(r"site-packages|dist-packages|<frozen|[\\/]lib[\\/]python\d")  # installed or stdlib code
 
 
 def _num(v: Any) -> Optional[float]:
@@ -80,8 +83,22 @@ def _region_io(cols: Dict[str, Any], members: List[str], link: str, step: int, r
 
 
 def _stack_lines(stack: str) -> List[str]:
-    lines = [ln.strip().rstrip(",") for ln in str(stack or "").splitlines() if ln.strip()]
-    return lines[-2 * STACK_LINES:]
+    """The innermost frames of a stack text that are not library code (``file.py:line in fn: code``); the
+    innermost frames whatever they are when all are library code."""
+    frames = []
+    current = None
+    for raw in str(stack or "").splitlines():
+        line = raw.strip().rstrip(",")
+        if not line:
+            continue
+        match = _FRAME.match(line + ",")
+        if match:
+            current = [match.group(1), match.group(2), match.group(3).strip(), ""]
+            frames.append(current)
+        elif current is not None and not current[3]:
+            current[3] = line
+    own = [f for f in frames if not _LIBRARY.search(f[0])] or frames
+    return ["{}:{} in {}{}".format(f[0].strip(), f[1], f[2], ": " + f[3] if f[3] else "") for f in own[-STACK_LINES:]]
 
 
 def culprit(group: Dict[str, Any], cols: Dict[str, Any], divergence: Dict[str, Any],
@@ -128,9 +145,9 @@ def culprit(group: Dict[str, Any], cols: Dict[str, Any], divergence: Dict[str, A
 
 def top_module(parent: str) -> str:
     """The top-level module of an op's enclosing module: ``blocks.1`` for ``blocks.1.attn.proj`` (a numbered
-    child of a container counts as top level), ``head`` for ``head``; "(no module)" without one."""
+    child of a container counts as top level), ``head`` for ``head``; "(model top level)" without one."""
     if not parent:
-        return "(no module)"
+        return "(model top level)"
     path = short_op(parent)
     parts = path.split(".")
     if len(parts) > 1 and parts[1].isdigit():

@@ -55,9 +55,13 @@ class Judgement:
 def _brief(group: Optional[Dict[str, Any]]) -> Optional[Dict[str, Any]]:
     if group is None:
         return None
+    from engines.diagnose.evidence import key_op
+
     keys = ("record", "kind", "direction", "phase", "score", "out_err", "in_err", "rank", "step", "steps", "where",
             "members", "link", "note")
-    return {k: group.get(k) for k in keys}
+    out = {k: group.get(k) for k in keys}
+    out["op"] = key_op(group)
+    return out
 
 
 def _differs(group: Dict[str, Any]) -> bool:
