@@ -97,7 +97,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--stats-only", action="store_true", help="stop after the statistics stage (no re-run)")
     p.add_argument("--suspects", metavar="N", help="top suspects stage 2 captures in tensors (default 3)")
     p.add_argument("--steps", metavar="N", help="steps stage 1 captures from a target it runs (default 1)")
-    p.add_argument("--fuzzy", action="store_true", help="align names that differ (call indices, class names)")
+    p.add_argument("--exact", action="store_true",
+                   help="pair calls by exact name (default: aligned on name, shape and dtype, as compare --fuzzy)")
     _add_job_flags(p)
 
     p = sub.add_parser("analyze-overflow", help="replay the ops an overflow_check run flagged, in high precision")

@@ -134,7 +134,7 @@ def _diagnose_side(text: str) -> Dict[str, Any]:
 
 def cmd_diagnose(args) -> int:
     section: Dict[str, Any] = {"target": _diagnose_side(args.target), "golden": _diagnose_side(args.golden),
-                               "stats_only": bool(args.stats_only), "fuzzy_match": bool(args.fuzzy)}
+                               "stats_only": bool(args.stats_only), "fuzzy_match": not args.exact}
     for flag in ("suspects", "steps"):
         text = getattr(args, flag)
         if text is not None:

@@ -78,7 +78,10 @@ class DiagnoseSection(ConfigModel):
     ratio_min: float = field(
         2.0, "Conclusive only when the top suspect's score is at least this many times the runner-up's.", ge=1,
         advanced=True)
-    fuzzy_match: bool = field(False, "Match calls whose indices differ (compare's fuzzy_match).", advanced=True)
+    fuzzy_match: bool = field(
+        True, "Match calls whose indices differ (compare's fuzzy_match). On by default: a fault that adds or "
+              "removes calls (one kernel replaced by several ops) shifts the indices of every later call of the "
+              "same APIs, and exact names then pair the wrong calls.", advanced=True)
     output_path: Optional[str] = field(
         None, "Folder for the result (verdict.json, the two compares, the runs diagnose made). Unset: a new run "
               "folder under dump_path.", min_length=1)

@@ -22,6 +22,7 @@ from probe_tui.app.screens.monitor import MonitorScreen
 from probe_tui.app.screens.overflow import OverflowScreen
 from probe_tui.app.screens.rank_picker import RankPicker
 from probe_tui.app.screens.run import RunScreen
+from probe_tui.app.screens.diagnose import DiagnoseScreen
 from probe_tui.app.screens.summary import RunSummaryScreen
 from tests.app_pilot import wait_until
 
@@ -29,7 +30,7 @@ ROOT = Path(__file__).resolve().parents[1]
 SCREENS = {"app": ProbeApp, "home": HomeScreen, "builder": BuilderScreen, "run": RunScreen,
            "summary": RunSummaryScreen, "compare": CompareScreen, "dump": DumpScreen, "monitor": MonitorScreen,
            "grad": GradScreen, "overflow": OverflowScreen, "freebench": FreeBenchmarkScreen, "ranks": RankPicker,
-           "help": HelpScreen}
+           "help": HelpScreen, "diagnose": DiagnoseScreen}
 
 
 def pilot_test(coro_fn):
