@@ -13,6 +13,7 @@ from probe_tui.app.commands import palette_actions
 from probe_tui.app.keys_doc import END, START, keys_markdown
 from probe_tui.app.screens.builder import BuilderScreen
 from probe_tui.app.screens.compare import CompareScreen
+from probe_tui.app.screens.diagnose import DiagnoseScreen
 from probe_tui.app.screens.dump import DumpScreen
 from probe_tui.app.screens.free_benchmark import FreeBenchmarkScreen
 from probe_tui.app.screens.grad import GradScreen
@@ -22,7 +23,6 @@ from probe_tui.app.screens.monitor import MonitorScreen
 from probe_tui.app.screens.overflow import OverflowScreen
 from probe_tui.app.screens.rank_picker import RankPicker
 from probe_tui.app.screens.run import RunScreen
-from probe_tui.app.screens.diagnose import DiagnoseScreen
 from probe_tui.app.screens.summary import RunSummaryScreen
 from tests.app_pilot import wait_until
 

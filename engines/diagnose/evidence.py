@@ -15,6 +15,8 @@ from engines.dumps.rows import IO_INPUT, IO_OUTPUT, IO_PARAM, KIND_API
 
 STACK_LINES = 6  # innermost user frames kept in the verdict
 _FRAME = re.compile(r"File (.+?), line (\d+), in ([^,\n]+)")  # the stack text our dumps and msprobe's hold
+#: probe-tui's own frames that run a target (the target's frames start below them)
+_TOOL = re.compile(r"[\\/](engines[\\/](targets|runner|collection)\.py|probe_tui[\\/])")
 _LIBRARY = re.compile(r"site-packages|dist-packages|<frozen|[\\/]lib[\\/]python\d")  # installed or stdlib code
 
 
@@ -97,7 +99,7 @@ def _stack_lines(stack: str) -> List[str]:
             frames.append(current)
         elif current is not None and not current[3]:
             current[3] = line
-    own = [f for f in frames if not _LIBRARY.search(f[0])] or frames
+    own = [f for f in frames if not (_LIBRARY.search(f[0]) or _TOOL.search(f[0]))] or frames
     return ["{}:{} in {}{}".format(f[0].strip(), f[1], f[2], ": " + f[3] if f[3] else "") for f in own[-STACK_LINES:]]
 
 

@@ -104,7 +104,7 @@ def judge(groups: List[Dict[str, Any]], divergence: Dict[str, Any], *, score_min
     if score < score_min:
         reasons.append("the top suspect adds only {:.3g}x the error of its inputs or dtypes (needs {:g}x)".format(
             score, score_min))
-    if ratio is not None and ratio < ratio_min:
+    if runner is not None and ratio is not None and ratio < ratio_min:
         reasons.append("the runner-up {} scores {:.3g}, within {:g}x of the top".format(
             runner["record"], float(runner["score"]), ratio_min))
     if out_err < score_min * floor:

@@ -84,7 +84,7 @@ def _config_side(name: str, path: str, where: str) -> Side:
     from schemas import ConfigError, load_config
 
     try:
-        job = load_config(path)
+        job: Any = load_config(path)
     except ConfigError as exc:
         first = str(exc).splitlines()[0] if str(exc) else "not a valid config"
         raise DiagnoseError("{}.config: {}: {}".format(where, path, first)) from None

@@ -109,7 +109,6 @@ def _views() -> List[tuple]:
     from probe_tui.app.data.dump_index import is_dump
     from probe_tui.app.data.grad_result import is_grad_result
     from probe_tui.app.data.monitor_feed import is_monitor_run
-
     from probe_tui.app.screens.diagnose import is_diagnose_result
 
     return [
