@@ -1,8 +1,12 @@
-"""The inconclusive rule of diagnose (engines/diagnose/rule.py) and the per-module shares, on small tables."""
+"""The inconclusive rule of diagnose (engines/diagnose/rule.py) and the per-module shares, on small tables; and\nstage 2 from two dumps that hold tensors (no framework needed)."""
+
+import json
+from pathlib import Path
 
 import numpy as np
 
 from engines.diagnose import evidence, rule
+from probe_tui.cli import main
 
 
 def _group(record, score, out_err, in_err=0.0, phase="forward", direction="forward", members=(), position=1):
@@ -88,3 +92,19 @@ def test_module_shares_add_up_per_top_level_module():
     shares = evidence.module_shares(div)
     assert [(s["module"], round(s["share"], 3), s["ops"]) for s in shares] == [("blocks.0", 0.8, 2),
                                                                                ("head", 0.2, 1)]
+
+
+def test_tensors_of_two_dumps_overrule_statistics_where_values_moved(tmp_path):
+    """msprobe's dumps of a model whose softmax writes its values in the reverse order: max, min, mean and norm
+    are equal, so the statistics blame the matmul (the only other difference); the dumps hold tensors, so stage 2
+    compares them without a re-run and names the softmax."""
+    data = Path(__file__).parent / "data" / "msprobe" / "e2e_83"
+    out = tmp_path / "out"
+    assert main(["diagnose", str(data / "npu/step0/rank0/dump.json"), str(data / "bench/step0/rank0/dump.json"),
+                 "-o", str(out)]) == 0
+    v = json.loads((out / "verdict.json").read_text())
+    assert v["stage1"]["judgement"]["top"]["op"] == "Functional.matmul.0.forward"
+    assert v["stage2"]["ran"] and "no re-run" in v["stage2"]["source"]
+    assert v["decided_by"] == "stage 2 (tensors)" and v["stage2_outcome"] == "overruled"
+    assert v["culprit"]["op"] == "Functional.softmax.0.forward"
+    assert v["culprit"]["inputs_match"] and v["culprit"]["out_err"] > 0.5

@@ -114,6 +114,12 @@ def _stage2(sec: Any, sides: List[Side], out: Path, events: Any, cmp1: Any,
     cannot = [s for s in sides if s.run is None]
     if cannot:
         info["why_not"] = "no target to re-run: " + "; ".join(s.why_not for s in cannot)
+        if all(s.dump is not None and stages.holds_tensors(s.dump) for s in sides):
+            # two dumps that hold real tensors already: stage 2 is their tensor compare, nothing re-run
+            stages.say(events, "stage 2: the given dumps hold tensors: comparing them")
+            cmp2 = stages.compare(str(sides[0].dump), str(sides[1].dump), out / "stage2" / "compare", "tensor",
+                                  sec.fuzzy_match, events, "stage 2 compare")
+            info.update(ran=True, why_not="", source="the given dumps' tensors (no re-run)", compare=cmp2)
         return info
     picks = rule.candidates(cmp1.summary.get("suspect_groups") or [])[:sec.suspects]
     step = int(picks[0].get("step") or 0)

@@ -16,7 +16,7 @@ from engines.dumps.rows import IO_INPUT, IO_OUTPUT, IO_PARAM, KIND_API
 STACK_LINES = 6  # innermost user frames kept in the verdict
 _FRAME = re.compile(r"File (.+?), line (\d+), in ([^,\n]+)")  # the stack text our dumps and msprobe's hold
 #: probe-tui's own frames that run a target (the target's frames start below them)
-_TOOL = re.compile(r"[\\/](engines[\\/](targets|runner|collection)\.py|probe_tui[\\/])")
+_TOOL = re.compile(r"[\\/](engines[\\/](targets|runner|collection)\.py|engines[\\/]diagnose[\\/]|probe_tui[\\/])")
 _LIBRARY = re.compile(r"site-packages|dist-packages|<frozen|[\\/]lib[\\/]python\d")  # installed or stdlib code
 
 

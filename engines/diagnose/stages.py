@@ -76,5 +76,22 @@ def results_of(outcome: Any) -> Dict[str, Any]:
         return {}
 
 
+def holds_tensors(path: str) -> bool:
+    """Whether an existing dump holds real tensors (a tensor dump, or tensor_list entries)."""
+    from engines.dumps.opener import open_dump
+    from engines.dumps.source import DumpSourceError
+
+    try:
+        source = open_dump(Path(path))
+    except (DumpSourceError, OSError):
+        return False
+    try:
+        return bool(source.holds().get("tensor"))
+    except (DumpSourceError, OSError):
+        return False
+    finally:
+        source.close()
+
+
 def dump_of(outcome: Optional[Any]) -> Optional[str]:
     return None if outcome is None else str(outcome.output_dir)
