@@ -112,3 +112,13 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys):
     assert not out.exists()
     assert main(["diagnose", "demo", "demo", "--suspects", "x"]) == 2
     assert "diagnose --suspects" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_a_target_that_fails_exits_1_with_one_line(tmp_path, capsys):
+    script = tmp_path / "broken.py"
+    script.write_text("raise RuntimeError('boom in the training script')\n")
+    assert main(["diagnose", str(script), "demo", "-o", str(tmp_path / "out")]) == 1
+    err = capsys.readouterr().err
+    assert "stage 1 target: the run failed (exit code 1: RuntimeError: boom in the training script)" in err
+    assert not (tmp_path / "out" / "verdict.json").exists()
