@@ -119,7 +119,7 @@ ACTIONS: Tuple[AppAction, ...] = (
               "Look for runs and configs again."),
     AppAction("home.diagnose", "diagnose_selected", "d", "Diagnose", "Runs", "home",
               "Press on a run to mark it as the reference, then on the run under test: finds the op that "
-              "introduced their difference and opens the verdict."),
+              "introduced their difference and opens the verdict.", show=False),
     AppAction("home.switch", "switch_table", "tab", "Runs/Configs", "Runs", "home",
               "Move between the runs table and the configs table.", show=False, palette=False),
     AppAction("home.quit", "app.quit", "q", "Quit", "General", "home", "Leave probe-tui.", palette=False),
