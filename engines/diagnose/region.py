@@ -12,7 +12,7 @@ from typing import Any, Dict, List, Set
 
 import numpy as np
 
-from engines.dumps.rows import IO_INPUT, IO_PARAM
+from engines.dumps.rows import IO_INPUT, IO_PARAM, KIND_API
 
 _DIRECTIONS = ("forward", "backward")
 
@@ -27,10 +27,16 @@ def _twin(record: str) -> str:
     return record
 
 
+def _is_module(record: str) -> bool:
+    return record.startswith(("Module.", "Cell."))
+
+
 def _own_records(group: Dict[str, Any]) -> List[str]:
     names = [group["record"]] + list(group.get("members") or [])
     for key in ("last_op", "link"):
-        if group.get(key):
+        # a module in `list` captures everything run inside it (mix level): the API calls that consume the
+        # region's output stand for a module link (added from the dataflow links)
+        if group.get(key) and not _is_module(str(group[key])):
             names.append(str(group[key]))
     if group.get("direction") == "backward":
         names += [_twin(n) for n in list(names)]
@@ -43,7 +49,8 @@ def suspect_region(groups: List[Dict[str, Any]], cols: Dict[str, Any], step: int
     for group in groups:
         wanted.update(_own_records(group))
     if cols and all(k in cols for k in ("record", "io", "step", "t_valid", "order")):
-        wanted |= _producers(cols, wanted, step)
+        regions = {str(m) for g in groups for m in (g.get("members") or [])}
+        wanted |= _producers(cols, wanted, regions, step)
     order: Dict[str, int] = {}
     if cols and "record" in cols and "order" in cols:
         for rec, pos in zip(cols["record"].tolist(), cols["order"].tolist()):
@@ -51,7 +58,9 @@ def suspect_region(groups: List[Dict[str, Any]], cols: Dict[str, Any], step: int
     return sorted(wanted, key=lambda r: (order.get(r, 1 << 62), r))
 
 
-def _producers(cols: Dict[str, Any], records: Set[str], step: int) -> Set[str]:
+def _producers(cols: Dict[str, Any], records: Set[str], regions: Set[str], step: int) -> Set[str]:
+    """The API calls that produced the inputs of ``records``, and those that consume the outputs of the
+    target-only ``regions`` (their first matched consumers), at ``step``."""
     from engines.compare import dataflow
 
     try:
@@ -59,7 +68,12 @@ def _producers(cols: Dict[str, Any], records: Set[str], step: int) -> Set[str]:
     except (KeyError, ValueError):  # a result table without the columns the links need
         return set()
     rec = cols["record"]
-    mine = np.fromiter((str(r) in records for r in rec.tolist()), bool, len(rec))
-    rows = np.flatnonzero(mine & (cols["step"] == step) & ((cols["io"] == IO_INPUT) | (cols["io"] == IO_PARAM))
-                          & (prod >= 0))
-    return {str(rec[p]) for p in prod[rows].tolist()}
+    names = [str(r) for r in rec.tolist()]
+    inputs = (cols["step"] == step) & ((cols["io"] == IO_INPUT) | (cols["io"] == IO_PARAM)) & (prod >= 0)
+    mine = np.fromiter((r in records for r in names), bool, len(names))
+    out = {names[p] for p in prod[np.flatnonzero(mine & inputs)].tolist()}
+    if regions:
+        api = cols["kind"] == KIND_API
+        fed = np.fromiter((names[p] in regions for p in np.maximum(prod, 0).tolist()), bool, len(names))
+        out |= {names[i] for i in np.flatnonzero(inputs & fed & api).tolist() if names[i] not in regions}
+    return out
