@@ -33,7 +33,7 @@ SCHEMA_VERSION = 1
 RUN_JSON = "run.json"
 LATEST = "latest"
 RUN_ID_ENV = "PROBE_TUI_RUN_ID"
-_ANALYSIS_TASKS = ("compare", "grad_compare")  # schemas.ANALYSIS_TASKS (runs.py imports nothing from schemas)
+_ANALYSIS_TASKS = ("compare", "grad_compare", "diagnose")  # schemas.ANALYSIS_TASKS (runs.py imports nothing from schemas)
 _RUN_ID_OK = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 _RANK_DIR = re.compile(r"^rank(\d+)$")
 

@@ -20,6 +20,7 @@ examples:
   probe-tui --run stats.json                  run it headless (progress on stderr)
   torchrun --nproc_per_node=8 -m probe_tui run stats.json   the same on every rank, one run folder
   probe-tui compare RUN_A RUN_B               compare two runs (or msprobe dumps)
+  probe-tui diagnose RUN_A RUN_B              name the op that introduced their difference, with evidence
   probe-tui merge-runs OUT node0/dump node1/dump   one run from a launch's node-local run folders
 
 exit codes: 0 done, 1 the target failed, 2 bad input, 3 findings (with --fail-on-findings)
@@ -85,6 +86,19 @@ def build_parser() -> argparse.ArgumentParser:
                    help="processes comparing rank pairs at once (default: as many as cores and pairs allow)")
     p.add_argument("--top", metavar="N",
                    help="suspects the summary lists from the first-divergence ranking (default 10)")
+    _add_job_flags(p)
+
+    p = sub.add_parser("diagnose", help="find the op that introduced the difference between TARGET and GOLDEN: "
+                                        "statistics first, then tensors of the suspects only")
+    p.add_argument("target", help="the side under test: a run or dump, a statistics/tensor config (.json), a "
+                                  "script (.py) or 'demo'")
+    p.add_argument("golden", help="the reference side, same kinds as TARGET")
+    p.add_argument("-o", "--output", metavar="DIR", help="where to write the result (verdict.json, the compares)")
+    p.add_argument("--stats-only", action="store_true", help="stop after the statistics stage (no re-run)")
+    p.add_argument("--suspects", metavar="N", help="top suspects stage 2 captures in tensors (default 3)")
+    p.add_argument("--steps", metavar="N", help="steps stage 1 captures from a target it runs (default 1)")
+    p.add_argument("--exact", action="store_true",
+                   help="pair calls by exact name (default: aligned on name, shape and dtype, as compare --fuzzy)")
     _add_job_flags(p)
 
     p = sub.add_parser("analyze-overflow", help="replay the ops an overflow_check run flagged, in high precision")

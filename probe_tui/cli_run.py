@@ -64,6 +64,14 @@ def run_job_reporting(job, args, *, label: str) -> int:
         return outcome.exit_code
     if launch:
         print_mapping(launch_summary(dict(outcome.summary or {}), launch), stream=sys.stderr)
+    elif getattr(job, "task", None) == "diagnose" and not getattr(args, "json", False):
+        from probe_tui.diagnose_view import print_report, read_verdict
+
+        verdict = read_verdict((outcome.summary or {}).get("verdict_file", ""))
+        if verdict is not None:  # the report on stdout; a diagnose that failed says why on stderr
+            print_report(verdict, stream=sys.stdout)
+        else:
+            print_summary(outcome, stream=sys.stderr)
     else:
         print_summary(outcome, stream=sys.stderr)
     if getattr(args, "json", False) and getattr(args, "events", None) != "-":
@@ -107,6 +115,34 @@ def cmd_compare(args) -> int:
             return fail("compare --top: {!r} is not a whole number".format(args.top))
         # below 1: refused by the config schema (compare.top), one line, exit 2
     return _run_section("compare", section, args, label="compare")
+
+
+def _diagnose_side(text: str) -> Dict[str, Any]:
+    """A side from the command line: 'demo', a script (.py), a config (.json other than an msprobe dump.json),
+    else a run or dump path."""
+    from pathlib import Path
+
+    if text == "demo":
+        return {"target": "demo"}
+    path = Path(text)
+    if path.suffix == ".py":
+        return {"target": {"script": text}}
+    if path.suffix == ".json" and path.name != "dump.json" and path.is_file():
+        return {"config": text}
+    return {"path": text}
+
+
+def cmd_diagnose(args) -> int:
+    section: Dict[str, Any] = {"target": _diagnose_side(args.target), "golden": _diagnose_side(args.golden),
+                               "stats_only": bool(args.stats_only), "fuzzy_match": not args.exact}
+    for flag in ("suspects", "steps"):
+        text = getattr(args, flag)
+        if text is not None:
+            try:
+                section[flag] = int(text)
+            except ValueError:
+                return fail("diagnose --{}: {!r} is not a whole number".format(flag, text))
+    return _run_section("diagnose", section, args, label="diagnose")
 
 
 def cmd_analyze_overflow(args) -> int:

@@ -20,6 +20,7 @@ from .analysis import (
     MetricLimits,
 )
 from .common import ALL_LEVELS, LEVEL_NOTES, CollectionJob, DumpJob, JobBase, RunJob
+from .diagnose import DiagnoseJob, DiagnoseSection, DiagnoseSide
 from .dump_jobs import OverflowCheckJob, OverflowCheckSection, StatisticsJob, TensorJob
 from .dump_sections import ApiFilter, StatisticsSection, TensorSection
 from .errors import ConfigError, ConfigIssue, ConfigWarning
@@ -41,6 +42,7 @@ __all__ = [
     "JobBase", "RunJob", "CollectionJob", "DumpJob", "ALL_LEVELS", "LEVEL_NOTES",
     "StatisticsJob", "TensorJob", "OverflowCheckJob", "FreeBenchmarkJob", "GradProbeJob", "MonitorJob",
     "CompareJob", "GradCompareJob", "AnalyzeOverflowJob", "AnalyzeOverflowSection",
+    "DiagnoseJob", "DiagnoseSection", "DiagnoseSide",
     "StatisticsSection", "TensorSection", "ApiFilter", "OverflowCheckSection", "FreeBenchmarkSection",
     "GradProbeSection", "MonitorSection", "MonitorTarget", "AlertConfig", "AlertRule", "AlertArgs",
     "CompareSection", "CompareThresholds", "MetricLimits", "GradCompareSection",

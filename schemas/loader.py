@@ -131,6 +131,13 @@ def starter_config(task: str) -> Dict[str, Any]:
         return {"task": task, "comment": "Needs an earlier overflow_check run: probe-tui --run "
                 "sample_configs/overflow_check.json.", "dump_path": "./probe_dump",
                 task: {"path": "./probe_dump/overflow/latest"}}
+    if task == "diagnose":
+        return {"task": task, "comment": "Runs both targets itself (tiny demo: fp32 against a low-precision "
+                "softmax); a side may also be an earlier run: {\"path\": \"./probe_dump/demo_fp32/latest\"}.",
+                "dump_path": "./probe_dump",
+                task: {"target": {"target": {"demo": {"preset": "tiny", "steps": 3,
+                                                      "faults": {"lowp_softmax": {"layer": 1}}}}},
+                       "golden": {"target": {"demo": {"preset": "tiny", "steps": 3}}}}}
     if task in ANALYSIS_TASKS:
         kind = "demo" if task == "compare" else "grad"
         return {

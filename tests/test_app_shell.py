@@ -13,6 +13,7 @@ from probe_tui.app.commands import palette_actions
 from probe_tui.app.keys_doc import END, START, keys_markdown
 from probe_tui.app.screens.builder import BuilderScreen
 from probe_tui.app.screens.compare import CompareScreen
+from probe_tui.app.screens.diagnose import DiagnoseScreen
 from probe_tui.app.screens.dump import DumpScreen
 from probe_tui.app.screens.free_benchmark import FreeBenchmarkScreen
 from probe_tui.app.screens.grad import GradScreen
@@ -29,7 +30,7 @@ ROOT = Path(__file__).resolve().parents[1]
 SCREENS = {"app": ProbeApp, "home": HomeScreen, "builder": BuilderScreen, "run": RunScreen,
            "summary": RunSummaryScreen, "compare": CompareScreen, "dump": DumpScreen, "monitor": MonitorScreen,
            "grad": GradScreen, "overflow": OverflowScreen, "freebench": FreeBenchmarkScreen, "ranks": RankPicker,
-           "help": HelpScreen}
+           "help": HelpScreen, "diagnose": DiagnoseScreen}
 
 
 def pilot_test(coro_fn):

@@ -47,12 +47,16 @@ def test_sample_loads_without_warnings(path):
 @pytest.mark.parametrize("path", SAMPLES, ids=SAMPLE_IDS)
 def test_collection_samples_run_the_small_demo(path):
     job, _ = _load_quiet(path)
-    if job.task in schemas.ANALYSIS_TASKS:
+    if job.task == "diagnose":  # runs its two sides' targets itself
+        demos = [job.diagnose.target.target.demo, job.diagnose.golden.target.demo]
+    elif job.task in schemas.ANALYSIS_TASKS:
         assert "earlier runs" in job.comment
         return
-    demo = job.target.demo
-    assert demo is not None and 3 <= demo.steps <= 5
-    assert demo.preset == "tiny"
+    else:
+        demos = [job.target.demo]
+    for demo in demos:
+        assert demo is not None and 3 <= demo.steps <= 5
+        assert demo.preset == "tiny"
 
 
 def test_compare_samples_point_at_the_runs_the_other_samples_write():

@@ -17,7 +17,7 @@ from textual.binding import Binding
 
 # Scopes: "app" actions work everywhere; the others belong to one screen.
 SCOPES = ("app", "home", "builder", "run", "summary", "compare", "dump", "monitor", "grad", "overflow", "freebench",
-          "ranks", "help")
+          "ranks", "help", "diagnose")
 
 SCOPE_TITLES = {
     "app": "Everywhere",
@@ -33,6 +33,7 @@ SCOPE_TITLES = {
     "freebench": "free_benchmark",
     "ranks": "Rank picker",
     "help": "Help",
+    "diagnose": "Diagnose verdict",
 }
 
 
@@ -116,6 +117,9 @@ ACTIONS: Tuple[AppAction, ...] = (
               "Run the selected config file on this machine and watch its progress."),
     AppAction("home.refresh", "refresh", "r,f5", "Refresh", "Runs", "home",
               "Look for runs and configs again."),
+    AppAction("home.diagnose", "diagnose_selected", "d", "Diagnose", "Runs", "home",
+              "Press on a run to mark it as the reference, then on the run under test: finds the op that "
+              "introduced their difference and opens the verdict.", show=False),
     AppAction("home.switch", "switch_table", "tab", "Runs/Configs", "Runs", "home",
               "Move between the runs table and the configs table.", show=False, palette=False),
     AppAction("home.quit", "app.quit", "q", "Quit", "General", "home", "Leave probe-tui.", palette=False),
@@ -220,6 +224,10 @@ ACTIONS: Tuple[AppAction, ...] = (
     *rank_actions("monitor", "each series as its min, mean and max over the ranks"),
     AppAction("monitor.back", "back", "escape,q", "Back", "General", "monitor",
               "Close the series filter, or go back to the previous screen (the run goes on)."),
+    # Diagnose verdict
+    AppAction("diagnose.compare", "open_compare", "c", "Compare", "View", "diagnose",
+              "Open the compare that decided the verdict (tensors when stage 2 ran, else statistics)."),
+    AppAction("diagnose.back", "back", "escape,q", "Back", "General", "diagnose", "Back to the previous screen."),
     # Grad compare
     AppAction("grad.sort", "cycle_sort", "s", "Sort", "View", "grad",
               "Sort the parameters by model order or by lowest similarity."),

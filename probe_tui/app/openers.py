@@ -109,8 +109,10 @@ def _views() -> List[tuple]:
     from probe_tui.app.data.dump_index import is_dump
     from probe_tui.app.data.grad_result import is_grad_result
     from probe_tui.app.data.monitor_feed import is_monitor_run
+    from probe_tui.app.screens.diagnose import is_diagnose_result
 
     return [
+        ("diagnose", is_diagnose_result, _screen("diagnose", "DiagnoseScreen")),
         ("compare-result", is_compare_result, _screen("compare", "CompareScreen")),
         ("grad-compare", is_grad_result, _screen("grad", "GradScreen")),
         ("overflow", is_overflow_result, _screen("overflow", "OverflowScreen")),

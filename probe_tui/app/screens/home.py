@@ -237,6 +237,11 @@ class HomeScreen(AppScreen):
         else:
             self.app.edit_run_config(path)
 
+    def action_diagnose_selected(self) -> None:
+        from probe_tui.app.screens.diagnose_start import diagnose_pressed
+
+        diagnose_pressed(self)
+
     def action_run_selected(self) -> None:
         selection = self._selection()
         if selection is None or selection[0] != "config":
