@@ -1,0 +1,127 @@
+"""msprobe's backward slots brought to ours, so that one run captured by both tools compares clean.
+
+Both tools write an API's backward record with ``input.*`` = gradients w.r.t. the forward outputs and
+``output.*`` = gradients w.r.t. the forward inputs. They differ in how ``output.<i>`` is numbered:
+
+- probe-tui: ``i`` is the forward argument's position (``F.linear(x, w, b)``: ``output.0`` = dx, ``output.1`` =
+  dw, ``output.2`` = db; an argument without a gradient has no row);
+- msprobe (PyTorch): the gradients its hook on the output's ``grad_fn`` receives, in that autograd node's order,
+  None for an edge without a gradient. For most ops that is the argument order. It is not when the API runs
+  through another op: ``F.linear`` on a 2-D input is ``addmm(b, x, w.t())``, whose node gives
+  (db, dx, dwᵀ) (``mm(x, w.t())`` without a bias: (dx, dwᵀ)); ``F.cross_entropy`` is ``nll_loss(log_softmax(x))``,
+  whose node gives the gradient w.r.t. the log-probabilities, not w.r.t. ``x``.
+
+``map_backward_outputs`` renames msprobe's output slots of one backward record to ours, from the record's forward
+inputs (their positions and shapes):
+- when msprobe's order already agrees (every gradient has the shape of the argument at its position), nothing
+  changes;
+- ``linear``: the addmm/mm order above; dwᵀ is marked ``transposed`` (its shape is shown as w's, the tensor reader
+  transposes it back, and its checksum is not comparable: it hashes other bytes);
+- otherwise, when each gradient's shape fits exactly one tensor argument, it takes that argument's position
+  (``F.embedding``: the weight's gradient alone);
+- a gradient that is not one w.r.t. an argument (``cross_entropy``'s, or one whose shape fits no argument) keeps
+  its row under ``output.grad_fn.<i>``, which pairs with nothing on our side: shown, never a false error.
+"""
+
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+__all__ = ["TRANSPOSED", "Mapped", "forward_tensor_inputs", "map_backward_outputs"]
+
+#: Appended to a tensor file's name in the reader's file list: the array is transposed when read.
+TRANSPOSED = "::T"
+
+# APIs whose msprobe backward gradients are taken at an inner op, not w.r.t. the API's arguments.
+_INNER_NODE = frozenset({"cross_entropy"})
+
+Shape = Optional[Tuple[int, ...]]
+# (our slot, the value, transposed)
+Mapped = List[Tuple[str, Any, bool]]
+
+
+def _shape(value: Any) -> Shape:
+    if isinstance(value, dict) and "value" not in value and isinstance(value.get("shape"), list):
+        shape = value["shape"]
+        if all(isinstance(d, int) and not isinstance(d, bool) for d in shape):
+            return tuple(shape)
+    return None
+
+
+def forward_tensor_inputs(entry: Dict[str, Any]) -> List[Tuple[str, Shape]]:
+    """(our backward slot, shape) of each argument of a forward record: positional then keyword; a shape of None
+    for an argument that is not a tensor."""
+    args = entry.get("input_args")
+    if args is None:
+        args = entry.get("input")
+    found: List[Tuple[str, Shape]] = []
+    if isinstance(args, list):
+        found.extend(("output." + str(i), _shape(v)) for i, v in enumerate(args))
+    kwargs = entry.get("input_kwargs")
+    if isinstance(kwargs, dict):
+        found.extend(("output." + str(k), _shape(v)) for k, v in kwargs.items())
+    return found
+
+
+def _agrees(outputs: Sequence[Any], inputs: List[Tuple[str, Shape]]) -> bool:
+    for i, value in enumerate(outputs):
+        if value is None:
+            continue
+        if i >= len(inputs) or inputs[i][1] is None or _shape(value) != inputs[i][1]:
+            return False
+    return True
+
+
+def _linear(outputs: Sequence[Any], inputs: List[Tuple[str, Shape]]) -> Optional[Mapped]:
+    """addmm's (db, dx, dwᵀ) or mm's (dx, dwᵀ), checked against the shapes of x, w and b."""
+    shapes = [s for _, s in inputs[:3]]
+    if len(shapes) < 2 or shapes[0] is None or shapes[1] is None or len(shapes[0]) != 2 or len(shapes[1]) != 2:
+        return None
+    has_bias = len(shapes) == 3 and shapes[2] is not None
+    if len(outputs) != (3 if has_bias else 2):
+        return None
+    order = (("output.2", False), ("output.0", False), ("output.1", True)) if has_bias else \
+        (("output.0", False), ("output.1", True))
+    want = {"output.0": shapes[0], "output.1": shapes[1], "output.2": shapes[2] if has_bias else None}
+    mapped: Mapped = []
+    for value, (slot, transposed) in zip(outputs, order):
+        shape = _shape(value)
+        if value is not None:
+            expected = want[slot]
+            if shape is None or expected is None or (tuple(reversed(shape)) if transposed else shape) != expected:
+                return None
+        mapped.append((slot, value, transposed and value is not None))
+    return mapped
+
+
+def _by_shape(outputs: Sequence[Any], inputs: List[Tuple[str, Shape]]) -> Optional[Mapped]:
+    mapped: Mapped = []
+    taken = set()
+    for value in outputs:
+        if value is None:
+            continue
+        fits = [slot for slot, shape in inputs if shape is not None and shape == _shape(value)]
+        if len(fits) != 1 or fits[0] in taken:
+            return None
+        taken.add(fits[0])
+        mapped.append((fits[0], value, False))
+    return mapped
+
+
+def _unpaired(outputs: Sequence[Any]) -> Mapped:
+    return [("output.grad_fn." + str(i), value, False) for i, value in enumerate(outputs)]
+
+
+def map_backward_outputs(api: str, outputs: Sequence[Any], inputs: Optional[List[Tuple[str, Shape]]]
+                         ) -> Optional[Mapped]:
+    """Our slots for msprobe's ``output`` list of one API backward record (``api``: ``linear``, ``relu``, ...);
+    None when they stay as they are (msprobe's order agrees, or the forward record is unknown)."""
+    if inputs is None:
+        return None
+    if api in _INNER_NODE:
+        return _unpaired(outputs)
+    if _agrees(outputs, inputs):
+        return None
+    if api == "linear":
+        mapped = _linear(outputs, inputs)
+        if mapped is not None:
+            return mapped
+    return _by_shape(outputs, inputs) or _unpaired(outputs)
