@@ -106,3 +106,22 @@ def test_slot_mapping_rules():
     mm = [("output.0", (2, 4)), ("output.1", (3, 4))]
     assert map_backward_outputs("linear", [_t(2, 4), _t(4, 3)], mm) == [("output.0", _t(2, 4), False),
                                                                          ("output.1", _t(4, 3), True)]
+
+
+@pytest.mark.parametrize("flip", [False, True])
+def test_integer_statistics_msprobe_leaves_empty_are_na(tmp_path, ours, flip):
+    """msprobe 26.2 writes no Mean/Norm for an integer tensor (cross_entropy's target): N/A, not an error."""
+    target, golden = (REAL / "stats_md5_mix", ours["md5"]) if flip else (ours["md5"], REAL / "stats_md5_mix")
+    out = _compare(tmp_path, target, golden, "statistics")
+    r = out.results
+    i = r["target_name"].tolist().index("Functional.cross_entropy.0.forward.input.1")
+    assert r["target_dtype"][i] == "torch.int64" and r["verdict"][i] == 0 and r["rel_err"][i] == 0.0
+    for s in ("mean", "norm"):
+        assert r[s + "_note"][i] == 1 and np.isnan(r[s + "_rel"][i])  # NOTE_NA
+    for s in ("max", "min"):
+        assert r[s + "_note"][i] == 0 and r[s + "_rel"][i] == 0.0
+    csv = next((tmp_path / "out").rglob("*.csv")).read_text().splitlines()
+    header = csv[0].split(",")
+    row = next(line.split(",") for line in csv if line.startswith("Functional.cross_entropy.0.forward.input.1,"))
+    for column in ("Mean diff", "L2norm diff", "MeanRelativeErr", "NormRelativeErr"):
+        assert row[header.index(column)] == "N/A"
