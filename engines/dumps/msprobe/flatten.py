@@ -73,11 +73,12 @@ class Flattener:
     """Turns one dump.json ``data`` dict into a :class:`RowTable`.
 
     ``parents``: record -> enclosing module (construct.json); ``stacks``: record -> stack text;
-    ``file_index``: registers a ``data_name`` and returns its locator.
+    ``file_index``: registers a ``data_name`` and returns its locator; ``framework``: the dump's (its backward
+    slots are brought to ours for PyTorch only).
     """
 
     def __init__(self, *, step: int, rank: int, parents: Dict[str, Optional[str]], stacks: Dict[str, str],
-                 file_index: Callable[[str], int]):
+                 file_index: Callable[[str], int], framework: str = "pytorch"):
         self.step = step
         self.rank = rank
         self.parents = parents
@@ -93,6 +94,10 @@ class Flattener:
         # forward API record -> its arguments (slot, shape), kept until its backward maps msprobe's slots
         self._forward_inputs: Dict[str, Any] = {}
         self._transposed = False
+        # msprobe's backward slot order is known for its PyTorch hooks (backward_slots.py); MindSpore's stay as read
+        self._map_slots = "mindspore" not in framework.lower()
+        # msprobe's backward slot order is known for its PyTorch hooks (backward_slots.py); MindSpore's stay as read
+        self._map_slots = "mindspore" not in framework.lower()
 
     def flatten(self, data: Dict[str, Any]) -> RowTable:
         """Rows of every record; a value of the wrong type raises ValueError naming its place,
@@ -145,7 +150,7 @@ class Flattener:
 
     def _backward_slots(self, record: str, rec: RecordName, entry: Dict[str, Any]) -> Any:
         """msprobe's backward output slots as ours (`engines.dumps.msprobe.backward_slots`); None: unchanged."""
-        if rec.kind != KIND_API:
+        if rec.kind != KIND_API or not self._map_slots:
             return None
         if rec.direction == DIR_FORWARD:
             inputs = forward_tensor_inputs(entry)

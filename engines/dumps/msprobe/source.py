@@ -144,8 +144,10 @@ def load_piece(info: MsprobeFile) -> Tuple[dict, RowTable, List[str]]:
             files.append(name)
         return pos
 
+    framework = raw.get("framework")
     flat = Flattener(step=info.step, rank=info.rank, parents=read_construct(info.folder),
-                     stacks=read_stacks(info.folder), file_index=file_index)
+                     stacks=read_stacks(info.folder), file_index=file_index,
+                     framework=framework if isinstance(framework, str) else "pytorch")
     try:
         table = flat.flatten(data)
     except ValueError as exc:
