@@ -96,8 +96,6 @@ class Flattener:
         self._transposed = False
         # msprobe's backward slot order is known for its PyTorch hooks (backward_slots.py); MindSpore's stay as read
         self._map_slots = "mindspore" not in framework.lower()
-        # msprobe's backward slot order is known for its PyTorch hooks (backward_slots.py); MindSpore's stay as read
-        self._map_slots = "mindspore" not in framework.lower()
 
     def flatten(self, data: Dict[str, Any]) -> RowTable:
         """Rows of every record; a value of the wrong type raises ValueError naming its place,
