@@ -12,7 +12,7 @@ scripts are started).
 
 import os
 import re
-from typing import FrozenSet, Iterable, List, Optional
+from typing import FrozenSet, Iterable, List, Optional, Set
 
 __all__ = ["is_tool_path", "user_frames", "frame_path"]
 
@@ -33,7 +33,7 @@ def _own_modules() -> FrozenSet[str]:
     """Relative paths (``engines/runner.py``) of this installation's modules, demo code left out."""
     global _known
     if _known is None:
-        found = set()
+        found: Set[str] = set()
         for package in _OWN_PACKAGES:
             for folder, _, files in os.walk(os.path.join(_ROOT, package)):
                 rel_dir = os.path.relpath(folder, _ROOT).replace(os.sep, "/")
