@@ -97,3 +97,17 @@ def test_l2_run_stops_with_one_line_and_exit_2(tmp_path, framework, words):
     assert len(errors) == 1 and "level: L2" in errors[0] and words in errors[0]
     assert "Traceback" not in done.stderr
     assert not (tmp_path / "dump").exists()
+
+
+def test_l2_in_script_says_the_same_in_one_line(tmp_path):
+    from probe_tui.debugger import PrecisionDebugger
+
+    config = json.loads((FIXTURES / "v8_pt_tensor_l2.json").read_text())
+    config["dump_path"] = str(tmp_path / "dump")
+    path = tmp_path / "l2.json"
+    path.write_text(json.dumps(config))
+    with pytest.warns(Warning), pytest.raises(ValueError) as err:
+        PrecisionDebugger(config_path=str(path))
+    text = str(err.value)
+    assert "\n" not in text and text.startswith("level: L2") and "not offered" in text and "use level L1" in text
+    assert not (tmp_path / "dump").exists()
