@@ -14,7 +14,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from engines.compare.engine import run_compare  # noqa: E402
-from engines.dumps.msprobe.backward_slots import map_backward_outputs  # noqa: E402
+from engines.dumps.msprobe.backward_slots import forward_tensor_inputs, map_backward_outputs  # noqa: E402
 from engines.dumps.opener import open_dump  # noqa: E402
 
 DATA = Path(__file__).parent / "data" / "msprobe"
@@ -95,11 +95,18 @@ def _t(*shape):
 
 
 def test_slot_mapping_rules():
-    ln = [("output.0", (2, 4)), ("output.1", None), ("output.2", (4,)), ("output.3", (4,))]
+    # F.layer_norm(x, normalized_shape, w, b): msprobe's node gives (dx, dw, db); ours are output.0, .2, .3
+    ln = forward_tensor_inputs({"input_args": [_t(2, 4), {"type": "list", "value": [4]}, _t(4), _t(4)]})
     assert map_backward_outputs("layer_norm", [_t(2, 4), _t(4), _t(4)], ln) == [
-        ("output.grad_fn.0", _t(2, 4), False), ("output.grad_fn.1", _t(4), False), ("output.grad_fn.2", _t(4), False)]
-    emb = [("output.0", (2, 5)), ("output.1", (10, 4))]
+        ("output.0", _t(2, 4), False), ("output.2", _t(4), False), ("output.3", _t(4), False)]
+    # F.embedding(ids, w): one gradient, the weight's (the ids are integers)
+    ids = dict(_t(2, 5), dtype="torch.int64")
+    emb = forward_tensor_inputs({"input_args": [ids, _t(10, 4)]})
     assert map_backward_outputs("embedding", [_t(10, 4)], emb) == [("output.1", _t(10, 4), False)]
+    # weight and bias of one shape, and no order to tell them apart: kept unpaired, never crossed
+    odd = forward_tensor_inputs({"input_args": [_t(2, 4), _t(4), _t(4)]})
+    assert map_backward_outputs("odd", [_t(4), _t(4)], odd) == [("output.grad_fn.0", _t(4), False),
+                                                                ("output.grad_fn.1", _t(4), False)]
     relu = [("output.0", (2, 3))]
     assert map_backward_outputs("relu", [_t(2, 3)], relu) is None  # msprobe's order agrees: unchanged
     assert map_backward_outputs("linear", [_t(3)], None) is None  # no forward record: unchanged

@@ -17,8 +17,10 @@ inputs (their positions and shapes):
   changes;
 - ``linear``: the addmm/mm order above; dwᵀ is marked ``transposed`` (its shape is shown as w's, the tensor reader
   transposes it back, and its checksum is not comparable: it hashes other bytes);
-- otherwise, when each gradient's shape fits exactly one tensor argument, it takes that argument's position
-  (``F.embedding``: the weight's gradient alone);
+- otherwise one gradient per tensor argument that can have one (not integer or bool), in argument order
+  (``F.layer_norm(x, shape, w, b)``: (dx, dw, db) are our ``output.0``, ``output.2``, ``output.3``;
+  ``F.embedding(ids, w)``: (dw) is our ``output.1``);
+- else, when each gradient's shape fits exactly one tensor argument, it takes that argument's position;
 - a gradient that is not one w.r.t. an argument (``cross_entropy``'s, or one whose shape fits no argument) keeps
   its row under ``output.grad_fn.<i>``, which pairs with nothing on our side: shown, never a false error.
 """
@@ -46,26 +48,39 @@ def _shape(value: Any) -> Shape:
     return None
 
 
+def _differentiable(value: Any) -> bool:
+    """A tensor that can have a gradient: not an integer or bool one (an unknown dtype counts as one that can)."""
+    dtype = value.get("dtype") if isinstance(value, dict) else None
+    if not isinstance(dtype, str):
+        return True
+    return not any(word in dtype.lower() for word in ("int", "bool", "long", "uint"))
+
+
 def forward_tensor_inputs(entry: Dict[str, Any]) -> List[Tuple[str, Shape]]:
     """(our backward slot, shape) of each argument of a forward record: positional then keyword; a shape of None
-    for an argument that is not a tensor."""
+    for an argument that is not a tensor. A slot is marked ``~`` at its end when the tensor cannot have a gradient
+    (integer or bool), so that it is left out of the argument order of the gradients."""
     args = entry.get("input_args")
     if args is None:
         args = entry.get("input")
-    found: List[Tuple[str, Shape]] = []
+    items: List[Tuple[str, Any]] = []
     if isinstance(args, list):
-        found.extend(("output." + str(i), _shape(v)) for i, v in enumerate(args))
+        items.extend((str(i), v) for i, v in enumerate(args))
     kwargs = entry.get("input_kwargs")
     if isinstance(kwargs, dict):
-        found.extend(("output." + str(k), _shape(v)) for k, v in kwargs.items())
-    return found
+        items.extend((str(k), v) for k, v in kwargs.items())
+    return [("output." + key + ("" if _differentiable(v) else "~"), _shape(v)) for key, v in items]
+
+
+def _slot(slot: str) -> str:
+    return slot[:-1] if slot.endswith("~") else slot
 
 
 def _agrees(outputs: Sequence[Any], inputs: List[Tuple[str, Shape]]) -> bool:
     for i, value in enumerate(outputs):
         if value is None:
             continue
-        if i >= len(inputs) or inputs[i][1] is None or _shape(value) != inputs[i][1]:
+        if i >= len(inputs) or inputs[i][1] is None or inputs[i][0].endswith("~") or _shape(value) != inputs[i][1]:
             return False
     return True
 
@@ -92,13 +107,28 @@ def _linear(outputs: Sequence[Any], inputs: List[Tuple[str, Shape]]) -> Optional
     return mapped
 
 
+def _tensor_order(outputs: Sequence[Any], inputs: List[Tuple[str, Shape]]) -> Optional[Mapped]:
+    """One gradient per tensor argument that can have one, in argument order (``F.layer_norm(x, shape, w, b)``:
+    msprobe's (dx, dw, db) are our output.0, output.2, output.3)."""
+    tensors = [(slot, shape) for slot, shape in inputs if shape is not None and not slot.endswith("~")]
+    if len(outputs) != len(tensors):
+        return None
+    mapped: Mapped = []
+    for value, (slot, shape) in zip(outputs, tensors):
+        if value is not None and _shape(value) != shape:
+            return None
+        mapped.append((slot, value, False))
+    return mapped
+
+
 def _by_shape(outputs: Sequence[Any], inputs: List[Tuple[str, Shape]]) -> Optional[Mapped]:
     mapped: Mapped = []
     taken = set()
     for value in outputs:
         if value is None:
             continue
-        fits = [slot for slot, shape in inputs if shape is not None and shape == _shape(value)]
+        fits = [_slot(slot) for slot, shape in inputs if shape is not None and shape == _shape(value)
+                and not slot.endswith("~")]
         if len(fits) != 1 or fits[0] in taken:
             return None
         taken.add(fits[0])
@@ -124,4 +154,4 @@ def map_backward_outputs(api: str, outputs: Sequence[Any], inputs: Optional[List
         mapped = _linear(outputs, inputs)
         if mapped is not None:
             return mapped
-    return _by_shape(outputs, inputs) or _unpaired(outputs)
+    return _tensor_order(outputs, inputs) or _by_shape(outputs, inputs) or _unpaired(outputs)
