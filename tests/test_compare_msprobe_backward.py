@@ -132,3 +132,26 @@ def test_integer_statistics_msprobe_leaves_empty_are_na(tmp_path, ours, flip):
     row = next(line.split(",") for line in csv if line.startswith("Functional.cross_entropy.0.forward.input.1,"))
     for column in ("Mean diff", "L2norm diff", "MeanRelativeErr", "NormRelativeErr"):
         assert row[header.index(column)] == "N/A"
+
+
+def test_the_demo_against_its_own_rows_in_msprobes_layout(tmp_path):
+    """The demo (embedding, layer_norm, 3-D linears, softmax, gelu, cross_entropy) written in msprobe's layout
+    with msprobe's backward slot order (tests/msprobe_layout.py) compares clean against itself."""
+    from msprobe_layout import write_msprobe_dump
+    from test_compare_demo import capture_demo
+
+    ours = capture_demo(tmp_path / "ours", task="statistics")
+    theirs = write_msprobe_dump(ours, tmp_path / "msprobe")
+    for flip in (False, True):
+        target, golden = (theirs, ours) if flip else (ours, theirs)
+        out = run_compare({"compare": {"target_path": str(target), "golden_path": str(golden),
+                                       "mode": "statistics", "output_path": str(tmp_path / "out{}".format(flip)),
+                                       "formats": ["csv"]}}, None)
+        r = out.results
+        backward = r["matched"] & (r["direction"] == 1)
+        assert backward.sum() >= 40
+        assert (r["verdict"][backward] == 0).all(), r["target_name"][backward & (r["verdict"] != 0)]
+        names = set(r["target_name"][backward].tolist())
+        assert {"Functional.layer_norm.0.backward.output.0", "Functional.layer_norm.0.backward.output.weight",
+                "Functional.layer_norm.0.backward.output.bias", "Functional.embedding.0.backward.output.1"} <= names
+        assert not [s for s in out.top_suspects if s["score"] >= 1]

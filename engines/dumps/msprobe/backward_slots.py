@@ -80,8 +80,9 @@ def _agrees(outputs: Sequence[Any], inputs: List[Tuple[str, Shape]]) -> bool:
     for i, value in enumerate(outputs):
         if value is None:
             continue
-        if i >= len(inputs) or inputs[i][1] is None or inputs[i][0].endswith("~") or _shape(value) != inputs[i][1]:
-            return False
+        if i >= len(inputs) or inputs[i][0] != "output.%d" % i or inputs[i][1] is None \
+                or _shape(value) != inputs[i][1]:
+            return False  # not a positional argument that can have a gradient, or not its shape
     return True
 
 
