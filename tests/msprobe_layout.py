@@ -21,8 +21,10 @@ def _leaf(rows, i) -> Any:
         return {"type": "int" if "int" in str(rows.dtype[i]) else "float",
                 "value": int(value) if "int" in str(rows.dtype[i]) else value}
     stats = {}
+    integer = "int" in str(rows.dtype[i])  # msprobe 26.2 leaves an integer tensor's Mean and Norm empty
     for key, column, bit in (("Max", "max", 1), ("Min", "min", 2), ("Mean", "mean", 4), ("Norm", "norm", 8)):
-        stats[key] = float(getattr(rows, column)[i]) if int(rows.valid[i]) & bit else None
+        known = int(rows.valid[i]) & bit and not (integer and key in ("Mean", "Norm"))
+        stats[key] = float(getattr(rows, column)[i]) if known else None
     return {"type": "torch.Tensor", "dtype": str(rows.dtype[i]), "shape": json.loads(rows.shape[i]), **stats,
             "requires_grad": bool(rows.requires_grad[i] == 1)}
 

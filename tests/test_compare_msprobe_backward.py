@@ -155,3 +155,6 @@ def test_the_demo_against_its_own_rows_in_msprobes_layout(tmp_path):
         assert {"Functional.layer_norm.0.backward.output.0", "Functional.layer_norm.0.backward.output.weight",
                 "Functional.layer_norm.0.backward.output.bias", "Functional.embedding.0.backward.output.1"} <= names
         assert not [s for s in out.top_suspects if s["score"] >= 1]
+        integer = r["matched"] & np.array([str(d).startswith("torch.int") for d in r["target_dtype"]])
+        assert integer.sum() >= 2 and (r["verdict"][integer] == 0).all()
+        assert (r["mean_note"][integer] == 1).all() and not np.isinf(r["rel_err"][integer]).any()
