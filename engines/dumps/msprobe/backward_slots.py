@@ -27,7 +27,7 @@ inputs (their positions and shapes):
 
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-__all__ = ["TRANSPOSED", "Mapped", "forward_tensor_inputs", "map_backward_outputs"]
+__all__ = ["TRANSPOSED", "Mapped", "agrees", "forward_tensor_inputs", "map_backward_outputs"]
 
 #: Appended to a tensor file's name in the reader's file list: the array is transposed when read.
 TRANSPOSED = "::T"
@@ -48,12 +48,40 @@ def _shape(value: Any) -> Shape:
     return None
 
 
+_DIFFERENTIABLE: Dict[str, bool] = {}
+
+
 def _differentiable(value: Any) -> bool:
     """A tensor that can have a gradient: not an integer or bool one (an unknown dtype counts as one that can)."""
     dtype = value.get("dtype") if isinstance(value, dict) else None
     if not isinstance(dtype, str):
         return True
-    return not any(word in dtype.lower() for word in ("int", "bool", "long", "uint"))
+    known = _DIFFERENTIABLE.get(dtype)
+    if known is None:
+        known = _DIFFERENTIABLE[dtype] = not any(w in dtype.lower() for w in ("int", "bool", "long"))
+    return known
+
+
+def agrees(api: str, outputs: Sequence[Any], forward: Dict[str, Any]) -> bool:
+    """The fast path, on the raw forward record: msprobe's order already is ours (each gradient has the shape of
+    the positional argument at its index, one that can have a gradient). Most records end here."""
+    if api in _INNER_NODE:
+        return False
+    args = forward.get("input_args")
+    if args is None:
+        args = forward.get("input")
+    if not isinstance(args, list):
+        return False
+    for i, value in enumerate(outputs):
+        if value is None:
+            continue
+        if i >= len(args):
+            return False
+        arg = args[i]
+        if not isinstance(arg, dict) or not isinstance(value, dict) or "value" in arg \
+                or arg.get("shape") != value.get("shape") or not _differentiable(arg):
+            return False
+    return True
 
 
 def forward_tensor_inputs(entry: Dict[str, Any]) -> List[Tuple[str, Shape]]:

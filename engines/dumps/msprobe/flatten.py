@@ -14,7 +14,12 @@ import math
 import re
 from typing import Any, Callable, Dict, Optional, Tuple
 
-from engines.dumps.msprobe.backward_slots import TRANSPOSED, forward_tensor_inputs, map_backward_outputs
+from engines.dumps.msprobe.backward_slots import (
+    TRANSPOSED,
+    agrees,
+    forward_tensor_inputs,
+    map_backward_outputs,
+)
 from engines.dumps.names import RecordName, parse_record
 from engines.dumps.rows import (
     DIR_BACKWARD,
@@ -91,7 +96,7 @@ class Flattener:
         self._parent = ""
         self._stack = ""
         self._shapes: Dict[tuple, tuple] = {}
-        # forward API record -> its arguments (slot, shape), kept until its backward maps msprobe's slots
+        # forward API record -> its entry, kept until its backward maps msprobe's slots
         self._forward_inputs: Dict[str, Any] = {}
         self._transposed = False
         # msprobe's backward slot order is known for its PyTorch hooks (backward_slots.py); MindSpore's stay as read
@@ -151,15 +156,18 @@ class Flattener:
         if rec.kind != KIND_API or not self._map_slots:
             return None
         if rec.direction == DIR_FORWARD:
-            inputs = forward_tensor_inputs(entry)
-            if any(shape is not None for _, shape in inputs):
-                self._forward_inputs[record] = inputs
+            self._forward_inputs[record] = entry  # a reference: read only if its backward's slots need mapping
             return None
         outputs = entry.get("output")
         if rec.direction != DIR_BACKWARD or not isinstance(outputs, list) or not record.endswith(".backward"):
             return None
-        inputs = self._forward_inputs.pop(record[:-len("backward")] + "forward", None)
-        return map_backward_outputs(rec.base.split(".", 1)[-1], outputs, inputs)
+        forward = self._forward_inputs.pop(record[:-len("backward")] + "forward", None)
+        if forward is None:
+            return None
+        api = rec.base.split(".", 1)[-1]
+        if agrees(api, outputs, forward):
+            return None
+        return map_backward_outputs(api, outputs, forward_tensor_inputs(forward))
 
     def _walk(self, value: Any, slot: str, io: int, depth: int, index_lists: bool = True) -> None:
         if depth > MAX_DEPTH:
