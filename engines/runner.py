@@ -154,6 +154,10 @@ def _run_collection(job: Any, events: EventSink, fail_on_findings: bool) -> RunO
     except LaunchError as exc:
         raise JobError(str(exc)) from None
     ctx = resolve(job)  # framework, target, dump config and step count: once, for the runner and the task
+    if getattr(job, "level", None) == "L2":  # msprobe configs load with L2 (a warning); nothing runs it
+        from schemas.common import l2_message
+
+        raise JobError(f"level: {l2_message(ctx.framework)}")
     engine = registry.collection_engine(job.task)
     run = create_run(job.dump_path, task=job.task, config=ctx.config, framework=ctx.framework)
     ranks = RankLifecycle(run, getattr(job, "rank", None) or ())  # this process's rank.json (docs/FORMAT.md)

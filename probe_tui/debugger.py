@@ -184,6 +184,10 @@ class PrecisionDebugger:
         from engines.task import resolve
 
         self.framework = _framework_of(self.job, self._model, self.default_framework)
+        if getattr(self.job, "level", None) == "L2":  # msprobe configs load with L2; nothing runs it (no run folder)
+            from schemas.common import l2_message
+
+            raise ValueError("level: " + l2_message(self.framework))
         ctx = resolve(self.job, self.framework, with_target=False)  # the script is the target
         task_class = registry.task_class(self.task)
         try:  # the framework is importable: fail before anything is written

@@ -20,7 +20,7 @@ from .schema_rules import add_rules, inside, note, nullable
 from .target import TargetSpec, expand_target_shorthand, target_field_schema
 from .types import RankList, config_error, field
 
-__all__ = ["ALL_LEVELS", "MAX_COMMENT_CHARS", "LEVEL_NOTES", "JobBase", "RunJob", "CollectionJob", "DumpJob", "level_field",
+__all__ = ["l2_message", "ALL_LEVELS", "MAX_COMMENT_CHARS", "LEVEL_NOTES", "JobBase", "RunJob", "CollectionJob", "DumpJob", "level_field",
            "section_field"]
 
 ALL_LEVELS = ("L0", "L1", "mix", "L2", "debug")
@@ -28,9 +28,25 @@ LEVEL_NOTES = {
     "L0": "module level: hooks on every submodule (needs the model)",
     "L1": "API level: every torch/mindspore API call",
     "mix": "L0 and L1 together, APIs placed inside their modules",
-    "L2": "kernel dump through the device runtime; tensor task only, with exactly one API in list",
+    "L2": "msprobe's kernel dump through the device runtime: accepted so that msprobe configs load, not run "
+          "(see l2_message)",
     "debug": "no hooks: only what the script passes to save(); statistics and tensor tasks only",
 }
+
+
+
+def l2_message(framework: str = "auto") -> str:
+    """Why a level L2 job does not run, and what to use instead (one line; the same words at load and at run)."""
+    pytorch = ("L2 (kernel dump through the device runtime) is not offered by probe-tui: use level L1 (every "
+               "API call, forward and backward; task tensor saves the real tensors, 'list' narrows them) or mix "
+               "(the APIs inside their modules)")
+    mindspore = ("L2 (MindSpore graph-mode kernel dump) is not supported yet: run the script in PyNative mode "
+                 "with level L1 or mix")
+    if framework == "pytorch":
+        return pytorch
+    if framework == "mindspore":
+        return mindspore
+    return f"{pytorch}; {mindspore}"
 
 
 # The comment is copied into run.json and the store's metadata; a longer one is refused (exit 2), not cut.

@@ -5,7 +5,7 @@ from typing import Any, ClassVar, Dict, Literal, Tuple, get_args
 from pydantic import ValidationInfo, field_validator, model_validator
 
 from .base import ConfigModel
-from .common import DumpJob, level_field, section_field
+from .common import DumpJob, l2_message, level_field, section_field
 from .dump_sections import (
     API_NAME,
     MODULE_NAME,
@@ -20,9 +20,9 @@ from .types import config_error, field
 
 __all__ = ["StatisticsJob", "TensorJob", "OverflowCheckSection", "OverflowCheckJob"]
 
-StatisticsLevel = Literal["L0", "L1", "mix", "debug"]
+StatisticsLevel = Literal["L0", "L1", "mix", "L2", "debug"]
 TensorLevel = Literal["L0", "L1", "mix", "L2", "debug"]
-OverflowLevel = Literal["L0", "L1", "mix"]
+OverflowLevel = Literal["L0", "L1", "mix", "L2"]
 STATISTICS_LEVELS: Tuple[str, ...] = get_args(StatisticsLevel)
 TENSOR_LEVELS: Tuple[str, ...] = get_args(TensorLevel)
 OVERFLOW_LEVELS: Tuple[str, ...] = get_args(OverflowLevel)
@@ -38,9 +38,6 @@ def check_dump_rules(job: DumpJob, section: DumpSection, info: ValidationInfo) -
         elif job.level != "debug":
             for index, message, hint in check_scope_names(section.scope, job.level) or []:
                 rules.add(f"{name}.scope[{index}]", message, hint)
-    if job.level == "L2" and len(section.list) != 1:
-        rules.add(f"{name}.list", f"level L2 needs exactly one API name in list (got {len(section.list)})",
-                  'for example ["Functional.linear.0.forward"]')
     if job.async_dump:
         if section.summary_mode in ("md5", "hash"):
             rules.add(f"{name}.summary_mode", f"{section.summary_mode} needs a host copy of every tensor and "
@@ -51,6 +48,8 @@ def check_dump_rules(job: DumpJob, section: DumpSection, info: ValidationInfo) -
             rules.add("tensor.list", "must not be empty when async_dump is true: every tensor would be held "
                       "on the device until the step ends", "list the APIs or modules to save")
     rules.raise_if_any()
+    if job.level == "L2":
+        job._warn(info, "level", l2_message())
     if job.level == "debug":
         for key in ("scope", "list", "tensor_list"):
             if getattr(section, key, None):
@@ -66,7 +65,7 @@ def _level_is(*levels: str) -> Dict[str, Any]:
 
 
 def dump_schema_rules(schema: Dict[str, Any], task: str, levels: Tuple[str, ...]) -> None:
-    """`check_dump_rules` as JSON Schema: scope names per level, L2's one-API list, async_dump's limits."""
+    """`check_dump_rules` as JSON Schema: scope names per level, no scope at L2, async_dump's limits."""
     scope_items = {"L1": {"pattern": API_NAME.pattern}, "L0": {"pattern": MODULE_NAME.pattern},
                    "mix": {"anyOf": [{"pattern": API_NAME.pattern}, {"pattern": MODULE_NAME.pattern}]}}
     rules = [when(_level_is(level), inside([task, "scope"], {"items": items}))
@@ -74,9 +73,7 @@ def dump_schema_rules(schema: Dict[str, Any], task: str, levels: Tuple[str, ...]
     with_list = {"required": [task], "properties": {task: {"type": "object", "required": ["list"],
                                                            "properties": {"list": {"minItems": 1}}}}}
     if "L2" in levels:
-        rules.append(when(_level_is("L2"), {
-            **with_list, "properties": {task: {"type": "object", "required": ["list"], "properties": {
-                "list": {"minItems": 1, "maxItems": 1}, "scope": {"maxItems": 0}}}}}))
+        rules.append(when(_level_is("L2"), inside([task, "scope"], {"maxItems": 0})))
     checksum = {"anyOf": [{"enum": ["md5", "hash"]}, {"type": "array", "contains": {"enum": ["md5", "hash"]}}]}
     async_rules: Dict[str, Any] = {"allOf": [
         inside([task, "summary_mode"], {"not": checksum}),
@@ -151,4 +148,6 @@ class OverflowCheckJob(DumpJob):
     def _rules(self, info: ValidationInfo) -> "OverflowCheckJob":
         if self.async_dump:
             self._warn(info, "async_dump", "has no effect on overflow_check (statistics and tensor only)")
+        if self.level == "L2":
+            self._warn(info, "level", l2_message())
         return self

@@ -76,6 +76,9 @@ FOREIGN_KEYS: Dict[str, Dict[str, Foreign]] = {
         "custom_op_namespaces": Foreign("custom op namespaces are not auto-registered"),
         "load": Foreign("replacing module inputs with dumped tensors is not implemented"),
         "is_regex_valid": Foreign("internal msprobe flag"),
+        "is_deterministic": Foreign("deterministic algorithms are not switched on by probe-tui (msprobe 1.0.x "
+                                    "option); 'seed' seeds every generator", _is_bool),
+        "acl_config": Foreign("the L2 kernel dump's CANN acl.json (msprobe 1.0.x option); L2 is not offered"),
     },
     # Top-level keys of msprobe's common config that mean nothing for grad_probe and monitor.
     "no_capture_level": {
@@ -99,6 +102,8 @@ FOREIGN_KEYS: Dict[str, Dict[str, Foreign]] = {
         "host": Foreign("online API pre-check is not implemented"),
         "port": Foreign("online API pre-check is not implemented"),
         "tls_path": Foreign("online API pre-check is not implemented"),
+        "backward_input": Foreign("the L2 kernel dump's saved backward inputs (msprobe 1.0.x option); L2 is not "
+                                  "offered"),
     },
     "overflow_check": {
         "check_mode": Foreign(_STATIC + " (MindSpore < 2.3)"),
@@ -117,6 +122,11 @@ FOREIGN_KEYS: Dict[str, Dict[str, Foreign]] = {
         "append_output": Foreign("every run writes a new run folder; appending to old output is not offered",
                                  _append_output),
         "dynamic_on": Foreign("dynamic on/off through the config file is not implemented", _is_bool),
+    },
+    # monitor.alert.
+    "monitor_alert": {
+        "inform": Foreign("sending alerts to a database or by mail is not implemented; anomalies.jsonl holds them "
+                          "(alert.dump)"),
     },
     # msprobe's classic compare.json.
     "compare": {

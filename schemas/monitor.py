@@ -104,6 +104,8 @@ class AlertRule(ConfigModel):
 
 
 class AlertConfig(ConfigModel):
+    foreign_scope = ("monitor_alert",)
+
     rules: List[AlertRule] = field(
         default_factory=list, description="Anomaly rules, evaluated in order; the first that fires wins.")
     dump: bool = field(False, "Write every anomaly (rank, step, micro step, stage, call id, tag, message) to the "

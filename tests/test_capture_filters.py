@@ -90,6 +90,19 @@ def test_data_mode_axes(tmp_path, modes, fwd_slots, bwd_slots, param_grads):
     assert bool(pg) == param_grads
 
 
+@pytest.mark.parametrize("level", ["L1", "mix"])
+def test_backward_only_writes_no_forward_record(tmp_path, level):
+    """data_mode ["backward"] means backward only: no forward record, so none of their non-tensor argument rows."""
+    dump, summary, _ = run_demo(tmp_path, dict(TINY, steps=1), level=level, data_mode=("backward",))
+    names = dump.names(0)
+    assert not [n for n in names if ".forward" in n]
+    assert "Functional.linear.0.backward" in names and "Functional.layer_norm.0.backward" in names
+    if level == "mix":
+        assert "Module.blocks.0.mlp.fc1.Linear.backward.0" in names
+    assert summary.missing["filtered: data_mode"] > 0
+    dump.close()
+
+
 def test_apis_deny_and_allow(tmp_path):
     dump, summary, _ = run_demo(tmp_path / "deny", dict(TINY, steps=1), level="L1", api_deny=("gelu", "Tensor."))
     names = dump.names(0)

@@ -15,6 +15,7 @@ from typing import Any, Dict, List, Optional, Tuple
 from engines.capture import naming
 from engines.capture.backward import PendingBackward
 from engines.capture.defaults import split_kwargs
+from engines.capture.filters import REASON_DATA_MODE
 from engines.capture.flatten import Walkers
 
 # What ``before`` hands to ``after``: buffer marks (for a rollback), the record, its name, parent and stack, flags,
@@ -90,6 +91,8 @@ class ApiRecords:
         listed_parent = frame is not None and frame.listed
         reason = s.filter.record_reason(name, listed_parent)
         dm = s.filter.data_mode
+        if reason is None and not dm.forward:  # data_mode backward: no forward record, not even its arguments
+            reason = REASON_DATA_MODE
         want_bwd = (dm.backward and self._backward_possible(flags)
                     and (reason is None or s.backward_may_be_wanted(naming.backward_of(name), listed_parent)))
         if reason is not None:

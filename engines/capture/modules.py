@@ -18,6 +18,7 @@ from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 from engines.capture import naming
 from engines.capture.backward import PendingBackward
+from engines.capture.filters import REASON_DATA_MODE
 from engines.capture.flatten import Walkers
 
 
@@ -182,6 +183,8 @@ class ModuleTree:
         self.frames.append(frame)
         reason = s.filter.record_reason(name, listed_parent)
         dm = s.filter.data_mode
+        if reason is None and not dm.forward:  # data_mode backward: no forward record, not even its arguments
+            reason = REASON_DATA_MODE
         frame.want_bwd = (dm.backward and self._backward_possible(flags)
                           and (reason is None or s.backward_may_be_wanted(naming.backward_of(name), frame.listed)))
         if reason is not None:

@@ -38,6 +38,10 @@ class CaptureOptions:
     def __post_init__(self) -> None:
         if self.task not in TASKS:
             raise ValueError("task: capture handles %s, not %r" % ("/".join(TASKS), self.task))
+        if self.level == "L2":  # msprobe configs load with L2; the in-script API says the same as a run
+            from schemas.common import l2_message
+
+            raise ValueError("level: " + l2_message())
         if self.level not in LEVELS:
             raise ValueError("level: capture handles %s, not %r" % ("/".join(LEVELS), self.level))
         if self.summary_mode not in SUMMARY_MODES:

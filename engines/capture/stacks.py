@@ -10,8 +10,9 @@ import sys
 from types import CodeType, FrameType
 from typing import Dict, List, Optional, Sequence, Tuple  # noqa: F401
 
+from engines.dumps.stack_frames import is_tool_path
+
 _HERE = os.path.dirname(os.path.abspath(__file__))
-_ENGINES = os.path.dirname(_HERE)
 
 # Frames of the tool itself and of torch's dispatch plumbing say nothing about the user's call site.
 _DEFAULT_SKIP_SUFFIXES = (
@@ -23,13 +24,11 @@ _DEFAULT_SKIP_SUFFIXES = (
 
 
 def _is_tool_file(filename: str) -> bool:
+    """probe-tui's own modules (the CLI, the runner, the target loader, capture, adapters; demo models are user
+    code), runpy (engines/dumps/stack_frames.py) and torch's dispatch plumbing."""
     if filename.startswith(_HERE):
         return True
-    adapters = os.path.join(_ENGINES, "adapters") + os.sep
-    if filename.startswith(adapters):
-        # Demo models are user code as far as a stack is concerned.
-        return not os.path.basename(filename).startswith("demo")
-    return filename.endswith(_DEFAULT_SKIP_SUFFIXES) or filename.endswith(os.path.join("probe_tui", "debugger.py"))
+    return filename.endswith(_DEFAULT_SKIP_SUFFIXES) or is_tool_path(filename)
 
 
 class StackTable:

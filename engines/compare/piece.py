@@ -134,8 +134,11 @@ def compare_piece(t: RowTable, g: RowTable, t_spec: Optional[TensorSpec], g_spec
         flags[ignored_record[record_code]] |= F["ignored api"]
     _nonfinite_flags(cols, flags, matched)
 
+    unknown = {s: matched & (((t.valid & STAT_BITS[s]) == 0) | ((cols["g_valid"] & STAT_BITS[s]) == 0))
+               & t.is_tensor for s in STATS}
     stat_cols = stats_metrics.stats_table(_stats(t), g_stats, {s: t.text for s in STATS},
-                                          {s: g_text for s in STATS}, matched, small_value=st.small_value)
+                                          {s: g_text for s in STATS}, matched, small_value=st.small_value,
+                                          unknown=unknown)
     cols.update(stat_cols)
     scalar = ~t.is_tensor & matched
     status[scalar] = ST_NOT_TENSOR

@@ -106,13 +106,21 @@ def _num_text(v: float) -> str:
 
 def stats_table(n_stats: Dict[str, np.ndarray], b_stats: Dict[str, np.ndarray],
                 n_text: Optional[Dict[str, np.ndarray]] = None, b_text: Optional[Dict[str, np.ndarray]] = None,
-                matched: Optional[np.ndarray] = None, small_value: float = 0.0) -> Dict[str, np.ndarray]:
-    """``{stat}_diff``, ``{stat}_rel`` and ``{stat}_note`` for the four statistics."""
+                matched: Optional[np.ndarray] = None, small_value: float = 0.0,
+                unknown: Optional[Dict[str, np.ndarray]] = None) -> Dict[str, np.ndarray]:
+    """``{stat}_diff``, ``{stat}_rel`` and ``{stat}_note`` for the four statistics. ``unknown``: per statistic,
+    the rows where a side does not know it (msprobe leaves an integer tensor's Mean and Norm empty, a bool's mean
+    is none): N/A there, never a difference."""
     out: Dict[str, np.ndarray] = {}
     n_text = n_text or {}
     b_text = b_text or {}
     for s in STATS:
         d, r, note = stat_diff(n_stats[s], b_stats[s], n_text.get(s), b_text.get(s), matched, small_value)
+        missing = (unknown or {}).get(s)
+        if missing is not None and missing.any():
+            d[missing] = np.nan
+            r[missing] = np.nan
+            note[missing] = NOTE_NA
         out[s + "_diff"] = d
         out[s + "_rel"] = r
         out[s + "_note"] = note

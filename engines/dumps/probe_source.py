@@ -30,6 +30,7 @@ from engines.dumps.rows import (
 )
 from engines.dumps.scalars import scalar_fields
 from engines.dumps.source import DumpSource, DumpSourceError, guarded, reading
+from engines.dumps.stack_frames import user_frames
 
 if TYPE_CHECKING:
     from engines.store import DumpReader, StoreReader
@@ -339,7 +340,8 @@ def _stack_texts(reader: DumpReader, ids: np.ndarray) -> np.ndarray:
         if len(cache) + len(missing) > STACK_CACHE:
             cache.clear()
         rows = reader.store.read("stacks", ["frames"], rows=missing)["frames"]
-        cache.update((s, "\n".join(json.loads(f))) for s, f in zip(missing, rows.tolist()))
+        # dumps written before capture dropped them still hold the CLI's, the runner's and runpy's frames
+        cache.update((s, "\n".join(user_frames(json.loads(f)))) for s, f in zip(missing, rows.tolist()))
     texts = np.array([cache[s] if s >= 0 else "" for s in wanted] or [""], dtype=object)
     return texts[codes] if len(uniq) else np.full(ids.shape[0], "", dtype=object)
 

@@ -1,10 +1,11 @@
 """One rank of a grad compare: match steps and parameters, compute similarities and the norm tables."""
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, List, Optional, Sequence
+from typing import TYPE_CHECKING, Dict, List, Optional, Sequence
 
 import numpy as np
 
+from engines.capture.naming import clean_module_path
 from engines.grad_compare.similarity import SimilarityTable, direction_similarity
 
 if TYPE_CHECKING:
@@ -21,6 +22,12 @@ class RankComparison:
     no_direction: List[str] = field(default_factory=list)  # compared by norm only (an L0 dump)
 
 
+def param_key(name: str) -> str:
+    """The name parameters match on: without a leading DDP ``module.`` and FSDP/compile/checkpoint wrapper
+    components, so a DDP run compares with a single-device one (docs/decisions/0014-training-setups.md)."""
+    return clean_module_path(name, root_is_data_parallel=True) or name
+
+
 def compare_rank(target: "GradSource", golden: "GradSource", rank: int, steps: Optional[Sequence[int]] = None) -> RankComparison:
     common = sorted(set(target.steps(rank)) & set(golden.steps(rank)))
     if steps:
@@ -34,10 +41,14 @@ def compare_rank(target: "GradSource", golden: "GradSource", rank: int, steps: O
     for step in common:
         t = target.load(rank, step)
         g = golden.load(rank, step)
-        g_index = {name: i for i, name in enumerate(g.names)}
+        g_index: Dict[str, int] = {}
+        for i, name in enumerate(g.names):
+            g_index.setdefault(param_key(name), i)
+        t_keys = set()
         column = {}
         for i, name in enumerate(t.names):
-            j = g_index.get(name)
+            t_keys.add(param_key(name))
+            j = g_index.get(param_key(name))
             if j is None or int(t.numels[i]) != int(g.numels[j]):
                 unmatched.add(name)
                 continue
@@ -52,7 +63,7 @@ def compare_rank(target: "GradSource", golden: "GradSource", rank: int, steps: O
             else:
                 similarity = direction_similarity(a, b, int(t.numels[i]))
             column[name] = (similarity, float(t.norms[i]), float(g.norms[j]))
-        unmatched.update(name for name in g.names if name not in set(t.names))
+        unmatched.update(name for name in g.names if param_key(name) not in t_keys)
         columns.append(column)
     shape = (len(params), len(common))
     values = np.full(shape, np.nan)

@@ -89,6 +89,8 @@ def _compare(job: GradCompareJob, section: GradCompareSection, target: GradSourc
     steps = list(getattr(section, "step", None) or []) or None
     # Everything is read before anything is written: a damaged dump is bad input, not a half-written result.
     comparisons = {rank: compare_rank(target, golden, rank, steps) for rank in ranks}
+    if not any(c.table.steps and c.table.params for c in comparisons.values()):
+        raise SourceError(_nothing_compared(section, target, golden, ranks, comparisons))
     out_dir, run = _output_dir(job, section)
     threshold = float(getattr(section, "similarity_threshold", 0.97))
     drop = float(getattr(section, "drop_threshold", 0.03))
@@ -121,6 +123,11 @@ def _compare(job: GradCompareJob, section: GradCompareSection, target: GradSourc
             if not written:
                 chart_note = "charts skipped: matplotlib is not installed (pip install 'probe-tui[report]')"
         prefix = "" if len(ranks) == 1 else f"rank {rank} "
+        if not table.params:  # other ranks compared: this one is a finding, not "ok"
+            findings = True
+            summary[prefix + "rule"] = "nothing compared: no parameter name matches the golden's"
+            events.emit("message", level="warning", text=f"rank {rank}: {summary[prefix + 'rule']}")
+            continue
         summary[prefix + "steps compared"] = len(table.steps)
         summary[prefix + "parameters compared"] = len(table.params)
         if comparison.unmatched:
@@ -152,6 +159,19 @@ def _compare(job: GradCompareJob, section: GradCompareSection, target: GradSourc
     if run is not None:
         run.finish(status="finished", exit_code=exit_code, summary={k: v for k, v in summary.items() if k != "tables"})
     return GradCompareResult(exit_code, summary, str(out_dir))
+
+
+def _nothing_compared(section: GradCompareSection, target: GradSource, golden: GradSource, ranks: List[int],
+                      comparisons: Dict[int, Any]) -> str:
+    """The one line for a grad compare that matched no (step, parameter) pair: both inputs, and why."""
+    rank = ranks[0]
+    head = f"grad_compare: nothing compared between {section.target_path} and {section.golden_path}"
+    if not any(c.table.steps for c in comparisons.values()):
+        return f"{head}: no step in common (rank {rank}: {target.steps(rank)} vs {golden.steps(rank)})"
+    step = next(c.table.steps[0] for c in comparisons.values() if c.table.steps)
+    t_names = target.load(rank, step).names[:2] if step in target.steps(rank) else []
+    g_names = golden.load(rank, step).names[:2] if step in golden.steps(rank) else []
+    return f"{head}: no parameter name matches (e.g. {t_names} vs {g_names})"
 
 
 def _layer_step(table: SimilarityTable, verdict: RuleVerdict, layers: LayerRatios) -> Optional[int]:

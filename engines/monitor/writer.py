@@ -8,6 +8,7 @@ the demo reports after ``optimizer.step()``) goes through ``write_late`` and is 
 
 import json
 import logging
+import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence, Tuple
 
@@ -143,6 +144,8 @@ class MetricsWriter:
     def _append(self, step: int, keys: Sequence[SeriesKey], values: np.ndarray, shapes: Optional[Sequence[str]],
                 dtypes: Optional[Sequence[str]]) -> List[Alert]:
         values = np.asarray(values, dtype=np.float64)
+        if shapes is not None:
+            keys, values, shapes, dtypes = _without_nonscalar_ids(keys, values, shapes, dtypes)
         if not len(keys):
             return []
         ids = self.ids_for(keys, shapes, dtypes)
@@ -172,7 +175,7 @@ class MetricsWriter:
                 columns[column].append(record[column])
             record.update({"rank": self.rank, "micro_step": 0, "pp_stage": 0, "vpp_stage": 0, "call_id": 0,
                            "tag_name": f"{alert.name}/{alert.tag}_{alert.metric}", "group_mates": [self.rank]})
-            lines.append(json.dumps(record, default=float))
+            lines.append(json.dumps(json_safe(record), allow_nan=False))
         self._store.append(ALERTS, **columns)
         with safe_fs.append_file(self._anomaly_path, "a", encoding="utf-8") as handle:
             handle.write("\n".join(lines) + "\n")
@@ -198,3 +201,29 @@ class MetricsWriter:
                 self.tensorboard.close()
         finally:
             self._store.close(status)
+
+
+def _without_nonscalar_ids(keys: Sequence[SeriesKey], values: np.ndarray, shapes: Sequence[str],
+                           dtypes: Optional[Sequence[str]]) -> Tuple[Sequence[SeriesKey], np.ndarray, Sequence[str],
+                                                                     Optional[Sequence[str]]]:
+    """Drop the ``id`` series of tensors that are not 0-dim: msprobe's ``id`` is the value of a 0-dim tensor and
+    nothing otherwise, so such a series would hold only NaN (and set off AnomalyNan on every one)."""
+    keep = [not (key[2] == "id" and shape != "[]") for key, shape in zip(keys, shapes)]
+    if all(keep):
+        return keys, values, shapes, dtypes
+    kept = [i for i, k in enumerate(keep) if k]
+    return ([keys[i] for i in kept], values[kept], [shapes[i] for i in kept],
+            [dtypes[i] for i in kept] if dtypes is not None else None)
+
+
+def json_safe(record: Dict[str, Any]) -> Dict[str, Any]:
+    """``record`` with NaN and ±inf numbers as null: anomalies.jsonl is strict JSON (the alert's ``kind`` says
+    whether the value was nan or inf)."""
+    out: Dict[str, Any] = {}
+    for key, value in record.items():
+        if isinstance(value, (float, np.floating)):
+            value = float(value) if math.isfinite(value) else None
+        elif isinstance(value, np.integer):
+            value = int(value)
+        out[key] = value
+    return out

@@ -14,12 +14,21 @@ import math
 import re
 from typing import Any, Callable, Dict, Optional, Tuple
 
+from engines.dumps.msprobe.backward_slots import (
+    TRANSPOSED,
+    agrees,
+    forward_tensor_inputs,
+    map_backward_outputs,
+)
 from engines.dumps.names import RecordName, parse_record
 from engines.dumps.rows import (
+    DIR_BACKWARD,
+    DIR_FORWARD,
     IO_INPUT,
     IO_OUTPUT,
     IO_PARAM,
     IO_PARAM_GRAD,
+    KIND_API,
     KIND_PARAM_GRAD,
     RowBuilder,
     RowTable,
@@ -69,11 +78,12 @@ class Flattener:
     """Turns one dump.json ``data`` dict into a :class:`RowTable`.
 
     ``parents``: record -> enclosing module (construct.json); ``stacks``: record -> stack text;
-    ``file_index``: registers a ``data_name`` and returns its locator.
+    ``file_index``: registers a ``data_name`` and returns its locator; ``framework``: the dump's (its backward
+    slots are brought to ours for PyTorch only).
     """
 
     def __init__(self, *, step: int, rank: int, parents: Dict[str, Optional[str]], stacks: Dict[str, str],
-                 file_index: Callable[[str], int]):
+                 file_index: Callable[[str], int], framework: str = "pytorch"):
         self.step = step
         self.rank = rank
         self.parents = parents
@@ -86,6 +96,11 @@ class Flattener:
         self._parent = ""
         self._stack = ""
         self._shapes: Dict[tuple, tuple] = {}
+        # forward API record -> its entry, kept until its backward maps msprobe's slots
+        self._forward_inputs: Dict[str, Any] = {}
+        self._transposed = False
+        # msprobe's backward slot order is known for its PyTorch hooks (backward_slots.py); MindSpore's stay as read
+        self._map_slots = "mindspore" not in framework.lower()
 
     def flatten(self, data: Dict[str, Any]) -> RowTable:
         """Rows of every record; a value of the wrong type raises ValueError naming its place,
@@ -113,9 +128,16 @@ class Flattener:
             for key, value in entry.items():
                 self._walk(value, key, IO_PARAM_GRAD, 0, index_lists=False)
             return
+        mapped = self._backward_slots(record, rec, entry)
         for key, slot, io in _PARTS:
             value = entry.get(key)
             if value is None:
+                continue
+            if key == "output" and mapped is not None:
+                for our_slot, item, transposed in mapped:
+                    self._transposed = transposed
+                    self._walk(item, our_slot, io, 1)
+                self._transposed = False
                 continue
             if key == "input_kwargs" and isinstance(value, dict):
                 for kw, item in value.items():
@@ -128,6 +150,24 @@ class Flattener:
                     self._walk(item, slot + "." + k, io, 1)
             else:
                 self._walk(value, slot, io, 1)
+
+    def _backward_slots(self, record: str, rec: RecordName, entry: Dict[str, Any]) -> Any:
+        """msprobe's backward output slots as ours (`engines.dumps.msprobe.backward_slots`); None: unchanged."""
+        if rec.kind != KIND_API or not self._map_slots:
+            return None
+        if rec.direction == DIR_FORWARD:
+            self._forward_inputs[record] = entry  # a reference: read only if its backward's slots need mapping
+            return None
+        outputs = entry.get("output")
+        if rec.direction != DIR_BACKWARD or not isinstance(outputs, list) or not record.endswith(".backward"):
+            return None
+        forward = self._forward_inputs.pop(record[:-len("backward")] + "forward", None)
+        if forward is None:
+            return None
+        api = rec.base.split(".", 1)[-1]
+        if agrees(api, outputs, forward):
+            return None
+        return map_backward_outputs(api, outputs, forward_tensor_inputs(forward))
 
     def _walk(self, value: Any, slot: str, io: int, depth: int, index_lists: bool = True) -> None:
         if depth > MAX_DEPTH:
@@ -174,10 +214,18 @@ class Flattener:
         if not isinstance(dtype, str) or (md5 is not None and not isinstance(md5, str)):
             field = "dtype" if not isinstance(dtype, str) else "md5"
             raise FieldError(leaf, field, "expected a string, got {}".format(_shown(leaf.get(field))))
+        crc = str(md5) if md5 is not None else ""
+        located = data_name
+        if self._transposed and len(shape_key_of(raw_shape)) == 2:
+            # msprobe's linear backward holds dwᵀ: shown as w's shape, read back transposed; its checksum hashes
+            # other bytes than ours, so it is left out (not comparable)
+            shape = (shape_text(tuple(reversed(shape_key_of(raw_shape)))), shape[1])
+            crc = ""
+            located = data_name + TRANSPOSED if data_name else ""
         self._add(slot, io, dtype=dtype, shape=shape[0], numel=shape[1], stats=stats,
-                  text=None, crc=str(md5) if md5 is not None else "",
+                  text=None, crc=crc,
                   requires_grad=-1 if rg is None else int(rg in (True, "True")), is_tensor=True,
-                  data=self.file_index(data_name) if data_name else -1, data_name=data_name)
+                  data=self.file_index(located) if located else -1, data_name=data_name)
 
     def _add_scalar(self, slot: str, io: int, leaf: Any) -> None:
         if isinstance(leaf, dict):
@@ -236,6 +284,10 @@ class Flattener:
                           mx, mn, mean, norm, valid, text, requires_grad, crc, nonfinite, is_tensor, self.step,
                           self.rank, self.order, self._parent, self._stack, data, data_name))
         self.order += 1
+
+
+def shape_key_of(raw: Any) -> tuple:
+    return tuple(raw) if isinstance(raw, list) else ()
 
 
 def _checked_shape(leaf: Dict[str, Any], raw: Any) -> tuple:

@@ -9,6 +9,7 @@ from typing import Tuple
 
 import numpy as np
 
+from engines.dumps.msprobe.backward_slots import TRANSPOSED
 from engines.errors import BadInputError
 
 
@@ -65,9 +66,14 @@ class MsprobeTensorReader:
         arr = self._open.get(loc)
         if arr is None:
             name = self.spec.files[loc]
+            transposed = name.endswith(TRANSPOSED)  # msprobe's dwᵀ of a linear backward (backward_slots.py)
+            if transposed:
+                name = name[:-len(TRANSPOSED)]
             if Path(name).name != name or name in (".", ".."):  # dump.json names files in dump_tensor_data only
                 raise TensorFileError("{}: data_name {!r} is not a file name in it".format(self.spec.folder, name))
             arr = load_tensor_file(Path(self.spec.folder) / name)
+            if transposed and arr.ndim == 2:
+                arr = np.ascontiguousarray(arr.T)
             self._open[loc] = arr
             while len(self._open) > self._cache:
                 self._open.popitem(last=False)

@@ -1,0 +1,85 @@
+"""Stacks hold the user's frames, not probe-tui's (docs/decisions/0027-stacks-record-user-frames.md): capture
+drops the CLI's, the runner's, the target loader's and runpy's frames, and readers drop them from older dumps
+so that the compare's stack column never shows them."""
+
+import glob
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from engines.dumps.opener import open_dump
+from engines.dumps.stack_frames import is_tool_path, user_frames
+
+SCRIPT = textwrap.dedent("""
+    import torch
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 3))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    loss = model(torch.randn(2, 4)).sum()
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+""")
+TOOL = ("probe_tui/cli", "engines/runner.py", "engines/targets.py", "engines/collection.py", "runpy",
+        "engines/capture/", "bin/probe-tui")
+
+
+def _run(tmp_path: Path, env_extra=None) -> str:
+    (tmp_path / "train.py").write_text(SCRIPT)
+    config = {"task": "statistics", "dump_path": str(tmp_path / "dump"), "level": "L1",
+              "target": {"script": str(tmp_path / "train.py")}}
+    (tmp_path / "cfg.json").write_text(json.dumps(config))
+    code = ("import sys\n" + (env_extra or "") + "from probe_tui.cli import main\n"
+            "sys.exit(main(['run', sys.argv[1]]))\n")
+    done = subprocess.run([sys.executable, "-c", code, str(tmp_path / "cfg.json")], capture_output=True, text=True,
+                          timeout=180, cwd=str(Path(__file__).resolve().parent.parent))
+    assert done.returncode == 0, done.stderr
+    return sorted(glob.glob(str(tmp_path / "dump" / "2*")))[-1]
+
+
+def _stored_frames(run: str):
+    from engines.store import DumpReader
+
+    reader = DumpReader(run + "/rank0")
+    try:
+        return [json.loads(f) for f in reader.store.read("stacks", ["frames"])["frames"].tolist()]
+    finally:
+        reader.close()
+
+
+def test_capture_keeps_only_the_users_frames(tmp_path):
+    pytest.importorskip("torch")
+    run = _run(tmp_path)
+    stacks = _stored_frames(run)
+    assert stacks
+    for frames in stacks:
+        assert any("train.py" in f for f in frames)
+        assert not [f for f in frames if any(t in f for t in TOOL)], frames
+    rows = open_dump(run).rows(0, 0)
+    assert all("train.py" in s and "runner.py" not in s for s in rows.stack.tolist())
+
+
+def test_readers_drop_the_tools_frames_of_older_dumps(tmp_path):
+    pytest.importorskip("torch")
+    # a dump as capture wrote them before: only engines/capture's own frames were dropped
+    older = ("import engines.capture.stacks as st\n"
+             "st._is_tool_file = lambda f: f.startswith(st._HERE) or f.endswith(st._DEFAULT_SKIP_SUFFIXES)\n")
+    run = _run(tmp_path, older)
+    assert any("engines/runner.py" in f for frames in _stored_frames(run) for f in frames)
+    stacks = open_dump(run).rows(0, 0).stack.tolist()
+    assert stacks and all("train.py" in s for s in stacks)
+    assert not [s for s in stacks if any(t in s for t in TOOL)]
+
+
+def test_tool_paths():
+    assert is_tool_path("/opt/other/site-packages/probe_tui/cli.py")  # another installation's
+    assert is_tool_path("/x/engines/runner.py") and is_tool_path("/usr/lib/python3.11/runpy.py")
+    assert not is_tool_path("/x/engines/adapters/torch/demo_model.py")  # the demo model is user code
+    assert not is_tool_path("/home/me/engines/my_engine.py")  # a user's own package named engines
+    assert not is_tool_path("/home/me/train.py")
+    frames = ["File /a/probe_tui/cli.py, line 3, in main,\n x()", "File /home/me/train.py, line 9, in <module>,\n y()"]
+    assert user_frames(frames) == frames[1:]
