@@ -220,3 +220,17 @@ def test_msprobe_compare_reads_our_export(task, exports, tmp_path):
         floats = [r for r in rows if "float" in r["NPU Dtype"] and r["NPU Tensor Shape"] not in ("[]", "N/A")]
         assert floats and all(r["Cosine"] == "1.0" for r in floats), [r["NPU Name"] for r in floats
                                                                        if r["Cosine"] != "1.0"][:5]
+
+
+def test_npy_tensor_files_hold_the_same_values(runs, exports, tmp_path):
+    """``--tensor-format npy`` (MindSpore runs, or no torch): .npy files, read back equal to the .pt export."""
+    out = tmp_path / "npy"
+    assert main(["export", str(runs["tensor"]), "-o", str(out), "--tensor-format", "npy"]) == 0
+    names = sorted(p.name for p in (out / "step0" / "rank0" / "dump_tensor_data").iterdir())
+    assert names and all(n.endswith(".npy") for n in names)
+    a, b = open_dump(out).rows(0, 0), open_dump(exports["tensor"]).rows(0, 0)
+    assert a.name.tolist() == b.name.tolist()
+    ra, rb = open_dump(out).tensor_spec(0, 0).open(), open_dump(exports["tensor"]).tensor_spec(0, 0).open()
+    for i in [i for i in range(len(a)) if a.data[i] >= 0][::50]:
+        n = int(a.numel[i])
+        np.testing.assert_array_equal(ra.read(int(a.data[i]), 0, n), rb.read(int(b.data[i]), 0, n))

@@ -74,7 +74,8 @@ class ConfigCheckTask:
 
     def _summary(self) -> Dict[str, Any]:
         pack = self.pack
-        return {"pack": str(self.pack_path) if self.pack_path is not None else None,
+        path = str(self.pack_path) if self.pack_path is not None else None
+        return {"verdict": "pack written: {}".format(path) if pack else "no pack written", "pack": path,
                 "environment_variables": len(pack.get("environment", {})), "packages": len(pack.get("packages", {})),
                 "files": len(pack.get("files", {})), "weight_checkpoints": sorted(pack.get("weights", {})),
                 "batches": len(pack.get("data", {})), "notes": list(pack.get("notes", []))}
