@@ -107,6 +107,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tensor-format", choices=["auto", "pt", "npy"], default="auto",
                    help="tensor files of a tensor run: pt (msprobe's PyTorch compare reads only these; needs torch), "
                         "npy; auto: pt for a PyTorch run when torch is installed")
+    p.add_argument("--backward-slots", choices=["msprobe", "probe-tui"], default="msprobe",
+                   help="backward API outputs in msprobe's layout (default: what msprobe's compare expects of a "
+                        "baseline) or ours, one per forward argument")
     p.add_argument("-o", "--output", metavar="DIR", required=True, help="folder to create (must not exist, or be empty)")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
 

@@ -14,7 +14,8 @@ def cmd_export(args) -> int:
             print(text, file=sys.stderr)
 
     try:
-        summary = export_msprobe(args.source, args.output, tensor_format=args.tensor_format, say=say)
+        summary = export_msprobe(args.source, args.output, tensor_format=args.tensor_format,
+                                 msprobe_slots=args.backward_slots == "msprobe", say=say)
     except BadInputError as exc:
         return fail(str(exc))
     except OSError as exc:

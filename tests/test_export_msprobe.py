@@ -16,7 +16,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from engines.dumps.msprobe.slot_order import backward_output_positions
+from engines.dumps.msprobe.slot_order import (
+    backward_output_positions,
+    msprobe_backward_outputs,
+    transformed_shape,
+)
 from engines.dumps.names import parse_record
 from engines.dumps.opener import open_dump
 from probe_tui.cli import main
@@ -50,24 +54,35 @@ def exports(runs, tmp_path_factory):
 
 
 def _moved(original) -> dict:
-    """export row name -> (original row name, transposed) for the backward outputs msprobe lists elsewhere."""
+    """export row name -> (original row name, transform) for the backward outputs msprobe lays out otherwise."""
     moved = {}
-    by_record = {}
+    slots = {}
+    shapes = dict(zip(original.name.tolist(), original.shape.tolist()))
+    tensors = [(n, d) for n, d, is_t in zip(original.name.tolist(), original.dtype.tolist(),
+                                            original.is_tensor.tolist()) if is_t]
     for rec, slot in zip(original.record.tolist(), original.slot.tolist()):
-        if parse_record(rec).direction == 1 and slot.startswith("output."):
-            by_record.setdefault(rec, []).append(slot)
-    for rec, slots in by_record.items():
+        r = parse_record(rec)
+        if r.direction == 1 and r.kind == 0:
+            slots.setdefault(rec, []).append(slot)
+    for rec, rec_slots in slots.items():
         heads = []
-        for slot in slots:
-            head = slot.split(".")[1]
-            if head not in heads:
-                heads.append(head)
-        places = backward_output_positions(parse_record(rec).base, heads)
-        for slot in slots:
-            head, rest = slot.split(".")[1], slot.split(".")[2:]
-            place, transposed = places[head]
-            if str(place) != head or transposed:
-                moved[".".join([rec, "output", str(place)] + rest)] = (rec + "." + slot, transposed)
+        for slot in rec_slots:
+            if slot.startswith("output.") and slot.split(".")[1] not in heads:
+                heads.append(slot.split(".")[1])
+        ndim = len(json.loads(shapes.get(rec + ".input.0", "[]")))
+        fwd = rec[:-len("backward")] + "forward."
+        inputs = [(n[len(fwd) + 6:], "float" in d) for n, d in tensors
+                  if n.startswith(fwd + "input.") and n.count(".") == fwd.count(".") + 1]
+        sources = msprobe_backward_outputs(parse_record(rec).base, inputs, heads, ndim)
+        for place, (source, transform) in enumerate(sources):
+            if source is None:
+                continue
+            for slot in rec_slots:
+                if slot == source or slot.startswith(source + "."):
+                    rest = slot[len(source):]
+                    name = "{}.output.{}{}".format(rec, place, rest)
+                    if name != rec + "." + slot or (transform and not rest):
+                        moved[name] = (rec + "." + slot, transform if not rest else "")
     return moved
 
 
@@ -95,21 +110,19 @@ def test_round_trip_is_clean(task, runs, exports, tmp_path):
         for i, name in enumerate(exported.name.tolist()):
             row = rows[(name, str(step))]
             if name in moved:
-                src, transposed = moved[name]
+                src, transform = moved[name]
                 j = index[src]
                 shape = json.loads(original.shape[j])
-                assert json.loads(exported.shape[i]) == (shape[::-1] if transposed else shape), name
+                assert json.loads(exported.shape[i]) == transformed_shape(shape, transform), name
                 for stat in ("max", "min", "mean", "norm"):
-                    assert math.isclose(getattr(exported, stat)[i],
-                                        getattr(original, stat)[j], rel_tol=1e-12), (name, stat)
+                    assert math.isclose(getattr(exported, stat)[i], getattr(original, stat)[j], rel_tol=1e-12), \
+                        (name, stat)
                 if reader is not None:
                     a = reader.read(int(exported.data[i]), 0, int(exported.numel[i])).reshape(
                         json.loads(exported.shape[i]))
                     b = golden_reader.read(int(original.data[j]), 0, int(original.numel[j])).reshape(shape)
-                    np.testing.assert_array_equal(a, b.T if transposed else b)
+                    np.testing.assert_array_equal(a, b.T if transform == "T" else b.reshape(a.shape))
                 checked += 1
-            elif exported.dtype[i] == "None" and parse_record(exported.record[i]).direction == 1:
-                continue  # an index of msprobe's backward list no gradient fills
             else:
                 assert row["Result"] == "pass", (name, row["Result"], row["Err_message"])
                 if task == "tensor" and exported.numel[i] > 1 and "float" in exported.dtype[i]:
@@ -129,9 +142,9 @@ def test_export_layout_and_names(runs, exports):
     assert fwd["input_args"][0]["data_name"] == "Functional.linear.0.forward.input.0.pt"
     bwd = data["Functional.linear.0.backward"]
     assert set(bwd) == {"input", "output"}
-    weight = data["Functional.linear.0.forward"]["input_args"][1]["shape"]
-    # msprobe's order: bias, input, weightᵀ
-    assert [o["shape"] for o in bwd["output"]] == [[weight[0]], fwd["input_args"][0]["shape"], weight[::-1]]
+    # a 3-D input: torch flattens it, msprobe's one output is the flattened gradient of the result
+    out_shape = fwd["output"][0]["shape"]
+    assert [o["shape"] for o in bwd["output"]] == [[out_shape[0] * out_shape[1], out_shape[2]]]
     grads = data["Module.head.Linear.parameters_grad.0"] if "Module.head.Linear.parameters_grad.0" in data else next(
         v for k, v in data.items() if ".parameters_grad" in k)
     assert all(isinstance(v, list) and v[0]["type"] == "torch.Tensor" for v in grads.values())
@@ -186,11 +199,20 @@ def test_msprobe_scalar_leaves_read_as_ours(tmp_path):
 
 
 def test_backward_output_positions():
-    assert backward_output_positions("Functional.linear", ["0", "1", "2"]) == {
-        "2": (0, False), "0": (1, False), "1": (2, True)}
-    assert backward_output_positions("Functional.layer_norm", ["0", "weight", "bias"]) == {
-        "0": (0, False), "weight": (1, False), "bias": (2, False)}
-    assert backward_output_positions("Functional.embedding", ["1"]) == {"1": (1, False)}
+    """The layouts measured on msprobe 26.2.0 (engines/dumps/msprobe/slot_order.py)."""
+    lin = [("0", True), ("1", True), ("2", True)]
+    assert backward_output_positions("Functional.linear", lin, ["0", "1", "2"], 2) == {
+        "2": (0, ""), "0": (1, ""), "1": (2, "T")}
+    assert msprobe_backward_outputs("Functional.linear", lin, ["1", "2"], 2) == [
+        ("output.2", ""), (None, ""), ("output.1", "T")]  # the input needs no gradient: null
+    assert backward_output_positions("Functional.linear", lin[:2], ["0", "1"], 2) == {"0": (0, ""), "1": (1, "T")}
+    assert msprobe_backward_outputs("Functional.linear", lin, ["0", "1", "2"], 3) == [("input.0", "flat2d")]
+    assert msprobe_backward_outputs("Functional.linear", lin, ["0", "1", "2"], 1) == [("input.0", "row")]
+    ln = [("0", True), ("weight", True), ("bias", True)]
+    assert backward_output_positions("Functional.layer_norm", ln, ["0", "weight", "bias"]) == {
+        "0": (0, ""), "weight": (1, ""), "bias": (2, "")}
+    assert backward_output_positions("Functional.embedding", [("0", False), ("1", True)], ["1"]) == {"1": (0, "")}
+    assert transformed_shape([2, 8, 32], "flat2d") == [16, 32] and transformed_shape([3], "row") == [1, 3]
 
 
 def _msprobe_compare(target: Path, golden: Path, out: Path) -> list:
@@ -234,3 +256,40 @@ def test_npy_tensor_files_hold_the_same_values(runs, exports, tmp_path):
     for i in [i for i in range(len(a)) if a.data[i] >= 0][::50]:
         n = int(a.numel[i])
         np.testing.assert_array_equal(ra.read(int(a.data[i]), 0, n), rb.read(int(b.data[i]), 0, n))
+
+
+DATA = Path(__file__).parent / "data" / "msprobe"
+
+
+@pytest.mark.usefixtures("one_torch_thread")
+def test_export_lays_out_backward_as_msprobe_26_does(tmp_path):
+    """The same model captured by us and by msprobe 26.2.0 (tests/data/msprobe/real/tensor_mix): our export, compared
+    with msprobe's dump, pairs every backward row of the linear layers by name and shape and they pass (before
+    the slot table, ours were input, weight, bias against msprobe's bias, input, weightᵀ: errors)."""
+    import sys
+
+    from engines.compare.engine import run_compare
+    from probe_tui.debugger import PrecisionDebugger
+
+    sys.path.insert(0, str(DATA))
+    try:
+        from make_real_dumps import batch, step, tiny_model
+    finally:
+        sys.path.remove(str(DATA))
+    model = tiny_model()
+    x, y = batch()
+    debugger = PrecisionDebugger(task="tensor", dump_path=str(tmp_path / "ours"), level="mix")
+    debugger.start(model)
+    step(model, x, y)
+    debugger.stop()
+    debugger.step()
+    run = next(p for p in (tmp_path / "ours").iterdir() if p.name.startswith("2"))
+    assert main(["export", str(run), "-o", str(tmp_path / "exp")]) == 0
+    out = run_compare({"compare": {"target_path": str(tmp_path / "exp"), "golden_path": str(DATA / "real" / "tensor_mix"),
+                                   "output_path": str(tmp_path / "cmp")}}, None)
+    r = out.results
+    linear = np.array([n.startswith("Functional.linear.") and ".backward.output." in n for n in r["target_name"]])
+    # linear.0: bias, null (its input needs no gradient), weightᵀ; linear.1: bias, input, weightᵀ
+    assert linear.sum() == 6
+    assert r["matched"][linear].all() and (r["verdict"][linear] == 0).all(), r["target_name"][linear]
+    assert list(r["target_shape"][linear]) == list(r["golden_shape"][linear])

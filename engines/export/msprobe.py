@@ -23,11 +23,19 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 
-from engines.dumps.msprobe.slot_order import backward_output_positions, transposed_shape
+from engines.dumps.msprobe.slot_order import (
+    FLAT_2D,
+    ROW,
+    SAME,
+    TRANSPOSE,
+    msprobe_backward_outputs,
+    transformed_shape,
+)
 from engines.dumps.names import parse_record
 from engines.dumps.opener import open_dump
 from engines.dumps.rows import (
     DIR_BACKWARD,
+    KIND_API,
     KIND_PARAM_GRAD,
     KIND_SAVE,
     V_MAX,
@@ -115,8 +123,9 @@ class _PieceWriter:
     """One (rank, step) of the export: its dump.json ``data``, stacks and construct, and its tensor files."""
 
     def __init__(self, t: RowTable, folder: Path, framework: str, reader: Optional[TensorReader],
-                 suffix: str = ".npy") -> None:
+                 suffix: str = ".npy", msprobe_slots: bool = True) -> None:
         self.t = t
+        self.msprobe_slots = msprobe_slots
         self.suffix = suffix
         self.folder = folder
         self.tensor_dir = folder / "dump_tensor_data"
@@ -125,6 +134,7 @@ class _PieceWriter:
         self.tensors = 0
         self.bytes = 0
         self.skipped: List[str] = []
+        self.rows_by_record: Dict[str, List[int]] = {}
 
     def data(self) -> Dict[str, Any]:
         t = self.t
@@ -133,6 +143,7 @@ class _PieceWriter:
         for i, code in enumerate(codes.tolist()):
             rows_of.setdefault(code, []).append(i)
         out: Dict[str, Any] = {}
+        self.rows_by_record = {str(names[code]): rows for code, rows in rows_of.items()}
         for code, name in enumerate(names.tolist()):
             rows = rows_of.get(code, [])
             if not rows:
@@ -152,29 +163,26 @@ class _PieceWriter:
             grads: Dict[str, Any] = {}
             for i in rows:
                 slot = str(t.slot[i])
-                grads[slot] = [self._leaf(i, name + "." + slot, False)]
+                grads[slot] = [self._leaf(i, name + "." + slot, SAME)]
             return grads
         backward = direction == DIR_BACKWARD
-        remap = self._backward_order(name, rows) if backward else {}
         parts: Dict[str, _Tree] = {}
+        mapped = backward and kind == KIND_API and self.msprobe_slots
         for i in rows:
             tokens = str(t.slot[i]).split(".")
             head, rest = tokens[0], tokens[1:]
-            if head not in ("input", "output", "parameters") or not rest:
+            if head not in ("input", "output", "parameters") or not rest or (mapped and head == "output"):
                 continue
-            transposed = False
-            if head == "output" and rest[0] in remap:
-                theirs, transposed = remap[rest[0]]
-                transposed = transposed and len(rest) == 1
-                rest = [theirs] + rest[1:]
             if backward or head != "input":
                 part, file_slot = head, [head] + rest
             elif rest[0].isdigit():
                 part, file_slot = "input_args", ["input"] + rest
             else:
                 part, file_slot = "input_kwargs", ["kwargs"] + rest
-            leaf = self._leaf(i, name + "." + ".".join(file_slot), transposed)
+            leaf = self._leaf(i, name + "." + ".".join(file_slot), SAME)
             parts.setdefault(part, _Tree()).put(rest, leaf)
+        if mapped:
+            parts["output"] = self._msprobe_outputs(name, rows)
         if backward:
             return {"input": _list(parts.get("input")), "output": _list(parts.get("output"))}
         entry: Dict[str, Any] = {"input_args": _list(parts.get("input_args")),
@@ -185,24 +193,49 @@ class _PieceWriter:
             entry["parameters"] = _Tree.value(parts["parameters"].root)
         return entry
 
-    def _backward_order(self, name: str, rows: List[int]) -> Dict[str, Tuple[str, bool]]:
-        """our ``output.<head>`` -> (msprobe's list position, transposed) (:mod:`engines.dumps.msprobe.slot_order`)."""
+    def _msprobe_outputs(self, name: str, rows: List[int]) -> _Tree:
+        """A backward API record's outputs in msprobe's layout (:mod:`engines.dumps.msprobe.slot_order`)."""
+        t = self.t
         heads: List[str] = []
+        by_source: Dict[str, List[Tuple[int, List[str]]]] = {}
+        output_ndim = 0
         for i in rows:
-            tokens = str(self.t.slot[i]).split(".")
-            if tokens[0] == "output" and len(tokens) > 1 and tokens[1] not in heads:
+            tokens = str(t.slot[i]).split(".")
+            if len(tokens) < 2:
+                continue
+            source = tokens[0] + "." + tokens[1]
+            by_source.setdefault(source, []).append((i, tokens[2:]))
+            if tokens[0] == "output" and tokens[1] not in heads:
                 heads.append(tokens[1])
-        places = backward_output_positions(parse_record(name).base, heads)
-        return {head: (str(place), transposed) for head, (place, transposed) in places.items()}
+            if source == "input.0" and len(tokens) == 2:
+                output_ndim = len(parse_shape(str(t.shape[i])) or ())
+        forward = self.rows_by_record.get(name[:-len("backward")] + "forward") if name.endswith(".backward") \
+            else None
+        inputs: Optional[List[Tuple[str, bool]]] = None
+        if forward is not None:
+            inputs = []
+            for i in forward:
+                tokens = str(t.slot[i]).split(".")
+                if len(tokens) == 2 and tokens[0] == "input" and bool(t.is_tensor[i]):
+                    inputs.append((tokens[1], _floating(str(t.dtype[i]))))
+        tree = _Tree()
+        sources = msprobe_backward_outputs(parse_record(name).base, inputs, heads, output_ndim)
+        for place, (slot, transform) in enumerate(sources):
+            if slot is None:
+                tree.put([str(place)], None)
+                continue
+            for i, rest in by_source.get(slot, []):
+                path = [str(place)] + rest
+                tree.put(path, self._leaf(i, name + ".output." + ".".join(path), SAME if rest else transform))
+        return tree
 
-    def _leaf(self, i: int, file_stem: str, transposed: bool) -> Any:
+    def _leaf(self, i: int, file_stem: str, transform: str) -> Any:
         t = self.t
         if not bool(t.is_tensor[i]):
             return scalar_entry(t, i)
         shape = list(parse_shape(str(t.shape[i])) or ())
         entry: Dict[str, Any] = {"type": "mindspore.Tensor" if self.framework == "mindspore" else "torch.Tensor",
-                                 "dtype": str(t.dtype[i]),
-                                 "shape": transposed_shape(shape) if transposed else shape}
+                                 "dtype": str(t.dtype[i]), "shape": transformed_shape(shape, transform)}
         valid = int(t.valid[i])
         for key, bit in _STATS:
             entry[key] = float(getattr(t, key.lower())[i]) if valid & bit else None
@@ -210,23 +243,25 @@ class _PieceWriter:
         if rg >= 0 and self.framework != "mindspore":
             entry["requires_grad"] = bool(rg)
         crc = str(t.crc32[i])
-        if len(crc) == 8:  # CRC-32, what msprobe's md5 mode writes; our xhash has no msprobe counterpart
-            entry["md5"] = crc
+        if len(crc) == 8 and transform in (SAME, FLAT_2D, ROW):  # CRC-32 of the bytes, what msprobe's md5 mode
+            entry["md5"] = crc  # writes (a reshape keeps the bytes); our xhash has no msprobe counterpart
         loc = int(t.data[i])
         if self.reader is not None and loc >= 0:
             data_name = file_stem + self.suffix
-            self._write_tensor(loc, shape, transposed, data_name, str(t.dtype[i]))
+            self._write_tensor(loc, shape, transform, data_name, str(t.dtype[i]))
             entry["data_name"] = data_name
         return entry
 
-    def _write_tensor(self, loc: int, shape: List[int], transposed: bool, data_name: str, dtype: str) -> None:
+    def _write_tensor(self, loc: int, shape: List[int], transform: str, data_name: str, dtype: str) -> None:
         assert self.reader is not None
         _, numel, _ = self.reader.info(loc)
         arr = self.reader.read(loc, 0, numel)
         if int(np.prod(shape, dtype=np.int64)) == arr.size:
             arr = arr.reshape(shape)
-        if transposed and arr.ndim == 2:
+        if transform == TRANSPOSE and arr.ndim == 2:
             arr = np.ascontiguousarray(arr.T)
+        elif transform in (FLAT_2D, ROW):
+            arr = arr.reshape(transformed_shape(list(arr.shape), transform))
         if not self.tensor_dir.exists():
             make_private_dir(self.tensor_dir)
         with create_file(self.tensor_dir / data_name, "wb") as fh:
@@ -255,6 +290,12 @@ class _PieceWriter:
             if record not in out:
                 out[str(record)] = str(parent) if parent else None
         return out
+
+
+def _floating(dtype: str) -> bool:
+    """Does a tensor of ``dtype`` take part in autograd (``torch.float32``, ``Float16``, complex)?"""
+    low = dtype.lower()
+    return "float" in low or "complex" in low
 
 
 def _list(tree: Optional[_Tree]) -> List[Any]:
@@ -298,10 +339,11 @@ def tensor_suffix(tensor_format: str, framework: str) -> str:
     return ".pt" if has_torch else ".npy"
 
 
-def export_msprobe(run: PathLike, out: PathLike, *, tensor_format: str = "auto",
+def export_msprobe(run: PathLike, out: PathLike, *, tensor_format: str = "auto", msprobe_slots: bool = True,
                    say: Optional[Callable[[str], None]] = None) -> Dict[str, Any]:
     """Write the dump at ``run`` under ``out`` (a folder that must not exist, or be empty) in msprobe's layout.
-    ``tensor_format``: see :func:`tensor_suffix`.
+    ``tensor_format``: see :func:`tensor_suffix`; ``msprobe_slots``: backward API outputs in msprobe's layout
+    (False: ours, by argument position).
 
     Returns the summary (``out``, ``pieces``, ``records``, ``tensor_files``, ``tensor_bytes``, ``skipped``).
     Raises :class:`ExportError` (bad input, one line) when ``out`` is taken or the run cannot be read.
@@ -323,7 +365,7 @@ def export_msprobe(run: PathLike, out: PathLike, *, tensor_format: str = "auto",
         make_private_dir(tmp, exist_ok=False)
         try:
             summary = _export_into(source, tmp, out, task, level, framework,
-                                   suffix if holds.get("tensor", False) else "", say)
+                                   suffix if holds.get("tensor", False) else "", msprobe_slots, say)
             if out.exists():
                 out.rmdir()
             os.rename(tmp, out)
@@ -337,7 +379,7 @@ def export_msprobe(run: PathLike, out: PathLike, *, tensor_format: str = "auto",
 
 
 def _export_into(source: DumpSource, tmp: Path, final: Path, task: str, level: str, framework: str,
-                 suffix: str, say: Optional[Callable[[str], None]]) -> Dict[str, Any]:
+                 suffix: str, msprobe_slots: bool, say: Optional[Callable[[str], None]]) -> Dict[str, Any]:
     """``suffix``: the tensor files' (``.pt``/``.npy``), "" for a run without tensors."""
     pieces = records = tensors = size = 0
     skipped: List[str] = []
@@ -350,7 +392,7 @@ def _export_into(source: DumpSource, tmp: Path, final: Path, task: str, level: s
             folder = make_private_dir(step_dir / "rank{}".format(rank))
             reader = source.tensor_spec(rank, step).open() if suffix else None
             try:
-                piece = _PieceWriter(t, folder, framework, reader, suffix or ".npy")
+                piece = _PieceWriter(t, folder, framework, reader, suffix or ".npy", msprobe_slots)
                 data = piece.data()
             finally:
                 if reader is not None:
