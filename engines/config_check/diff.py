@@ -77,10 +77,6 @@ def _package_category(key: str) -> str:
     return "packages.numerics" if NUMERICS_PACKAGES.match(key) else "packages.other"
 
 
-def _command_category(key: str) -> str:
-    return "arguments" if key != "script" else "arguments"
-
-
 def _files(out: List[Dict[str, Any]], a: ConfigCheckPack, b: ConfigCheckPack) -> None:
     for path in list(a.files) + [p for p in b.files if p not in a.files]:
         fa, fb = a.files.get(path), b.files.get(path)
@@ -131,7 +127,7 @@ def diff_packs(a: ConfigCheckPack, b: ConfigCheckPack) -> List[Dict[str, Any]]:
     _data(out, a, b)
     _weights(out, a, b)
     _mapping(out, "hyperparameters", a.hyperparameters, b.hyperparameters)
-    _mapping(out, _command_category, a.command, b.command)
+    _mapping(out, "arguments", a.command, b.command)
     _files(out, a, b)
     _mapping(out, "seeds", a.seeds, b.seeds)
     _mapping(out, "deterministic", a.deterministic, b.deterministic)

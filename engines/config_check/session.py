@@ -81,13 +81,11 @@ class CheckSession:
         self.pack["packages"] = collect.packages()
         self.pack["framework"] = collect.python_facts()
         self.pack["files"] = {f: collect.file_fingerprint(f) for f in self.files}
-        if self.framework is None:
-            self.pack["seeds"].update(collect.random_state())
-            return
-        if self.framework != "pytorch":
-            self.note("weights, batches, seeds and flags are captured on PyTorch only; {} runs get the static "
-                      "facts".format(self.framework))
-            self.pack["seeds"].update(collect.random_state())
+        if self.framework != "pytorch":  # no training to watch: a generator's state now says nothing about it
+            self.pack["seeds"]["PYTHONHASHSEED"] = collect.random_state()["PYTHONHASHSEED"]
+            if self.framework is not None:
+                self.note("weights, batches, seeds and flags are captured on PyTorch only; {} runs get the static "
+                          "facts".format(self.framework))
             return
         from engines.frameworks import adapter_module
 
