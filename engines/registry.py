@@ -16,6 +16,7 @@ TASK_CLASSES = {
     "free_benchmark": "engines.free_benchmark.task:FreeBenchmarkTask",
     "grad_probe": "engines.grad_probe.task:GradProbeTask",
     "monitor": "engines.monitor.task:MonitorTask",
+    "config_check": "engines.config_check.task:ConfigCheckTask",
 }
 
 ANALYSIS_ENGINES = {

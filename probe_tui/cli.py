@@ -22,6 +22,8 @@ examples:
   probe-tui compare RUN_A RUN_B               compare two runs (or msprobe dumps)
   probe-tui diagnose RUN_A RUN_B              name the op that introduced their difference, with evidence
   probe-tui merge-runs OUT node0/dump node1/dump   one run from a launch's node-local run folders
+  probe-tui export RUN --format msprobe -o DIR    the run as msprobe's dump.json tree (its compare reads it)
+  probe-tui config-check compare A B          what differs between two training setups
 
 exit codes: 0 done, 1 the target failed, 2 bad input, 3 findings (with --fail-on-findings)
 """
@@ -113,6 +115,22 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--link", action="store_true", help="hard-link the files instead of copying them (same disk)")
     p.add_argument("--json", action="store_true", help="print the merged run.json's figures as JSON")
 
+    p = sub.add_parser("export", help="write a run in another tool's format (msprobe's dump.json tree)")
+    p.add_argument("source", metavar="RUN", help="run folder, rank folder or dump_path (its latest run)")
+    p.add_argument("--format", choices=["msprobe"], default="msprobe", help="output format (default msprobe)")
+    p.add_argument("--tensor-format", choices=["auto", "pt", "npy"], default="auto",
+                   help="tensor files of a tensor run: pt (msprobe's PyTorch compare reads only these; needs torch), "
+                        "npy; auto: pt for a PyTorch run when torch is installed")
+    p.add_argument("--backward-slots", choices=["msprobe", "probe-tui"], default="msprobe",
+                   help="backward API outputs in msprobe's layout (default: what msprobe's compare expects of a "
+                        "baseline) or ours, one per forward argument")
+    p.add_argument("-o", "--output", metavar="DIR", required=True, help="folder to create (must not exist, or be empty)")
+    p.add_argument("--json", action="store_true", help="print the summary as JSON")
+
+    from probe_tui.cli_config_check import add_parser as add_config_check
+
+    add_config_check(sub)
+
     p = sub.add_parser("parse", help="list, filter and inspect the records of a dump (ours or msprobe's)")
     p.add_argument("path", help="run folder, rank folder, dump.json or step folder")
     p.add_argument("--name", metavar="PATTERN", help="rows whose name contains PATTERN (glob with *?[, regex with re:)")
@@ -163,6 +181,14 @@ def _dispatch(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
             return getattr(cli_config, f"cmd_{args.command}")(args)
         from probe_tui import cli_run
 
+        if args.command == "export":
+            from probe_tui.cli_export import cmd_export
+
+            return cmd_export(args)
+        if args.command == "config-check":
+            from probe_tui.cli_config_check import cmd_config_check
+
+            return cmd_config_check(args)
         if args.command == "parse":
             from probe_tui.cli_parse import cmd_parse
 

@@ -28,7 +28,7 @@ import sys
 import threading
 from typing import Any, Dict, List, Optional, Tuple
 
-IN_SCRIPT_TASKS = ("statistics", "tensor", "overflow_check", "free_benchmark", "grad_probe")
+IN_SCRIPT_TASKS = ("statistics", "tensor", "overflow_check", "free_benchmark", "grad_probe", "config_check")
 _EXIT_CODES = {"finished": 0, "failed": 1, "stopped": 130}  # run.json's exit_code, as --run records it
 
 

@@ -6,6 +6,7 @@ from pydantic import Field, TypeAdapter
 
 from .analysis import AnalyzeOverflowJob, CompareJob, GradCompareJob
 from .common import JobBase
+from .config_check import ConfigCheckJob
 from .diagnose import DiagnoseJob
 from .dump_jobs import OverflowCheckJob, StatisticsJob, TensorJob
 from .free_benchmark import FreeBenchmarkJob
@@ -16,15 +17,15 @@ __all__ = ["JobConfig", "JOB_ADAPTER", "TASKS", "COLLECTION_TASKS", "ANALYSIS_TA
 
 JobConfig = Annotated[
     Union[StatisticsJob, TensorJob, OverflowCheckJob, FreeBenchmarkJob, GradProbeJob, MonitorJob, CompareJob,
-          GradCompareJob, AnalyzeOverflowJob, DiagnoseJob],
+          GradCompareJob, AnalyzeOverflowJob, DiagnoseJob, ConfigCheckJob],
     Field(discriminator="task"),
 ]
 
 _MODELS = (StatisticsJob, TensorJob, OverflowCheckJob, FreeBenchmarkJob, GradProbeJob, MonitorJob, CompareJob,
-           GradCompareJob, AnalyzeOverflowJob, DiagnoseJob)
+           GradCompareJob, AnalyzeOverflowJob, DiagnoseJob, ConfigCheckJob)
 TASKS: Dict[str, Type[JobBase]] = {model.task_name(): model for model in _MODELS}
 COLLECTION_TASKS: Tuple[str, ...] = ("statistics", "tensor", "overflow_check", "free_benchmark", "grad_probe",
-                                     "monitor")
+                                     "monitor", "config_check")
 ANALYSIS_TASKS: Tuple[str, ...] = ("compare", "grad_compare", "analyze_overflow", "diagnose")
 
 JOB_ADAPTER: "TypeAdapter[JobBase]" = TypeAdapter(JobConfig)

@@ -1,4 +1,4 @@
-"""Load a ``.pt`` tensor file safely: ``torch.load(weights_only=True)``, never plain unpickling.
+"""Load (and, for `probe-tui export`, save) a ``.pt`` tensor file safely: ``torch.load(weights_only=True)``, never plain unpickling.
 
 Only msprobe dumps use ``.pt`` files; compare and parse reach this module lazily, so they work without torch
 for everything else.
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import importlib.util
 from pathlib import Path
-from typing import Union
+from typing import BinaryIO, Union
 
 import numpy as np
 
@@ -35,3 +35,16 @@ def load_pt(path: Union[str, Path]) -> np.ndarray:
         return tensor.contiguous().numpy()
     except TypeError:  # bfloat16, float8, ...: no numpy dtype
         return tensor.float().contiguous().numpy()
+
+
+def save_pt(fh: BinaryIO, array: np.ndarray, dtype_name: str) -> None:
+    """``array`` written to the open file ``fh`` as msprobe's PyTorch dumps hold tensors (``torch.save`` of a
+    contiguous CPU tensor), cast back to ``dtype_name`` (``torch.bfloat16``: our readers give bfloat16 as
+    float32, which holds every bfloat16 value exactly)."""
+    import torch
+
+    tensor = torch.from_numpy(np.ascontiguousarray(array))
+    target = getattr(torch, dtype_name[len("torch."):], None) if dtype_name.startswith("torch.") else None
+    if isinstance(target, torch.dtype) and target != tensor.dtype:
+        tensor = tensor.to(target)
+    torch.save(tensor.contiguous(), fh)

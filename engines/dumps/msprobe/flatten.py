@@ -237,7 +237,7 @@ class Flattener:
         if kind == "torch.Size":
             self._add_text_row(slot, io, "torch.Size", str(value), None, scalar_crc32(value))
         elif kind == "slice":
-            self._add_text_row(slot, io, "slice", str((len(value),) if isinstance(value, list) else ()), None,
+            self._add_text_row(slot, io, "slice", str((len(value),) if isinstance(value, list) else ()), str(value),
                                scalar_crc32(value))
         elif kind == "ellipsis":
             self._add_text_row(slot, io, "ellipsis", "[]", "...", scalar_crc32(value))
@@ -250,8 +250,9 @@ class Flattener:
             v = float(value)
             self._add(slot, io, dtype=str(type(value)), shape="[]", numel=-1, stats=(v, v, v, v), text=None,
                       crc=scalar_crc32(value), requires_grad=-1, is_tensor=False, data=-1, data_name="")
-        else:
-            self._add_text_row(slot, io, str(type(value)), "[]", str(value), scalar_crc32(value))
+        else:  # a framework type keeps its name (``torch.dtype``), as our reader does; builtins their class
+            dtype = kind if isinstance(kind, str) and "." in kind else str(type(value))
+            self._add_text_row(slot, io, dtype, "[]", str(value), scalar_crc32(value))
 
     def _add_text_row(self, slot: str, io: int, dtype: str, shape: str, text: Optional[str], crc: str) -> None:
         self._add(slot, io, dtype=dtype, shape=shape, numel=-1, stats=None, text=text, crc=crc,
