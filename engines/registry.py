@@ -22,6 +22,7 @@ ANALYSIS_ENGINES = {
     "compare": "engines.compare.engine:run_compare",
     "grad_compare": "engines.grad_compare.engine:run_grad_compare",
     "analyze_overflow": "engines.overflow.analyze:run_analyze_overflow",
+    "acc_check": "engines.acc_check.engine:run_acc_check",
 }
 
 ESTIMATORS = {

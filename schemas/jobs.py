@@ -4,6 +4,7 @@ from typing import Annotated, Dict, Tuple, Type, Union
 
 from pydantic import Field, TypeAdapter
 
+from .acc_check import AccCheckJob
 from .analysis import AnalyzeOverflowJob, CompareJob, GradCompareJob
 from .common import JobBase
 from .dump_jobs import OverflowCheckJob, StatisticsJob, TensorJob
@@ -15,15 +16,15 @@ __all__ = ["JobConfig", "JOB_ADAPTER", "TASKS", "COLLECTION_TASKS", "ANALYSIS_TA
 
 JobConfig = Annotated[
     Union[StatisticsJob, TensorJob, OverflowCheckJob, FreeBenchmarkJob, GradProbeJob, MonitorJob, CompareJob,
-          GradCompareJob, AnalyzeOverflowJob],
+          GradCompareJob, AnalyzeOverflowJob, AccCheckJob],
     Field(discriminator="task"),
 ]
 
 _MODELS = (StatisticsJob, TensorJob, OverflowCheckJob, FreeBenchmarkJob, GradProbeJob, MonitorJob, CompareJob,
-           GradCompareJob, AnalyzeOverflowJob)
+           GradCompareJob, AnalyzeOverflowJob, AccCheckJob)
 TASKS: Dict[str, Type[JobBase]] = {model.task_name(): model for model in _MODELS}
 COLLECTION_TASKS: Tuple[str, ...] = ("statistics", "tensor", "overflow_check", "free_benchmark", "grad_probe",
                                      "monitor")
-ANALYSIS_TASKS: Tuple[str, ...] = ("compare", "grad_compare", "analyze_overflow")
+ANALYSIS_TASKS: Tuple[str, ...] = ("compare", "grad_compare", "analyze_overflow", "acc_check")
 
 JOB_ADAPTER: "TypeAdapter[JobBase]" = TypeAdapter(JobConfig)
