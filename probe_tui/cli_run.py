@@ -114,6 +114,17 @@ def cmd_analyze_overflow(args) -> int:
                         label="analyze-overflow")
 
 
+def cmd_acc_check(args) -> int:
+    section: Dict[str, Any] = {"path": args.dump}
+    if args.workers is not None:
+        section["workers"] = args.workers  # checked by the config schema (1..64): one line, exit 2
+    if args.api:
+        section["api_list"] = list(args.api)
+    if args.no_backward:
+        section["backward"] = False
+    return _run_section("acc_check", section, args, label="acc-check")
+
+
 def cmd_merge_runs(args) -> int:
     """``merge-runs OUT RUN...``: one run folder from the node-local copies of a launch (engines/run_merge.py)."""
     from engines.run_merge import MergeError, describe, merge_runs

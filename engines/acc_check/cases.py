@@ -142,11 +142,12 @@ def _data_reason(table: RowTable, case: Case) -> str:
         if not case.outputs:
             return "the backward record keeps no gradients"
     missing = [str(table.slot[r]) for r in needed if bool(table.is_tensor[r]) and int(table.data[r]) < 0]
+    if not missing and not any(int(table.data[r]) >= 0 or not bool(table.is_tensor[r]) for r in case.outputs):
+        missing = [str(table.slot[r]) for r in case.outputs]
     if missing:
         return "tensors not saved (a statistics dump?): %s" % ", ".join(missing[:4])
-    if not any(bool(table.is_tensor[r]) and int(table.data[r]) >= 0 for r in case.outputs):
-        if not any(not bool(table.is_tensor[r]) for r in case.outputs):
-            return "no output was saved"
+    if not case.outputs:
+        return "the record keeps no output"
     return ""
 
 
@@ -230,6 +231,3 @@ def backward_pairs(case: Case, table: RowTable) -> Tuple[Dict[str, int], Dict[st
                  if bool(table.is_tensor[r]) and int(table.data[r]) >= 0}
     return grads_in, grads_out
 
-
-def names(case: Case) -> Optional[str]:
-    return case.record

@@ -60,7 +60,7 @@ def run_acc_check(job: Any, events: Any = None) -> AccCheckResult:
     finally:
         source.close()
     summary = summarise(journal, out_dir)
-    exit_code = EXIT_FINDINGS if summary["error"] else EXIT_OK
+    exit_code = EXIT_FINDINGS if summary["errors"] else EXIT_OK
     if run is not None:
         run.finish(status="finished", exit_code=exit_code, summary=summary)
     return AccCheckResult(exit_code, summary, str(out_dir))
@@ -303,15 +303,17 @@ def summarise(journal: rs.Journal, out_dir: Path) -> Dict[str, Any]:
     for a in skipped:
         for part in a["message"].split("; "):
             if part.startswith(("forward: ", "backward: ")):
-                reasons.setdefault(part.split(": ", 1)[1], []).append(a["name"])
+                names = reasons.setdefault(part.split(": ", 1)[1], [])
+                if a["name"] not in names:
+                    names.append(a["name"])
     head = "%d API(s) checked: %d pass, %d warning, %d error, %d not replayed (SKIP)" % (
         len(apis), counts[st.PASS], counts[st.WARNING], counts[st.ERROR], counts[st.SKIP])
     errors = [a for a in failing if a["status"] == st.ERROR]
     if errors:
         head += ". First error: %s (%s)" % (errors[0]["name"], errors[0]["message"][:160])
     out: Dict[str, Any] = {
-        "verdict": head, "results": str(out_dir), "checked": len(apis), "pass": counts[st.PASS],
-        "warning": counts[st.WARNING], "error": counts[st.ERROR], "skip": counts[st.SKIP],
+        "verdict": head, "results": str(out_dir), "checked": len(apis), "passed": counts[st.PASS],
+        "warnings": counts[st.WARNING], "errors": counts[st.ERROR], "not_replayed_apis": counts[st.SKIP],
         "result_csv": str(journal.result_csv), "details_csv": str(journal.details_csv),
         "failing": [{"name": a["name"], "status": a["status"], "message": a["message"]} for a in failing],
         "not_replayed": {k: len(v) for k, v in reasons.items()},

@@ -161,11 +161,33 @@ def _class_rule(out: OutputResult, standard: str, m: st.Masks, device: np.ndarra
         if ulp["mean_ulp_err"] >= 64 and ulp["ulp_err_proportion"] >= 0.05:
             return st.ERROR, "ULP: mean %.4g ulp (>= 64) and %.4g%% above 32 ulp (>= 5%%)" % (
                 ulp["mean_ulp_err"], 100 * ulp["ulp_err_proportion"])
+    elif standard == BENCHMARK:
+        return _benchmark_rule(out, m, bench, d)
     elif standard == THOUSANDTH:
         ratio = st.thousandth_ratio(m)
         out.metrics["thousandth"] = ratio
         if ratio < 0.999:
             return st.ERROR, "thousandth ratio %.6g < 0.999" % ratio
+    return None
+
+
+BENCHMARK_LIMITS = (("mean_rel_err", 2.0), ("rmse", 2.0))
+
+
+def _benchmark_rule(out: OutputResult, m: st.Masks, bench: np.ndarray, d: str) -> Optional[Tuple[str, str]]:
+    """msprobe's benchmark ratios (api_precision_compare) with the reference rounded to the device dtype as the
+    second device: the mean relative error and the RMSE may be at most twice the ideal's (each floored at the
+    dtype's minimum error). The small-value and maximum relative error ratios are left to a real second device:
+    against an ideal one, the few elements a cancellation leaves near zero dominate them."""
+    ideal = st.Masks(_device_rounded(bench, d), bench, d, out.bench_dtype)
+    ideal_metrics = st.benchmark(ideal)
+    bad = []
+    for key, limit in BENCHMARK_LIMITS:
+        ratio = st.precision_ratio(out.metrics[key], ideal_metrics[key], d)
+        if ratio > limit:
+            bad.append("%s %.3g is %.3g x the ideal's (> %g)" % (key, out.metrics[key], ratio, limit))
+    if bad:
+        return st.ERROR, "benchmark: " + "; ".join(bad)
     return None
 
 

@@ -1,0 +1,156 @@
+"""acc_check end to end on the demo: the fp32 tensor dump passes; an injected low-precision softmax and a kernel
+swapped for a slightly wrong one (a TorchDispatchMode) fail, and only they; a resumed check equals an
+uninterrupted one; calls that cannot replay are listed with the reason."""
+
+import csv
+import json
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
+
+from engines.acc_check import engine as acc_engine  # noqa: E402
+from engines.acc_check import results as rs  # noqa: E402
+from engines.events import ListSink, NullSink  # noqa: E402
+from engines.runner import JobError, run_job  # noqa: E402
+from schemas import load_config  # noqa: E402
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+
+def _tensor_dump(folder, faults=None, steps=1):
+    demo = {"preset": "tiny", "steps": steps, "dtype": "fp32"}
+    if faults:
+        demo["faults"] = faults
+    job = load_config({"task": "tensor", "dump_path": str(folder), "target": {"demo": demo}, "level": "L1",
+                       "tensor": {"data_mode": ["all"], "summary_mode": "statistics"}})
+    assert run_job(job, events=NullSink()).exit_code == 0
+    return folder / "latest"
+
+
+def _check(dump, out, events=None, **section):
+    job = load_config({"task": "acc_check", "acc_check": {"path": str(dump), "output_path": str(out), **section}})
+    return run_job(job, events=events or NullSink(), fail_on_findings=True)
+
+
+def _results(out):
+    (path,) = out.glob("accuracy_checking_result_*.csv")
+    with open(path, newline="", encoding="utf-8") as fh:
+        return list(csv.DictReader(fh))
+
+
+@pytest.fixture(scope="module")
+def fp32_dump(tmp_path_factory, one_torch_thread_for_module):
+    return _tensor_dump(tmp_path_factory.mktemp("fp32"))
+
+
+def test_fp32_demo_dump_has_no_false_positive(fp32_dump, tmp_path):
+    events = ListSink()
+    outcome = _check(fp32_dump, tmp_path / "out", events)
+    assert outcome.exit_code == 0, outcome.summary["verdict"]
+    rows = _results(tmp_path / "out")
+    assert len(rows) == outcome.summary["checked"] > 100
+    bad = [r for r in rows if {r["Forward Test Success"], r["Backward Test Success"]} & {"error", "warning"}]
+    assert bad == []
+    # forward and backward were both replayed (the dump keeps the gradients)
+    linear = next(r for r in rows if r["API name"] == "Functional.linear.0")
+    assert (linear["Forward Test Success"], linear["Backward Test Success"]) == ("pass", "pass")
+    steps = [e for e in events.events if e.kind == "step"]
+    assert steps and steps[-1]["unit"] == "api" and steps[-1]["step"] + 1 == steps[-1]["total_steps"] == len(rows)
+    # the details CSV has msprobe's columns and one row per output
+    (details,) = (tmp_path / "out").glob("accuracy_checking_details_*.csv")
+    with open(details, newline="", encoding="utf-8") as fh:
+        table = list(csv.reader(fh))
+    assert tuple(table[0]) == rs.DETAILS_COLUMNS
+    assert "Functional.linear.0.backward.output.1" in {r[0] for r in table[1:]}
+    # and the HDF5 store holds the same
+    apis, outputs = rs.read_result(tmp_path / "out")
+    assert [a["name"] for a in apis] == [r["API name"] for r in rows]
+    assert len(outputs) == len(table) - 1
+
+
+def test_injected_low_precision_softmax_is_the_only_failure(tmp_path):
+    dump = _tensor_dump(tmp_path / "dump", {"lowp_softmax": {"layer": 1}})
+    outcome = _check(dump, tmp_path / "out")
+    assert outcome.exit_code == 3
+    rows = _results(tmp_path / "out")
+    failing = [r["API name"] for r in rows if "error" in (r["Forward Test Success"], r["Backward Test Success"])]
+    assert failing == ["Demo.naive_softmax.0"]
+    others = {r["Forward Test Success"] for r in rows if r["API name"] != "Demo.naive_softmax.0"}
+    assert others <= {"pass", "SKIP"}
+    # the bf16 casts around the fault are listed as not replayed, with the reason, never passed silently
+    casts = [r for r in rows if r["API name"].startswith("Tensor.to.")]
+    assert casts and all(r["Forward Test Success"] == "SKIP" and "not a computation" in r["Message"] for r in casts)
+    assert "ULP" in outcome.summary["failing"][0]["message"]
+
+
+class _SlightlyWrongGelu(TorchDispatchMode):
+    """aten.gelu with its result off by one part in a thousand: the kernel under test."""
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        if func is torch.ops.aten.gelu.default:
+            out = out * (1 + 1e-3)
+        return out
+
+
+def test_kernel_swapped_by_a_dispatch_mode_is_the_only_failure(tmp_path):
+    with _SlightlyWrongGelu():
+        dump = _tensor_dump(tmp_path / "dump")
+    outcome = _check(dump, tmp_path / "out")
+    rows = _results(tmp_path / "out")
+    failing = sorted(r["API name"] for r in rows if "error" in (r["Forward Test Success"],
+                                                                  r["Backward Test Success"]))
+    assert failing == ["Functional.gelu.0", "Functional.gelu.1"]
+    gelu = next(r for r in rows if r["API name"] == "Functional.gelu.0")
+    assert gelu["Forward Test Success"] == "error" and gelu["Backward Test Success"] == "pass"
+    assert {r["Forward Test Success"] for r in rows if not r["API name"].startswith("Functional.gelu")} == {"pass"}
+    assert outcome.exit_code == 3
+
+
+def test_resumed_check_equals_an_uninterrupted_one(fp32_dump, tmp_path, monkeypatch):
+    assert _check(fp32_dump, tmp_path / "whole").exit_code == 0
+
+    def stop_after(count):
+        if count == 40:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(acc_engine, "_after_api", stop_after)
+    stopped = _check(fp32_dump, tmp_path / "resumed")
+    assert stopped.status == "stopped"
+    assert len(_results(tmp_path / "resumed")) == 40
+    monkeypatch.setattr(acc_engine, "_after_api", lambda count: None)
+    events = ListSink()
+    assert _check(fp32_dump, tmp_path / "resumed", events).exit_code == 0
+    assert any("resuming" in e["text"] for e in events.events if e.kind == "message")
+    assert _results(tmp_path / "resumed") == _results(tmp_path / "whole")
+    (a,) = (tmp_path / "whole").glob("accuracy_checking_details_*.csv")
+    (b,) = (tmp_path / "resumed").glob("accuracy_checking_details_*.csv")
+    assert a.read_text(encoding="utf-8") == b.read_text(encoding="utf-8")
+    assert json.dumps(rs.read_result(tmp_path / "whole")) == json.dumps(rs.read_result(tmp_path / "resumed"))
+    # a finished check is not run again into the same folder
+    with pytest.raises(JobError, match="holds a finished check"):
+        _check(fp32_dump, tmp_path / "resumed")
+
+
+def test_statistics_dump_lists_every_call_as_not_replayed(tmp_path):
+    job = load_config({"task": "statistics", "dump_path": str(tmp_path / "dump"),
+                       "target": {"demo": {"preset": "tiny", "steps": 1}}, "level": "L1",
+                       "statistics": {"data_mode": ["forward"]}})
+    run_job(job, events=NullSink())
+    outcome = _check(tmp_path / "dump" / "latest", tmp_path / "out")
+    rows = _results(tmp_path / "out")
+    assert rows and {r["Forward Test Success"] for r in rows} == {"SKIP"}
+    assert all("tensors not saved" in r["Message"] for r in rows)
+    assert outcome.exit_code == 0 and outcome.summary["passed"] == 0
+
+
+def test_bad_dump_path_is_one_line_exit_2(tmp_path, capsys):
+    from probe_tui.cli import main
+
+    assert main(["acc-check", str(tmp_path / "missing")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "acc_check.path" in err[0] and "no such file" in err[0]
+    assert not json.dumps(err).count("Traceback")
