@@ -131,6 +131,10 @@ def starter_config(task: str) -> Dict[str, Any]:
         return {"task": task, "comment": "Needs an earlier overflow_check run: probe-tui --run "
                 "sample_configs/overflow_check.json.", "dump_path": "./probe_dump",
                 task: {"path": "./probe_dump/overflow/latest"}}
+    if task == "acc_check":
+        return {"task": task, "comment": "Needs earlier runs: a tensor dump, e.g. probe-tui --run "
+                "sample_configs/tensor_lowp.json.", "dump_path": "./probe_dump",
+                task: {"path": "./probe_dump/demo_lowp_tensor/latest"}}
     if task in ANALYSIS_TASKS:
         kind = "demo" if task == "compare" else "grad"
         return {
