@@ -9,7 +9,7 @@ non-tensor arguments come from the record's ``args`` JSON where the dump keeps i
 import json
 import math
 import re
-from typing import Any, Dict, Iterator, List, Optional, Tuple
+from typing import Any, Dict, Iterator, List, Tuple
 
 import numpy as np
 

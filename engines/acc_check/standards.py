@@ -8,7 +8,7 @@ float32 devices, float32 for float16/bfloat16); both arrive as numpy arrays, bfl
 """
 
 import math
-from typing import Dict, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 
@@ -176,9 +176,9 @@ def ulp_error(device: np.ndarray, bench: np.ndarray, device_dtype: str) -> Dict[
     """Errors in units of the device dtype's last place at the bench value: max, mean and the fraction above the
     dtype's threshold (float32 in float64, float16/bfloat16 in float32)."""
     c = constants(device_dtype)
-    wide = np.float64 if short_dtype(device_dtype) == "float32" else np.float32
-    n = np.asarray(device, dtype=wide).reshape(-1)
-    b = np.asarray(bench, dtype=wide).reshape(-1)
+    wide: Any = np.float64 if short_dtype(device_dtype) == "float32" else np.float32
+    n: np.ndarray = np.asarray(device, dtype=wide).reshape(-1)
+    b: np.ndarray = np.asarray(bench, dtype=wide).reshape(-1)
     if n.size == 0:
         return {"max_ulp_err": 0.0, "mean_ulp_err": 0.0, "ulp_err_proportion": 0.0}
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
@@ -245,7 +245,7 @@ def ladder(cosine: Optional[float], cosine_note: str, max_abs: float, hundredth:
     return PASS, ""
 
 
-def worst(statuses: "list[str]") -> str:
+def worst(statuses: List[str]) -> str:
     """API aggregation: no status gives ' ' (not checked); all SKIP gives SKIP; else the worst of the others."""
     if not statuses:
         return " "
