@@ -170,3 +170,13 @@ def test_real_msprobe_tensor_dump_replays_forward_from_its_rows(tmp_path):
     assert rows["Functional.cross_entropy.0"]["Backward Test Success"] == "SKIP"
     assert "inner kernels" in rows["Functional.cross_entropy.0"]["Message"]
     assert outcome.exit_code == 0
+
+
+def test_two_workers_write_what_one_writes(fp32_dump, tmp_path):
+    one = _check(fp32_dump, tmp_path / "one", api_list=["linear", "softmax", "gelu"])
+    two = _check(fp32_dump, tmp_path / "two", api_list=["linear", "softmax", "gelu"], workers=2)
+    assert one.exit_code == two.exit_code == 0
+    (a,) = (tmp_path / "one").glob("accuracy_checking_details_*.csv")
+    (b,) = (tmp_path / "two").glob("accuracy_checking_details_*.csv")
+    assert a.read_text(encoding="utf-8") == b.read_text(encoding="utf-8")
+    assert len(_results(tmp_path / "two")) == 9 + 2 + 2

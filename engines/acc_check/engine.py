@@ -165,8 +165,12 @@ def _check(source: DumpSource, pieces: List[Tuple[int, int]], section: Any, repl
     for rank, step in pieces:
         table = source.rows(rank, step)
         prefix = "rank%d.step%d." % (rank, step) if several else ""
-        plan.append((rank, step, len(apis_of(table, {}, rank, step, section, prefix))))
-    total = sum(n for _, _, n in plan)
+        plan.append((rank, step, [a.name for a in apis_of(table, {}, rank, step, section, prefix)]))
+    total = sum(len(names) for _, _, names in plan)
+    workers = int(_get(section, "workers", 1) or 1)
+    if workers > 1:
+        _check_parallel(source, plan, section, journal, events, several, workers, total)
+        return
     started = time.time()
     count = 0
     for rank, step, _ in plan:
@@ -189,6 +193,65 @@ def _check(source: DumpSource, pieces: List[Tuple[int, int]], section: Any, repl
         finally:
             reader.close()
         source.release_others(rank)
+
+
+def _check_parallel(source: DumpSource, plan: List[Tuple[int, int, List[str]]], section: Any, journal: rs.Journal,
+                    events: Any, several: bool, workers: int, total: int) -> None:
+    """APIs replayed on ``workers`` processes (each reads its own APIs' tensors); results come back in dump order
+    and only this process writes them, so the files are the same as with one worker."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    todo: List[Tuple[int, int, str, str]] = []
+    done_before = 0
+    for rank, step, names in plan:
+        prefix = "rank%d.step%d." % (rank, step) if several else ""
+        for name in names:
+            if name in journal.done:
+                done_before += 1
+            else:
+                todo.append((rank, step, prefix, name))
+    started = time.time()
+    count = done_before
+    context = multiprocessing.get_context("spawn")  # torch's thread pools do not survive a fork
+    with ProcessPoolExecutor(max_workers=min(workers, max(1, len(todo))), mp_context=context,
+                             initializer=_worker_init, initargs=(str(source.path), section)) as pool:
+        try:
+            for entry, outputs in pool.map(_worker_check, todo, chunksize=4):
+                count += 1
+                journal.add(entry, outputs)
+                _emit(events, "step", step=count - 1, total_steps=total, unit="api",
+                      elapsed_s=round(time.time() - started, 3), records=count)
+                _after_api(count)
+        except BaseException:
+            pool.shutdown(wait=False, cancel_futures=True)
+            raise
+
+
+_WORKER: Dict[str, Any] = {}
+
+
+def _worker_init(path: str, section: Any) -> None:
+    replay = adapter_module("pytorch", "acc_replay")
+    replay.set_threads(1)
+    _WORKER.update(source=open_dump(path), section=section, replay=replay, piece=None)
+
+
+def _worker_check(task: Tuple[int, int, str, str]) -> Tuple[Dict[str, Any], List[Dict[str, Any]]]:
+    rank, step, prefix, name = task
+    source: DumpSource = _WORKER["source"]
+    piece = _WORKER["piece"]
+    if piece is None or piece[0] != (rank, step):
+        if piece is not None:
+            piece[2].close()
+        table = source.rows(rank, step)
+        args = source.record_args(rank, step)
+        apis = {a.name: a for a in apis_of(table, args, rank, step, _WORKER["section"], prefix)}
+        piece = _WORKER["piece"] = ((rank, step), table, source.tensor_spec(rank, step).open(), apis)
+    api = piece[3][name]
+    if api.backward is not None and source.origin == "msprobe" and not api.backward.skip:
+        api.backward.skip = MSPROBE_BACKWARD
+    return check_api(api, piece[1], piece[2], _WORKER["replay"], rank, step)
 
 
 def check_api(api: _Api, table: RowTable, reader: TensorReader, replay: Any, rank: int, step: int
