@@ -20,6 +20,10 @@ class AccCheckSection(ConfigModel):
         None, "Folder for the results. Unset: a new run folder under dump_path. A folder holding an interrupted "
               "check continues it.", min_length=1)
     backward: bool = field(True, "Also replay the backward calls whose gradients and forward inputs the dump kept.")
+    generate: bool = field(
+        True, "Calls whose input tensors the dump did not save (a statistics dump) replay from inputs generated from "
+              "each record's shape, dtype, min and max (seeded; msprobe's random mode), the device side run on this "
+              "machine as recorded; their results say so. false: list them as not replayed.")
     api_list: List[str] = field(
         default_factory=list, description="Check only these APIs (short names: softmax, linear, add_; msprobe's "
                                           "white_list); empty = all.")

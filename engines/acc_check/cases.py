@@ -29,6 +29,7 @@ NOT_COMPUTE = frozenset(("to", "type", "float", "double", "half", "bfloat16", "i
                          "npu", "empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided",
                          "empty_with_format", "copy_", "detach", "clone", "numpy", "item", "tolist", "data_ptr",
                          "__setitem__", "requires_grad_", "retain_grad", "register_hook", "backward"))
+NOT_SAVED = "tensors not saved (a statistics dump?): "
 _COLLECTIVE_PREFIXES = ("Distributed", "Mint_distributed", "Comm")
 _RECORD = re.compile(r"^(?P<base>.+)\.(?P<index>\d+)\.(?P<direction>forward|backward)$")
 
@@ -37,7 +38,7 @@ class Case:
     """One API call to check: its record (``Functional.softmax.0.forward``) and its rows in the step's table."""
 
     __slots__ = ("rank", "step", "record", "api", "direction", "args_json", "inputs", "outputs", "forward_inputs",
-                 "forward_outputs", "skip")
+                 "forward_outputs", "skip", "generated")
 
     def __init__(self, rank: int, step: int, record: str, api: str, direction: str) -> None:
         self.rank = rank
@@ -51,6 +52,7 @@ class Case:
         self.forward_inputs: List[int] = []  # backward: the forward record's inputs
         self.forward_outputs: List[str] = []  # backward: the forward record's output slots
         self.skip = ""  # why this call cannot replay ("" when it can)
+        self.generated = False  # its missing input tensors are generated from their statistics
 
     @property
     def key(self) -> str:
@@ -98,7 +100,8 @@ def _deterministic_dropout(api: str, args_json: str) -> bool:
     return (isinstance(p, (int, float)) and float(p) == 0.0) or training is False
 
 
-def cases_of(table: RowTable, args: Dict[str, str], rank: int, step: int, backward: bool = True) -> Iterator[Case]:
+def cases_of(table: RowTable, args: Dict[str, str], rank: int, step: int, backward: bool = True,
+             generate: bool = False) -> Iterator[Case]:
     """The API calls of one (rank, step) piece in dump order, each with its rows and skip reason."""
     codes, records = table.record_codes()
     rows_of: Dict[str, np.ndarray] = {}
@@ -127,6 +130,11 @@ def cases_of(table: RowTable, args: Dict[str, str], rank: int, step: int, backwa
                 case.forward_inputs = [int(r) for r in fwd if int(table.io[r]) == IO_INPUT]
                 case.forward_outputs = [str(table.slot[r]) for r in fwd if int(table.io[r]) == IO_OUTPUT]
         case.skip = skip_reason(prefix, api, case.args_json) or _data_reason(table, case)
+        if generate and case.skip.startswith(NOT_SAVED):
+            if case.direction == "forward":
+                case.skip, case.generated = "", True
+            else:
+                case.skip = "the dump saved no tensors (statistics): a backward is not replayed from generated inputs"
         yield case
 
 
@@ -145,7 +153,7 @@ def _data_reason(table: RowTable, case: Case) -> str:
     if not missing and not any(int(table.data[r]) >= 0 or not bool(table.is_tensor[r]) for r in case.outputs):
         missing = [str(table.slot[r]) for r in case.outputs]
     if missing:
-        return "tensors not saved (a statistics dump?): %s" % ", ".join(missing[:4])
+        return NOT_SAVED + ", ".join(missing[:4])
     if not case.outputs:
         return "the record keeps no output"
     return ""

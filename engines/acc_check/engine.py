@@ -18,6 +18,7 @@ from engines.acc_check import cases as cs
 from engines.acc_check import results as rs
 from engines.acc_check import rules
 from engines.acc_check import standards as st
+from engines.acc_check.generated import SEED, generated_inputs
 from engines.capture.options import field_of as _get
 from engines.dumps.opener import open_dump
 from engines.dumps.rows import RowTable, parse_shape
@@ -146,10 +147,11 @@ def apis_of(table: RowTable, args: Dict[str, str], rank: int, step: int, section
     white = set(_get(section, "api_list", None) or [])
     black = set(_get(section, "black_list", None) or [])
     backward = bool(_get(section, "backward", True))
+    generate = bool(_get(section, "generate", True))
     forward: Dict[str, cs.Case] = {}
     backs: Dict[str, cs.Case] = {}
     order: List[str] = []
-    for case in cs.cases_of(table, args, rank, step, backward):
+    for case in cs.cases_of(table, args, rank, step, backward, generate):
         if (white and case.api not in white) or case.api in black:
             continue
         base = case.forward_record[:-len(".forward")]
@@ -272,9 +274,9 @@ def check_api(api: _Api, table: RowTable, reader: TensorReader, replay: Any, ran
         if why:
             messages.append("backward: " + why)
         outputs.extend(bwd_outs)
-    for o in outputs:
-        if o.status in (st.ERROR, st.WARNING) and o.message:
-            messages.append("%s: %s" % (_tail(o.name), o.message))
+    failures = ["%s: %s" % (_tail(o.name), o.message) for o in outputs
+                if o.status in (st.ERROR, st.WARNING) and o.message]
+    messages = failures + messages
     overall = st.worst([s for s in (fwd_status, bwd_status) if s != " "])
     entry = {"rank": rank, "step": step, "name": api.name, "forward": fwd_status, "backward": bwd_status,
              "status": overall, "message": "; ".join(messages)}
@@ -315,8 +317,17 @@ def _run_forward(case: cs.Case, table: RowTable, reader: TensorReader, replay: A
                  ) -> Tuple[List[rules.OutputResult], str]:
     if case.skip:
         return [], case.skip
+    saved = _saved(table, reader, case.inputs)
+    device_outs: Optional[Dict[str, Any]] = None
+    if case.generated:
+        made, why = generated_inputs(table, [r for r in case.inputs if str(table.slot[r]) not in saved], case.record)
+        if made is None:
+            return [], "inputs cannot be generated: " + why
+        saved.update(made)
     try:
-        ref, outs, _ = replay.replay_forward(case.forward_record, case.args_json, _saved(table, reader, case.inputs))
+        ref, outs, _ = replay.replay_forward(case.forward_record, case.args_json, saved)
+        if case.generated:
+            device_outs = replay.run_as_saved(case.forward_record, case.args_json, saved)
     except UnsafeApiName as exc:
         raise JobError("acc_check.path: %s" % exc) from None
     except replay.ReplayError as exc:
@@ -324,8 +335,28 @@ def _run_forward(case: cs.Case, table: RowTable, reader: TensorReader, replay: A
     results = []
     for r in case.outputs:
         slot = str(table.slot[r])
-        results.append(_judge(case, table, reader, r, case.record + "." + slot, outs.get(slot), ref))
+        name = case.record + "." + slot
+        if device_outs is not None:
+            results.append(_judge_generated(case, table, r, name, device_outs.get(slot), outs.get(slot), ref))
+        else:
+            results.append(_judge(case, table, reader, r, name, outs.get(slot), ref))
     return results, ("" if results else "no output to compare")
+
+
+GENERATED = "inputs generated from the statistics (seed %d), device side run here as recorded" % SEED
+
+
+def _judge_generated(case: cs.Case, table: RowTable, r: int, name: str, device: Any, bench: Any, ref: str
+                     ) -> rules.OutputResult:
+    """An output of a call replayed from generated inputs: this machine's run as recorded against the reference."""
+    if not isinstance(device, np.ndarray):
+        got = rules.judge_value(name, device, bench)
+    else:
+        if bench is not None and not isinstance(bench, np.ndarray):
+            bench = np.asarray(bench)
+        got = rules.judge_tensor(name, case.api, device, cs.tensor_dtype_name(table, r), bench, "torch." + ref)
+    got.message = GENERATED + ("; " + got.message if got.message else "")
+    return got
 
 
 def _run_backward(case: cs.Case, table: RowTable, reader: TensorReader, replay: Any
@@ -381,7 +412,10 @@ def summarise(journal: rs.Journal, out_dir: Path) -> Dict[str, Any]:
     for a in skipped:
         for part in a["message"].split("; "):
             if part.startswith(("forward: ", "backward: ")):
-                names = reasons.setdefault(part.split(": ", 1)[1], [])
+                reason = part.split(": ", 1)[1]
+                if reason.startswith(cs.NOT_SAVED):
+                    reason = cs.NOT_SAVED.rstrip(": ")
+                names = reasons.setdefault(reason, [])
                 if a["name"] not in names:
                     names.append(a["name"])
     head = "%d API(s) checked: %d pass, %d warning, %d error, %d not replayed (SKIP)" % (

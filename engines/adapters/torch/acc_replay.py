@@ -102,6 +102,25 @@ def replay_forward(name: str, args_json: str, saved: Saved, grads: Optional[Save
     return ref, {slot: to_numpy(v) for slot, v in outputs}, gradients
 
 
+def run_as_saved(name: str, args_json: str, saved: Saved) -> Dict[str, Any]:
+    """{output slot: value} of the call run as recorded (its own dtypes) on this machine's CPU: the device under
+    test when the inputs were generated from a statistics dump."""
+    if name.startswith("Demo."):
+        from engines.adapters.torch import demo_model  # noqa: F401  registers the demo's operators (demo::...)
+    func = ovr.resolve_callable(name)
+    tensors = {slot: _tensor(*v) for slot, v in saved.items()}
+    args, kwargs = rp.build_call(args_json, tensors, ovr._torch_value, "out")
+    if name.split(".")[1:2] == ["__getitem__"] and len(args) > 1 and isinstance(args[1], list):
+        args[1] = tuple(args[1])
+    with torch.no_grad():
+        try:
+            out = func(*args, **kwargs)
+        except Exception as exc:
+            raise ReplayError("%s failed as recorded: %s: %s" % (name, type(exc).__name__, rp.one_line(exc))) \
+                from None
+    return {slot: to_numpy(v) for slot, v in flatten_outputs(out)}
+
+
 def _backward(name: str, outputs: List[Tuple[str, Any]], raised: Dict[str, Any], grads: Saved, want: List[str],
               high: torch.dtype) -> Dict[str, Any]:
     outs, seeds = [], []
