@@ -7,6 +7,7 @@ next one is read, so memory holds one API's tensors and an interrupted check con
 (``results.Journal``). Calls that cannot replay are listed with the reason (status SKIP), never passed.
 """
 
+import sys
 import time
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
@@ -215,7 +216,11 @@ def _check_parallel(source: DumpSource, plan: List[Tuple[int, int, List[str]]], 
                 todo.append((rank, step, prefix, name))
     started = time.time()
     count = done_before
-    context = multiprocessing.get_context("spawn")  # torch's thread pools do not survive a fork
+    # fork where the platform has it: a spawned worker imports torch again (seconds each); the parent has run no
+    # torch computation here (it only lists the APIs), and each worker runs one torch thread
+    methods = multiprocessing.get_all_start_methods()
+    context = multiprocessing.get_context("fork" if "fork" in methods and sys.platform.startswith("linux")
+                                          else "spawn")
     with ProcessPoolExecutor(max_workers=min(workers, max(1, len(todo))), mp_context=context,
                              initializer=_worker_init, initargs=(str(source.path), section)) as pool:
         try:
