@@ -104,6 +104,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-backward", action="store_true", help="replay forward calls only")
     _add_job_flags(p)
 
+    p = sub.add_parser("reproduce", help="write a self-contained script + input file that reruns one API of a dump "
+                                          "on a device and on the CPU reference")
+    p.add_argument("source", metavar="RESULT_OR_DUMP", help="an acc_check result folder or a tensor dump")
+    p.add_argument("op", metavar="OP_NAME", help="the API as the result CSV names it, e.g. Functional.softmax.0")
+    p.add_argument("-o", "--output", metavar="DIR", default=".", help="where to write the two files (default .)")
+
     p = sub.add_parser("merge-runs", help="join the node-local run folders of one launch (same run-id) into OUT")
     p.add_argument("out", metavar="OUT", help="the merged run folder to create (must not exist)")
     p.add_argument("runs", nargs="+", metavar="RUN", help="run folders (or dump paths: their latest run)")

@@ -195,3 +195,32 @@ def test_two_workers_write_what_one_writes(fp32_dump, tmp_path):
     (b,) = (tmp_path / "two").glob("accuracy_checking_details_*.csv")
     assert a.read_text(encoding="utf-8") == b.read_text(encoding="utf-8")
     assert len(_results(tmp_path / "two")) == 9 + 2 + 2
+
+
+def test_reproduce_writes_a_script_that_runs_with_torch_and_numpy_only(fp32_dump, tmp_path, capsys):
+    import subprocess
+    import sys
+
+    from probe_tui.cli import main
+
+    assert _check(fp32_dump, tmp_path / "out", api_list=["linear"]).exit_code == 0
+    assert main(["reproduce", str(tmp_path / "out"), "Functional.linear.3", "-o", str(tmp_path / "rep")]) == 0
+    script = tmp_path / "rep" / "Functional.linear.3.forward.py"
+    assert script.is_file() and (tmp_path / "rep" / "Functional.linear.3.forward.npz").is_file()
+    assert "probe_tui" not in script.read_text(encoding="utf-8") and "engines" not in script.read_text(
+        encoding="utf-8")
+    # run from another folder, with no probe-tui on the path
+    done = subprocess.run([sys.executable, str(script), "--device", "cpu"], cwd=str(tmp_path), env={
+        "PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1"}, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0] == "Functional.linear.3.forward on cpu, reference on cpu in float64"
+    device = json.loads(lines[2].split(":", 1)[1])
+    recorded = json.loads(lines[3].split(":", 1)[1])
+    assert device == recorded  # this machine computes what the demo recorded
+    assert device["cosine"] > 0.999999 and device["max_abs_err"] < 1e-6
+    # an op the dump does not have: one line, exit 2
+    capsys.readouterr()
+    assert main(["reproduce", str(tmp_path / "out"), "Functional.nothing.0"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "Functional.nothing.0" in err[0]

@@ -54,7 +54,7 @@ def run_acc_check(job: Any, events: Any = None) -> AccCheckResult:
         replay = _replay_module(source)
         pieces = _pieces(source, section)
         out_dir, run = _output_folder(job, section, path)
-        journal = rs.Journal(out_dir, path, time.strftime("%Y%m%d%H%M%S"))
+        journal = rs.Journal(out_dir, str(Path(path).expanduser().resolve()), time.strftime("%Y%m%d%H%M%S"))
         try:
             if journal.finished:
                 raise JobError("acc_check.output_path: %s holds a finished check; give a new folder" % out_dir)

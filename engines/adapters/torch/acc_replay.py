@@ -143,3 +143,22 @@ def _backward(name: str, outputs: List[Tuple[str, Any]], raised: Dict[str, Any],
 def set_threads(n: int) -> None:
     """Intra-op threads of this process (workers run one thread each)."""
     torch.set_num_threads(max(1, n))
+
+
+_EXPRESSIONS = {"Tensor": "torch.Tensor.%s", "Functional": "torch.nn.functional.%s", "Torch": "torch.%s",
+                "VF": "torch._VF.%s", "Aten": "torch.ops.aten.%s", "NPU": "torch.ops.npu.%s"}
+
+
+def callable_expression(name: str) -> str:
+    """The Python expression a reproduction script calls for the record ``name`` (checked against the capture's
+    API table first: a name it does not replay is a ``ReplayError``)."""
+    if name.startswith("Demo."):
+        from engines.adapters.torch import demo_model  # noqa: F401  registers the demo's operators (demo::...)
+    func = ovr.resolve_callable(name)
+    prefix, api = rp.split_api_name(name)
+    pattern = _EXPRESSIONS.get(prefix)
+    if pattern is not None:
+        return pattern % api
+    packet = getattr(func, "_qualified_op_name", "") or ""
+    namespace = packet.split("::")[0] if "::" in packet else prefix.lower()
+    return "torch.ops.%s.%s" % (namespace, api)
