@@ -224,3 +224,15 @@ def test_reproduce_writes_a_script_that_runs_with_torch_and_numpy_only(fp32_dump
     assert main(["reproduce", str(tmp_path / "out"), "Functional.nothing.0"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "Functional.nothing.0" in err[0]
+
+
+def test_a_judging_failure_is_listed_not_passed_nor_a_crash(fp32_dump, tmp_path, monkeypatch):
+    def broken(*args, **kwargs):
+        raise ValueError("odd data")
+
+    monkeypatch.setattr(acc_engine.rules, "judge_tensor", broken)
+    outcome = _check(fp32_dump, tmp_path / "out", api_list=["gelu"])
+    rows = _results(tmp_path / "out")
+    assert [r["Forward Test Success"] for r in rows] == ["SKIP", "SKIP"]
+    assert all("not judged: ValueError: odd data" in r["Message"] for r in rows)
+    assert outcome.exit_code == 0 and outcome.summary["passed"] == 0

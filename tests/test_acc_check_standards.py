@@ -155,3 +155,9 @@ def test_nonfinite_shape_and_values():
     assert rules.judge_value("o", 3, 3).status == st.PASS
     assert rules.judge_value("o", 3, 4).status == st.ERROR
     assert rules.judge_value("o", math.nan, math.nan).status == st.PASS
+
+
+def test_complex_outputs_are_judged_on_their_parts():
+    bench = np.array([1 + 2j, 3 - 1j])
+    assert _judge("fft", bench.astype(np.complex64), bench, "torch.complex64").status == st.PASS
+    assert _judge("fft", (bench * 1.1).astype(np.complex64), bench, "torch.complex64").status == st.ERROR

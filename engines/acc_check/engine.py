@@ -268,13 +268,13 @@ def check_api(api: _Api, table: RowTable, reader: TensorReader, replay: Any, ran
     messages: List[str] = []
     fwd_status = bwd_status = " "
     if api.forward is not None:
-        fwd_outs, why = _run_forward(api.forward, table, reader, replay)
+        fwd_outs, why = _guarded(_run_forward, api.forward, table, reader, replay)
         fwd_status = st.SKIP if why else st.worst([o.status for o in fwd_outs])
         if why:
             messages.append("forward: " + why)
         outputs.extend(fwd_outs)
     if api.backward is not None:
-        bwd_outs, why = _run_backward(api.backward, table, reader, replay)
+        bwd_outs, why = _guarded(_run_backward, api.backward, table, reader, replay)
         bwd_status = st.SKIP if why else st.worst([o.status for o in bwd_outs])
         if why:
             messages.append("backward: " + why)
@@ -293,6 +293,20 @@ def check_api(api: _Api, table: RowTable, reader: TensorReader, replay: Any, ran
                      "metrics": {k: v for k, v in o.metrics.items() if v == v}, "status": o.status,
                      "message": o.message})
     return entry, rows
+
+
+def _guarded(run: Any, case: cs.Case, table: RowTable, reader: TensorReader, replay: Any
+             ) -> Tuple[List[rules.OutputResult], str]:
+    """A call whose judging fails unexpectedly is listed (SKIP, with the error), never passed and never a crash;
+    a damaged dump and a crafted record name stay bad input (exit code 2)."""
+    try:
+        result: Tuple[List[rules.OutputResult], str] = run(case, table, reader, replay)
+        return result
+    except (BadInputError, KeyboardInterrupt):
+        raise
+    except Exception as exc:
+        return [], "not judged: %s: %s" % (type(exc).__name__, str(exc).strip().splitlines()[0][:200]
+                                            if str(exc).strip() else "")
 
 
 def _tail(name: str) -> str:

@@ -103,6 +103,10 @@ def judge_tensor(name: str, api: str, device: np.ndarray, device_dtype: str, ben
         return out.set(st.ERROR, "shape %s differs from the reference's %s" % (shape, st_shape(bench)))
     if device.size == 0:
         return out.set(st.SKIP, "empty output, nothing to compare")
+    if device.dtype.kind == "c" or bench.dtype.kind == "c":  # complex: real and imaginary parts as pairs
+        device = np.stack([np.real(device), np.imag(device)], axis=-1).astype(np.float64)
+        bench = np.stack([np.real(bench), np.imag(bench)], axis=-1).astype(np.float64)
+        d = "float64"
     if device.dtype.kind not in "fc" or d not in st.STANDARD_DTYPES + ("float64",):
         return _judge_exact(out, device, bench)
     if bench.dtype.kind not in "fc":
