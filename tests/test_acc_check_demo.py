@@ -236,3 +236,27 @@ def test_a_judging_failure_is_listed_not_passed_nor_a_crash(fp32_dump, tmp_path,
     assert [r["Forward Test Success"] for r in rows] == ["SKIP", "SKIP"]
     assert all("not judged: ValueError: odd data" in r["Message"] for r in rows)
     assert outcome.exit_code == 0 and outcome.summary["passed"] == 0
+
+
+def test_a_damaged_journal_is_one_line_exit_2(fp32_dump, tmp_path, capsys):
+    from probe_tui.cli import main
+
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / rs.JOURNAL).write_text("not json\n")
+    assert main(["acc-check", str(fp32_dump), "-o", str(out), "--api", "gelu"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "acc_check.output_path" in err[0] and "journal" in err[0]
+
+
+def test_a_line_cut_by_an_interruption_runs_again(fp32_dump, tmp_path):
+    assert _check(fp32_dump, tmp_path / "whole", api_list=["gelu", "softmax"]).exit_code == 0
+    out = tmp_path / "cut"
+    _check(fp32_dump, out, api_list=["gelu", "softmax"])
+    lines = (out / rs.JOURNAL).read_text(encoding="utf-8").splitlines()
+    (out / rs.JOURNAL).write_text("\n".join(lines[:2] + [lines[2][:20]]) + "\n", encoding="utf-8")
+    for name in ("acc_check.h5", "segments.jsonl"):
+        if (out / name).exists():
+            (out / name).unlink()
+    assert _check(fp32_dump, out, api_list=["gelu", "softmax"]).exit_code == 0
+    assert _results(out) == _results(tmp_path / "whole")

@@ -11,11 +11,13 @@ import csv
 import json
 import math
 import os
+import re
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
 from engines import safe_fs
 from engines.acc_check.rules import COLUMNS
+from engines.errors import JobError
 from engines.store import Column, StoreWriter, TableSpec
 
 KIND = "acc_check"
@@ -84,25 +86,38 @@ class Journal:
         self.result_csv = folder / (RESULT_PREFIX + self.stamp + ".csv")
         self.details_csv = folder / (DETAILS_PREFIX + self.stamp + ".csv")
         self._rewrite_csvs()
-        self._fh = open(self.path, "a", encoding="utf-8")
+        self._fh = safe_fs.append_file(self.path, "a", encoding="utf-8")
 
     def _load(self) -> None:
-        with open(self.path, encoding="utf-8") as fh:
-            lines = fh.read().split("\n")
-        head = json.loads(lines[0])
-        self.stamp = str(head["stamp"])
+        try:
+            with open(self.path, encoding="utf-8") as fh:
+                lines = fh.read().split("\n")
+            head = json.loads(lines[0])
+            stamp = str(head["stamp"])
+        except (OSError, ValueError, KeyError, TypeError, UnicodeDecodeError) as exc:
+            raise JobError("acc_check.output_path: %s is not a readable acc_check journal (%s: %s); give a new "
+                           "folder" % (self.path, type(exc).__name__, exc)) from None
+        if not re.fullmatch(r"\d{14}", stamp):
+            raise JobError("acc_check.output_path: %s: its timestamp %r is not YYYYmmddHHMMSS" % (
+                self.path, stamp[:40]))
+        self.stamp = stamp
+        kept = [lines[0]]
         for line in lines[1:]:
             if not line.strip():
                 continue
             try:
                 entry = json.loads(line)
-            except ValueError:
-                break  # a line cut by the interruption: that API runs again
-            if entry.get("finished"):
-                self.entries.append(entry)
-                continue
+                name = "" if entry.get("finished") else str(entry["api"]["name"])
+                if name and not isinstance(entry["outputs"], list):
+                    raise TypeError("outputs")
+            except (ValueError, KeyError, TypeError, AttributeError):
+                break  # a line cut by the interruption: that API (and any after it) runs again
             self.entries.append(entry)
-            self.done.add(entry["api"]["name"])
+            kept.append(line)
+            if name:
+                self.done.add(name)
+        with safe_fs.atomic_file(self.path, "w", encoding="utf-8") as fh:  # without a line the interruption cut
+            fh.write("\n".join(kept) + "\n")
 
     @property
     def finished(self) -> bool:
@@ -127,9 +142,9 @@ class Journal:
 
     def add(self, api: Dict[str, Any], outputs: List[Dict[str, Any]]) -> None:
         """One checked API: the CSVs first, then the journal line that makes it count as done."""
-        with open(self.result_csv, "a", newline="", encoding="utf-8") as fh:
+        with safe_fs.append_file(self.result_csv, "a", newline="", encoding="utf-8") as fh:
             csv.writer(fh).writerow(result_row(api))
-        with open(self.details_csv, "a", newline="", encoding="utf-8") as fh:
+        with safe_fs.append_file(self.details_csv, "a", newline="", encoding="utf-8") as fh:
             w = csv.writer(fh)
             for out in outputs:
                 w.writerow(details_row(out))
@@ -191,11 +206,3 @@ def _records(cols: Dict[str, Any]) -> List[Dict[str, Any]]:
     keys = [k for k in cols if k != "row"]
     n = len(cols[keys[0]]) if keys else 0
     return [{k: (cols[k][i].item() if hasattr(cols[k][i], "item") else cols[k][i]) for k in keys} for i in range(n)]
-
-
-def find_stamp(folder: Path) -> Optional[str]:
-    path = folder / JOURNAL
-    if not path.exists():
-        return None
-    with open(path, encoding="utf-8") as fh:
-        return str(json.loads(fh.readline())["stamp"])
