@@ -260,3 +260,20 @@ def test_a_line_cut_by_an_interruption_runs_again(fp32_dump, tmp_path):
             (out / name).unlink()
     assert _check(fp32_dump, out, api_list=["gelu", "softmax"]).exit_code == 0
     assert _results(out) == _results(tmp_path / "whole")
+
+
+def test_bf16_autocast_demo_has_no_error(tmp_path):
+    """Under autocast a call takes float32 inputs and returns bfloat16: the reference rounds the inputs to
+    bfloat16 first, as autocast did, and the outputs are judged as bfloat16 results (gradients too)."""
+    job = load_config({"task": "tensor", "dump_path": str(tmp_path / "dump"), "level": "L1",
+                       "target": {"demo": {"preset": "tiny", "steps": 1, "dtype": "bf16"}},
+                       "tensor": {"data_mode": ["all"], "summary_mode": "statistics", "list": ["linear", "mul"]}})
+    assert run_job(job, events=NullSink()).exit_code == 0
+    outcome = _check(tmp_path / "dump" / "latest", tmp_path / "out")
+    rows = _results(tmp_path / "out")
+    assert len(rows) >= 9 and outcome.exit_code == 0, outcome.summary["verdict"]
+    assert not [r for r in rows if "error" in (r["Forward Test Success"], r["Backward Test Success"])]
+    (details,) = (tmp_path / "out").glob("accuracy_checking_details_*.csv")
+    with open(details, newline="", encoding="utf-8") as fh:
+        linear = next(r for r in csv.DictReader(fh) if r["API Name"] == "Functional.linear.0.forward.output.0")
+    assert (linear["Bench Dtype"], linear["DEVICE Dtype"]) == ("torch.float32", "torch.bfloat16")

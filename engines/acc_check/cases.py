@@ -38,7 +38,7 @@ class Case:
     """One API call to check: its record (``Functional.softmax.0.forward``) and its rows in the step's table."""
 
     __slots__ = ("rank", "step", "record", "api", "direction", "args_json", "inputs", "outputs", "forward_inputs",
-                 "forward_outputs", "skip", "generated")
+                 "forward_outputs", "skip", "generated", "autocast")
 
     def __init__(self, rank: int, step: int, record: str, api: str, direction: str) -> None:
         self.rank = rank
@@ -53,6 +53,7 @@ class Case:
         self.forward_outputs: List[str] = []  # backward: the forward record's output slots
         self.skip = ""  # why this call cannot replay ("" when it can)
         self.generated = False  # its missing input tensors are generated from their statistics
+        self.autocast = ""  # the low dtype the call computed in when it ran under autocast ("" otherwise)
 
     @property
     def key(self) -> str:
@@ -129,6 +130,8 @@ def cases_of(table: RowTable, args: Dict[str, str], rank: int, step: int, backwa
                     table, [int(r) for r in fwd if int(table.io[r]) == IO_INPUT])
                 case.forward_inputs = [int(r) for r in fwd if int(table.io[r]) == IO_INPUT]
                 case.forward_outputs = [str(table.slot[r]) for r in fwd if int(table.io[r]) == IO_OUTPUT]
+        fwd_rows = rows if case.direction == "forward" else rows_of.get(case.forward_record, ())
+        case.autocast = autocast_dtype(table, fwd_rows)
         case.skip = skip_reason(prefix, api, case.args_json) or _data_reason(table, case)
         if generate and case.skip.startswith(NOT_SAVED):
             if case.direction == "forward":
@@ -136,6 +139,21 @@ def cases_of(table: RowTable, args: Dict[str, str], rank: int, step: int, backwa
             else:
                 case.skip = "the dump saved no tensors (statistics): a backward is not replayed from generated inputs"
         yield case
+
+
+_LOW = ("torch.float16", "torch.bfloat16")
+_WIDE = ("torch.float32", "torch.float64")
+
+
+def autocast_dtype(table: RowTable, rows: Any) -> str:
+    """The low dtype of a call that ran under autocast: float32/64 inputs and only float16/bfloat16 floating
+    outputs (autocast cast the inputs down before the kernel); "" for any other call."""
+    ins = {str(table.dtype[r]) for r in rows if int(table.io[r]) == IO_INPUT and bool(table.is_tensor[r])}
+    outs = {str(table.dtype[r]) for r in rows if int(table.io[r]) == IO_OUTPUT and bool(table.is_tensor[r])
+            and "float" in str(table.dtype[r])}
+    if len(outs) == 1 and next(iter(outs)) in _LOW and ins & set(_WIDE):
+        return next(iter(outs))
+    return ""
 
 
 def _data_reason(table: RowTable, case: Case) -> str:

@@ -344,7 +344,7 @@ def _run_forward(case: cs.Case, table: RowTable, reader: TensorReader, replay: A
             return [], "inputs cannot be generated: " + why
         saved.update(made)
     try:
-        ref, outs, _ = replay.replay_forward(case.forward_record, case.args_json, saved)
+        ref, outs, _ = replay.replay_forward(case.forward_record, case.args_json, saved, autocast=case.autocast)
         if case.generated:
             device_outs = replay.run_as_saved(case.forward_record, case.args_json, saved)
     except UnsafeApiName as exc:
@@ -388,7 +388,8 @@ def _run_backward(case: cs.Case, table: RowTable, reader: TensorReader, replay: 
     saved = _saved(table, reader, case.forward_inputs)
     grads = {slot: _read(table, reader, r) for slot, r in grads_in.items()}
     try:
-        ref, _, got = replay.replay_forward(case.forward_record, case.args_json, saved, grads, sorted(grads_out))
+        ref, _, got = replay.replay_forward(case.forward_record, case.args_json, saved, grads, sorted(grads_out),
+                                            autocast=case.autocast)
     except UnsafeApiName as exc:
         raise JobError("acc_check.path: %s" % exc) from None
     except replay.ReplayError as exc:
@@ -418,6 +419,8 @@ def _judge(case: cs.Case, table: RowTable, reader: TensorReader, r: int, name: s
     device = np.asarray(data).reshape(shape)
     if bench is not None and not isinstance(bench, np.ndarray):
         bench = np.asarray(bench)
+    if case.autocast and "float" in dtype:
+        dtype = case.autocast  # computed in the low dtype (a gradient cast back to a float32 leaf's dtype too)
     return rules.judge_tensor(name, case.api, device, dtype, bench, bench_dtype, case.direction == "backward")
 
 

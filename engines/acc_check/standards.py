@@ -34,7 +34,7 @@ class DtypeConstants:
 
 CONSTANTS: Dict[str, DtypeConstants] = {
     "float16": DtypeConstants(2.0 ** -10, 2.0 ** -16, 1e-16, 2.0 ** -10, 2.0 ** -11, (-14, 10, 1.0)),
-    "bfloat16": DtypeConstants(2.0 ** -10, 1e-16, 1e-16, 2.0 ** -8, 2.0 ** -8, (-126, 7, 1.0)),
+    "bfloat16": DtypeConstants(2.0 ** -10, 2.0 ** -16, 1e-16, 2.0 ** -8, 2.0 ** -8, (-126, 7, 1.0)),
     "float32": DtypeConstants(2.0 ** -20, 2.0 ** -30, 2.0 ** -30, 2.0 ** -20, 2.0 ** -14, (-126, 23, 32.0)),
 }
 STANDARD_DTYPES = tuple(CONSTANTS)

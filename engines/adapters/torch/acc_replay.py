@@ -68,14 +68,18 @@ def to_numpy(value: Any) -> Any:
 
 
 def replay_forward(name: str, args_json: str, saved: Saved, grads: Optional[Saved] = None,
-                   want: Optional[List[str]] = None) -> Tuple[str, Dict[str, Any], Dict[str, Any]]:
+                   want: Optional[List[str]] = None, autocast: str = "") -> Tuple[str, Dict[str, Any], Dict[str, Any]]:
     """(reference dtype, {output slot: value}, {input slot: its gradient}) of the call ``name``; ``grads`` maps the
     forward output slots to the recorded gradients flowing into them (the backward record's inputs), and ``want``
-    the input slots whose gradients are asked."""
+    the input slots whose gradients are asked. ``autocast`` (``torch.bfloat16``...): the call ran under autocast,
+    so its floating inputs are rounded to that dtype first, as autocast did, and the reference is float32."""
     if name.startswith("Demo."):
         from engines.adapters.torch import demo_model  # noqa: F401  registers the demo's operators (demo::...)
     func = ovr.resolve_callable(name)
     tensors = {slot: _tensor(*v) for slot, v in saved.items()}
+    low = ovr._STORED_DTYPES.get(autocast) if autocast else None
+    if low is not None:
+        tensors = {slot: (t.to(low) if t.is_floating_point() else t) for slot, t in tensors.items()}
     ref = reference_dtype([str(t.dtype) for t in tensors.values() if t.is_floating_point()])
     high = torch.float64 if ref == "float64" else torch.float32
     raised = {slot: _raise(t, high) for slot, t in tensors.items()}
