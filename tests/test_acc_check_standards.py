@@ -161,3 +161,12 @@ def test_complex_outputs_are_judged_on_their_parts():
     bench = np.array([1 + 2j, 3 - 1j])
     assert _judge("fft", bench.astype(np.complex64), bench, "torch.complex64").status == st.PASS
     assert _judge("fft", (bench * 1.1).astype(np.complex64), bench, "torch.complex64").status == st.ERROR
+
+
+def test_bf16_absolute_threshold_accepts_a_rounded_small_value():
+    """bfloat16's absolute atol is 2^-16 (msprobe's documented value): with its code's 1e-16 every rounded value
+    below small_value would fail."""
+    bench = np.array([1e-4, 3e-4, 0.5], dtype=np.float32)
+    m = st.Masks(st.round_bf16(bench), bench, "torch.bfloat16", "torch.float32")
+    assert st.absolute_threshold(m)["abs_err_ratio"] == 0.0
+    assert st.absolute_threshold(m, atol=1e-16)["abs_err_ratio"] == 1.0
