@@ -24,6 +24,7 @@ ANALYSIS_ENGINES = {
     "grad_compare": "engines.grad_compare.engine:run_grad_compare",
     "analyze_overflow": "engines.overflow.analyze:run_analyze_overflow",
     "diagnose": "engines.diagnose.engine:run_diagnose",
+    "acc_check": "engines.acc_check.engine:run_acc_check",
 }
 
 ESTIMATORS = {

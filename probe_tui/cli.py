@@ -1,7 +1,7 @@
 """The ``probe-tui`` command.
 
-Every job is a config (docs/decisions/0006-every-job-is-a-config.md): ``--run CONFIG`` runs one headless; ``compare``, ``parse`` and
-``analyze-overflow`` build the job config and run it the same way; with no command the app opens.
+Every job is a config (docs/decisions/0006-every-job-is-a-config.md): ``--run CONFIG`` runs one headless; ``compare``, ``parse``,
+``analyze-overflow`` and ``acc-check`` build the job config and run it the same way; with no command the app opens.
 Exit codes (docs/decisions/0007-exit-codes.md): 0 done, 1 the target failed, 2 bad input, 3 findings with ``--fail-on-findings``.
 """
 
@@ -108,6 +108,23 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dtype", choices=["float32", "float64"], default="float64", help="replay precision")
     p.add_argument("-o", "--output", metavar="DIR", help="where to write the result")
     _add_job_flags(p)
+
+    p = sub.add_parser("acc-check", help="replay every API of a tensor dump on the CPU reference and judge it "
+                                         "(msprobe's run_ut / acc_check)")
+    p.add_argument("dump", metavar="DUMP", help="tensor dump: a run folder (or its dump_path), rank folder, or an "
+                                                "msprobe dump.json / dump folder")
+    p.add_argument("-o", "--output", metavar="DIR",
+                   help="where to write the results (a folder holding an interrupted check continues it)")
+    p.add_argument("--workers", type=int, metavar="N", help="processes replaying APIs at once (default 1)")
+    p.add_argument("--api", action="append", metavar="NAME", help="check only this API (repeatable), e.g. softmax")
+    p.add_argument("--no-backward", action="store_true", help="replay forward calls only")
+    _add_job_flags(p)
+
+    p = sub.add_parser("reproduce", help="write a self-contained script + input file that reruns one API of a dump "
+                                          "on a device and on the CPU reference")
+    p.add_argument("source", metavar="RESULT_OR_DUMP", help="an acc_check result folder or a tensor dump")
+    p.add_argument("op", metavar="OP_NAME", help="the API as the result CSV names it, e.g. Functional.softmax.0")
+    p.add_argument("-o", "--output", metavar="DIR", default=".", help="where to write the two files (default .)")
 
     p = sub.add_parser("merge-runs", help="join the node-local run folders of one launch (same run-id) into OUT")
     p.add_argument("out", metavar="OUT", help="the merged run folder to create (must not exist)")

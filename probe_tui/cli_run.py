@@ -150,6 +150,30 @@ def cmd_analyze_overflow(args) -> int:
                         label="analyze-overflow")
 
 
+def cmd_acc_check(args) -> int:
+    section: Dict[str, Any] = {"path": args.dump}
+    if args.workers is not None:
+        section["workers"] = args.workers  # checked by the config schema (1..64): one line, exit 2
+    if args.api:
+        section["api_list"] = list(args.api)
+    if args.no_backward:
+        section["backward"] = False
+    return _run_section("acc_check", section, args, label="acc-check")
+
+
+def cmd_reproduce(args) -> int:
+    """``reproduce RESULT_OR_DUMP OP_NAME``: the script and input file of one API call (engines/acc_check/reproduce.py)."""
+    from engines.acc_check.reproduce import reproduce
+    from engines.errors import BadInputError
+
+    try:
+        script, npz = reproduce(args.source, args.op, args.output)
+    except BadInputError as exc:
+        return fail(str(exc))
+    print("wrote %s and %s; run: python %s [--device cuda|npu:0|cpu]" % (script, npz, script))
+    return 0
+
+
 def cmd_merge_runs(args) -> int:
     """``merge-runs OUT RUN...``: one run folder from the node-local copies of a launch (engines/run_merge.py)."""
     from engines.run_merge import MergeError, describe, merge_runs

@@ -9,6 +9,7 @@ Public API (others code against these names):
     JobConfig (discriminated union on `task`), TASKS, COLLECTION_TASKS, ANALYSIS_TASKS
 """
 
+from .acc_check import AccCheckJob, AccCheckSection
 from .analysis import (
     AnalyzeOverflowJob,
     AnalyzeOverflowSection,
@@ -41,7 +42,7 @@ __all__ = [
     "JobConfig", "TASKS", "COLLECTION_TASKS", "ANALYSIS_TASKS",
     "JobBase", "RunJob", "CollectionJob", "DumpJob", "ALL_LEVELS", "LEVEL_NOTES",
     "StatisticsJob", "TensorJob", "OverflowCheckJob", "FreeBenchmarkJob", "GradProbeJob", "MonitorJob",
-    "CompareJob", "GradCompareJob", "AnalyzeOverflowJob", "AnalyzeOverflowSection",
+    "AccCheckJob", "AccCheckSection", "CompareJob", "GradCompareJob", "AnalyzeOverflowJob", "AnalyzeOverflowSection",
     "DiagnoseJob", "DiagnoseSection", "DiagnoseSide",
     "StatisticsSection", "TensorSection", "ApiFilter", "OverflowCheckSection", "FreeBenchmarkSection",
     "GradProbeSection", "MonitorSection", "MonitorTarget", "AlertConfig", "AlertRule", "AlertArgs",

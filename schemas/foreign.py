@@ -128,6 +128,20 @@ FOREIGN_KEYS: Dict[str, Dict[str, Foreign]] = {
         "inform": Foreign("sending alerts to a database or by mail is not implemented; anomalies.jsonl holds them "
                           "(alert.dump)"),
     },
+    # msprobe's run_ut / acc_check section (config.json task run_ut) and its config.yaml.
+    "acc_check": {
+        "error_data_path": Foreign("the inputs and outputs of failing APIs are not saved apart: the dump holds them "
+                                   "and `probe-tui parse --row` exports them"),
+        "precision": Foreign("the CSVs always carry 14 decimals"),
+        "jit_compile": Foreign("the reference runs on the CPU; the dump's outputs are the device's", _is_bool),
+        "quantization_api_list": Foreign("quantization APIs are judged as the others"),
+        "is_online": Foreign("online API pre-check is not implemented", _is_bool),
+        "nfs_path": Foreign("online API pre-check is not implemented"),
+        "host": Foreign("online API pre-check is not implemented"),
+        "port": Foreign("online API pre-check is not implemented"),
+        "rank_list": Foreign("online API pre-check is not implemented; use rank"),
+        "tls_path": Foreign("online API pre-check is not implemented"),
+    },
     # msprobe's classic compare.json.
     "compare": {
         "stack_path": Foreign("call stacks are read from the runs themselves"),
@@ -143,19 +157,17 @@ FOREIGN_KEYS: Dict[str, Dict[str, Foreign]] = {
 
 # msprobe task sections without a probe-tui task: one warning each, content ignored.
 FOREIGN_SECTIONS: Dict[str, str] = {
-    "run_ut": "the API pre-check (run_ut) is not implemented yet",
-    "acc_check": "the API pre-check (acc_check) is not implemented yet",
+    "run_ut": "msprobe's run_ut options apply to task acc_check (a config with task run_ut loads as one)",
     "structure": "structure-only dumps are not a separate task: statistics at L0/mix records the structure",
     "nan_check": "nan_check is msprobe 26.2's NPU-only overflow check; use the overflow_check task",
     "diff_check": "diff_check is not implemented; capture with summary_mode md5 and run a compare job",
     "exception_dump": "exception_dump is not implemented",
-    "multi_run_ut": "the API pre-check is not implemented yet",
+    "multi_run_ut": "use task acc_check with workers",
 }
 
 # msprobe task names that have no probe-tui task, with what to use instead.
 FOREIGN_TASKS: Dict[str, str] = {
-    "run_ut": "the API pre-check is not implemented yet",
-    "acc_check": "the API pre-check is not implemented yet",
+    "multi_run_ut": "use task acc_check with workers (acc-check --workers N)",
     "structure": "use task statistics at level L0 or mix, which records the module structure",
     "nan_check": "use task overflow_check",
     "diff_check": "capture both runs with summary_mode md5 and use task compare",

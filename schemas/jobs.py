@@ -4,6 +4,7 @@ from typing import Annotated, Dict, Tuple, Type, Union
 
 from pydantic import Field, TypeAdapter
 
+from .acc_check import AccCheckJob
 from .analysis import AnalyzeOverflowJob, CompareJob, GradCompareJob
 from .common import JobBase
 from .config_check import ConfigCheckJob
@@ -17,15 +18,15 @@ __all__ = ["JobConfig", "JOB_ADAPTER", "TASKS", "COLLECTION_TASKS", "ANALYSIS_TA
 
 JobConfig = Annotated[
     Union[StatisticsJob, TensorJob, OverflowCheckJob, FreeBenchmarkJob, GradProbeJob, MonitorJob, CompareJob,
-          GradCompareJob, AnalyzeOverflowJob, DiagnoseJob, ConfigCheckJob],
+          GradCompareJob, AnalyzeOverflowJob, DiagnoseJob, ConfigCheckJob, AccCheckJob],
     Field(discriminator="task"),
 ]
 
 _MODELS = (StatisticsJob, TensorJob, OverflowCheckJob, FreeBenchmarkJob, GradProbeJob, MonitorJob, CompareJob,
-           GradCompareJob, AnalyzeOverflowJob, DiagnoseJob, ConfigCheckJob)
+           GradCompareJob, AnalyzeOverflowJob, DiagnoseJob, ConfigCheckJob, AccCheckJob)
 TASKS: Dict[str, Type[JobBase]] = {model.task_name(): model for model in _MODELS}
 COLLECTION_TASKS: Tuple[str, ...] = ("statistics", "tensor", "overflow_check", "free_benchmark", "grad_probe",
                                      "monitor", "config_check")
-ANALYSIS_TASKS: Tuple[str, ...] = ("compare", "grad_compare", "analyze_overflow", "diagnose")
+ANALYSIS_TASKS: Tuple[str, ...] = ("compare", "grad_compare", "analyze_overflow", "diagnose", "acc_check")
 
 JOB_ADAPTER: "TypeAdapter[JobBase]" = TypeAdapter(JobConfig)

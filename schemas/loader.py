@@ -138,6 +138,10 @@ def starter_config(task: str) -> Dict[str, Any]:
                 task: {"target": {"target": {"demo": {"preset": "tiny", "steps": 3,
                                                       "faults": {"lowp_softmax": {"layer": 1}}}}},
                        "golden": {"target": {"demo": {"preset": "tiny", "steps": 3}}}}}
+    if task == "acc_check":
+        return {"task": task, "comment": "Needs earlier runs: a tensor dump, e.g. probe-tui --run "
+                "sample_configs/tensor_lowp.json.", "dump_path": "./probe_dump",
+                task: {"path": "./probe_dump/demo_lowp_tensor/latest"}}
     if task in ANALYSIS_TASKS:
         kind = "demo" if task == "compare" else "grad"
         return {

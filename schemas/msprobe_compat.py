@@ -37,6 +37,8 @@ def normalise_shape(data: Dict[str, Any], warn: WarnFn) -> Dict[str, Any]:
             data.pop("_comment")
         else:
             data["comment"] = data.pop("_comment")
+    if data.get("task") in ("run_ut", "acc_check"):
+        return _acc_check_shape(data)
     if "task" in data:
         return data
     if looks_like_compare(data):
@@ -54,4 +56,21 @@ def normalise_shape(data: Dict[str, Any], warn: WarnFn) -> Dict[str, Any]:
         return native
     warn("task", "no task given: msprobe's default, statistics, is used")
     data["task"] = "statistics"
+    return data
+
+
+def _acc_check_shape(data: Dict[str, Any]) -> Dict[str, Any]:
+    """msprobe's run_ut / acc_check config as our acc_check job: the section under ``acc_check``, its
+    ``white_list`` as ``api_list`` (the dump itself is msprobe's ``-api_info`` flag: ``acc_check.path`` here)."""
+    data = dict(data)
+    old = data.pop("run_ut", None) if data["task"] == "run_ut" else None
+    data["task"] = "acc_check"
+    section = data.get("acc_check")
+    if old is not None and section is None:
+        section = old
+    if isinstance(section, dict):
+        section = dict(section)
+        if "white_list" in section and "api_list" not in section:
+            section["api_list"] = section.pop("white_list")
+        data["acc_check"] = section
     return data

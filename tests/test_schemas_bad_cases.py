@@ -155,7 +155,8 @@ C8_BAD = [
     ({"task": "statistics", "statistcs": {}}, "statistcs", "did you mean 'statistics'"),
     ({"task": "statistics", "tensor": []}, "tensor", "must be an object"),
     ({"task": "statistcs"}, "task", "did you mean 'statistics'"),
-    ({"task": "run_ut"}, "task", "pre-check"),
+    ({"task": "run_ut"}, "acc_check", "required"),
+    ({"task": "multi_run_ut"}, "task", "acc_check"),
     ({"task": 3}, "task", "string"),
 ]
 

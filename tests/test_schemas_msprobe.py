@@ -17,7 +17,7 @@ DATA = Path(__file__).resolve().parent / "data" / "configs" / "msprobe"
 EXPECTED = {
     "seed_free_benchmark_mindspore.json": ("free_benchmark", []),
     "seed_grad_probe.json": ("grad_probe", []),
-    "reference_wheel_default.json": ("statistics", ["extra_info", "acc_check"]),
+    "reference_wheel_default.json": ("statistics", ["extra_info"]),  # acc_check: a probe-tui task's section
     "repo_default_config.json": ("statistics", ["enable_dataloader", "run_ut"]),
     "monitor_weight_grad.json": ("monitor", []),
     "monitor_activation.json": ("monitor", []),
@@ -151,7 +151,7 @@ def test_foreign_value_checks_still_reject_broken_values():
 
 
 def test_msprobe_only_tasks_are_explained():
-    for task in ("acc_check", "structure", "nan_check", "diff_check"):
+    for task in ("multi_run_ut", "structure", "nan_check", "diff_check"):
         with pytest.raises(schemas.ConfigError) as err:
             _load({"task": task})
         issue = err.value.errors[0]
@@ -170,11 +170,13 @@ def test_foreign_registry_is_the_single_list():
     assert {"slice", "request_id", "file_format", "device"} <= set(FOREIGN_KEYS["dump_section"])
     assert {"cc_distribution", "l2_targets", "recording_l2_features", "sa_order", "append_output",
             "dynamic_on"} <= set(FOREIGN_KEYS["monitor"])
-    assert {"run_ut", "acc_check", "structure", "nan_check", "diff_check", "exception_dump"} <= set(FOREIGN_SECTIONS)
+    assert {"run_ut", "structure", "nan_check", "diff_check", "exception_dump"} <= set(FOREIGN_SECTIONS)
+    assert "acc_check" not in FOREIGN_SECTIONS  # a probe-tui task now (its run_ut options: FOREIGN_KEYS["acc_check"])
     assert "check_mode" in FOREIGN_KEYS["overflow_check"]
     # No foreign key shadows a real field of a model that allows that scope.
     for model in [*schemas.TASKS.values(), schemas.StatisticsSection, schemas.TensorSection,
-                  schemas.MonitorSection, schemas.CompareSection, schemas.OverflowCheckSection]:
+                  schemas.MonitorSection, schemas.CompareSection, schemas.OverflowCheckSection,
+                  schemas.AccCheckSection]:
         for scope in model.foreign_scope:
             clash = set(FOREIGN_KEYS[scope]) & set(model.model_fields)
             assert not clash, (model.__name__, clash)
@@ -198,3 +200,15 @@ def test_example_files_are_untouched_msprobe_json():
     ours = {"target", "framework", "output", "comment"}
     for path in DATA.glob("*.json"):
         assert not ours & set(json.loads(path.read_text())), path.name
+
+
+def test_run_ut_config_loads_as_an_acc_check_job():
+    job, warnings = _load({"task": "run_ut", "dump_path": "./out",
+                           "run_ut": {"white_list": ["softmax"], "black_list": ["add"], "error_data_path": "./e",
+                                      "path": "./dump"}})
+    assert job.task == "acc_check"
+    assert (job.acc_check.api_list, job.acc_check.black_list, job.acc_check.path) == (["softmax"], ["add"], "./dump")
+    assert [w[0] for w in warnings] == ["acc_check.error_data_path"]
+    with pytest.raises(schemas.ConfigError) as err:
+        _load({"task": "acc_check", "acc_check": {"white_list": []}})
+    assert {i.path for i in err.value.errors} == {"acc_check.path"}

@@ -72,6 +72,8 @@ def test_compare_samples_point_at_the_runs_the_other_samples_write():
     lowp = _load_quiet(ROOT / "sample_configs" / "statistics_lowp.json")[0]
     assert (fp32.target.demo.dtype, bf16.target.demo.dtype, lowp.target.demo.dtype) == ("fp32", "bf16", "fp32")
     assert fp32.target.demo.faults.lowp_softmax is None and lowp.target.demo.faults.lowp_softmax.layer == 1
+    acc = _load_quiet(ROOT / "sample_configs" / "acc_check.json")[0].acc_check
+    assert acc.path == dumps["tensor_lowp.json"] + "/latest"
 
 
 @pytest.mark.parametrize("path", SAMPLES, ids=SAMPLE_IDS)

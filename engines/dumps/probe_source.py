@@ -302,6 +302,11 @@ class ProbeSource(DumpSource):
         _check_refs(self.rank_dirs[rank], recs, ts)
         return _build_rows(reader, recs, ts, rank, step)
 
+    @guarded
+    def record_args(self, rank: int, step: int) -> Dict[str, str]:
+        recs = self._reader(rank).records(step=step, columns=["name", "args"])
+        return {n: a for n, a in zip(recs["name"].tolist(), recs["args"].tolist()) if a}
+
     def release_others(self, rank: int) -> None:
         for other in [r for r in self._readers if r != rank]:
             self._readers.pop(other).close()

@@ -106,6 +106,11 @@ class DumpSource:
     def tensor_spec(self, rank: int, step: int) -> TensorSpec:
         raise NotImplementedError
 
+    def record_args(self, rank: int, step: int) -> Dict[str, str]:
+        """Record -> its full ``args`` JSON skeleton (docs/FORMAT.md ``records.args``) where the dump keeps one
+        (ours); empty when it does not (msprobe's: the arguments are rebuilt from the rows)."""
+        return {}
+
     def tree(self, rank: int, step: int) -> Dict[str, Optional[str]]:
         """Module hierarchy: record -> enclosing module record."""
         return {}
