@@ -14,7 +14,7 @@ with an identical fingerprint (vectorised: one sort, one binary search). Two fin
 
 from __future__ import annotations
 
-from typing import Dict, List, Tuple
+from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 
@@ -83,17 +83,20 @@ def producers(cols: Dict[str, np.ndarray], api_only: bool) -> np.ndarray:
 
 
 def target_only_regions(cols: Dict[str, np.ndarray], record_codes: np.ndarray, producer: np.ndarray,
-                        candidate_rows: np.ndarray) -> List[Tuple[List[int], float, float, List[int]]]:
+                        candidate_rows: np.ndarray, rel: Optional[np.ndarray] = None,
+                        feed: Optional[np.ndarray] = None) -> List[Tuple[List[int], float, float, List[int]]]:
     """Regions of unmatched records feeding matched inputs.
 
     ``candidate_rows``: matched input rows whose producer is an unmatched row. Returns, per region, (record codes
     in the region, input error (largest error of the matched outputs feeding it), output error (largest error of
-    the matched inputs it feeds), those consumer rows).
+    the matched inputs it feeds), those consumer rows). ``rel``: each row's error (default ``rel_err``);
+    ``feed``: the error a matched output row carries into the region (default its ``rel``).
     """
     if not candidate_rows.size:
         return []
     matched = cols["matched"]
-    rel = cols["rel_err"]
+    rel = cols["rel_err"] if rel is None else rel
+    feed = rel if feed is None else feed
     rows_of: Dict[int, List[int]] = {}
     for i in np.flatnonzero(((cols["io"] == IO_INPUT) | (cols["io"] == IO_PARAM))).tolist():
         rows_of.setdefault(int(record_codes[i]), []).append(i)
@@ -114,7 +117,7 @@ def target_only_regions(cols: Dict[str, np.ndarray], record_codes: np.ndarray, p
                     if p < 0:
                         continue
                     if matched[p]:
-                        e = rel[p]
+                        e = feed[p]
                         if e == e:
                             in_err = max(in_err, float(e))
                     else:
