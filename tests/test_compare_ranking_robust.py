@@ -227,3 +227,51 @@ def test_tensor_list_gaps_compare_like_with_like(tmp_path):
     res = out.results
     assert np.isfinite(res["euc_dist"]).sum() == 2  # the gelu's rows were compared from tensors
     assert not [s for s in out.top_suspects if s["kind"] == "gap"], out.top_suspects
+
+
+def _gpt2_run(path, double=False, wrong_eps=False):
+    """One Adam step of a tiny GPT-2 (transformers, eager attention: its causal mask is ``torch.where`` with
+    ``finfo.min``) under statistics capture."""
+    import glob
+    import warnings
+
+    import torch
+    import transformers
+
+    from probe_tui.debugger import PrecisionDebugger
+
+    config = transformers.GPT2Config(n_layer=2, n_embd=32, n_head=2, vocab_size=128, n_positions=16,
+                                     resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, attn_implementation="eager")
+    torch.manual_seed(0)
+    model = transformers.GPT2LMHeadModel(config)
+    if double:
+        model = model.double()
+    if wrong_eps:
+        model.transformer.h[1].ln_2.eps = 0.1
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    ids = torch.randint(0, 128, (2, 12), generator=torch.Generator().manual_seed(1))
+    debugger = PrecisionDebugger(task="statistics", dump_path=str(path), level="L1")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        debugger.start(model)
+        model(ids, labels=ids).loss.backward()
+        opt.step()
+        debugger.stop()
+        debugger.step()
+    return sorted(glob.glob(str(path / "2*")))[-1]
+
+
+def test_gpt2_masked_attention_is_no_false_lead(tmp_path):
+    """GPT-2 against a float64 reference: the mask fill differs with the dtype (finfo.min), so the masked
+    ``torch.where`` output looked like an op that changed an argument and ranked first; its error is unknown."""
+    import pytest
+
+    pytest.importorskip("transformers")
+    target = _gpt2_run(tmp_path / "t", wrong_eps=True)
+    golden = _gpt2_run(tmp_path / "g", double=True)
+    out = run_compare({"compare": {"target_path": target, "golden_path": golden, "fuzzy_match": True,
+                                   "output_path": str(tmp_path / "out")}}, None)
+    top = out.top_suspects[0]
+    assert top["record"].startswith("Functional.layer_norm.") and top["changed_args"] == "input.eps: 0.1 -> 1e-05", \
+        out.top_suspects[:3]
+    assert not [s for s in out.top_suspects if s["record"].startswith("Torch.where.")]
