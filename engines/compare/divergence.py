@@ -240,10 +240,11 @@ def rank_records(cols: Dict[str, np.ndarray], *, small_value: float = DEFAULT_FL
 
 def _input_notes(ie: input_errors.InputErrors, idx: np.ndarray, in_e: np.ndarray, gain: np.ndarray,
                  floor: np.ndarray) -> np.ndarray:
-    """Why an op's input error is what the score used: unknown, carried from upstream, or amplified."""
+    """Why an op's input error is what the score used: unknown, carried from upstream, or amplified (the last
+    two only where they moved the score: the input error is above the floor)."""
     notes = np.empty(idx.shape[0], dtype=object)
     notes.fill("")
-    for p in np.flatnonzero(ie.unknown[idx] | ie.carried[idx] | ((gain > 1) & (in_e > floor))).tolist():
+    for p in np.flatnonzero(ie.unknown[idx] | ((ie.carried[idx] | (gain > 1)) & (in_e > floor))).tolist():
         c = int(idx[p])
         if ie.unknown[c]:
             notes[p] = "input error unknown (statistics of a masked input)"
