@@ -11,7 +11,9 @@ for bfloat16, 2^-11 for float16): an op that computes in bfloat16 adds a few 2^-
 a float32 reference it only ranks high when it adds clearly more than its precision explains.
 
 In statistics mode ``rel_err`` is a lower bound computed from max/min/mean/norm; the ranking still works in most
-cases, less often than with tensors.
+cases, less often than with tensors. Where the bound misleads (masked tensors, statistics that hide an error) and
+for ops whose maths amplifies their input error by a known factor, ``in_err`` and the score are corrected as
+engines/compare/input_errors.py describes: ``score = out_err / max(gain · in_err, floor)``.
 
 Non-finite values: an output with NaN/inf where the golden is finite has infinite error; if an input is already
 non-finite it is inherited (score 1), so the op that *first* produces NaN/inf ranks first. Matching non-finite
