@@ -275,3 +275,17 @@ def test_gpt2_masked_attention_is_no_false_lead(tmp_path):
     assert top["record"].startswith("Functional.layer_norm.") and top["changed_args"] == "input.eps: 0.1 -> 1e-05", \
         out.top_suspects[:3]
     assert not [s for s in out.top_suspects if s["record"].startswith("Torch.where.")]
+
+
+def test_an_out_buffer_is_the_result_not_an_input(tmp_path):
+    """torch.compile's extern kernels write into ``out=`` (recorded after the call as ``input.out``): the op that
+    made the error must not look as if it inherited it from that row."""
+    def recs(golden):
+        h = (X @ W).astype(F32)
+        if not golden:
+            h = scaled(h, 1e-2)
+        return [("Torch.mm.0.forward", [("input.0", X), ("input.1", W), ("input.out", h), ("output.0", h)]),
+                ("Functional.relu.0.forward", [("input.0", h), ("output.0", np.maximum(h, 0))])]
+    out = compare(tmp_path, recs(False), recs(True), mode="statistics")
+    top = out.top_suspects[0]
+    assert top["record"] == "Torch.mm.0.forward" and top["score"] > 1000 and top["in_err"] == 0, out.top_suspects

@@ -31,6 +31,7 @@ from engines.dumps.rows import (
 )
 
 ALL_STATS = V_MAX | V_MIN | V_MEAN | V_NORM
+OUT_SLOT = "input.out"  # an out= buffer: the op's result (engines/capture/api.py), not an input it consumes
 _MIX = (np.uint64(0x9E3779B97F4A7C15), np.uint64(0xC2B2AE3D27D4EB4F), np.uint64(0x165667B19E3779F9),
         np.uint64(0x27D4EB2F165667C5), np.uint64(0x94D049BB133111EB))
 
@@ -52,6 +53,15 @@ def fingerprints(cols: Dict[str, np.ndarray]) -> np.ndarray:
     return out
 
 
+def out_slot_rows(cols: Dict[str, np.ndarray]) -> np.ndarray:
+    """Rows of ``out=`` buffers (``input.out``, ``input.out.0``): the result written into an argument."""
+    slots = cols["slot"]
+    codes, uniques = factorize(slots)
+    is_out = np.array([str(u) == OUT_SLOT or str(u).startswith(OUT_SLOT + ".") for u in uniques.tolist()],
+                      dtype=bool)
+    return is_out[codes] if len(uniques) else np.zeros(slots.shape[0], dtype=bool)
+
+
 def producers(cols: Dict[str, np.ndarray], api_only: bool) -> np.ndarray:
     """For every input/parameter row, the latest earlier output row with the same fingerprint (-1 none)."""
     n = cols["io"].shape[0]
@@ -62,7 +72,7 @@ def producers(cols: Dict[str, np.ndarray], api_only: bool) -> np.ndarray:
     is_out = (io == IO_OUTPUT) & (fp != 0)
     if api_only:
         is_out &= cols["kind"] == KIND_API
-    is_in = ((io == IO_INPUT) | (io == IO_PARAM)) & (fp != 0)
+    is_in = ((io == IO_INPUT) | (io == IO_PARAM)) & (fp != 0) & ~out_slot_rows(cols)
     if not is_out.any() or not is_in.any():
         return out
     _, inverse = np.unique(fp, return_inverse=True)

@@ -29,7 +29,7 @@ from typing import Dict, List, Optional
 
 import numpy as np
 
-from engines.compare import input_errors
+from engines.compare import dataflow, input_errors
 from engines.compare.dtypes import dtype_class
 from engines.compare.verdicts import ERROR, PASS, SKIPPED, UNMATCHED, WARNING, F
 from engines.dumps.rows import (
@@ -100,7 +100,7 @@ def record_frame(cols: Dict[str, np.ndarray]) -> RecordFrame:
     usable = cols["matched"] & is_float & ~np.isnan(rel)
     io = cols["io"]
     out_rows = usable & (io == IO_OUTPUT)
-    in_rows = usable & ((io == IO_INPUT) | (io == IO_PARAM)) & ~input_errors.out_slot_rows(cols)
+    in_rows = usable & ((io == IO_INPUT) | (io == IO_PARAM)) & ~dataflow.out_slot_rows(cols)
     out_err = group_reduce(np.fmax, codes[out_rows], rel[out_rows], k, np.nan)
     in_err = group_reduce(np.fmax, codes[in_rows], rel[in_rows], k, np.nan)
     outputs = io == IO_OUTPUT
@@ -170,8 +170,6 @@ def rank_records(cols: Dict[str, np.ndarray], *, small_value: float = DEFAULT_FL
     api_only = bool((candidates & (fr.kind == KIND_API)).any())
     if api_only:
         candidates &= fr.kind == KIND_API
-    from engines.compare import dataflow
-
     prod = dataflow.producers(cols, api_only)
     ie = input_errors.input_errors(cols, fr.codes, len(fr.records), fr.row_float, prod)
     in_err = ie.in_err.copy()
@@ -260,8 +258,6 @@ def _input_notes(ie: input_errors.InputErrors, idx: np.ndarray, in_e: np.ndarray
 def _dataflow_entries(cols: Dict[str, np.ndarray], fr: RecordFrame, small_value: float, prod: np.ndarray,
                       ie: input_errors.InputErrors) -> Dict[str, np.ndarray]:
     """Suspects the dataflow links reveal: target-only regions and gaps (see engines.compare.dataflow)."""
-    from engines.compare import dataflow
-
     rel = ie.rel
     matched = cols["matched"]
     has = prod >= 0

@@ -25,10 +25,10 @@ from typing import Dict, List, Optional
 
 import numpy as np
 
+from engines.compare.dataflow import fingerprints, out_slot_rows
 from engines.compare.tensor_metrics import ST_NONFINITE
-from engines.dumps.rows import DIR_FORWARD, IO_INPUT, IO_PARAM, factorize, group_reduce
+from engines.dumps.rows import DIR_FORWARD, IO_INPUT, IO_PARAM, group_reduce
 
-OUT_SLOT = "input.out"  # an out= buffer: the op's result (engines/capture/api.py), not an input
 POW_APIS = frozenset(("pow", "pow_", "__pow__", "float_power", "float_power_"))
 SQUARE_APIS = frozenset(("square", "square_"))
 MUL_APIS = frozenset(("mul", "mul_", "__mul__", "__rmul__", "multiply", "multiply_"))
@@ -38,15 +38,6 @@ DIVISOR_SLOT = {"div": "input.1", "div_": "input.1", "__truediv__": "input.1", "
                 "true_divide": "input.1", "true_divide_": "input.1", "divide": "input.1", "divide_": "input.1",
                 "__rtruediv__": "input.0", "reciprocal": "input.0", "reciprocal_": "input.0",
                 "addcdiv": "input.2", "addcdiv_": "input.2"}
-
-
-def out_slot_rows(cols: Dict[str, np.ndarray]) -> np.ndarray:
-    """Rows of ``out=`` buffers (``input.out``, ``input.out.0``): the result written into an argument."""
-    slots = cols["slot"]
-    codes, uniques = factorize(slots)
-    is_out = np.array([str(u) == OUT_SLOT or str(u).startswith(OUT_SLOT + ".") for u in uniques.tolist()],
-                      dtype=bool)
-    return is_out[codes] if len(uniques) else np.zeros(slots.shape[0], dtype=bool)
 
 
 def measured_rows(cols: Dict[str, np.ndarray]) -> np.ndarray:
@@ -155,8 +146,6 @@ def gains(cols: Dict[str, np.ndarray], record_codes: np.ndarray, k: int, is_floa
     keep = np.isin(record_codes, np.asarray(picked, dtype=np.int64))
     for i in np.flatnonzero(keep).tolist():
         rows_of.setdefault(int(record_codes[i]), []).append(i)
-    from engines.compare.dataflow import fingerprints
-
     fp = fingerprints(cols)
     for c in picked:
         base = _api_base(names[c])
