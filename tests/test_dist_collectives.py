@@ -322,4 +322,4 @@ def test_compare_of_two_2_rank_runs_points_the_received_all_reduce_back_to_rank_
     notes = {(int(r), int(s)): str(n) for r, s, rec, n in zip(div["rank"], div["step"], div["record"], div["note"])
              if rec == "Distributed.all_reduce.0.forward"}
     assert notes[(0, 0)] == "received through all_reduce #0 on group [0, 1] from rank 1"
-    assert notes[(1, 0)] == ""  # rank 1's own input had diverged: not received
+    assert "received" not in notes[(1, 0)]  # rank 1's own input had diverged: not received

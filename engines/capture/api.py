@@ -8,6 +8,10 @@ backward can run at all (grad mode), the autograd edges (``input_edge``, ``_sequ
 counts as the result of a collective that writes into its arguments (``_outputs``).
 
 Keyword arguments equal to the callable's default are not recorded (``engines.capture.defaults``).
+
+An ``out=`` argument is a buffer the call writes its result into: before the call it holds whatever the memory held
+(torch.compile's generated code passes freshly allocated, uninitialised buffers), so its row is read after the call,
+with the result in it (slot ``input.out``, as the skeleton names it).
 """
 
 from typing import Any, Dict, List, Optional, Tuple
@@ -20,6 +24,8 @@ from engines.capture.flatten import Walkers
 
 # What ``before`` hands to ``after``: buffer marks (for a rollback), the record, its name, parent and stack, flags,
 # the input edges, the sequence mark, whether the backward is observed, whether tensors are saved.
+OUT_KWARG = "out"
+OUT_SLOT = "input." + OUT_KWARG
 Pre = Tuple[int, int, int, str, str, int, int, List, int, bool, bool]
 
 
@@ -120,7 +126,10 @@ class ApiRecords:
             record = s.buffer.add_record(name, naming.KIND_API, naming.DIRECTION_FORWARD, parent, stack,
                                          skeleton, flags)
             if dm.forward and dm.input:
+                written = kwargs.get(OUT_KWARG) is not None
                 for slot, t in rows:
+                    if written and _is_out_slot(slot):
+                        continue  # read after the call (the module docstring)
                     s.add_row(record, slot, t, save)
         else:
             walkers.walk_call(args, kwargs, lambda slot, t: rows.append((slot, t)))
@@ -142,6 +151,11 @@ class ApiRecords:
         if record >= 0:
             if not isinstance(out, self.tensor_type):
                 s.buffer.rec_args[record]["output"] = self.walkers.walk_output(out, None)
+            if dm.forward and dm.input and kwargs.get(OUT_KWARG) is not None:
+                written: List[Tuple[str, Any]] = []
+                self.walkers.tensors_in(kwargs[OUT_KWARG], OUT_SLOT, written)
+                for slot, t in written:
+                    s.add_row(record, slot, t, save)
             if dm.forward and dm.output:
                 for slot, t in outputs:
                     s.add_row(record, slot, t, save, fresh=fresh)
@@ -151,3 +165,8 @@ class ApiRecords:
                                       flags & ~naming.FLAG_RECOMPUTED)
             if self._attach(pending, edges, outputs, seq, dm.output, dm.input):
                 s.pending_backward.append(pending)
+
+
+def _is_out_slot(slot: str) -> bool:
+    """The slot of an ``out=`` argument or of a tensor inside it (``input.out``, ``input.out.0``)."""
+    return slot == OUT_SLOT or slot.startswith(OUT_SLOT + ".")

@@ -14,7 +14,7 @@ with an identical fingerprint (vectorised: one sort, one binary search). Two fin
 
 from __future__ import annotations
 
-from typing import Dict, List, Tuple
+from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 
@@ -31,6 +31,7 @@ from engines.dumps.rows import (
 )
 
 ALL_STATS = V_MAX | V_MIN | V_MEAN | V_NORM
+OUT_SLOT = "input.out"  # an out= buffer: the op's result (engines/capture/api.py), not an input it consumes
 _MIX = (np.uint64(0x9E3779B97F4A7C15), np.uint64(0xC2B2AE3D27D4EB4F), np.uint64(0x165667B19E3779F9),
         np.uint64(0x27D4EB2F165667C5), np.uint64(0x94D049BB133111EB))
 
@@ -52,6 +53,15 @@ def fingerprints(cols: Dict[str, np.ndarray]) -> np.ndarray:
     return out
 
 
+def out_slot_rows(cols: Dict[str, np.ndarray]) -> np.ndarray:
+    """Rows of ``out=`` buffers (``input.out``, ``input.out.0``): the result written into an argument."""
+    slots = cols["slot"]
+    codes, uniques = factorize(slots)
+    is_out = np.array([str(u) == OUT_SLOT or str(u).startswith(OUT_SLOT + ".") for u in uniques.tolist()],
+                      dtype=bool)
+    return is_out[codes] if len(uniques) else np.zeros(slots.shape[0], dtype=bool)
+
+
 def producers(cols: Dict[str, np.ndarray], api_only: bool) -> np.ndarray:
     """For every input/parameter row, the latest earlier output row with the same fingerprint (-1 none)."""
     n = cols["io"].shape[0]
@@ -62,7 +72,7 @@ def producers(cols: Dict[str, np.ndarray], api_only: bool) -> np.ndarray:
     is_out = (io == IO_OUTPUT) & (fp != 0)
     if api_only:
         is_out &= cols["kind"] == KIND_API
-    is_in = ((io == IO_INPUT) | (io == IO_PARAM)) & (fp != 0)
+    is_in = ((io == IO_INPUT) | (io == IO_PARAM)) & (fp != 0) & ~out_slot_rows(cols)
     if not is_out.any() or not is_in.any():
         return out
     _, inverse = np.unique(fp, return_inverse=True)
@@ -83,17 +93,20 @@ def producers(cols: Dict[str, np.ndarray], api_only: bool) -> np.ndarray:
 
 
 def target_only_regions(cols: Dict[str, np.ndarray], record_codes: np.ndarray, producer: np.ndarray,
-                        candidate_rows: np.ndarray) -> List[Tuple[List[int], float, float, List[int]]]:
+                        candidate_rows: np.ndarray, rel: Optional[np.ndarray] = None,
+                        feed: Optional[np.ndarray] = None) -> List[Tuple[List[int], float, float, List[int]]]:
     """Regions of unmatched records feeding matched inputs.
 
     ``candidate_rows``: matched input rows whose producer is an unmatched row. Returns, per region, (record codes
     in the region, input error (largest error of the matched outputs feeding it), output error (largest error of
-    the matched inputs it feeds), those consumer rows).
+    the matched inputs it feeds), those consumer rows). ``rel``: each row's error (default ``rel_err``);
+    ``feed``: the error a matched output row carries into the region (default its ``rel``).
     """
     if not candidate_rows.size:
         return []
     matched = cols["matched"]
-    rel = cols["rel_err"]
+    rel = cols["rel_err"] if rel is None else rel
+    feed = rel if feed is None else feed
     rows_of: Dict[int, List[int]] = {}
     for i in np.flatnonzero(((cols["io"] == IO_INPUT) | (cols["io"] == IO_PARAM))).tolist():
         rows_of.setdefault(int(record_codes[i]), []).append(i)
@@ -114,7 +127,7 @@ def target_only_regions(cols: Dict[str, np.ndarray], record_codes: np.ndarray, p
                     if p < 0:
                         continue
                     if matched[p]:
-                        e = rel[p]
+                        e = feed[p]
                         if e == e:
                             in_err = max(in_err, float(e))
                     else:

@@ -11,7 +11,9 @@ for bfloat16, 2^-11 for float16): an op that computes in bfloat16 adds a few 2^-
 a float32 reference it only ranks high when it adds clearly more than its precision explains.
 
 In statistics mode ``rel_err`` is a lower bound computed from max/min/mean/norm; the ranking still works in most
-cases, less often than with tensors.
+cases, less often than with tensors. Where the bound misleads (masked tensors, statistics that hide an error) and
+for ops whose maths amplifies their input error by a known factor, ``in_err`` and the score are corrected as
+engines/compare/input_errors.py describes: ``score = out_err / max(gain · in_err, floor)``.
 
 Non-finite values: an output with NaN/inf where the golden is finite has infinite error; if an input is already
 non-finite it is inherited (score 1), so the op that *first* produces NaN/inf ranks first. Matching non-finite
@@ -27,6 +29,7 @@ from typing import Dict, List, Optional
 
 import numpy as np
 
+from engines.compare import dataflow, input_errors
 from engines.compare.dtypes import dtype_class
 from engines.compare.verdicts import ERROR, PASS, SKIPPED, UNMATCHED, WARNING, F
 from engines.dumps.rows import (
@@ -77,6 +80,7 @@ class RecordFrame:
     in_err: np.ndarray  # NaN: no comparable floating input
     floor_dtype: np.ndarray
     worst: np.ndarray  # verdict code
+    row_float: np.ndarray  # per row: a floating-point tensor
 
 
 def record_frame(cols: Dict[str, np.ndarray]) -> RecordFrame:
@@ -91,11 +95,12 @@ def record_frame(cols: Dict[str, np.ndarray]) -> RecordFrame:
         k = len(records)
         first_row = group_reduce(np.minimum, codes, np.arange(n, dtype=np.int64), k, n)
     is_float = _per_value(cols["target_dtype"], lambda d: dtype_class(str(d)) == "float", bool)
-    rel = cols["rel_err"]
+    # a statistics bound that is unknown (a masked tensor) counts as no error measured, not as 0
+    rel = np.where(input_errors.unknown_rows(cols, input_errors.measured_rows(cols)), np.nan, cols["rel_err"])
     usable = cols["matched"] & is_float & ~np.isnan(rel)
     io = cols["io"]
     out_rows = usable & (io == IO_OUTPUT)
-    in_rows = usable & ((io == IO_INPUT) | (io == IO_PARAM))
+    in_rows = usable & ((io == IO_INPUT) | (io == IO_PARAM)) & ~dataflow.out_slot_rows(cols)
     out_err = group_reduce(np.fmax, codes[out_rows], rel[out_rows], k, np.nan)
     in_err = group_reduce(np.fmax, codes[in_rows], rel[in_rows], k, np.nan)
     outputs = io == IO_OUTPUT
@@ -105,7 +110,7 @@ def record_frame(cols: Dict[str, np.ndarray]) -> RecordFrame:
     sev = SEVERITY[cols["verdict"]]
     worst = FROM_SEVERITY[group_reduce(np.maximum, codes, sev, k, np.int8(0))]
     return RecordFrame(codes, records, first_row, cols["kind"][first_row], cols["direction"][first_row],
-                       out_err, in_err, floor_dtype, worst)
+                       out_err, in_err, floor_dtype, worst, is_float)
 
 
 def _forward_twin(name: str) -> str:
@@ -159,41 +164,55 @@ def rank_records(cols: Dict[str, np.ndarray], *, small_value: float = DEFAULT_FL
     fr = frame or record_frame(cols)
     rec_order = cols["order"][fr.first_row] if len(fr.first_row) else np.zeros(0, np.int64)
     phase = _phases(fr, rec_order)
-    in_err = fr.in_err.copy()
-    backward = np.flatnonzero(fr.direction == DIR_BACKWARD)
-    index = {r: i for i, r in enumerate(fr.records.tolist())} if backward.size else {}
-    for b in backward.tolist():
-        twin = index.get(_forward_twin(fr.records[b]))
-        if twin is not None and fr.direction[twin] == DIR_FORWARD:
-            in_err[b] = np.fmax(in_err[b], np.fmax(fr.in_err[twin], fr.out_err[twin]))
     candidates = (fr.kind == KIND_API) | (fr.kind == KIND_MODULE)
     with np.errstate(invalid="ignore"):
         candidates &= fr.out_err > 0
     api_only = bool((candidates & (fr.kind == KIND_API)).any())
     if api_only:
         candidates &= fr.kind == KIND_API
+    prod = dataflow.producers(cols, api_only)
+    ie = input_errors.input_errors(cols, fr.codes, len(fr.records), fr.row_float, prod)
+    in_err = ie.in_err.copy()
+    backward = np.flatnonzero(fr.direction == DIR_BACKWARD)
+    index = {r: i for i, r in enumerate(fr.records.tolist())} if backward.size else {}
+    for b in backward.tolist():
+        twin = index.get(_forward_twin(fr.records[b]))
+        if twin is not None and fr.direction[twin] == DIR_FORWARD:
+            in_err[b] = np.fmax(in_err[b], np.fmax(ie.in_err[twin], fr.out_err[twin]))
     idx = np.flatnonzero(candidates)
     out_e = fr.out_err[idx]
     in_e = np.nan_to_num(in_err[idx], nan=0.0, posinf=np.inf, neginf=0.0)
     floor = np.maximum(small_value, fr.floor_dtype[idx])
-    with np.errstate(invalid="ignore", divide="ignore"):
-        score = out_e / np.maximum(in_e, floor)
+    with np.errstate(invalid="ignore"):
+        amplified = idx[(in_e > 0) & (out_e > np.maximum(in_e, floor))]  # only these could owe it to a gain
+    ie.gain = input_errors.gains(cols, fr.codes, len(fr.records), fr.row_float, amplified)
+    gain = ie.gain[idx]
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+        expected = np.where(in_e > 0, gain * in_e, 0.0)  # the error its inputs explain
+        score = out_e / np.maximum(expected, floor)
     inf_out = np.isinf(out_e)
     score[inf_out] = np.where(np.isinf(in_e[inf_out]), 1.0, np.inf)
     blank = np.empty(idx.shape[0], dtype=object)
     blank.fill("")
     entries = {"code": idx, "kind": fr.kind[idx].astype(np.uint8), "score": score, "out_err": out_e,
-               "in_err": in_e, "floor": floor, "note": blank, "last_op": blank, "link": blank,
-               "n_ops": np.ones(idx.shape[0], dtype=np.int64), "members": blank}
-    extra = _dataflow_entries(cols, fr, small_value, api_only)
+               "in_err": in_e, "floor": floor, "note": _input_notes(ie, idx, in_e, gain, floor),
+               "last_op": blank, "link": blank, "n_ops": np.ones(idx.shape[0], dtype=np.int64), "members": blank,
+               "unknown": ie.unknown[idx]}
+    extra = _dataflow_entries(cols, fr, small_value, prod, ie)
     if extra:
+        extra["unknown"] = np.zeros(extra["code"].shape[0], dtype=bool)
         entries = {k: np.concatenate([entries[k], extra[k]]) for k in entries}
     codes = entries["code"]
     first = fr.first_row[codes]
     order = cols["order"][first]
     ph = phase[codes]
     model = ph != PHASE_UPDATE
-    late = (~model) & bool(model.any() and np.nanmax(np.where(model, entries["score"], 0.0)) >= MODEL_SIGNAL)
+    signal = bool(model.any() and np.nanmax(np.where(model, entries["score"], 0.0)) >= MODEL_SIGNAL)
+    # the update phase after the model when the model shows a signal, or when the op's inputs (the gradients)
+    # already differ: Adam's normalisation amplifies what it is fed; an update op fed exact inputs ranks on its score
+    with np.errstate(invalid="ignore"):
+        fed = entries["in_err"] > entries["floor"]
+    late = ((~model) & (signal | fed)) | entries.pop("unknown")
     sort = np.lexsort((order, -entries["score"], late))
     entries = {k: v[sort] for k, v in entries.items()}
     codes, first, order, ph = codes[sort], first[sort], order[sort], ph[sort]
@@ -219,12 +238,27 @@ def rank_records(cols: Dict[str, np.ndarray], *, small_value: float = DEFAULT_FL
     }
 
 
-def _dataflow_entries(cols, fr: RecordFrame, small_value: float, api_only: bool) -> Dict[str, np.ndarray]:
-    """Suspects the dataflow links reveal: target-only regions and gaps (see engines.compare.dataflow)."""
-    from engines.compare import dataflow
+def _input_notes(ie: input_errors.InputErrors, idx: np.ndarray, in_e: np.ndarray, gain: np.ndarray,
+                 floor: np.ndarray) -> np.ndarray:
+    """Why an op's input error is what the score used: unknown, carried from upstream, or amplified (the last
+    two only where they moved the score: the input error is above the floor)."""
+    notes = np.empty(idx.shape[0], dtype=object)
+    notes.fill("")
+    for p in np.flatnonzero(ie.unknown[idx] | ((ie.carried[idx] | (gain > 1)) & (in_e > floor))).tolist():
+        c = int(idx[p])
+        if ie.unknown[c]:
+            notes[p] = "input error unknown (statistics of a masked input)"
+        elif gain[p] > 1 and in_e[p] > floor[p]:
+            notes[p] = "its maths amplifies input error {:.3g}x".format(float(gain[p]))
+        else:
+            notes[p] = "input error carried from upstream (statistics hide it)"
+    return notes
 
-    prod = dataflow.producers(cols, api_only)
-    rel = cols["rel_err"]
+
+def _dataflow_entries(cols: Dict[str, np.ndarray], fr: RecordFrame, small_value: float, prod: np.ndarray,
+                      ie: input_errors.InputErrors) -> Dict[str, np.ndarray]:
+    """Suspects the dataflow links reveal: target-only regions and gaps (see engines.compare.dataflow)."""
+    rel = ie.rel
     matched = cols["matched"]
     has = prod >= 0
     usable = has & matched & ~np.isnan(rel)
@@ -234,8 +268,11 @@ def _dataflow_entries(cols, fr: RecordFrame, small_value: float, api_only: bool)
     out: Dict[str, list] = {k: [] for k in ("code", "kind", "score", "out_err", "in_err", "floor", "note", "last_op",
                                             "n_ops", "link", "members")}
     from_unmatched = usable & ~matched[p_safe]
+    feed = np.full(rel.shape[0], np.nan)
+    linked = np.unique(prod[has])
+    feed[linked] = ie.carried_by(linked, fr.codes)
     for members, in_e, out_e, consumers in dataflow.target_only_regions(cols, fr.codes, prod,
-                                                                          np.flatnonzero(from_unmatched)):
+                                                                          np.flatnonzero(from_unmatched), rel, feed):
         if not out_e > 0:
             continue
         codes = sorted(members, key=lambda c: fr.first_row[c])  # dump order
@@ -261,6 +298,7 @@ def _dataflow_entries(cols, fr: RecordFrame, small_value: float, api_only: bool)
     from_matched = usable & matched[p_safe] & ~np.isnan(rel[p_safe])
     rows = np.flatnonzero(from_matched)
     if rows.size:
+        rel = _like_with_like(cols, rel, rows, prod[rows], ie.measured, small_value)
         src = rel[prod[rows]]
         with np.errstate(invalid="ignore", divide="ignore"):
             jump = rel[rows] / np.maximum(src, floor_row[rows])
@@ -297,6 +335,24 @@ def _dataflow_entries(cols, fr: RecordFrame, small_value: float, api_only: bool)
             arr[:] = v
         res[k] = arr
     return res
+
+
+def _like_with_like(cols: Dict[str, np.ndarray], rel: np.ndarray, rows: np.ndarray, producers: np.ndarray,
+                    measured: np.ndarray, small_value: float) -> np.ndarray:
+    """``rel`` where an input and the output that fed it were measured alike; where one was measured from tensors
+    and the other from statistics (``tensor_list``), both rows get their statistics bound, so a gap compares a
+    tensor error with a tensor error and a bound with a bound."""
+    mixed = measured[rows] != measured[producers]
+    if not mixed.any():
+        return rel
+    both = np.unique(np.concatenate([rows[mixed], producers[mixed]]))
+    out = rel.copy()
+    from engines.compare.stats_metrics import STATS, scaled_stat_errors
+
+    t = {s: np.asarray(cols["t_" + s], np.float64)[both] for s in STATS}
+    g = {s: np.asarray(cols["g_" + s], np.float64)[both] for s in STATS}
+    out[both] = scaled_stat_errors(t, g, np.asarray(cols["numel"])[both], small_value)
+    return out
 
 
 def _naive(cols, fr: Optional[RecordFrame], pick_first: bool) -> Optional[str]:
