@@ -18,8 +18,9 @@ mindstudio-probe 26.2.0 with torch 2.13 (CPU; tests/data/msprobe/real and tests/
 - ops whose msprobe gradients are an inner op's (``cross_entropy`` reports the inner ``nll_loss`` gradient) cannot
   be mapped and are left as they are.
 
-One table, read both ways: the exporter (``engines/export``) writes msprobe's layout; compare can map msprobe's
-back to ours when one side is msprobe's.
+The exporter (``engines/export``) writes msprobe's layout from this table; the reader's way back (msprobe's slots to
+ours, when one side of a compare is msprobe's) is ``backward_slots``, which works from the dump alone (shapes and
+dtypes of the forward inputs) and leaves unpaired what it cannot place (the flattened >2-D ``linear`` gradient).
 """
 
 from __future__ import annotations
