@@ -64,3 +64,41 @@ async def test_an_optional_bool_can_be_set_and_unset(tmp_path):
         control.value = True
         await pilot.pause()
         assert row.collect() == (True, True)
+
+
+@pilot_test
+async def test_saving_over_an_existing_file_asks_first(tmp_path):
+    from textual.widgets import Button
+
+    from probe_tui.app.screens.confirm import ConfirmScreen
+    from probe_tui.app.screens.path_prompt import PathPrompt
+
+    existing = tmp_path / "statistics.json"
+    existing.write_text('{"keep": "me"}')
+    app = ProbeApp(tmp_path, root_label="~/exp")
+    async with app.run_test(size=(120, 40)) as pilot:
+        app.open_builder(schemas.starter_config("statistics"), path=None)
+        builder = await builder_up(pilot)
+        for key in ("ctrl+s", "f2", "ctrl+r"):
+            await pilot.press(key)
+            await wait_until(pilot, lambda: isinstance(app.screen, PathPrompt) and app.screen.is_mounted, what=key)
+            await pilot.press("enter")  # the suggestion: statistics.json, which exists
+            await wait_until(pilot, lambda: isinstance(app.screen, ConfirmScreen) and app.screen.is_mounted,
+                             what=f"{key} asks before overwriting")
+            assert "already exists" in str(app.screen.question)
+            await pilot.press("escape")
+            await wait_until(pilot, lambda: app.screen is builder)
+            assert existing.read_text() == '{"keep": "me"}'
+        await pilot.press("ctrl+s")
+        await wait_until(pilot, lambda: isinstance(app.screen, PathPrompt) and app.screen.is_mounted)
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: isinstance(app.screen, ConfirmScreen) and app.screen.is_mounted)
+        app.screen.query_one("#answer-overwrite", Button).press()
+        await wait_until(pilot, lambda: json.loads(existing.read_text()).get("task") == "statistics")
+        # Saved once, the file is the builder's own: saving again does not ask, unless it changed on disk.
+        existing.write_text('{"changed": "elsewhere"}')
+        import os
+        os.utime(existing, (1, 1))
+        await pilot.press("ctrl+s")
+        await wait_until(pilot, lambda: isinstance(app.screen, ConfirmScreen) and app.screen.is_mounted)
+        assert "changed on disk" in str(app.screen.question)

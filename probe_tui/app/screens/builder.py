@@ -36,6 +36,9 @@ class BuilderScreen(AppScreen):
         self.suggested_name: Optional[str] = None
         """File name the first save proposes (default: ``<task>.json``)."""
         self._backend = backend
+        self._path: Optional[Path] = None
+        self._disk_mtime: Optional[float] = None
+        """When the file at ``path`` was last modified as this builder knows it (saving over a newer one asks)."""
         self.path = Path(path) if path else None
         self.origin = origin
         self.initial_data = dict(data)
@@ -45,6 +48,16 @@ class BuilderScreen(AppScreen):
         self._advanced_open = False
 
     # ---- construction -------------------------------------------------------------------------------------
+    @property
+    def path(self) -> Optional[Path]:
+        """Where ctrl+s saves (None: not saved yet)."""
+        return self._path
+
+    @path.setter
+    def path(self, value: Optional[Path]) -> None:
+        self._path = Path(value) if value is not None else None
+        self._disk_mtime = _mtime(self._path) if self._path is not None else None
+
     @property
     def backend(self) -> Any:
         return self._backend or self.app.backend
@@ -292,21 +305,42 @@ class BuilderScreen(AppScreen):
                              answered)
 
     # ---- saving -------------------------------------------------------------------------------------------
-    def _ask_path_then(self, then) -> None:
-        suggestion = (relative_text(self.path, self.app.root) if self.path
-                      else self.suggested_name or f"{self.task}.json")
+    def _ask_path_then(self, then, suggestion: Optional[str] = None) -> None:
+        if suggestion is None:
+            suggestion = (relative_text(self.path, self.app.root) if self.path
+                          else self.suggested_name or f"{self.task}.json")
 
         def chosen(path: Optional[Path]) -> None:
             if path is None:
                 return
-            if self.write(path) and then is not None:
+            if path.exists() and path != self.path:
+                self._confirm_overwrite(path, then, f"{relative_text(path, self.app.root)} already exists.")
+            elif self.write(path) and then is not None:
                 then(path)
 
         self.app.push_screen(PathPrompt("Save the config as", self.app.root, suggestion), chosen)
 
+    def _confirm_overwrite(self, path: Path, then, question: str) -> None:
+        """Ask before replacing a file this builder did not load or save (or one changed on disk since)."""
+        from probe_tui.app.screens.confirm import ConfirmScreen
+
+        def answered(choice: str) -> None:
+            if choice == "overwrite":
+                if self.write(path) and then is not None:
+                    then(path)
+            elif choice == "rename":
+                self._ask_path_then(then, relative_text(path, self.app.root))
+
+        self.app.push_screen(ConfirmScreen(question, [("Overwrite", "overwrite"), ("Other name", "rename"),
+                                                      ("Cancel", "cancel")]), answered)
+
     def _save_then(self, then) -> None:
         if self.path is None:
             self._ask_path_then(then)
+            return
+        if self.path.exists() and _mtime(self.path) != self._disk_mtime:
+            self._confirm_overwrite(self.path, then, f"{relative_text(self.path, self.app.root)} changed on disk "
+                                                     "since it was loaded.")
             return
         if (self.dirty or not self.path.exists()) and not self.write(self.path):
             return
@@ -327,6 +361,7 @@ class BuilderScreen(AppScreen):
             self.notify(f"{path}: cannot write: {exc.strerror or exc}", severity="error", title="Not saved")
             return False
         self.path = Path(path)
+        self._disk_mtime = _mtime(self.path)
         self._baseline = self._snapshot()
         self._update_title()
         shown = relative_text(self.path, self.app.root)
@@ -336,6 +371,13 @@ class BuilderScreen(AppScreen):
             self.notify(f"Saved {shown} with {len(result.issues)} error(s): it will not run as it is.",
                         severity="warning")
         return True
+
+
+def _mtime(path: Path) -> Optional[float]:
+    try:
+        return path.stat().st_mtime
+    except OSError:
+        return None
 
 
 def _field_names(model: type) -> List[str]:
