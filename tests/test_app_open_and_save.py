@@ -102,3 +102,168 @@ async def test_saving_over_an_existing_file_asks_first(tmp_path):
         await pilot.press("ctrl+s")
         await wait_until(pilot, lambda: isinstance(app.screen, ConfirmScreen) and app.screen.is_mounted)
         assert "changed on disk" in str(app.screen.question)
+
+
+# ---- every kind of path the CLI reads opens in its view -----------------------------------------------------------
+MSPROBE = Path(__file__).resolve().parent / "data" / "msprobe" / "e2e_83" / "npu"
+
+
+def _paths(tmp_path):
+    """(path, the screen that shows it) for each kind of path the CLI reads."""
+    from probe_tui.app.screens.compare import CompareScreen
+    from probe_tui.app.screens.dump import DumpScreen
+    from probe_tui.app.screens.monitor import MonitorScreen
+    from tests.app_pilot import make_compare_result, make_metrics, write_dump
+
+    run = tmp_path / "probe_dump" / "20260105-101500-a1b2c3"
+    write_dump(run / "rank0", golden=False)
+    (run / "run.json").write_text(json.dumps({"run_id": run.name, "task": "statistics", "status": "finished"}))
+    make_metrics(tmp_path / "monitor_run")
+    return {
+        "msprobe step folder": (MSPROBE / "step0", DumpScreen),
+        "msprobe rank folder": (MSPROBE / "step0" / "rank0", DumpScreen),
+        "msprobe dump.json": (MSPROBE / "step0" / "rank0" / "dump.json", DumpScreen),
+        "our rank folder": (run / "rank0", DumpScreen),
+        "metrics.h5": (tmp_path / "monitor_run" / "rank0" / "metrics.h5", MonitorScreen),
+        "compare -o DIR": (make_compare_result(tmp_path / "cmp"), CompareScreen),
+    }
+
+
+@pilot_test
+async def test_probe_tui_open_shows_every_kind_of_path_in_its_view(tmp_path, monkeypatch):
+    from probe_tui.app import build_app
+
+    monkeypatch.chdir(tmp_path)
+    for what, (path, screen_type) in _paths(tmp_path).items():
+        app = build_app(str(path))
+        assert app.start_path is not None, f"{what}: listed as a folder of runs"
+        async with app.run_test(size=(120, 40)) as pilot:
+            await wait_until(pilot, lambda a=app, t=screen_type: isinstance(a.screen, t) and a.screen.is_mounted,
+                             what=f"{what} open in {screen_type.__name__}")
+
+
+@pilot_test
+async def test_open_a_path_from_inside_the_app(tmp_path):
+    from probe_tui.app.screens.dump import DumpScreen
+    from probe_tui.app.screens.home import HomeScreen
+    from probe_tui.app.screens.path_prompt import PathPrompt
+
+    (tmp_path / "empty").mkdir()
+    app = ProbeApp(tmp_path / "empty", root_label="~/exp")
+    async with app.run_test(size=(120, 40)) as pilot:
+        await wait_until(pilot, lambda: isinstance(app.screen, HomeScreen) and app.screen.scanned)
+        await pilot.press("p")
+        await wait_until(pilot, lambda: isinstance(app.screen, PathPrompt) and app.screen.is_mounted)
+        await pilot.press("ctrl+u", *str(MSPROBE / "step0"), "enter")
+        await wait_until(pilot, lambda: isinstance(app.screen, DumpScreen) and app.screen.is_mounted,
+                         what="the step folder in the dump browser")
+        # A folder of runs becomes the folder home lists.
+        run = tmp_path / "runs" / "r1"
+        run.mkdir(parents=True)
+        (run / "run.json").write_text(json.dumps({"run_id": "r1", "task": "statistics", "status": "finished"}))
+        app.open_any(tmp_path / "runs")
+        await wait_until(pilot, lambda: isinstance(app.screen, HomeScreen) and app.root == (tmp_path / "runs"))
+        await wait_until(pilot, lambda: [r["folder"] for r in app.screen.runs] == ["r1"])
+
+
+@pilot_test
+async def test_home_lists_a_compare_result_written_with_compare_o(tmp_path):
+    from probe_tui.app.screens.home import HomeScreen
+    from tests.app_pilot import make_compare_result
+
+    make_compare_result(tmp_path / "cmp")
+    (tmp_path / "cmp" / "target" / "rank0").mkdir(parents=True, exist_ok=True)
+    app = ProbeApp(tmp_path, root_label="~/exp")
+    async with app.run_test(size=(120, 40)) as pilot:
+        await wait_until(pilot, lambda: isinstance(app.screen, HomeScreen) and app.screen.scanned)
+        rows = {r["folder"]: r["status"] for r in app.screen.runs}
+        assert rows.get("cmp/result") == "compare result", rows
+
+
+# ---- runs start where the app was started ------------------------------------------------------------------------
+@pilot_test
+async def test_a_config_opened_from_another_folder_runs_in_the_start_folder(tmp_path, monkeypatch):
+    import sys
+
+    from probe_tui.app import build_app
+    from probe_tui.app.screens.run import RunScreen
+
+    configs = tmp_path / "configs"
+    configs.mkdir()
+    shutil.copy(SAMPLES / "statistics.json", configs / "stats.json")
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    app = build_app(str(configs / "stats.json"))
+    app.run_command = [sys.executable, "-c", "import os; open('ran_here', 'w').write(os.getcwd())"]
+    async with app.run_test(size=(120, 40)) as pilot:
+        builder = await builder_up(pilot)
+        assert builder.path == configs / "stats.json"
+        await pilot.press("ctrl+r")
+        await wait_until(pilot, lambda: isinstance(app.screen, RunScreen) and app.screen.is_mounted)
+        assert app.screen.cwd == work
+        await wait_until(pilot, lambda: (work / "ran_here").is_file(), what="the run in the start folder")
+        assert not (configs / "ran_here").exists()
+
+
+# ---- first run -------------------------------------------------------------------------------------------------
+@pilot_test
+async def test_an_empty_folder_offers_the_demo_a_path_and_a_config(tmp_path):
+    import sys
+
+    from probe_tui.app.screens.home import HomeScreen
+    from probe_tui.app.screens.path_prompt import PathPrompt
+    from probe_tui.app.screens.run import RunScreen
+    from probe_tui.app.screens.start import StartScreen
+
+    app = ProbeApp(tmp_path, root_label="~/exp", run_command=[sys.executable, "-c", "pass"])
+    async with app.run_test(size=(80, 24)) as pilot:
+        await wait_until(pilot, lambda: isinstance(app.screen, HomeScreen) and app.screen.scanned)
+        text = str(app.screen.query_one("#runs-empty").render())
+        for line in ("d  run the demo", "p  open a path", "n  build a config"):
+            assert line in text
+        for key, screen_type in (("p", PathPrompt), ("n", StartScreen)):
+            await pilot.press(key)
+            await wait_until(pilot, lambda t=screen_type: isinstance(app.screen, t), what=key)
+            await pilot.press("escape")
+            await wait_until(pilot, lambda: isinstance(app.screen, HomeScreen))
+        await pilot.press("d")
+        run = await wait_until(pilot, lambda: isinstance(app.screen, RunScreen) and app.screen)
+        assert run.config_path.name == "statistics.json" and run.cwd == tmp_path
+
+
+# ---- the footer at 80 columns ------------------------------------------------------------------------------------
+def _footer_keys(screen):
+    """(key, description) of each footer key drawn inside the terminal."""
+    from textual.widgets._footer import FooterKey
+
+    width = screen.app.size.width
+    return {(k.key, k.description) for k in screen.query(FooterKey) if k.region.right <= width and k.region.width}
+
+
+@pilot_test
+async def test_at_80_columns_the_footer_keeps_quit_back_and_help(tmp_path):
+    from probe_tui.app.screens.compare import CompareScreen
+    from probe_tui.app.screens.dump import DumpScreen
+    from probe_tui.app.screens.home import HomeScreen
+    from tests.app_pilot import make_compare_result
+
+    result = make_compare_result(tmp_path / "cmp")
+    app = ProbeApp(tmp_path, root_label="~/exp")
+    async with app.run_test(size=(80, 24)) as pilot:
+        await wait_until(pilot, lambda: isinstance(app.screen, HomeScreen) and app.screen.scanned)
+        await pilot.pause()
+        assert {("q", "Quit"), ("f1", "Help")} <= _footer_keys(app.screen)
+        app.open_builder(schemas.starter_config("statistics"), path=None)
+        builder = await builder_up(pilot)
+        await pilot.pause()
+        assert {("escape", "Back"), ("f1", "Help"), ("ctrl+s", "Save")} <= _footer_keys(builder)
+        builder.dismiss()
+        for path, screen_type in ((result, CompareScreen), (MSPROBE, DumpScreen)):
+            app.open_path(path)
+            screen = await wait_until(pilot, lambda t=screen_type: isinstance(app.screen, t)
+                                      and app.screen.is_mounted and app.screen)
+            await pilot.pause(0.3)
+            assert {("escape", "Back"), ("f1", "Help")} <= _footer_keys(screen), screen_type.__name__
+            await pilot.press("escape")
+            await wait_until(pilot, lambda: isinstance(app.screen, HomeScreen))

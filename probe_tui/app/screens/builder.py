@@ -8,7 +8,7 @@ from rich.text import Text
 from textual import events, on
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical, VerticalScroll
-from textual.widgets import Collapsible, Footer, Label, Select, Static
+from textual.widgets import Collapsible, Label, Select, Static
 
 from probe_tui.app.actions import bindings_for
 from probe_tui.app.config_backend import Issue, Validation, task_of, write_json_atomic
@@ -16,6 +16,7 @@ from probe_tui.app.form.fields import FieldRow
 from probe_tui.app.form.model_form import ModelForm, all_rows, folds_above, place_issues
 from probe_tui.app.screens.base import AppScreen
 from probe_tui.app.screens.path_prompt import PathPrompt, relative_text
+from probe_tui.app.widgets.key_footer import KeyFooter
 
 VALIDATE_DELAY_S = 0.2
 
@@ -84,7 +85,7 @@ class BuilderScreen(AppScreen):
             with Vertical(id="form-holder"):
                 yield ModelForm(tasks[task], self.initial_data, id="form")
         yield Static("", id="field-help")
-        yield Footer()
+        yield KeyFooter()
 
     def on_mount(self) -> None:
         self.validate_now()
