@@ -267,3 +267,59 @@ async def test_at_80_columns_the_footer_keeps_quit_back_and_help(tmp_path):
             assert {("escape", "Back"), ("f1", "Help")} <= _footer_keys(screen), screen_type.__name__
             await pilot.press("escape")
             await wait_until(pilot, lambda: isinstance(app.screen, HomeScreen))
+
+
+# ---- palette order, its Keys command, Home/End in tables ---------------------------------------------------------
+def _palette_titles(palette):
+    from textual.command import CommandList
+
+    options = palette.query_one(CommandList)
+    return [str(options.get_option_at_index(i).prompt).split("\n")[0] for i in range(options.option_count)]
+
+
+@pilot_test
+async def test_the_palette_lists_the_apps_commands_first_and_keys_closes_with_esc(tmp_path):
+    from textual.command import CommandPalette
+
+    from probe_tui.app.screens.help import HelpScreen
+    from probe_tui.app.screens.home import HomeScreen
+
+    app = ProbeApp(tmp_path, root_label="~/exp")
+    async with app.run_test(size=(100, 30)) as pilot:
+        await wait_until(pilot, lambda: isinstance(app.screen, HomeScreen) and app.screen.scanned)
+        await pilot.press("ctrl+p")
+        palette = await wait_until(pilot, lambda: isinstance(app.screen, CommandPalette) and app.screen)
+        titles = await wait_until(pilot, lambda: len(_palette_titles(palette)) > 5 and _palette_titles(palette))
+        await pilot.pause(0.3)
+        titles = _palette_titles(palette)
+        assert titles[0].startswith("New config"), titles
+        assert titles.index("Theme") > titles.index("Refresh (r f5)")
+        await pilot.press(*"Keys")
+        await wait_until(pilot, lambda: _palette_titles(palette)[:1] == ["Keys"])
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: isinstance(app.screen, HelpScreen))
+        await pilot.press("escape")
+        await wait_until(pilot, lambda: isinstance(app.screen, HomeScreen))
+        assert not app.screen.query("HelpPanel")
+
+
+@pilot_test
+async def test_home_and_end_go_to_the_first_and_last_row(tmp_path):
+    from textual.widgets import DataTable
+
+    from probe_tui.app.screens.home import HomeScreen
+
+    for n in range(30):
+        run = tmp_path / "probe_dump" / f"2026010{n // 10}-1{n % 10:05d}-abcdef"
+        run.mkdir(parents=True)
+        (run / "run.json").write_text(json.dumps({"run_id": run.name, "task": "statistics", "status": "finished",
+                                                  "started_unix": 1767600000 + n}))
+    app = ProbeApp(tmp_path, root_label="~/exp")
+    async with app.run_test(size=(80, 24)) as pilot:
+        await wait_until(pilot, lambda: isinstance(app.screen, HomeScreen) and len(app.screen.runs) == 30)
+        table = app.screen.query_one("#runs", DataTable)
+        await wait_until(pilot, lambda: table.has_focus)
+        await pilot.press("end")
+        assert table.cursor_row == 29
+        await pilot.press("home")
+        assert table.cursor_row == 0

@@ -104,6 +104,10 @@ ACTIONS: Tuple[AppAction, ...] = (
     AppAction("app.open_path", "open_any", "ctrl+e", "Open a path", "General", "app",
               "Open a run, rank or step folder, a dump.json, a metrics.h5, a compare result or a config in its "
               "view; a folder of runs becomes the folder home lists.", show=False),
+    AppAction("app.first_row", "table_edge('first')", "home", "First row", "General", "app",
+              "In a table: move to the first row.", show=False, palette=False, priority=True),
+    AppAction("app.last_row", "table_edge('last')", "end", "Last row", "General", "app",
+              "In a table: move to the last row.", show=False, palette=False, priority=True),
     AppAction("app.quit", "quit", "ctrl+q", "Quit", "General", "app",
               "Leave probe-tui.", show=False, priority=True),
     # Home

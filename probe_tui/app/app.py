@@ -5,11 +5,14 @@ command palette. Errors are shown as notifications; nothing a user does (a bad f
 """
 
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
 from textual import events, on, work
-from textual.app import App
+from textual.actions import SkipAction
+from textual.app import App, SystemCommand
 from textual.message import Message
+from textual.screen import Screen
+from textual.widgets import DataTable
 from textual.worker import get_current_worker
 
 from probe_tui.app.actions import SCOPE_TITLES, bindings_for, keymap_path, load_keymap
@@ -52,7 +55,8 @@ class ProbeApp(App):
     TITLE = "probe-tui"
     CSS_PATH = ["app.tcss", "form/form.tcss"]
     BINDINGS = bindings_for("app")
-    COMMANDS = App.COMMANDS | {ActionCommands}
+    COMMANDS = {ActionCommands}
+    """One provider: the app's actions, then Textual's system commands (``get_system_commands``)."""
 
     def __init__(self, root: Union[str, Path], *, start: Optional[Path] = None, backend: Any = None,
                  root_label: Optional[str] = None, run_command: Optional[Sequence[str]] = None,
@@ -86,6 +90,24 @@ class ProbeApp(App):
 
     def on_resize(self, event: events.Resize) -> None:
         self.set_class(event.size.width < 81, "narrow")
+
+    def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
+        """Textual's palette commands the app keeps: its own quit and its help screen (esc closes it) replace
+        Textual's "Quit" and "Keys" panel (which esc did not close)."""
+        for command in super().get_system_commands(screen):
+            if command.title == "Keys":
+                yield SystemCommand("Keys", "Every key of this screen and of the app (the help screen)",
+                                    self.action_help)
+            elif command.title != "Quit":
+                yield command
+
+    def action_table_edge(self, edge: str) -> None:
+        """Home/End in a row table: the first or last row (Textual's table scrolls sideways); elsewhere the key
+        goes on to the focused widget."""
+        table = self.focused
+        if not isinstance(table, DataTable) or table.cursor_type != "row" or not table.row_count:
+            raise SkipAction()
+        table.move_cursor(row=0 if edge == "first" else table.row_count - 1, scroll=True)
 
     # ---- navigation ---------------------------------------------------------------------------------------
     def action_help(self) -> None:
