@@ -323,3 +323,33 @@ async def test_home_and_end_go_to_the_first_and_last_row(tmp_path):
         assert table.cursor_row == 29
         await pilot.press("home")
         assert table.cursor_row == 0
+
+
+# ---- builder: jump to a field, no invisible Tab stop -------------------------------------------------------------
+@pilot_test
+async def test_the_palette_jumps_to_a_builder_field_even_an_advanced_one(tmp_path):
+    from textual.command import CommandPalette
+
+    app = ProbeApp(tmp_path, root_label="~/exp")
+    async with app.run_test(size=(120, 40)) as pilot:
+        app.open_builder(schemas.starter_config("statistics"), path=None)
+        builder = await builder_up(pilot)
+        await pilot.press("ctrl+p")
+        palette = await wait_until(pilot, lambda: isinstance(app.screen, CommandPalette) and app.screen)
+        await pilot.press(*"Field: output.store_mode")
+        await wait_until(pilot, lambda: (_palette_titles(palette) or [""])[0] == "Field: output.store_mode")
+        await pilot.press("enter")
+        row = next(r for r in all_rows(builder.form) if r.path == "output.store_mode")
+        await wait_until(pilot, lambda: app.screen is builder and row.control is not None and row.control.has_focus,
+                         what="focus on output.store_mode (advanced)")
+
+
+@pilot_test
+async def test_tab_never_stops_on_the_form_container(tmp_path):
+    from textual.containers import VerticalScroll
+
+    app = ProbeApp(tmp_path, root_label="~/exp")
+    async with app.run_test(size=(120, 40)) as pilot:
+        app.open_builder(schemas.starter_config("statistics"), path=None)
+        builder = await builder_up(pilot)
+        assert not any(isinstance(w, VerticalScroll) for w in builder.focus_chain)

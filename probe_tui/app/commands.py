@@ -1,5 +1,6 @@
-"""The command palette's one provider, fed by the action registry (``probe_tui.app.actions``), then Textual's
-system commands (one provider keeps the order: the app's commands first)."""
+"""The command palette's one provider, fed by the action registry (``probe_tui.app.actions``), then what the
+screen adds (``palette_entries()``: the builder's fields), then Textual's system commands (one provider keeps the
+order: the app's commands first)."""
 
 from functools import partial
 from typing import Any, Callable, List, Tuple
@@ -39,6 +40,9 @@ class ActionCommands(Provider):
         (theme, screenshot...; ``ProbeApp.get_system_commands``), so the app's own commands lead the list."""
         out: List[Tuple[str, str, Callable[[], Any]]] = [
             (self._title(action), action.help, partial(self._run, action)) for action in palette_actions(self.screen)]
+        entries = getattr(self.screen, "palette_entries", None)
+        if callable(entries):  # the builder's fields: jump to one
+            out.extend(entries())
         for command in self.app.get_system_commands(self.screen):
             out.append((command.title, command.help, command.callback))
         return out

@@ -1,13 +1,15 @@
 """The config builder: choose a task, edit the generated form, see errors live at their fields, save, run."""
 
 import json
+from functools import partial
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 
 from rich.text import Text
 from textual import events, on
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.widget import Widget
 from textual.widgets import Collapsible, Label, Select, Static
 
 from probe_tui.app.actions import bindings_for
@@ -47,6 +49,9 @@ class BuilderScreen(AppScreen):
         self._baseline: Optional[str] = None
         self._timer = None
         self._advanced_open = False
+        self._current_row: Optional[FieldRow] = None
+        self._holder = Vertical(classes="form-holder")
+        """Holds the form shown (``replace_form`` builds the next one in another holder)."""
 
     # ---- construction -------------------------------------------------------------------------------------
     @property
@@ -80,10 +85,10 @@ class BuilderScreen(AppScreen):
             yield Label("task", id="task-label")
             yield Select([(name, name) for name in tasks], value=task, allow_blank=False, compact=True, id="task")
             yield Static("", id="validity")
-        with VerticalScroll(id="form-scroll"):
+        with VerticalScroll(id="form-scroll", can_focus=False):
             yield Static("", id="issues")
-            with Vertical(id="form-holder"):
-                yield ModelForm(tasks[task], self.initial_data, id="form")
+            self._holder = Vertical(ModelForm(tasks[task], self.initial_data, id="form"), classes="form-holder")
+            yield self._holder
         yield Static("", id="field-help")
         yield KeyFooter()
 
@@ -109,7 +114,7 @@ class BuilderScreen(AppScreen):
     # ---- the form -----------------------------------------------------------------------------------------
     @property
     def form(self) -> ModelForm:
-        return self.query_one("#form", ModelForm)
+        return self._holder.query_one("#form", ModelForm)
 
     def collect(self) -> Dict[str, Any]:
         """The config the form holds now (only what is set; defaults apply to the rest)."""
@@ -202,9 +207,17 @@ class BuilderScreen(AppScreen):
         self.notes = list(notes or [])
         tasks = self.tasks
         task = task_of(data, tasks) or self.task
-        holder = self.query_one("#form-holder", Vertical)
-        await holder.remove_children()
-        await holder.mount(ModelForm(tasks[task], data, id="form"))
+        # The new form is built in a hidden holder beside the old one, so the screen keeps a form until the new
+        # one is ready (it was blank for seconds); the old one leaves in the frame the new one shows.
+        old = self._holder
+        holder = Vertical(ModelForm(tasks[task], data, id="form"), classes="form-holder")
+        holder.display = False
+        await self.query_one("#form-scroll", VerticalScroll).mount(holder, after=old)
+        with self.app.batch_update():
+            await old.remove()
+            holder.display = True
+        self._holder = holder
+        self._current_row = None
         selector = self.query_one("#task", Select)
         if selector.value != task:
             with selector.prevent(Select.Changed):
@@ -217,16 +230,35 @@ class BuilderScreen(AppScreen):
         node = event.widget
         while node is not None and not isinstance(node, FieldRow):
             node = node.parent
+        if node is not self._current_row:
+            if self._current_row is not None:
+                self._current_row.remove_class("-current")
+            if node is not None:
+                node.add_class("-current")
+            self._current_row = node
         self._show_help(node)
+
+    def _update_focus_styles(self, focused: Optional[Widget] = None, blurred: Optional[Widget] = None) -> None:
+        """Restyle what a focus change touches: the two widgets, their children, and their ancestors that have a
+        ``:focus-within`` style of their own (Textual restyles every descendant of the outermost such ancestor:
+        with the form's sections, the whole form on each Tab). No rule of the app styles a descendant by an
+        ancestor's ``:focus-within``."""
+        nodes: Set[Any] = set()
+        for widget in (focused, blurred):
+            if widget is not None:
+                nodes.update(widget.walk_children(with_self=True))
+                nodes.update(a for a in widget.ancestors if getattr(a, "_has_focus_within", False))
+        if nodes:
+            self.app.stylesheet.update_nodes(nodes, animate=True)
 
     def _show_help(self, row: Optional[FieldRow]) -> None:
         help_bar = self.query_one("#field-help", Static)
         if row is None:
             task = self.task
             doc = self.backend.task_doc(task) if hasattr(self.backend, "task_doc") else ""
-            help_bar.update(Text(f"task · {task}\n{doc}" if doc else f"task · {task}"))
+            help_bar.update(Text(f"task · {task}\n{doc}" if doc else f"task · {task}"), layout=False)
         else:
-            help_bar.update(Text(row.help_text()))
+            help_bar.update(Text(row.help_text()), layout=False)  # a fixed height: no relayout of the form
 
     # ---- actions ------------------------------------------------------------------------------------------
     def action_choose_task(self) -> None:
@@ -246,6 +278,24 @@ class BuilderScreen(AppScreen):
             current = rows.index(node)
         row = rows[(current + 1) % len(rows)] if current is not None else rows[0]
         await self._reveal(row)
+        row.focus_control()
+        row.scroll_visible()
+
+    def palette_entries(self) -> List[Tuple[str, str, Callable[[], Any]]]:
+        """The command palette's "go to a field" entries: every field of the form, advanced ones too."""
+        out: List[Tuple[str, str, Callable[[], Any]]] = []
+        for row in all_rows(self.form):
+            doc = row.doc_line
+            out.append((f"Field: {row.path}", doc or "Go to this field.", partial(self.call_later, self.jump_to, row)))
+        return out
+
+    async def jump_to(self, row: FieldRow) -> None:
+        """Unfold what hides ``row``, focus its control and scroll it into view."""
+        await self._reveal(row)
+        self.call_after_refresh(self._focus_row, row)
+
+    @staticmethod
+    def _focus_row(row: FieldRow) -> None:
         row.focus_control()
         row.scroll_visible()
 

@@ -6,10 +6,11 @@ of the screen's list) until the row fits; the essential keys (help, back, quit, 
 command palette key shrinks to ``^p``. Every dropped key is still in the help screen (f1) and the palette.
 """
 
-from typing import List, Tuple
+from typing import List, Optional, Tuple
 
 from textual.app import ComposeResult
 from textual.binding import Binding
+from textual.screen import Screen
 from textual.widgets import Footer
 from textual.widgets._footer import FooterKey
 
@@ -51,14 +52,23 @@ class KeyFooter(Footer):
 
     def __init__(self) -> None:
         super().__init__(compact=True)
+        self._shown: Optional[tuple] = None
+        """What the last compose drew (keys and width): a focus change that keeps them recomposes nothing."""
 
     def on_resize(self) -> None:
         if self._bindings_ready:
-            self.call_after_refresh(self.recompose)
+            self.call_after_refresh(self._recompose_if_changed)
 
-    def compose(self) -> ComposeResult:
-        if not self._bindings_ready:
-            return
+    def bindings_changed(self, screen: Screen) -> None:
+        self._bindings_ready = True
+        if screen.app.app_focus and self.is_attached and screen is self.screen:
+            self.call_after_refresh(self._recompose_if_changed)
+
+    async def _recompose_if_changed(self) -> None:
+        if self.is_attached and self._signature() != self._shown:
+            await self.recompose()
+
+    def _keys(self) -> Tuple[List[Tuple[Binding, str, bool, str]], Optional[tuple]]:
         active = self.screen.active_bindings
         seen = set()
         keys: List[Tuple[Binding, str, bool, str]] = []
@@ -70,6 +80,17 @@ class KeyFooter(Footer):
         palette = None
         if self.show_command_palette and self.app.ENABLE_COMMAND_PALETTE:
             palette = active.get(self.app.COMMAND_PALETTE_BINDING)
+        return keys, palette
+
+    def _signature(self) -> tuple:
+        keys, palette = self._keys()
+        return (self.size.width, tuple((b.key, d, b.description, e) for b, d, e, _ in keys), palette is None)
+
+    def compose(self) -> ComposeResult:
+        if not self._bindings_ready:
+            return
+        self._shown = self._signature()
+        keys, palette = self._keys()
         width = (self.size.width or self.app.size.width) - (PALETTE_WIDTH if palette else 0)
         kept = {id(b) for b, _ in fit_keys([(b, d) for b, d, _, _ in keys], width)}
         for binding, display, enabled, tooltip in keys:
