@@ -230,12 +230,15 @@ class BuilderScreen(AppScreen):
         node = event.widget
         while node is not None and not isinstance(node, FieldRow):
             node = node.parent
-        if node is not self._current_row:
+        # Only a row without nested rows is marked: a class change restyles the row's whole subtree, and a
+        # section's subtree is most of the form.
+        marked = node if node is not None and next(node.child_rows(), None) is None else None
+        if marked is not self._current_row:
             if self._current_row is not None:
                 self._current_row.remove_class("-current")
-            if node is not None:
-                node.add_class("-current")
-            self._current_row = node
+            if marked is not None:
+                marked.add_class("-current")
+            self._current_row = marked
         self._show_help(node)
 
     def _update_focus_styles(self, focused: Optional[Widget] = None, blurred: Optional[Widget] = None) -> None:
