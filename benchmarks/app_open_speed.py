@@ -1,6 +1,9 @@
 """How fast the app opens and scrolls a large compare result.
 
     python benchmarks/app_open_speed.py [--rows 1000000] [--scroll 10000] [--keep DIR] [--reuse DIR]
+    python benchmarks/app_open_speed.py --builder [--repeat 5] [--tabs 30]
+
+``--builder`` measures the config builder instead (open, load a file, Tab; ``builder_speed.py``).
 
 Builds two statistics dumps of ``--rows`` tensor rows (a transformer-like module tree: blocks of attention and MLP
 modules, each with its API calls), compares them with the compare engine (exact names, HDF5 result only), then
@@ -167,7 +170,15 @@ def main() -> int:
     parser.add_argument("--scroll", type=int, default=10_000)
     parser.add_argument("--keep", type=Path, help="build into this folder and keep it")
     parser.add_argument("--reuse", type=Path, help="a folder made by --keep")
+    parser.add_argument("--builder", action="store_true", help="measure the config builder (builder_speed.py)")
+    parser.add_argument("--repeat", type=int, default=5, help="--builder: builders opened")
+    parser.add_argument("--tabs", type=int, default=30, help="--builder: Tab presses a builder")
     args = parser.parse_args()
+    if args.builder:
+        from benchmarks.builder_speed import measure_builder
+
+        print(json.dumps(asyncio.run(measure_builder(args.repeat, args.tabs)), indent=2))
+        return 0
     if args.reuse:
         result = args.reuse / "result"
     else:

@@ -102,6 +102,13 @@ ACTIONS: Tuple[AppAction, ...] = (
               "Open the command palette: type to find any action.", show=False, palette=False),
     AppAction("app.home", "go_home", "ctrl+g", "Home", "General", "app",
               "Go back to the home screen (runs and configs).", show=False),
+    AppAction("app.open_path", "open_any", "ctrl+e", "Open a path", "General", "app",
+              "Open a run, rank or step folder, a dump.json, a metrics.h5, a compare result or a config in its "
+              "view; a folder of runs becomes the folder home lists.", show=False),
+    AppAction("app.first_row", "table_edge('first')", "home", "First row", "General", "app",
+              "In a table: move to the first row.", show=False, palette=False, priority=True),
+    AppAction("app.last_row", "table_edge('last')", "end", "Last row", "General", "app",
+              "In a table: move to the last row.", show=False, palette=False, priority=True),
     AppAction("app.quit", "quit", "ctrl+q", "Quit", "General", "app",
               "Leave probe-tui.", show=False, priority=True),
     # Home
@@ -109,6 +116,12 @@ ACTIONS: Tuple[AppAction, ...] = (
               "Choose a task and a starting point, then edit the config in a form."),
     AppAction("home.open", "open_selected", "o,enter", "Open", "Runs", "home",
               "Open the selected run, or edit the selected config file.", show=True),
+    AppAction("home.open_path", "app.open_any", "p", "Open path", "Runs", "home",
+              "Open any path in its view: a run, rank or step folder, a dump.json, a metrics.h5, a compare result, "
+              "a config; a folder of runs is listed here instead.", palette=False),
+    AppAction("home.demo", "run_demo", "d", "Run the demo", "Runs", "home",
+              "Run the shipped demo (a tiny model on CPU, a few steps) in this folder and watch it; its dump "
+              "opens from the run screen.", show=False),
     AppAction("home.edit", "edit_selected", "e", "Edit config", "Configs", "home",
               "Edit the selected config file, or the config a selected run was made with."),
     AppAction("home.load", "load_config", "l", "Load file", "Configs", "home",

@@ -5,11 +5,14 @@ command palette. Errors are shown as notifications; nothing a user does (a bad f
 """
 
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
 from textual import events, on, work
-from textual.app import App
+from textual.actions import SkipAction
+from textual.app import App, SystemCommand
 from textual.message import Message
+from textual.screen import Screen
+from textual.widgets import DataTable
 from textual.worker import get_current_worker
 
 from probe_tui.app.actions import SCOPE_TITLES, bindings_for, keymap_path, load_keymap
@@ -20,10 +23,11 @@ from probe_tui.app.openers import detect_kind, factory_for
 
 
 def resolve_start(path: Optional[Union[str, Path]]) -> Tuple[Path, Optional[Path]]:
-    """``(root, start)`` for ``probe-tui [open PATH]``: the folder to list, and a run folder, a compare result
-    written with ``compare -o DIR`` (no run.json there) or a config file to open on top of the home screen.
-    Raises FileNotFoundError naming a path that does not exist."""
-    from probe_tui.app.data.compare_result import is_compare_result
+    """``(root, start)`` for ``probe-tui [open PATH]``: the folder home lists, and what opens on top of it (a
+    run, rank or step folder, a dump.json, a metrics.h5, a compare result, a config file; ``openers.start_kind``).
+    A folder of runs or an empty folder is listed (start None). Raises FileNotFoundError naming a path that does
+    not exist."""
+    from probe_tui.app.openers import start_kind
 
     if path is None:
         return Path.cwd(), None
@@ -31,9 +35,7 @@ def resolve_start(path: Optional[Union[str, Path]]) -> Tuple[Path, Optional[Path
     if not target.exists():
         raise FileNotFoundError(f"{path}: no such file or folder")
     target = target.resolve()
-    if target.is_file():
-        return target.parent, target
-    if (target / "run.json").is_file() or is_compare_result(target):
+    if target.is_file() or start_kind(target) is not None:
         return target.parent, target
     return target, None
 
@@ -53,14 +55,17 @@ class ProbeApp(App):
     TITLE = "probe-tui"
     CSS_PATH = ["app.tcss", "form/form.tcss"]
     BINDINGS = bindings_for("app")
-    COMMANDS = App.COMMANDS | {ActionCommands}
+    COMMANDS = {ActionCommands}
+    """One provider: the app's actions, then Textual's system commands (``get_system_commands``)."""
 
     def __init__(self, root: Union[str, Path], *, start: Optional[Path] = None, backend: Any = None,
                  root_label: Optional[str] = None, run_command: Optional[Sequence[str]] = None,
-                 run_env: Optional[Dict[str, str]] = None) -> None:
-        """``run_command`` replaces ``python -m probe_tui --run`` (its config path is appended), for tests."""
+                 run_env: Optional[Dict[str, str]] = None, workdir: Optional[Union[str, Path]] = None) -> None:
+        """``run_command`` replaces ``python -m probe_tui --run`` (its config path is appended), for tests.
+        ``workdir``: the folder runs start in (their relative ``dump_path`` lands there); default ``root``."""
         super().__init__()
         self.root = Path(root).resolve()
+        self.workdir = Path(workdir).resolve() if workdir is not None else self.root
         self.start_path = start
         self.backend = backend or SchemaBackend()
         self.root_label = root_label or home_label(self.root)
@@ -81,13 +86,28 @@ class ProbeApp(App):
             self.notify(problem, severity="warning", title="Keymap")
         self.push_screen(HomeScreen())
         if self.start_path is not None:
-            if self.start_path.is_file():
-                self.call_later(self.load_into_builder, self.start_path)
-            else:
-                self.call_later(self.open_path, self.start_path)
+            self.call_later(self.open_path, self.start_path)
 
     def on_resize(self, event: events.Resize) -> None:
         self.set_class(event.size.width < 81, "narrow")
+
+    def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
+        """Textual's palette commands the app keeps: its own quit and its help screen (esc closes it) replace
+        Textual's "Quit" and "Keys" panel (which esc did not close)."""
+        for command in super().get_system_commands(screen):
+            if command.title == "Keys":
+                yield SystemCommand("Keys", "Every key of this screen and of the app (the help screen)",
+                                    self.action_help)
+            elif command.title != "Quit":
+                yield command
+
+    def action_table_edge(self, edge: str) -> None:
+        """Home/End in a row table: the first or last row (Textual's table scrolls sideways); elsewhere the key
+        goes on to the focused widget."""
+        table = self.focused
+        if not isinstance(table, DataTable) or table.cursor_type != "row" or not table.row_count:
+            raise SkipAction()
+        table.move_cursor(row=0 if edge == "first" else table.row_count - 1, scroll=True)
 
     # ---- navigation ---------------------------------------------------------------------------------------
     def action_help(self) -> None:
@@ -111,13 +131,15 @@ class ProbeApp(App):
         """What :meth:`open_path`'s detection found: the kind of view for ``path`` (None: no view knows it), or
         the error that stopped it."""
 
-        def __init__(self, path: Path, kind: Optional[str], error: str = "") -> None:
+        def __init__(self, path: Path, kind: Optional[str], error: str = "", list_folder: bool = False) -> None:
             super().__init__()
             self.path = path
             self.kind = kind
             self.error = error
+            self.list_folder = list_folder
+            """A folder no view claims becomes the folder home lists (the "open a path" action)."""
 
-    def open_path(self, path: Union[str, Path], kind: Optional[str] = None) -> None:
+    def open_path(self, path: Union[str, Path], kind: Optional[str] = None, list_folder: bool = False) -> None:
         """Open a folder in the view registered for it: the one way every screen opens a path
         (``probe_tui.app.openers``). With ``kind`` ("run" for the run summary, "dump", "monitor"...) that view
         opens at once; without, the detectors (which read files) run on a worker thread and the view opens when
@@ -129,12 +151,12 @@ class ProbeApp(App):
         if not path.exists():
             self.notify(f"{path}: no such file or folder", severity="error")
             return
-        self._detect_view(path)
+        self._detect_view(path, list_folder)
 
     @work(thread=True, exclusive=True, group="open-path", exit_on_error=False)
-    def _detect_view(self, path: Path) -> None:
+    def _detect_view(self, path: Path, list_folder: bool = False) -> None:
         try:
-            message = self.ViewDetected(path, detect_kind(path))
+            message = self.ViewDetected(path, detect_kind(path), list_folder=list_folder)
         except Exception as exc:  # a detector that fails on a strange folder is a notification
             message = self.ViewDetected(path, None, f"{path}: cannot open: {exc}")
         if not get_current_worker().is_cancelled:  # a later open_path wins
@@ -144,6 +166,10 @@ class ProbeApp(App):
     def _view_detected(self, message: "ProbeApp.ViewDetected") -> None:
         if message.error:
             self.notify(message.error, severity="error")
+        elif message.list_folder and message.kind == "folder":
+            self.set_root(message.path)
+        elif message.kind is None and message.path.is_file():
+            self.load_into_builder(message.path)  # a config file (ours or msprobe's); the builder names a bad one
         elif message.kind is None:
             self.notify(f"{message.path}: no view knows this kind of file", severity="warning")
         else:
@@ -160,6 +186,37 @@ class ProbeApp(App):
             self.notify(f"{path}: cannot open: {exc}", severity="error")
             return
         self.push_screen(screen)
+
+    def action_open_any(self) -> None:
+        """Ask for a path and open it in its view: a run, rank or step folder, a dump.json, a metrics.h5, a compare
+        result, a config file; a folder of runs becomes the folder home lists."""
+        from probe_tui.app.screens.path_prompt import PathPrompt
+
+        def chosen(path: Optional[Path]) -> None:
+            if path is not None:
+                self.open_any(path)
+
+        self.push_screen(PathPrompt("Open a run, dump, result or config (a folder of runs: list it)", self.root,
+                                    folders=True), chosen)
+
+    def open_any(self, path: Path) -> None:
+        from probe_tui.app.openers import holds_runs
+
+        path = Path(path).expanduser().resolve()
+        if path.is_dir() and holds_runs(path):
+            self.set_root(path)
+        else:
+            self.open_path(path, list_folder=True)
+
+    def set_root(self, root: Path) -> None:
+        """List ``root`` on the home screen instead."""
+        self.root = Path(root).resolve()
+        self.root_label = home_label(self.root)
+        self.action_go_home()
+        home = self.screen_stack[1] if len(self.screen_stack) > 1 else None
+        if home is not None and hasattr(home, "set_root_label"):
+            home.set_root_label(self.root_label)
+            home.refresh_listing()
 
     # ---- configs ------------------------------------------------------------------------------------------
     def action_new_config(self) -> None:
@@ -263,7 +320,7 @@ class ProbeApp(App):
         from probe_tui.app.screens.run import RunScreen
 
         command = self.run_command + [str(config_path)] if self.run_command else None
-        self.push_screen(RunScreen(Path(config_path), cwd=self.root, command=command, env=self.run_env))
+        self.push_screen(RunScreen(Path(config_path), cwd=self.workdir, command=command, env=self.run_env))
 
     def track_child(self, child: ChildRun) -> None:
         self.children_started.append(child)

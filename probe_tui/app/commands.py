@@ -1,7 +1,9 @@
-"""The command palette's provider, fed by the action registry (``probe_tui.app.actions``)."""
+"""The command palette's one provider, fed by the action registry (``probe_tui.app.actions``), then what the
+screen adds (``palette_entries()``: the builder's fields), then Textual's system commands (one provider keeps the
+order: the app's commands first)."""
 
 from functools import partial
-from typing import List
+from typing import Any, Callable, List, Tuple
 
 from textual.command import DiscoveryHit, Hit, Hits, Provider
 
@@ -33,14 +35,25 @@ class ActionCommands(Provider):
     def _title(self, action: AppAction) -> str:
         return f"{action.description} ({keys_label(action, getattr(self.app, 'user_keymap', None))})"
 
+    def _commands(self) -> List[Tuple[str, str, Callable[[], Any]]]:
+        """``(title, help, callback)``: the screen's and the app's actions first, then Textual's system commands
+        (theme, screenshot...; ``ProbeApp.get_system_commands``), so the app's own commands lead the list."""
+        out: List[Tuple[str, str, Callable[[], Any]]] = [
+            (self._title(action), action.help, partial(self._run, action)) for action in palette_actions(self.screen)]
+        entries = getattr(self.screen, "palette_entries", None)
+        if callable(entries):  # the builder's fields: jump to one
+            out.extend(entries())
+        for command in self.app.get_system_commands(self.screen):
+            out.append((command.title, command.help, command.callback))
+        return out
+
     async def discover(self) -> Hits:
-        for action in palette_actions(self.screen):
-            yield DiscoveryHit(self._title(action), partial(self._run, action), help=action.help)
+        for title, help_text, callback in self._commands():
+            yield DiscoveryHit(title, callback, help=help_text)
 
     async def search(self, query: str) -> Hits:
         matcher = self.matcher(query)
-        for action in palette_actions(self.screen):
-            text = self._title(action)
-            score = max(matcher.match(text), matcher.match(action.help) * 0.5)
+        for title, help_text, callback in self._commands():
+            score = max(matcher.match(title), matcher.match(help_text) * 0.5)
             if score > 0:
-                yield Hit(score, matcher.highlight(text), partial(self._run, action), text=text, help=action.help)
+                yield Hit(score, matcher.highlight(title), callback, text=title, help=help_text)

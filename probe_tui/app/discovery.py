@@ -13,6 +13,8 @@ from probe_tui.formatting import format_bytes, format_time
 CONFIG_MAX_BYTES = 1_000_000
 SKIP_DIRS = {".git", ".venv", "venv", "node_modules", "__pycache__", ".mypy_cache", ".ruff_cache",
              ".pytest_cache", "site-packages"}
+NOT_CONFIGS = ("run.json", "package.json", "dump.json", "debug.json", "stack.json", "construct.json")
+"""JSON files that are never job configs (an msprobe dump.json has a ``task`` too)."""
 MONITOR_KEYS = ("targets", "ops", "xy_distribution", "mv_distribution", "wg_distribution")
 
 
@@ -36,7 +38,7 @@ def find_config_files(root: Path, tasks: List[str], max_depth: int = 2) -> List[
         dirs[:] = sorted(d for d in dirs if not d.startswith(".") and d not in SKIP_DIRS and depth < max_depth
                          and not (here / d / "run.json").exists())
         for name in sorted(files):
-            if not name.endswith(".json") or name in ("run.json", "package.json"):
+            if not name.endswith(".json") or name in NOT_CONFIGS:
                 continue
             path = here / name
             info = _config_info(path, tasks)
@@ -105,10 +107,13 @@ def _dump_json_head(path: Path) -> Dict[str, str]:
 
 
 def find_msprobe_dumps(root: Path, max_depth: int = 3) -> List[Dict[str, Any]]:
-    """msprobe dump folders (``step<N>/rank<R>/dump.json``) under ``root``, as home-table rows: the folders a
-    msprobe user already has, to open and compare. Run folders of ours are not entered."""
+    """msprobe dump folders (``step<N>/rank<R>/dump.json``) and compare results written with ``compare -o DIR``
+    under ``root``, as home-table rows: the folders a msprobe user already has, to open and compare, and results
+    that have no run.json. Run folders of ours are not entered."""
+    from engines.compare.hdf5_out import KIND as COMPARE_KIND
     from engines.dumps.msprobe.layout import STEP_DIR, find_dump_files
     from engines.run_list import folder_size
+    from engines.store import store_kinds
 
     root = Path(root)
     rows: List[Dict[str, Any]] = []
@@ -120,6 +125,13 @@ def find_msprobe_dumps(root: Path, max_depth: int = 3) -> List[Dict[str, Any]]:
         except OSError:
             continue
         if (folder / "run.json").is_file():
+            continue
+        try:
+            kinds = store_kinds(folder)
+        except Exception:
+            kinds = []
+        if COMPARE_KIND in kinds:
+            rows.append(_compare_row(folder, root, folder_size(folder)))
             continue
         if any(STEP_DIR.match(e.name) for e in children):
             try:
@@ -152,6 +164,16 @@ def _dump_row(folder: Path, root: Path, files: List[Any], size: int) -> Dict[str
         "folder": _relative(folder, root),
         "sort": modified,
     }
+
+
+def _compare_row(folder: Path, root: Path, size: int) -> Dict[str, Any]:
+    try:
+        modified = folder.stat().st_mtime
+    except OSError:
+        modified = 0.0
+    return {"started": format_time(modified) if modified else "—", "task": "compare", "framework": "—",
+            "steps": "—", "ranks": "—", "size": format_bytes(size), "status": "compare result",
+            "folder": _relative(folder, root), "sort": modified}
 
 
 def _relative(path: Path, root: Path) -> str:

@@ -9,6 +9,7 @@ both open the run summary).
 """
 
 import importlib
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, List, Optional
@@ -68,6 +69,47 @@ def factory_for(kind: str) -> Optional[Callable[[Path], Screen]]:
 
 
 
+def holds_runs(path: Path) -> bool:
+    """A folder of runs (a ``dump_path``: run folders, a ``latest`` link), listed by home rather than opened."""
+    path = Path(path)
+    if (path / "run.json").is_file():
+        return False
+    if (path / "latest").exists():
+        return True
+    try:
+        return any(entry.is_dir() and (Path(entry.path) / "run.json").is_file() for entry in os.scandir(path))
+    except OSError:
+        return False
+
+
+def start_kind(path: Path) -> Optional[str]:
+    """What ``probe-tui open PATH`` shows: ``"config"`` (a file no view knows: the config builder reads it), the
+    kind of the view that opens ``path`` (a run, rank or step folder, a dump.json, a metrics.h5, a compare
+    result...), or None for a folder to list on the home screen (a folder of runs, an empty folder). Reads
+    files."""
+    path = Path(path)
+    if path.is_file():
+        return detect_kind(path) or "config"
+    if holds_runs(path):
+        return None
+    kind = detect_kind(path)
+    return None if kind == "folder" else kind
+
+
+def is_msprobe_dump_file(path: Path) -> bool:
+    """msprobe's ``dump.json`` (or ``debug.json``) of one rank: the dump browser opens its rank folder."""
+    from engines.dumps.msprobe.layout import DUMP_FILES
+
+    path = Path(path)
+    return path.is_file() and path.name in DUMP_FILES
+
+
+def _dump_of_file(path: Path) -> Screen:
+    from probe_tui.app.screens.dump import DumpScreen
+
+    return DumpScreen(Path(path).parent)
+
+
 def is_run_folder(path: Path) -> bool:
     return (Path(path) / "run.json").is_file()
 
@@ -119,4 +161,5 @@ def _views() -> List[tuple]:
         ("free-benchmark", is_free_benchmark_result, _screen("free_benchmark", "FreeBenchmarkScreen")),
         ("monitor", is_monitor_run, _screen("monitor", "MonitorScreen")),
         ("dump", is_dump, _screen("dump", "DumpScreen")),
+        ("dump-file", is_msprobe_dump_file, _dump_of_file),
     ]

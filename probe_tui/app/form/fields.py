@@ -170,16 +170,24 @@ class SwitchRow(FieldRow):
 
 
 class ChoiceRow(FieldRow):
+    """A select over the field's values; blank ("(not set)") when the field is optional or has no default.
+    ``choices`` replaces the spec's values (an optional bool: true, false)."""
+
+    def __init__(self, spec: S.FieldSpec, path: Tuple[str, ...], value: Any, present: bool,
+                 choices: Optional[Tuple[Any, ...]] = None) -> None:
+        super().__init__(spec, path, value, present)
+        self.choices: Tuple[Any, ...] = tuple(choices) if choices is not None else tuple(spec.choices)
+
     def compose(self) -> ComposeResult:
-        options = [(V.format_scalar(c), c) for c in self.spec.choices]
+        options = [(V.format_scalar(c), c) for c in self.choices]
         current = self.initial_value if self.initially_present else self.spec.default
         allow_blank = self.spec.optional or not self.spec.has_default
-        if self.initially_present and current is not None and current not in self.spec.choices:
+        if self.initially_present and current is not None and current not in self.choices:
             # Keep a loaded value the schema rejects, so that its error shows instead of it silently changing.
             options.append((f"{V.format_scalar(current)} (not allowed)", current))
         value = current if any(current == v for _, v in options) else Select.NULL
         if value is Select.NULL and not allow_blank:
-            value = self.spec.choices[0]
+            value = self.choices[0]
         self.control = Select(options, value=value, allow_blank=allow_blank, compact=True, prompt="(not set)",
                               classes="field-control")
         with Horizontal(classes="field-line"):
@@ -454,4 +462,8 @@ ROW_CLASSES = {
 
 def make_row(spec: S.FieldSpec, path: Tuple[str, ...], data: Dict[str, Any]) -> FieldRow:
     present = spec.name in data
+    if spec.kind == S.BOOL and spec.optional:
+        # A switch has no "not set" state: an optional bool (None means something of its own) is a choice of
+        # (not set) / true / false, so that an unset field stays out of the config.
+        return ChoiceRow(spec, path, data.get(spec.name), present, choices=(True, False))
     return ROW_CLASSES[spec.kind](spec, path, data.get(spec.name), present)

@@ -1,14 +1,16 @@
 """The config builder: choose a task, edit the generated form, see errors live at their fields, save, run."""
 
 import json
+from functools import partial
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 
 from rich.text import Text
 from textual import events, on
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical, VerticalScroll
-from textual.widgets import Collapsible, Footer, Label, Select, Static
+from textual.widget import Widget
+from textual.widgets import Collapsible, Label, Select, Static
 
 from probe_tui.app.actions import bindings_for
 from probe_tui.app.config_backend import Issue, Validation, task_of, write_json_atomic
@@ -16,6 +18,7 @@ from probe_tui.app.form.fields import FieldRow
 from probe_tui.app.form.model_form import ModelForm, all_rows, folds_above, place_issues
 from probe_tui.app.screens.base import AppScreen
 from probe_tui.app.screens.path_prompt import PathPrompt, relative_text
+from probe_tui.app.widgets.key_footer import KeyFooter
 
 VALIDATE_DELAY_S = 0.2
 
@@ -36,6 +39,9 @@ class BuilderScreen(AppScreen):
         self.suggested_name: Optional[str] = None
         """File name the first save proposes (default: ``<task>.json``)."""
         self._backend = backend
+        self._path: Optional[Path] = None
+        self._disk_mtime: Optional[float] = None
+        """When the file at ``path`` was last modified as this builder knows it (saving over a newer one asks)."""
         self.path = Path(path) if path else None
         self.origin = origin
         self.initial_data = dict(data)
@@ -43,8 +49,21 @@ class BuilderScreen(AppScreen):
         self._baseline: Optional[str] = None
         self._timer = None
         self._advanced_open = False
+        self._current_row: Optional[FieldRow] = None
+        self._holder = Vertical(classes="form-holder")
+        """Holds the form shown (``replace_form`` builds the next one in another holder)."""
 
     # ---- construction -------------------------------------------------------------------------------------
+    @property
+    def path(self) -> Optional[Path]:
+        """Where ctrl+s saves (None: not saved yet)."""
+        return self._path
+
+    @path.setter
+    def path(self, value: Optional[Path]) -> None:
+        self._path = Path(value) if value is not None else None
+        self._disk_mtime = _mtime(self._path) if self._path is not None else None
+
     @property
     def backend(self) -> Any:
         return self._backend or self.app.backend
@@ -66,12 +85,12 @@ class BuilderScreen(AppScreen):
             yield Label("task", id="task-label")
             yield Select([(name, name) for name in tasks], value=task, allow_blank=False, compact=True, id="task")
             yield Static("", id="validity")
-        with VerticalScroll(id="form-scroll"):
+        with VerticalScroll(id="form-scroll", can_focus=False):
             yield Static("", id="issues")
-            with Vertical(id="form-holder"):
-                yield ModelForm(tasks[task], self.initial_data, id="form")
+            self._holder = Vertical(ModelForm(tasks[task], self.initial_data, id="form"), classes="form-holder")
+            yield self._holder
         yield Static("", id="field-help")
-        yield Footer()
+        yield KeyFooter()
 
     def on_mount(self) -> None:
         self.validate_now()
@@ -95,7 +114,7 @@ class BuilderScreen(AppScreen):
     # ---- the form -----------------------------------------------------------------------------------------
     @property
     def form(self) -> ModelForm:
-        return self.query_one("#form", ModelForm)
+        return self._holder.query_one("#form", ModelForm)
 
     def collect(self) -> Dict[str, Any]:
         """The config the form holds now (only what is set; defaults apply to the rest)."""
@@ -188,9 +207,17 @@ class BuilderScreen(AppScreen):
         self.notes = list(notes or [])
         tasks = self.tasks
         task = task_of(data, tasks) or self.task
-        holder = self.query_one("#form-holder", Vertical)
-        await holder.remove_children()
-        await holder.mount(ModelForm(tasks[task], data, id="form"))
+        # The new form is built in a hidden holder beside the old one, so the screen keeps a form until the new
+        # one is ready (it was blank for seconds); the old one leaves in the frame the new one shows.
+        old = self._holder
+        holder = Vertical(ModelForm(tasks[task], data, id="form"), classes="form-holder")
+        holder.display = False
+        await self.query_one("#form-scroll", VerticalScroll).mount(holder, after=old)
+        with self.app.batch_update():
+            await old.remove()
+            holder.display = True
+        self._holder = holder
+        self._current_row = None
         selector = self.query_one("#task", Select)
         if selector.value != task:
             with selector.prevent(Select.Changed):
@@ -203,16 +230,38 @@ class BuilderScreen(AppScreen):
         node = event.widget
         while node is not None and not isinstance(node, FieldRow):
             node = node.parent
+        # Only a row without nested rows is marked: a class change restyles the row's whole subtree, and a
+        # section's subtree is most of the form.
+        marked = node if node is not None and next(node.child_rows(), None) is None else None
+        if marked is not self._current_row:
+            if self._current_row is not None:
+                self._current_row.remove_class("-current")
+            if marked is not None:
+                marked.add_class("-current")
+            self._current_row = marked
         self._show_help(node)
+
+    def _update_focus_styles(self, focused: Optional[Widget] = None, blurred: Optional[Widget] = None) -> None:
+        """Restyle what a focus change touches: the two widgets, their children, and their ancestors that have a
+        ``:focus-within`` style of their own (Textual restyles every descendant of the outermost such ancestor:
+        with the form's sections, the whole form on each Tab). No rule of the app styles a descendant by an
+        ancestor's ``:focus-within``."""
+        nodes: Set[Any] = set()
+        for widget in (focused, blurred):
+            if widget is not None:
+                nodes.update(widget.walk_children(with_self=True))
+                nodes.update(a for a in widget.ancestors if getattr(a, "_has_focus_within", False))
+        if nodes:
+            self.app.stylesheet.update_nodes(nodes, animate=True)
 
     def _show_help(self, row: Optional[FieldRow]) -> None:
         help_bar = self.query_one("#field-help", Static)
         if row is None:
             task = self.task
             doc = self.backend.task_doc(task) if hasattr(self.backend, "task_doc") else ""
-            help_bar.update(Text(f"task · {task}\n{doc}" if doc else f"task · {task}"))
+            help_bar.update(Text(f"task · {task}\n{doc}" if doc else f"task · {task}"), layout=False)
         else:
-            help_bar.update(Text(row.help_text()))
+            help_bar.update(Text(row.help_text()), layout=False)  # a fixed height: no relayout of the form
 
     # ---- actions ------------------------------------------------------------------------------------------
     def action_choose_task(self) -> None:
@@ -232,6 +281,24 @@ class BuilderScreen(AppScreen):
             current = rows.index(node)
         row = rows[(current + 1) % len(rows)] if current is not None else rows[0]
         await self._reveal(row)
+        row.focus_control()
+        row.scroll_visible()
+
+    def palette_entries(self) -> List[Tuple[str, str, Callable[[], Any]]]:
+        """The command palette's "go to a field" entries: every field of the form, advanced ones too."""
+        out: List[Tuple[str, str, Callable[[], Any]]] = []
+        for row in all_rows(self.form):
+            doc = row.doc_line
+            out.append((f"Field: {row.path}", doc or "Go to this field.", partial(self.call_later, self.jump_to, row)))
+        return out
+
+    async def jump_to(self, row: FieldRow) -> None:
+        """Unfold what hides ``row``, focus its control and scroll it into view."""
+        await self._reveal(row)
+        self.call_after_refresh(self._focus_row, row)
+
+    @staticmethod
+    def _focus_row(row: FieldRow) -> None:
         row.focus_control()
         row.scroll_visible()
 
@@ -292,21 +359,42 @@ class BuilderScreen(AppScreen):
                              answered)
 
     # ---- saving -------------------------------------------------------------------------------------------
-    def _ask_path_then(self, then) -> None:
-        suggestion = (relative_text(self.path, self.app.root) if self.path
-                      else self.suggested_name or f"{self.task}.json")
+    def _ask_path_then(self, then, suggestion: Optional[str] = None) -> None:
+        if suggestion is None:
+            suggestion = (relative_text(self.path, self.app.root) if self.path
+                          else self.suggested_name or f"{self.task}.json")
 
         def chosen(path: Optional[Path]) -> None:
             if path is None:
                 return
-            if self.write(path) and then is not None:
+            if path.exists() and path != self.path:
+                self._confirm_overwrite(path, then, f"{relative_text(path, self.app.root)} already exists.")
+            elif self.write(path) and then is not None:
                 then(path)
 
         self.app.push_screen(PathPrompt("Save the config as", self.app.root, suggestion), chosen)
 
+    def _confirm_overwrite(self, path: Path, then, question: str) -> None:
+        """Ask before replacing a file this builder did not load or save (or one changed on disk since)."""
+        from probe_tui.app.screens.confirm import ConfirmScreen
+
+        def answered(choice: str) -> None:
+            if choice == "overwrite":
+                if self.write(path) and then is not None:
+                    then(path)
+            elif choice == "rename":
+                self._ask_path_then(then, relative_text(path, self.app.root))
+
+        self.app.push_screen(ConfirmScreen(question, [("Overwrite", "overwrite"), ("Other name", "rename"),
+                                                      ("Cancel", "cancel")]), answered)
+
     def _save_then(self, then) -> None:
         if self.path is None:
             self._ask_path_then(then)
+            return
+        if self.path.exists() and _mtime(self.path) != self._disk_mtime:
+            self._confirm_overwrite(self.path, then, f"{relative_text(self.path, self.app.root)} changed on disk "
+                                                     "since it was loaded.")
             return
         if (self.dirty or not self.path.exists()) and not self.write(self.path):
             return
@@ -327,6 +415,7 @@ class BuilderScreen(AppScreen):
             self.notify(f"{path}: cannot write: {exc.strerror or exc}", severity="error", title="Not saved")
             return False
         self.path = Path(path)
+        self._disk_mtime = _mtime(self.path)
         self._baseline = self._snapshot()
         self._update_title()
         shown = relative_text(self.path, self.app.root)
@@ -336,6 +425,13 @@ class BuilderScreen(AppScreen):
             self.notify(f"Saved {shown} with {len(result.issues)} error(s): it will not run as it is.",
                         severity="warning")
         return True
+
+
+def _mtime(path: Path) -> Optional[float]:
+    try:
+        return path.stat().st_mtime
+    except OSError:
+        return None
 
 
 def _field_names(model: type) -> List[str]:

@@ -15,7 +15,7 @@ from textual.app import ComposeResult
 from textual.containers import Horizontal, VerticalScroll
 from textual.message import Message
 from textual.timer import Timer
-from textual.widgets import Footer, Input, Label, Static, TabbedContent, TabPane, Tree
+from textual.widgets import Input, Label, Static, TabbedContent, TabPane, Tree
 
 from engines.compare.verdicts import VERDICTS
 from probe_tui.app.actions import bindings_for
@@ -31,6 +31,7 @@ from probe_tui.app.screens.compare_rows import (
     number_width,
 )
 from probe_tui.app.screens.path_prompt import relative_text
+from probe_tui.app.widgets.key_footer import KeyFooter
 from probe_tui.app.widgets.rank_bar import RankBar
 from probe_tui.app.widgets.result_tree import NodeRef, ResultTree
 from probe_tui.app.widgets.virtual_table import VirtualTable
@@ -109,7 +110,7 @@ class CompareScreen(CompareRanks, AppScreen):
                 yield Static("", id="detail-body")
         yield Input(placeholder="search names: text, a glob (*.softmax.*) or re:regex; enter applies, empty clears",
                     id="cmp-search")
-        yield Footer()
+        yield KeyFooter()
 
     @property
     def results_table(self) -> VirtualTable:

@@ -14,7 +14,7 @@ from textual.app import ComposeResult
 from textual.containers import Horizontal, VerticalScroll
 from textual.message import Message
 from textual.timer import Timer
-from textual.widgets import Footer, Input, Label, Static, Tree
+from textual.widgets import Input, Label, Static, Tree
 
 from probe_tui.app.actions import bindings_for
 from probe_tui.app.data.dump_index import DumpIndex, Piece
@@ -24,6 +24,7 @@ from probe_tui.app.screens.base import AppScreen
 from probe_tui.app.screens.dump_detail import dump_detail, piece_detail, record_detail, tensor_detail
 from probe_tui.app.screens.path_prompt import relative_text
 from probe_tui.app.widgets.dump_tree import DumpRef, DumpTree
+from probe_tui.app.widgets.key_footer import KeyFooter
 from probe_tui.app.widgets.rank_bar import RankBar
 
 DETAIL_DELAY_S = 0.08
@@ -83,7 +84,7 @@ class DumpScreen(RankSelector, AppScreen):
                 yield Static(Text("Reading the dump…", style="italic"), id="dump-detail-body")
         yield Label("", id="dump-status")
         yield Input(id="dump-input")
-        yield Footer()
+        yield KeyFooter()
 
     @property
     def dump_tree(self) -> DumpTree:

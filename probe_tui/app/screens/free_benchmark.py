@@ -9,13 +9,14 @@ from rich.text import Text
 from textual import on
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical, VerticalScroll
-from textual.widgets import DataTable, Footer, Label, Static
+from textual.widgets import DataTable, Label, Static
 
 from probe_tui.app.actions import bindings_for
 from probe_tui.app.data.check_results import FreeBenchmarkResult, read_free_benchmark
 from probe_tui.app.screens.base import ResultScreen
 from probe_tui.app.screens.path_prompt import relative_text
 from probe_tui.app.tables import fill_table
+from probe_tui.app.widgets.key_footer import KeyFooter
 from probe_tui.app.widgets.metric_chart import MetricChart
 from probe_tui.formatting import number_text
 
@@ -75,7 +76,7 @@ class FreeBenchmarkScreen(ResultScreen):
                 yield MetricChart(id="fb-chart")
                 with VerticalScroll(id="fb-detail"):
                     yield Static("", id="fb-detail-body")
-        yield Footer()
+        yield KeyFooter()
 
     def read(self) -> FreeBenchmarkResult:
         return read_free_benchmark(self.path)

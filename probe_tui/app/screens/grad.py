@@ -12,13 +12,14 @@ from rich.text import Text
 from textual import on
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical, VerticalScroll
-from textual.widgets import DataTable, Footer, Label, Static
+from textual.widgets import DataTable, Label, Static
 
 from probe_tui.app.actions import bindings_for
 from probe_tui.app.data.grad_result import GradResult, RankResult
 from probe_tui.app.ranks import RankSelector
 from probe_tui.app.screens.base import ResultScreen
 from probe_tui.app.screens.path_prompt import relative_text
+from probe_tui.app.widgets.key_footer import KeyFooter
 from probe_tui.app.widgets.metric_chart import MetricChart
 from probe_tui.app.widgets.rank_bar import RankBar
 from probe_tui.formatting import number_text
@@ -92,7 +93,7 @@ class GradScreen(RankSelector, ResultScreen):
                 yield MetricChart(id="grad-chart")
                 with VerticalScroll(id="grad-layers"):
                     yield Static("", id="layers-body")
-        yield Footer()
+        yield KeyFooter()
 
     @property
     def rank_result(self) -> Optional[RankResult]:

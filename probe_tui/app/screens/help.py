@@ -7,9 +7,10 @@ from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import VerticalScroll
 from textual.screen import ModalScreen
-from textual.widgets import Footer, Static
+from textual.widgets import Static
 
 from probe_tui.app.actions import SCOPE_TITLES, actions_by_group, bindings_for, keys_label
+from probe_tui.app.widgets.key_footer import KeyFooter
 
 
 def help_tables(scope: str, keymap: Optional[Dict[str, str]] = None) -> List[Table]:
@@ -50,7 +51,7 @@ class HelpScreen(ModalScreen):
                               "ctrl+p finds any action by name.", style="italic"), id="help-intro")
             for table in help_tables(self.scope, getattr(self.app, "user_keymap", None)):
                 yield Static(table, classes="help-table")
-        yield Footer()
+        yield KeyFooter()
 
     def action_close(self) -> None:
         self.dismiss()

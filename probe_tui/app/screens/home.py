@@ -8,7 +8,7 @@ from textual import on, work
 from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.message import Message
-from textual.widgets import DataTable, Footer, Label, Static
+from textual.widgets import DataTable, Label, Static
 
 from probe_tui.app.actions import bindings_for
 from probe_tui.app.discovery import (
@@ -22,14 +22,17 @@ from probe_tui.app.discovery import (
 )
 from probe_tui.app.screens.base import AppScreen
 from probe_tui.app.tables import fill_table
+from probe_tui.app.widgets.key_footer import KeyFooter
 
 RUN_COLUMNS = ("Run folder", "Task", "Status", "Steps", "Ranks", "Size", "Framework", "Started")
 CONFIG_COLUMNS = ("File", "Task", "Modified", "Valid")
 #: Widest run folder shown whole; longer ones keep their tail (the run-id), so Task and Status fit at 80 columns.
 FOLDER_WIDTH = 38
+DEMO_SAMPLE = "statistics.json"
+"""The shipped sample ``d`` runs: the tiny demo model, statistics of every API call."""
 STATUS_STYLES = {"finished": "green", "running": "cyan", "stopped": "yellow", "disk_full": "yellow", "failed": "red",
                  "crashed": "red",
-                 "msprobe dump": "magenta"}
+                 "msprobe dump": "magenta", "compare result": "magenta"}
 
 
 class HomeScreen(AppScreen):
@@ -54,7 +57,7 @@ class HomeScreen(AppScreen):
         self.scanned = False
 
     def compose(self) -> ComposeResult:
-        yield Static(Text.assemble(("probe-tui", "bold"), f" · {self.app.root_label}"), id="home-title")
+        yield Static(self._title_text(), id="home-title")
         with Vertical(id="runs-pane"):
             yield Label("Runs", id="runs-title", classes="pane-title")
             yield DataTable(id="runs", cursor_type="row", zebra_stripes=True)
@@ -63,7 +66,14 @@ class HomeScreen(AppScreen):
             yield Label("Configs", id="configs-title", classes="pane-title")
             yield DataTable(id="configs", cursor_type="row", zebra_stripes=True)
             yield Static("", id="configs-empty", classes="empty")
-        yield Footer()
+        yield KeyFooter()
+
+    def _title_text(self) -> Text:
+        return Text.assemble(("probe-tui", "bold"), f" · {self.app.root_label}")
+
+    def set_root_label(self, label: str) -> None:
+        """The app lists another folder (``ProbeApp.set_root``)."""
+        self.query_one("#home-title", Static).update(self._title_text())
 
     def on_mount(self) -> None:
         for empty in self.query(".empty"):
@@ -128,11 +138,7 @@ class HomeScreen(AppScreen):
         fill_table(table, RUN_COLUMNS, rows)
         self.query_one("#runs-title", Label).update(f"Runs and dumps ({len(self.runs)})")
         empty = self.query_one("#runs-empty", Static)
-        empty.update(Text.assemble(
-            (f"No runs under {self.app.root_label} yet.\n", "bold"),
-            "Press ", ("n", "bold"), " to build a config (pick a task, edit the form), then ", ("ctrl+r", "bold"),
-            " in the builder runs it here.\nRuns are written to <dump_path>/<run-id>/ and listed here.",
-        ))
+        empty.update(first_run_text(self.app.root_label))
         table.display = bool(self.runs)
         empty.display = not self.runs
         self._restore(table, selected)
@@ -202,6 +208,15 @@ class HomeScreen(AppScreen):
     def action_load_config(self) -> None:
         self.app.action_load_config()
 
+    def action_run_demo(self) -> None:
+        from probe_tui.app.config_backend import sample_configs
+
+        demo = dict(sample_configs()).get(DEMO_SAMPLE)
+        if demo is None:
+            self.notify(f"the demo config ({DEMO_SAMPLE}) is not installed", severity="error")
+            return
+        self.app.start_run(demo)
+
     def action_refresh(self) -> None:
         self.refresh_listing()
         self.notify("Looking for runs and configs again…", timeout=2)
@@ -252,6 +267,16 @@ class HomeScreen(AppScreen):
             self.notify(f"{self._relative(config.path)} does not validate: {config.problem}", severity="error")
             return
         self.app.start_run(selection[1])
+
+
+def first_run_text(where: str) -> Text:
+    """What home says when it finds no run: three ways to start, one key each."""
+    return Text.assemble(
+        (f"No runs under {where} yet. Start here:\n", "bold"),
+        ("  d", "bold"), "  run the demo: a tiny model on CPU, 4 steps, written to ./probe_dump\n",
+        ("  p", "bold"), "  open a path: a run, a dump (msprobe's too), a compare result, a config\n",
+        ("  n", "bold"), "  build a config: pick a task, fill in the form, ctrl+r runs it here",
+    )
 
 
 def _tail(text: str, width: int) -> str:

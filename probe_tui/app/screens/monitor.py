@@ -15,7 +15,7 @@ from textual import on
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
 from textual.message import Message
-from textual.widgets import DataTable, Footer, Input, Label, SelectionList, Static
+from textual.widgets import DataTable, Input, Label, SelectionList, Static
 from textual.widgets.selection_list import Selection
 
 from probe_tui.app.actions import bindings_for
@@ -23,6 +23,7 @@ from probe_tui.app.data.monitor_feed import MonitorFeed, MonitorSnapshot, Series
 from probe_tui.app.screens.base import AppScreen
 from probe_tui.app.screens.monitor_ranks import MonitorRanks
 from probe_tui.app.screens.path_prompt import relative_text
+from probe_tui.app.widgets.key_footer import KeyFooter
 from probe_tui.app.widgets.metric_chart import MAX_LINES, MetricChart
 from probe_tui.app.widgets.rank_bar import RankBar
 from probe_tui.formatting import number_text
@@ -96,7 +97,7 @@ class MonitorScreen(MonitorRanks, AppScreen):
                 yield MetricChart(id="chart")
                 yield Label("Alerts", id="alerts-title", classes="pane-title")
                 yield DataTable(id="alerts", cursor_type="row", zebra_stripes=True)
-        yield Footer()
+        yield KeyFooter()
 
     def on_mount(self) -> None:
         self._alert_columns()

@@ -10,7 +10,7 @@ from rich.text import Text
 from textual import on
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical, VerticalScroll
-from textual.widgets import DataTable, Footer, Label, Static
+from textual.widgets import DataTable, Label, Static
 
 from probe_tui.app.actions import bindings_for
 from probe_tui.app.data.check_results import OverflowResult, read_overflow
@@ -18,6 +18,7 @@ from probe_tui.app.ranks import RankSelector
 from probe_tui.app.screens.base import ResultScreen
 from probe_tui.app.screens.path_prompt import relative_text
 from probe_tui.app.tables import fill_table
+from probe_tui.app.widgets.key_footer import KeyFooter
 from probe_tui.app.widgets.rank_bar import RankBar
 from probe_tui.formatting import number_text
 
@@ -88,7 +89,7 @@ class OverflowScreen(RankSelector, ResultScreen):
                 yield DataTable(id="ovf-calls", cursor_type="row")
             with VerticalScroll(id="ovf-detail"):
                 yield Static("", id="ovf-detail-body")
-        yield Footer()
+        yield KeyFooter()
 
     def read(self) -> OverflowResult:
         return read_overflow(self.path)

@@ -15,8 +15,9 @@ from textual.widgets.option_list import Option
 MAX_LISTED = 200
 
 
-def json_files_near(root: Path, text: str) -> List[str]:
-    """JSON files in the folder the typed text points into (relative to ``root``), matching its file part."""
+def json_files_near(root: Path, text: str, any_file: bool = False) -> List[str]:
+    """JSON files (every file with ``any_file``) and folders in the folder the typed text points into (relative
+    to ``root``), matching its file part."""
     typed = Path(text).expanduser() if text else Path(".")
     base = typed if text.endswith(os.sep) or text in ("", ".") else typed.parent
     folder = base if base.is_absolute() else root / base
@@ -32,7 +33,7 @@ def json_files_near(root: Path, text: str) -> List[str]:
         shown = str(base / entry.name) if str(base) != "." else entry.name
         if entry.is_dir():
             out.append(shown + os.sep)
-        elif entry.name.endswith(".json"):
+        elif any_file or entry.name.endswith(".json"):
             out.append(shown)
         if len(out) >= MAX_LISTED:
             break
@@ -48,17 +49,21 @@ class PathPrompt(ModalScreen):
         Binding("down", "to_list", "Files", show=False),
     ]
 
-    def __init__(self, title: str, root: Path, initial: str = "", must_exist: bool = False) -> None:
+    def __init__(self, title: str, root: Path, initial: str = "", must_exist: bool = False,
+                 folders: bool = False) -> None:
+        """``folders``: any existing file or folder is an answer (the app's "open a path"), every file listed."""
         super().__init__()
         self.title_text = title
         self.root = root
         self.initial = initial
-        self.must_exist = must_exist
+        self.must_exist = must_exist or folders
+        self.folders = folders
 
     def compose(self) -> ComposeResult:
         with Vertical(id="path-box"):
             yield Static(self.title_text, id="path-title", markup=False)
-            yield Input(self.initial, placeholder="path of a .json file", id="path-input")
+            yield Input(self.initial, placeholder="a folder or file" if self.folders else "path of a .json file",
+                        id="path-input")
             yield Static("", id="path-error")
             yield OptionList(id="path-files")
             yield Static("enter: accept · down: pick a file · escape: cancel", id="path-keys")
@@ -75,7 +80,7 @@ class PathPrompt(ModalScreen):
     def _refresh_files(self, text: str) -> None:
         files = self.query_one("#path-files", OptionList)
         files.clear_options()
-        files.add_options([Option(name, id=name) for name in json_files_near(self.root, text)])
+        files.add_options([Option(name, id=name) for name in json_files_near(self.root, text, self.folders)])
 
     def action_to_list(self) -> None:
         files = self.query_one("#path-files", OptionList)
@@ -105,10 +110,13 @@ class PathPrompt(ModalScreen):
             return
         path = Path(text).expanduser()
         path = path if path.is_absolute() else self.root / path
-        if path.is_dir():
+        if path.is_dir() and not self.folders:
             self._error(f"{text} is a folder: add a file name")
             return
-        if self.must_exist and not path.is_file():
+        if self.must_exist and not path.exists():
+            self._error(f"{text}: no such file or folder")
+            return
+        if self.must_exist and not self.folders and not path.is_file():
             self._error(f"{text}: no such file")
             return
         self.dismiss(path)

@@ -11,10 +11,11 @@ from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.events import Key
 from textual.screen import ModalScreen
-from textual.widgets import Footer, Label, OptionList
+from textual.widgets import Label, OptionList
 from textual.widgets.option_list import Option
 
 from probe_tui.app.actions import bindings_for
+from probe_tui.app.widgets.key_footer import KeyFooter
 
 EVERY = "every"
 
@@ -47,7 +48,7 @@ class RankPicker(ModalScreen):
                     label.append_text(note)
                 options.append(Option(label, id=str(rank)))
             yield OptionList(*options, id="ranks-list")
-        yield Footer()
+        yield KeyFooter()
 
     def on_mount(self) -> None:
         listing = self.query_one("#ranks-list", OptionList)

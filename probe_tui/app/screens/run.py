@@ -14,7 +14,7 @@ from textual.app import ComposeResult
 from textual.containers import Grid, Horizontal
 from textual.message import Message
 from textual.reactive import reactive
-from textual.widgets import Footer, Label, ProgressBar, RichLog, Static
+from textual.widgets import Label, ProgressBar, RichLog, Static
 from textual.worker import get_current_worker
 
 from engines.events import parse_event_line
@@ -22,6 +22,7 @@ from probe_tui.app.actions import bindings_for
 from probe_tui.app.child import ChildRun, child_env, run_command
 from probe_tui.app.screens.base import AppScreen
 from probe_tui.app.screens.path_prompt import relative_text
+from probe_tui.app.widgets.key_footer import KeyFooter
 from probe_tui.formatting import count_text, format_bytes, format_clock, format_loss
 
 STATUS_STYLES = {
@@ -109,7 +110,7 @@ class RunScreen(AppScreen):
         yield ProgressBar(total=None, show_eta=False, id="run-progress")
         yield RichLog(id="run-log", wrap=True, markup=False, highlight=False, max_lines=5000)
         yield Static("", id="run-hint")
-        yield Footer()
+        yield KeyFooter()
 
     def on_mount(self) -> None:
         self.status = "starting"

@@ -15,12 +15,13 @@ from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
 from textual.reactive import reactive
-from textual.widgets import DataTable, Footer, Label, Static
+from textual.widgets import DataTable, Label, Static
 
 from probe_tui.app.actions import bindings_for
 from probe_tui.app.screens.base import ResultScreen
 from probe_tui.app.screens.path_prompt import relative_text
 from probe_tui.app.tables import fill_table
+from probe_tui.app.widgets.key_footer import KeyFooter
 from probe_tui.formatting import format_bytes, format_time, summary_field
 
 MAX_FILES = 2000
@@ -109,7 +110,7 @@ class RunSummaryScreen(ResultScreen):
             with Vertical(id="summary-right"):
                 yield Label("Files", id="files-title", classes="pane-title")
                 yield DataTable(id="files", cursor_type="row")
-        yield Footer()
+        yield KeyFooter()
 
     def read(self) -> FolderSummary:
         return summarise_folder(self.path)
