@@ -85,9 +85,9 @@ async def test_d_twice_on_home_diagnoses_two_runs_and_lands_on_the_verdict(tmp_p
             table.move_cursor(row=next(i for i, k in enumerate(keys) if Path(k).name == run.name))
 
         select(golden)
-        await pilot.press("d")
+        await pilot.press("g")
         select(target)
-        await pilot.press("d")
+        await pilot.press("g")
         screen = await wait_until(pilot, lambda: isinstance(app.screen, DiagnoseScreen) and app.screen.verdict
                                   and app.screen, timeout=60, what="the verdict")
         assert screen.verdict["target"].endswith(target.name)

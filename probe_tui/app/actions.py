@@ -130,8 +130,8 @@ ACTIONS: Tuple[AppAction, ...] = (
               "Run the selected config file on this machine and watch its progress."),
     AppAction("home.refresh", "refresh", "r,f5", "Refresh", "Runs", "home",
               "Look for runs and configs again."),
-    AppAction("home.diagnose", "diagnose_selected", "d", "Diagnose", "Runs", "home",
-              "Press on a run to mark it as the reference, then on the run under test: finds the op that "
+    AppAction("home.diagnose", "diagnose_selected", "g", "Diagnose", "Runs", "home",
+              "(g for the guilty op.) Press on a run to mark it as the reference, then on the run under test: finds the op that "
               "introduced their difference and opens the verdict.", show=False),
     AppAction("home.switch", "switch_table", "tab", "Runs/Configs", "Runs", "home",
               "Move between the runs table and the configs table.", show=False, palette=False),

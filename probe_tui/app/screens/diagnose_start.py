@@ -47,7 +47,7 @@ def diagnose_pressed(home: Any) -> None:
     golden: Optional[Path] = getattr(home, MARK, None)
     if golden is None or golden == run:
         setattr(home, MARK, run)
-        home.notify("{} is the reference; press d on the run under test.".format(run.name), timeout=5,
+        home.notify("{} is the reference; press g on the run under test.".format(run.name), timeout=5,
                     title="Diagnose")
         return
     setattr(home, MARK, None)
