@@ -16,11 +16,12 @@ from typing import Dict, List, Optional, Tuple
 from textual.binding import Binding
 
 # Scopes: "app" actions work everywhere; the others belong to one screen.
-SCOPES = ("app", "home", "builder", "run", "summary", "compare", "dump", "monitor", "grad", "overflow", "freebench",
+SCOPES = ("app", "table", "home", "builder", "run", "summary", "compare", "dump", "monitor", "grad", "overflow", "freebench",
           "ranks", "help")
 
 SCOPE_TITLES = {
     "app": "Everywhere",
+    "table": "Any table (runs, configs, alerts, grad compare, free_benchmark, overflow)",
     "home": "Home (runs and configs)",
     "builder": "Config builder",
     "run": "Run",
@@ -103,6 +104,11 @@ ACTIONS: Tuple[AppAction, ...] = (
               "Go back to the home screen (runs and configs).", show=False),
     AppAction("app.quit", "quit", "ctrl+q", "Quit", "General", "app",
               "Leave probe-tui.", show=False, priority=True),
+    # Any table (FindTable: the compare and dump browsers have their own search and filter)
+    AppAction("table.find", "find", "slash", "Search", "Find", "table",
+              "Search the table's rows (any cell); enter returns to the table, esc clears the search."),
+    AppAction("table.filter", "next_filter", "f", "Filter", "Find", "table",
+              "Cycle the table's filters (the count above the table names the one in use)."),
     # Home
     AppAction("home.new", "new_config", "n", "New config", "Configs", "home",
               "Choose a task and a starting point, then edit the config in a form."),
@@ -215,6 +221,8 @@ ACTIONS: Tuple[AppAction, ...] = (
               "Switch the chart's y axis between linear and log scale."),
     AppAction("monitor.alerts", "focus_alerts", "a", "Alerts", "Live", "monitor",
               "Move to the alert list; enter on an alert charts its series around its step."),
+    AppAction("monitor.sort_alerts", "sort_alerts", "o", "Order alerts", "Live", "monitor",
+              "Order the alert groups by first step (the default), by count, or by worst value."),
     AppAction("monitor.files", "files", "i", "Files", "General", "monitor",
               "Show the run folder's files and run.json.", show=False),
     *rank_actions("monitor", "each series as its min, mean and max over the ranks"),
