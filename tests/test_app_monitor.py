@@ -255,3 +255,18 @@ def test_picker_labels_fit_and_tell_layers_apart():
         assert len(set(labels)) == len(keys)
         assert all(len(label) <= width for label in labels)
     assert picker_label("train/loss/value", 29).plain == "loss/value train"
+
+
+@pilot_test
+async def test_a_finished_run_stops_polling_but_still_answers_a_new_series(tmp_path):
+    """A finished run's monitor kept polling its store (5-9 % CPU) for ever."""
+    make_metrics(tmp_path / "run", steps=12)
+    async with monitoring(tmp_path) as (pilot, screen):
+        await wait_until(pilot, lambda: badge(screen) == "writer finished")
+        assert screen.poll_timer is None
+        seen = screen.snapshots
+        await pilot.pause(0.6)  # six polls' worth
+        assert screen.snapshots == seen
+        key = "grad_reduced/blocks.0.fc.weight/norm"
+        screen._select(["train/loss/value", key])
+        await wait_until(pilot, lambda: key in screen.data, what="the new series read after the end")

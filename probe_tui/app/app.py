@@ -268,6 +268,10 @@ class ProbeApp(App):
     def track_child(self, child: ChildRun) -> None:
         self.children_started.append(child)
 
+    def on_unmount(self) -> None:
+        for child in self.children_started:  # no probe-tui-launch-* folder stays behind
+            child.cleanup()
+
     def running_children(self) -> List[ChildRun]:
         """Runs still going (not those that reported their end and are only exiting)."""
         return [c for c in self.children_started if c.running and not c.reported_end]

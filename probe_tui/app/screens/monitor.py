@@ -15,6 +15,7 @@ from textual import on
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
 from textual.message import Message
+from textual.timer import Timer
 from textual.widgets import DataTable, Footer, Input, Label, SelectionList, Static
 from textual.widgets.selection_list import Selection
 
@@ -60,6 +61,7 @@ class MonitorScreen(MonitorRanks, AppScreen):
         self.poll_s = poll_s
         self.quiet_s = quiet_s
         self.feed: Optional[MonitorFeed] = None
+        self.poll_timer: Optional[Timer] = None
         self.paused = False
         self.log_y = False
         self.status = "opening"
@@ -111,7 +113,7 @@ class MonitorScreen(MonitorRanks, AppScreen):
         self.feed = MonitorFeed(self.path, lambda snap: self.post_message(self.Snapshot(snap)))
         self.feed.start()
         self.feed.schedule()
-        self.set_interval(self.poll_s, self._tick)
+        self.poll_timer = self.set_interval(self.poll_s, self._tick)
         self.query_one("#alerts", DataTable).focus()
 
     def _tick(self) -> None:
@@ -157,6 +159,11 @@ class MonitorScreen(MonitorRanks, AppScreen):
                 self._add_alerts()
                 self.show_rank_bar()
             self._show_status()
+        if snap.status not in ("running", "waiting", "error") and self.poll_timer is not None:
+            # the writer has ended: nothing more will come, stop polling (a finished run's view costs no CPU);
+            # the feed still answers a new selection or rank at once (it wakes on them)
+            self.poll_timer.stop()
+            self.poll_timer = None
 
     def _state(self) -> Tuple[str, str]:
         """(text, style) of the badge: live, quiet, finished, failed, paused."""
