@@ -73,7 +73,9 @@ class ProbeApp(App):
 
     def on_mount(self) -> None:
         from probe_tui.app.screens.home import HomeScreen
+        from probe_tui.app.themes import apply_terminal_theme
 
+        apply_terminal_theme(self)
         self.user_keymap, problems = load_keymap(keymap_path())
         if self.user_keymap:
             self.set_keymap(self.user_keymap)
