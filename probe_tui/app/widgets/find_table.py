@@ -26,6 +26,15 @@ def cell_text(cell: RenderableType) -> str:
     return cell.plain if isinstance(cell, Text) else str(cell)
 
 
+def row_index(event: DataTable.RowHighlighted) -> Optional[int]:
+    """The number a row's key holds (rows keyed by their place in the screen's list), None for another key."""
+    key = event.row_key.value if event.row_key is not None else None
+    try:
+        return int(str(key))
+    except ValueError:
+        return None
+
+
 class FindInput(Input):
     """The search field of a :class:`FindTable`: typing filters at once, enter returns to the table, escape
     clears the search and closes the field."""
@@ -107,6 +116,7 @@ class FindTable(DataTable):
         if keep is not None and keep in self.rows:
             self.move_cursor(row=self.get_row_index(keep))
         self.show_count()
+        self.call_after_refresh(self.show_count)  # again once laid out: are columns cut?
         self.post_message(self.Found(self))
 
     def cursor_key(self) -> Optional[str]:
@@ -127,7 +137,17 @@ class FindTable(DataTable):
             parts.append("filter: " + chosen[0])
         if self.search:
             parts.append("search: " + self.search)
+        if self.columns_cut():
+            parts.append("→ more columns")
         return " · ".join(parts)
+
+    def columns_cut(self) -> bool:
+        """Columns go past the right edge (the table scrolls sideways to them)."""
+        width = self.scrollable_content_region.width
+        return bool(width) and self.virtual_size.width > width
+
+    def on_resize(self) -> None:
+        self.call_after_refresh(self.show_count)
 
     def show_count(self) -> None:
         if self.counter is None or not self.is_attached:
