@@ -8,7 +8,7 @@ from rich.color import ColorSystem
 from textual.color import Color
 
 from probe_tui.app.app import ProbeApp
-from probe_tui.app.themes import ANSI_THEME, theme_for
+from probe_tui.app.themes import ANSI_THEME, apply_terminal_theme, theme_for
 from tests.app_pilot import pilot_test, wait_until
 
 APP = Path(__file__).resolve().parents[1] / "probe_tui" / "app"
@@ -21,8 +21,9 @@ def ansi_number(value: str) -> int:
 @pilot_test
 async def test_a_16_colour_terminal_tells_warnings_errors_and_headings_apart(tmp_path):
     app = ProbeApp(tmp_path, root_label="~/exp")
-    app.console._color_system = ColorSystem.STANDARD  # what Rich finds for TERM=xterm or vt100
     async with app.run_test(size=(80, 24)) as pilot:
+        assert app.theme != ANSI_THEME  # headless: the default theme, whatever TERM says
+        apply_terminal_theme(app, "standard")  # what Rich finds for TERM=xterm or vt100
         await wait_until(pilot, lambda: app.theme == ANSI_THEME)
         await pilot.pause()
         variables = app.get_css_variables()

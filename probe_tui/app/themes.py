@@ -28,9 +28,14 @@ def theme_for(color_system: Optional[str]) -> Optional[str]:
     return ANSI_THEME if color_system in FEW_COLOURS else None
 
 
-def apply_terminal_theme(app: App) -> None:
-    """Register the app's themes and pick the one the terminal can show."""
-    app.register_theme(ansi_theme())
-    chosen = theme_for(app.console.color_system)
+def apply_terminal_theme(app: App, color_system: Optional[str] = None) -> None:
+    """Register the app's themes and pick the one the terminal (``color_system``: Rich's name, by default what
+    Rich found from TERM and COLORTERM) can show. A headless app (tests, snapshots) keeps the default theme
+    unless told the colour system, so its pictures do not depend on the TERM of the machine."""
+    if ANSI_THEME not in app.available_themes:
+        app.register_theme(ansi_theme())
+    if color_system is None and not app.is_headless:
+        color_system = app.console.color_system
+    chosen = theme_for(color_system)
     if chosen is not None:
         app.theme = chosen
