@@ -214,13 +214,13 @@ async def test_alerts_group_by_rule_and_module_sort_search_filter_and_jump(tmp_p
         row = [str(c) for c in alerts.get_row_at(0)]
         assert row[0] == "9" and row[1] == "blocks.1.fc" and row[3] == str(len(screen.alerts))
         title = screen.query_one("#alerts-title").render()
-        assert "1 rows" in str(title) and "first step" in str(title)
+        assert "1 row" in str(title) and "first step" in str(title)
         alerts.focus()
         await pilot.press("o")
         assert screen.alert_sort == "count"
         await pilot.press("slash", *"blocks.0")
         await wait_until(pilot, lambda: alerts.row_count == 0, what="the search hides the row")
-        assert "0 of 1 rows" in str(screen.query_one("#alerts-title").render())
+        assert "0 of 1 row" in str(screen.query_one("#alerts-title").render())
         await pilot.press("escape")
         await wait_until(pilot, lambda: alerts.row_count == 1 and screen.focused is alerts)
         await pilot.press("f")  # NaN/inf only: a spike is not
@@ -241,6 +241,7 @@ async def test_the_legend_is_a_line_of_its_own_under_the_plot(tmp_path):
         await wait_until(pilot, lambda: screen.last_step == 11 and screen.data)
         chart = screen.query_one("#chart")
         lines = str(chart.render()).splitlines()
+        assert len(lines) <= chart.size.height  # the legend line is not cut off
         assert "loss/value" in lines[-1]
         assert not any("loss/value" in line for line in lines[:-1])
 

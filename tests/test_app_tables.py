@@ -6,6 +6,7 @@ from pathlib import Path
 
 from textual.widgets import DataTable
 
+from probe_tui.app.actions import SCOPE_TITLES
 from probe_tui.app.app import ProbeApp
 from probe_tui.app.screens.free_benchmark import FreeBenchmarkScreen
 from probe_tui.app.screens.grad import GradScreen
@@ -86,3 +87,9 @@ async def test_filters_and_the_cut_columns_hint(tmp_path):
         await wait_until(pilot, lambda: params.row_count == 6)
         # 80 columns cannot hold the parameter table's columns: the count says more are to the right
         await wait_until(pilot, lambda: "→ more columns" in title(screen, "#params-title"), what="the hint")
+
+
+def test_help_of_a_screen_with_tables_lists_the_table_keys():
+    from probe_tui.app.screens.help import help_tables
+
+    assert [str(t.title) for t in help_tables("monitor")] == ["Live monitor", SCOPE_TITLES["table"], "Everywhere"]

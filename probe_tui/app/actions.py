@@ -108,7 +108,7 @@ ACTIONS: Tuple[AppAction, ...] = (
     AppAction("table.find", "find", "slash", "Search", "Find", "table",
               "Search the table's rows (any cell); enter returns to the table, esc clears the search."),
     AppAction("table.filter", "next_filter", "f", "Filter", "Find", "table",
-              "Cycle the table's filters (the count above the table names the one in use)."),
+              "Cycle the table's filters (the count above the table names the one in use).", show=False),
     # Home
     AppAction("home.new", "new_config", "n", "New config", "Configs", "home",
               "Choose a task and a starting point, then edit the config in a form."),

@@ -131,7 +131,9 @@ class FindTable(DataTable):
     # ---- count, search, filter ----------------------------------------------------------------------------
     def count_text(self) -> str:
         total = len(self.source)
-        parts = ["{:,} rows".format(total) if self.shown == total else "{:,} of {:,} rows".format(self.shown, total)]
+        noun = "row" if total == 1 else "rows"
+        parts = ["{:,} {}".format(total, noun) if self.shown == total else "{:,} of {:,} {}".format(self.shown, total,
+                                                                                                 noun)]
         chosen = self.filters[self.filter_index]
         if chosen is not None:
             parts.append("filter: " + chosen[0])

@@ -104,7 +104,7 @@ class MetricChart(PlotextPlot):
         self._plot.plotsize(width, height)
         self._plot._set_size(width, height)  # as PlotextPlot.render does (its resizing needs both)
         self._plot.theme(self._get_plotext_theme_name(self.app.theme))
-        return Text.assemble(Text.from_ansi(self._plot.build()), "\n", self.legend())
+        return Text.assemble(Text.from_ansi(self._plot.build().rstrip("\n")), "\n", self.legend())
 
     def show(self, series: Dict[str, Tuple[np.ndarray, ...]], *, window: Optional[Tuple[int, int]] = None,
              log: bool = False, mark_step: Optional[int] = None, order: Sequence[str] = (),
