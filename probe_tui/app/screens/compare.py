@@ -222,6 +222,9 @@ class CompareScreen(CompareRanks, AppScreen):
                                                     "s" if word != "unmatched" else ""))
         else:
             parts.append("no problem here")
+        table = self.results_table
+        if table.virtual_size.width > table.scrollable_content_region.width > 0:
+            parts.append("→ more columns")  # the table scrolls sideways to them
         self.query_one("#results-status", Label).update(Text("  ·  ".join(parts), style="dim"))
 
     def request_view(self, **changes: Any) -> None:
