@@ -5,8 +5,9 @@ and the screen is read with capture-pane.
    the home screen.
 2. The injected-fault path of a new user: the three sample runs, then `probe-tui`: open the compare result from
    home, the first-divergence list starts at the low-precision softmax, jump to the first error, open a dump;
-   then run the monitor sample from home and watch the live chart move; then the whole walk: home -> builder (a
-   monitor config) -> run -> monitor -> compare -> quit."""
+   then run the monitor sample from home and watch the live chart move.
+3. The whole walk of a new user: home -> builder (a monitor config) -> run -> monitor -> compare -> quit, and no
+   probe-tui-launch-* folder left behind."""
 
 import json
 import os
@@ -85,8 +86,7 @@ def _shown_step(screen: str):
 
 
 def test_new_user_finds_the_injected_fault_and_watches_the_monitor(tmp_path):
-    env = dict(_env(tmp_path), TMPDIR=str(tmp_path / "tmp"))  # where the app makes its launch folders
-    (tmp_path / "tmp").mkdir()
+    env = _env(tmp_path)
     for sample in ("statistics.json", "statistics_lowp.json", "compare.json"):  # as sample_configs/README says
         done = subprocess.run([sys.executable, "-m", "probe_tui", "--run", str(ROOT / "sample_configs" / sample)],
                               cwd=tmp_path, env={**os.environ, **env}, capture_output=True, text=True, timeout=300)
@@ -131,6 +131,7 @@ def test_new_user_finds_the_injected_fault_and_watches_the_monitor(tmp_path):
         term.wait_for("records ·")
         term.send("Escape")
         term.wait_for("Runs and dumps · 3 rows")
+        time.sleep(1)  # the home screen looks again on its return: let it settle before the next keys
         term.send("Tab")  # to the configs: the monitor config
         term.send("x")
         term.wait_for("o opens the live monitor", timeout=120)
@@ -148,9 +149,23 @@ def test_new_user_finds_the_injected_fault_and_watches_the_monitor(tmp_path):
         term.wait_for("o opens the live monitor")
         term.send("s")
         term.wait_for("Stopped", timeout=60)
-        # the whole walk of a new user: home -> builder -> run -> monitor -> compare -> quit
-        term.send("Escape")
-        term.wait_for("Runs and dumps · 4 rows")
+        term.send("C-q")
+        term.wait_for("[exited 0]")
+
+
+def test_new_user_walks_home_builder_run_monitor_compare_quit(tmp_path):
+    from tests.app_pilot import write_dump
+
+    env = dict(_env(tmp_path), TMPDIR=str(tmp_path / "tmp"))  # where the app makes its launch folders
+    (tmp_path / "tmp").mkdir()
+    write_dump(tmp_path / "target" / "rank0", golden=False)
+    write_dump(tmp_path / "golden" / "rank0", golden=True)
+    done = subprocess.run([sys.executable, "-m", "probe_tui", "compare", "target", "golden"], cwd=tmp_path,
+                          env={**os.environ, **env}, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    with TmuxSession([sys.executable, "-m", "probe_tui"], cwd=tmp_path, width=100, height=30, env=env) as term:
+        term.wait_for("Runs and dumps · 1 row", timeout=60)
+        time.sleep(1)  # the listing is on screen: let the focus settle on it before the next keys
         term.send("n")
         term.wait_for("Start a config")
         term.send("Down", "Down", "Down", "Down", "Down", "Enter")  # the sixth task: monitor
@@ -172,9 +187,9 @@ def test_new_user_finds_the_injected_fault_and_watches_the_monitor(tmp_path):
         term.send("Escape")
         term.wait_for("Config builder")
         term.send("Escape")
-        term.wait_for("Runs and dumps · 5 rows")
-        term.send("Down", "Down")  # newest first: the two monitor runs, then the compare result
-        term.send("Enter")
+        term.wait_for("Runs and dumps · 2 rows")
+        time.sleep(1)
+        term.send("Down", "Enter")  # newest first: the monitor run, then the compare result
         term.wait_for("Compare · probe_dump/")
         term.wait_for("rows:")
         term.send("C-q")

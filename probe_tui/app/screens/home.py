@@ -114,7 +114,8 @@ class HomeScreen(AppScreen):
             runs = self.query_one("#runs", DataTable)
             configs = self.query_one("#configs", DataTable)
             if first or not (runs.has_focus or configs.has_focus):
-                (runs if self.runs or not self.configs else configs).focus()
+                # at once, not on the next idle (focus()): keys typed as soon as the listing shows go to it
+                self.set_focus(runs if self.runs or not self.configs else configs)
         for error in message.errors:
             self.notify(error, severity="error", title="Home")
 
