@@ -207,3 +207,34 @@ async def test_a_large_result_scrolls_to_its_last_row(tmp_path):
         await pilot.press("s", "s")  # worst verdict, then rel_err: the injected softmax first
         await wait_until(pilot, lambda: screen.view.sort == "rel_err")
         assert screen.data.text["record"][int(screen.view.rows[0])].startswith("Functional.softmax.")
+
+
+@pilot_test
+async def test_a_filter_that_matches_no_row_says_so(tree_result):
+    """It said "Reading the result…" for ever."""
+    app = ProbeApp(tree_result.parent, root_label="~/exp")
+    async with app.run_test(size=(80, 24)) as pilot:
+        screen = await open_view(pilot, tree_result, CompareScreen)
+        await wait_until(pilot, lambda: loaded(app))
+        await screen.apply_view(search="no_such_op_anywhere")
+        table = screen.results_table
+        assert table.row_count == 0
+        assert table.empty_text == "No row matches (search 'no_such_op_anywhere'): f changes the filter, / the search."
+        await screen.apply_view(search="")
+        assert table.row_count == screen.data.n_rows
+
+
+@pilot_test
+async def test_the_status_says_when_columns_go_past_the_edge(tree_result):
+    """At 80 columns the results table cut its columns with no hint."""
+    for size, cut in (((80, 24), True), ((250, 40), False)):
+        app = ProbeApp(tree_result.parent, root_label="~/exp")
+        async with app.run_test(size=size) as pilot:
+            screen = await open_view(pilot, tree_result, CompareScreen)
+            await wait_until(pilot, lambda: loaded(pilot.app))
+            if not cut:
+                await pilot.press("d")  # no detail pane: the table has the whole width
+                await pilot.pause()
+            await screen.apply_view(search="")
+            status = str(screen.query_one("#results-status").render())
+            assert ("→ more columns" in status) is cut, status

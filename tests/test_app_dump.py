@@ -151,3 +151,39 @@ def test_rows_without_tensor_data_say_so(tmp_path):
     finally:
         index.close()
     assert isinstance(DumpRef("row", 0), DumpRef)
+
+
+def write_two_steps(rank_dir: Path) -> Path:
+    """Our dump of two steps: a linear and a softmax (whose ``dim=-1`` is a non-tensor argument) per step."""
+    import json
+
+    from engines.store import DumpWriter
+    from tests.app_pilot import META
+
+    x = np.arange(8, dtype=np.float32).reshape(2, 4)
+    with DumpWriter(rank_dir, meta=META) as w:
+        for step in (0, 1):
+            names = ["Functional.linear.0.forward", "Functional.softmax.0.forward"]
+            rows = w.add_records(step=step, name=names, kind=0, direction=0, parent="",
+                                 args=[json.dumps({"args": [], "kwargs": {}}),
+                                       json.dumps({"args": [], "kwargs": {"dim": -1}})])
+            w.add_tensors(step=step, valid=15, record=list(rows), slot=["output.0", "output.0"],
+                          dtype=["torch.float32"] * 2, shape=[x.shape, x.shape], max=[7.0, 1.0], min=[0.0, 0.0],
+                          mean=[3.5, 0.25], norm=[11.8, 1.0])
+            w.commit_step(step)
+    return rank_dir
+
+
+@pilot_test
+async def test_search_opens_the_matches_of_every_step_and_scalars_name_their_type(tmp_path):
+    """`/` and `f` unfolded the first step's matches only; a non-tensor argument read `<class 'int'> = -1`."""
+    run = write_two_steps(tmp_path / "run" / "rank0")
+    async with viewing(run, DumpScreen, root=tmp_path, size=(100, 30)) as (pilot, screen):
+        await wait_until(pilot, lambda: screen.index is not None)
+        await pilot.press("slash", *"softmax", "enter")
+        await wait_until(pilot, lambda: screen.matches == 2)
+        shown = lines(screen.dump_tree)
+        records = [(ref.step, label.split("  ")[0]) for label, ref in shown if ref.kind == "record"]
+        assert records == [(0, "Functional.softmax.0.forward"), (1, "Functional.softmax.0.forward")], records
+        scalars = [label for label, ref in shown if ref.kind == "row" and "dim" in label]
+        assert scalars == ["input.dim int = -1"] * 2, scalars

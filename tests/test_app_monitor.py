@@ -5,6 +5,7 @@ import json
 from contextlib import asynccontextmanager
 from pathlib import Path
 
+import numpy as np
 import pytest
 from textual.widgets import DataTable, Input, SelectionList
 
@@ -55,8 +56,8 @@ async def test_an_alert_appears_while_the_run_writes_and_the_writer_finishing_is
         run.step(spike=True)  # block 1's gradient norm x1000 at step 5
         await wait_until(pilot, lambda: alerts.row_count == 1, what="the alert row")
         row = [str(c) for c in alerts.get_row_at(0)]
-        assert row[0] == "5" and row[1] == "blocks.1.fc.weight" and row[2] == "grad_reduced norm"
-        assert row[4].startswith("up ×")
+        assert row[:5] == ["5", "blocks.1.fc", "AnomalyTurbulence", "1", "390.4"]
+        assert row[5].startswith("up ×") and row[6] == "grad_reduced norm"
         assert badge(screen) == "● live"  # still writing
         run.close()
         await wait_until(pilot, lambda: badge(screen) == "writer finished")
@@ -172,8 +173,101 @@ async def test_the_live_monitor_of_a_running_demo(tmp_path):
         # earlier alerts (activation turbulence in the first steps) may come first; the explosion's must follow
         await wait_until(pilot, lambda: any(a["step"] >= 20 and a["name"].startswith("blocks.1")
                                             for a in screen.alerts), timeout=90, what="the step-20 explosion alert")
-        assert alerts.row_count == len(screen.alerts)
+        assert alerts.row_count == len(screen.alert_groups.groups)
         await pilot.press("escape")  # back to the run screen; stop the run
         await wait_until(pilot, lambda: app.screen is run_screen)
         await pilot.press("s")
         await wait_until(pilot, lambda: run_screen.finished_at is not None, timeout=60, what="the run stopped")
+
+
+@pilot_test
+async def test_opened_before_the_loss_is_written_the_chart_takes_the_loss_when_it_comes(tmp_path):
+    """Right after launch the store may hold the gradient norms only (the loss is reported after the backward
+    pass): the default chart must pick the loss up once it appears, as long as the user has not picked."""
+    run = MetricsRun(tmp_path / "run")
+    norms = MetricsRun.KEYS[1:]
+    run.writer.write_step(0, norms, np.array([0.5, 0.4]))
+    async with monitoring(tmp_path) as (pilot, screen):
+        await wait_until(pilot, lambda: screen.last_step == 0, what="the first step")
+        assert screen.selected == ["grad_reduced/blocks.0.fc.weight/norm"]
+        run.writer.write_step(1, MetricsRun.KEYS, np.array([6.9, 0.5, 0.4]))
+        await wait_until(pilot, lambda: "train/loss/value" in screen.data, what="the loss charted")
+        assert screen.selected == ["train/loss/value"]
+        listing = screen.query_one("#series-list", SelectionList)
+        assert listing.selected == ["train/loss/value"]
+        run.close()
+
+
+@pilot_test
+async def test_alerts_group_by_rule_and_module_sort_search_filter_and_jump(tmp_path):
+    """Thousands of alerts are mostly one module tripping one rule again and again: one row per rule and module
+    (first step, count, worst value), ordered by first step, searchable, filterable, enter charts the first."""
+    run = MetricsRun(tmp_path / "run")
+    for n in range(30):
+        run.step(spike=n in (9, 20, 25))
+    run.close()
+    async with monitoring(tmp_path) as (pilot, screen):
+        alerts = screen.query_one("#alerts", DataTable)
+        await wait_until(pilot, lambda: screen.last_step == 29 and alerts.row_count >= 1)
+        assert len(screen.alerts) >= 2
+        assert alerts.row_count == 1  # one rule, one module
+        row = [str(c) for c in alerts.get_row_at(0)]
+        assert row[0] == "9" and row[1] == "blocks.1.fc" and row[3] == str(len(screen.alerts))
+        title = screen.query_one("#alerts-title").render()
+        assert "1 row" in str(title) and "first step" in str(title)
+        alerts.focus()
+        await pilot.press("o")
+        assert screen.alert_sort == "count"
+        await pilot.press("slash", *"blocks.0")
+        await wait_until(pilot, lambda: alerts.row_count == 0, what="the search hides the row")
+        assert "0 of 1 row" in str(screen.query_one("#alerts-title").render())
+        await pilot.press("escape")
+        await wait_until(pilot, lambda: alerts.row_count == 1 and screen.focused is alerts)
+        await pilot.press("f")  # NaN/inf only: a spike is not
+        assert alerts.row_count == 0 and "filter: NaN/inf" in str(screen.query_one("#alerts-title").render())
+        await pilot.press("f", "f")  # repeated, then every group
+        assert alerts.row_count == 1
+        await pilot.press("enter")
+        key = "grad_reduced/blocks.1.fc.weight/norm"
+        await wait_until(pilot, lambda: key in screen.data, what="the alert's series read")
+        assert screen.mark_step == 9 and screen._window()[0] < 9 < screen._window()[1]
+
+
+@pilot_test
+async def test_the_legend_is_a_line_of_its_own_under_the_plot(tmp_path):
+    """plotext draws its legend over the data (it hid the step-40 spike): the chart keeps it out of the plot."""
+    make_metrics(tmp_path / "run", steps=12, spike_at=2)
+    async with monitoring(tmp_path) as (pilot, screen):
+        await wait_until(pilot, lambda: screen.last_step == 11 and screen.data)
+        chart = screen.query_one("#chart")
+        lines = str(chart.render()).splitlines()
+        assert len(lines) <= chart.size.height  # the legend line is not cut off
+        assert "loss/value" in lines[-1]
+        assert not any("loss/value" in line for line in lines[:-1])
+
+
+def test_picker_labels_fit_and_tell_layers_apart():
+    from probe_tui.app.widgets.metric_chart import picker_label
+
+    keys = ["grad_reduced/model.layers.{}.self_attn.{}_proj.weight/norm".format(n, p)
+            for n in (10, 11) for p in ("q", "k")]
+    for width in (24, 29):
+        labels = [picker_label(k, width).plain for k in keys]
+        assert len(set(labels)) == len(keys)
+        assert all(len(label) <= width for label in labels)
+    assert picker_label("train/loss/value", 29).plain == "loss/value train"
+
+
+@pilot_test
+async def test_a_finished_run_stops_polling_but_still_answers_a_new_series(tmp_path):
+    """A finished run's monitor kept polling its store (5-9 % CPU) for ever."""
+    make_metrics(tmp_path / "run", steps=12)
+    async with monitoring(tmp_path) as (pilot, screen):
+        await wait_until(pilot, lambda: badge(screen) == "writer finished")
+        assert screen.poll_timer is None
+        seen = screen.snapshots
+        await pilot.pause(0.6)  # six polls' worth
+        assert screen.snapshots == seen
+        key = "grad_reduced/blocks.0.fc.weight/norm"
+        screen._select(["train/loss/value", key])
+        await wait_until(pilot, lambda: key in screen.data, what="the new series read after the end")

@@ -214,9 +214,8 @@ async def test_the_monitor_charts_min_mean_max_across_ranks_and_drills_down(tmp_
         assert "loss/value @5 min 6.65 (r0) · mean 7.65 · max 8.65 (r2)" in bar(screen)
         # the alert names its rank
         table = screen.query_one("#alerts", DataTable)
-        assert [str(c.label) for c in table.columns.values()][:3] == ["step", "rank", "series"]
-        assert table.row_count == 1 and [str(c) for c in table.get_row_at(0)[:3]] == ["4", "2",
-                                                                                       "blocks.1.fc.weight"]
+        assert [str(c.label) for c in table.columns.values()][:3] == ["first", "rank", "module"]
+        assert table.row_count == 1 and [str(c) for c in table.get_row_at(0)[:3]] == ["4", "2", "blocks.1.fc"]
         # drill down to rank 1: its own values, no band
         await pilot.press("R")
         await wait_until(pilot, lambda: isinstance(pilot.app.screen, RankPicker))

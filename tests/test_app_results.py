@@ -147,3 +147,26 @@ async def test_views_open_results_written_by_the_engines_writers(tmp_path):
         await pilot.press("escape")
         screen = await open_view(pilot, paths["fb"], FreeBenchmarkScreen)
         await wait_until(pilot, lambda: screen.query_one("#fb-checks", DataTable).row_count == 3)
+
+
+@pilot_test
+async def test_at_80x24_tab_gives_the_detail_panes_room_to_read_and_scroll(tmp_path):
+    """The detail panes of free_benchmark and grad compare showed 2 lines at 80x24 and could not scroll."""
+    paths = {"grad": make_grad_result(tmp_path / "grad"), "fb": make_free_benchmark_run(tmp_path / "fb")}
+    app = ProbeApp(tmp_path, root_label="~/exp")
+    async with app.run_test(size=(80, 24)) as pilot:
+        screen = await open_view(pilot, paths["fb"], FreeBenchmarkScreen)
+        await wait_until(pilot, lambda: screen.query_one("#fb-checks", DataTable).row_count == 3)
+        detail = screen.query_one("#fb-detail")
+        await pilot.press("tab")
+        await wait_until(pilot, lambda: detail.has_focus, what="the detail pane focused")
+        await pilot.pause()
+        assert detail.size.height >= 8 and not screen.query_one("#fb-chart").display
+        await pilot.press("escape")
+        screen = await open_view(pilot, paths["grad"], GradScreen)
+        await wait_until(pilot, lambda: screen.result is not None)
+        layers = screen.query_one("#grad-layers")
+        await pilot.press("tab")
+        await wait_until(pilot, lambda: layers.has_focus, what="the layer pane focused")
+        await pilot.pause()
+        assert layers.size.height >= 8 and not screen.query_one("#grad-chart").display

@@ -21,7 +21,7 @@ from probe_tui.app.screens.run import parse_event
 from tests.app_pilot import wait_until
 
 # A stand-in for `probe-tui --run CONFIG --events -` that writes the same events (used only in tests; the real
-# CLI is driven in test_app_flows.py): argv = steps, seconds per step, mode (ok | crash | ignore-sigint).
+# CLI is driven in test_app_flows.py): argv = steps, seconds per step, mode (ok | crash | ignore-sigint | early-fail).
 FAKE_RUN = textwrap.dedent('''
     import json, signal, sys, time
     steps, delay, mode = int(sys.argv[1]), float(sys.argv[2]), sys.argv[3]
@@ -39,6 +39,10 @@ FAKE_RUN = textwrap.dedent('''
         signal.signal(signal.SIGINT, signal.SIG_IGN)
     else:  # as the real runner does: SIGINT stops the run even when the shell started it with SIGINT ignored
         signal.signal(signal.SIGINT, signal.default_int_handler)
+    if mode == "early-fail":  # an analysis job (no run folder before it ends) that fails at once
+        emit("run_started", run_dir=None, task="compare", total_steps=None)
+        print("compare: target_path: no such folder", file=sys.stderr, flush=True)
+        sys.exit(2)
     emit("run_started", run_dir=run_dir, task="statistics", total_steps=steps)
     print("log: starting", file=sys.stderr, flush=True)
     done = 0
@@ -324,3 +328,29 @@ async def test_home_runs_the_selected_config_and_edits_a_runs_config(fake_run, t
         builder = await wait_until(pilot, lambda: isinstance(app.screen, BuilderScreen) and app.screen)
         assert builder.path is None and builder.origin == "run 20260101-000000-abcdef"
         assert builder.task == "statistics"
+
+
+@pilot_test
+async def test_an_ended_run_stands_still_and_leaves_no_launch_folder(fake_run, tmp_path):
+    """A failed run's bar kept pulsing, its clock ticking, its log said `run folder: None`, and the
+    probe-tui-launch-* folder stayed behind after the run and after quitting."""
+    from probe_tui.app.screens.run import RunScreen
+
+    async with _running(tmp_path, fake_run, "1", "0.01", "early-fail") as (app, pilot, screen):
+        await wait_until(pilot, lambda: screen.finished_at is not None)
+        assert screen.status == "failed" and screen.exit_code == 2
+        log = "\n".join(str(line.text) for line in screen.query_one("#run-log").lines)
+        assert "None" not in log and "run folder: named when the job ends" in log
+        bar = screen.query_one("#run-progress")
+        assert bar.total is not None  # not the pulsing bar of an unknown total
+        assert screen.tick_timer is None
+        launch = screen.child.launch_dir
+        assert launch.name.startswith("probe-tui-launch-") and launch.is_dir()
+        await pilot.press("escape")
+        await wait_until(pilot, lambda: not isinstance(app.screen, RunScreen))
+        assert not launch.exists()
+        second = await start(pilot, app, tmp_path / "stats.json")
+        await wait_until(pilot, lambda: second.finished_at is not None)
+        launch = second.child.launch_dir
+        assert launch.is_dir()
+    assert not launch.exists()  # quitting cleans up too

@@ -24,13 +24,14 @@ from probe_tui.app.screens.overflow import OverflowScreen
 from probe_tui.app.screens.rank_picker import RankPicker
 from probe_tui.app.screens.run import RunScreen
 from probe_tui.app.screens.summary import RunSummaryScreen
+from probe_tui.app.widgets.find_table import FindTable
 from tests.app_pilot import wait_until
 
 ROOT = Path(__file__).resolve().parents[1]
 SCREENS = {"app": ProbeApp, "home": HomeScreen, "builder": BuilderScreen, "run": RunScreen,
            "summary": RunSummaryScreen, "compare": CompareScreen, "dump": DumpScreen, "monitor": MonitorScreen,
            "grad": GradScreen, "overflow": OverflowScreen, "freebench": FreeBenchmarkScreen, "ranks": RankPicker,
-           "help": HelpScreen, "diagnose": DiagnoseScreen}
+           "help": HelpScreen, "diagnose": DiagnoseScreen, "table": FindTable}
 
 
 def pilot_test(coro_fn):

@@ -5,7 +5,9 @@ and the screen is read with capture-pane.
    the home screen.
 2. The injected-fault path of a new user: the three sample runs, then `probe-tui`: open the compare result from
    home, the first-divergence list starts at the low-precision softmax, jump to the first error, open a dump;
-   then run the monitor sample from home and watch the live chart move."""
+   then run the monitor sample from home and watch the live chart move.
+3. The whole walk of a new user: home -> builder (a monitor config) -> run -> monitor -> compare -> quit, and no
+   probe-tui-launch-* folder left behind."""
 
 import json
 import os
@@ -60,7 +62,7 @@ def test_new_user_builds_runs_and_finds_the_dump(tmp_path):
         term.send("Escape")
         term.wait_for("Config builder")
         term.send("Escape")
-        screen = term.wait_for("Runs and dumps (1)")
+        screen = term.wait_for("Runs and dumps · 1 row")
         assert "finished" in screen and "statistics.json" in screen
         term.send("C-q")
         term.wait_for("[exited 0]")
@@ -95,7 +97,7 @@ def test_new_user_finds_the_injected_fault_and_watches_the_monitor(tmp_path):
     monitor["monitor"]["format"] = ["hdf5"]
     (tmp_path / "monitor_live.json").write_text(json.dumps(monitor, indent=2))
     with TmuxSession([sys.executable, "-m", "probe_tui"], cwd=tmp_path, width=120, height=36, env=env) as term:
-        term.wait_for("Runs and dumps (3)", timeout=60)
+        term.wait_for("Runs and dumps · 3 rows", timeout=60)
         term.send("Enter")  # the newest run: the compare result
         term.wait_for("Compare · probe_dump/")
         term.wait_for("rows:")
@@ -123,12 +125,13 @@ def test_new_user_finds_the_injected_fault_and_watches_the_monitor(tmp_path):
             assert time.monotonic() < deadline, term.screen()
             time.sleep(0.2)
         term.send("Escape")
-        term.wait_for("Runs and dumps (3)")
+        term.wait_for("Runs and dumps · 3 rows")
         term.send("Down", "Enter")  # the run with the fault: its dump
         term.wait_for("Dump · probe_dump/demo_lowp/")
         term.wait_for("records ·")
         term.send("Escape")
-        term.wait_for("Runs and dumps (3)")
+        term.wait_for("Runs and dumps · 3 rows")
+        time.sleep(1)  # the home screen looks again on its return: let it settle before the next keys
         term.send("Tab")  # to the configs: the monitor config
         term.send("x")
         term.wait_for("o opens the live monitor", timeout=120)
@@ -148,3 +151,47 @@ def test_new_user_finds_the_injected_fault_and_watches_the_monitor(tmp_path):
         term.wait_for("Stopped", timeout=60)
         term.send("C-q")
         term.wait_for("[exited 0]")
+
+
+def test_new_user_walks_home_builder_run_monitor_compare_quit(tmp_path):
+    from tests.app_pilot import write_dump
+
+    env = dict(_env(tmp_path), TMPDIR=str(tmp_path / "tmp"))  # where the app makes its launch folders
+    (tmp_path / "tmp").mkdir()
+    write_dump(tmp_path / "target" / "rank0", golden=False)
+    write_dump(tmp_path / "golden" / "rank0", golden=True)
+    done = subprocess.run([sys.executable, "-m", "probe_tui", "compare", "target", "golden"], cwd=tmp_path,
+                          env={**os.environ, **env}, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    with TmuxSession([sys.executable, "-m", "probe_tui"], cwd=tmp_path, width=100, height=30, env=env) as term:
+        term.wait_for("Runs and dumps · 1 row", timeout=60)
+        time.sleep(1)  # the listing is on screen: let the focus settle on it before the next keys
+        term.send("n")
+        term.wait_for("Start a config")
+        term.send("Down", "Down", "Down", "Down", "Down", "Enter")  # the sixth task: monitor
+        term.wait_for("Config builder")
+        term.wait_for("✓ valid")
+        term.send("C-s")
+        term.wait_for("Save the config as")
+        term.send("Enter")  # the proposed name: monitor.json
+        term.wait_for("Saved monitor.json")
+        term.send("C-r")
+        term.wait_for("Run · monitor.json")
+        term.wait_for("o opens the", timeout=180)  # the live monitor while it runs, the result once finished
+        term.send("o")
+        term.wait_for("Monitor · probe_dump/")
+        term.wait_for("loss/value", timeout=60)  # the default chart: the loss, named in the legend
+        term.send("Escape")
+        term.wait_for("Run · monitor.json")
+        term.wait_for("Finished · o opens the result", timeout=120)
+        term.send("Escape")
+        term.wait_for("Config builder")
+        term.send("Escape")
+        term.wait_for("Runs and dumps · 2 rows")
+        time.sleep(1)
+        term.send("Down", "Enter")  # newest first: the monitor run, then the compare result
+        term.wait_for("Compare · probe_dump/")
+        term.wait_for("rows:")
+        term.send("C-q")
+        term.wait_for("[exited 0]")
+    assert not list((tmp_path / "tmp").glob("probe-tui-launch-*"))  # the app removed its launch folders

@@ -16,11 +16,12 @@ from typing import Dict, List, Optional, Tuple
 from textual.binding import Binding
 
 # Scopes: "app" actions work everywhere; the others belong to one screen.
-SCOPES = ("app", "home", "builder", "run", "summary", "compare", "dump", "monitor", "grad", "overflow", "freebench",
-          "ranks", "help", "diagnose")
+SCOPES = ("app", "table", "home", "builder", "run", "summary", "compare", "dump", "monitor", "grad", "overflow",
+          "freebench", "ranks", "help", "diagnose")
 
 SCOPE_TITLES = {
     "app": "Everywhere",
+    "table": "Any table (runs, configs, alerts, grad compare, free_benchmark, overflow)",
     "home": "Home (runs and configs)",
     "builder": "Config builder",
     "run": "Run",
@@ -111,6 +112,11 @@ ACTIONS: Tuple[AppAction, ...] = (
               "In a table: move to the last row.", show=False, palette=False, priority=True),
     AppAction("app.quit", "quit", "ctrl+q", "Quit", "General", "app",
               "Leave probe-tui.", show=False, priority=True),
+    # Any table (FindTable: the compare and dump browsers have their own search and filter)
+    AppAction("table.find", "find", "slash", "Search", "Find", "table",
+              "Search the table's rows (any cell); enter returns to the table, esc clears the search."),
+    AppAction("table.filter", "next_filter", "f", "Filter", "Find", "table",
+              "Cycle the table's filters (the count above the table names the one in use).", show=False),
     # Home
     AppAction("home.new", "new_config", "n", "New config", "Configs", "home",
               "Choose a task and a starting point, then edit the config in a form."),
@@ -232,6 +238,8 @@ ACTIONS: Tuple[AppAction, ...] = (
               "Switch the chart's y axis between linear and log scale."),
     AppAction("monitor.alerts", "focus_alerts", "a", "Alerts", "Live", "monitor",
               "Move to the alert list; enter on an alert charts its series around its step."),
+    AppAction("monitor.sort_alerts", "sort_alerts", "o", "Order alerts", "Live", "monitor",
+              "Order the alert groups by first step (the default), by count, or by worst value."),
     AppAction("monitor.files", "files", "i", "Files", "General", "monitor",
               "Show the run folder's files and run.json.", show=False),
     *rank_actions("monitor", "each series as its min, mean and max over the ranks"),

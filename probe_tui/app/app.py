@@ -78,7 +78,9 @@ class ProbeApp(App):
 
     def on_mount(self) -> None:
         from probe_tui.app.screens.home import HomeScreen
+        from probe_tui.app.themes import apply_terminal_theme
 
+        apply_terminal_theme(self)
         self.user_keymap, problems = load_keymap(keymap_path())
         if self.user_keymap:
             self.set_keymap(self.user_keymap)
@@ -324,6 +326,10 @@ class ProbeApp(App):
 
     def track_child(self, child: ChildRun) -> None:
         self.children_started.append(child)
+
+    def on_unmount(self) -> None:
+        for child in self.children_started:  # no probe-tui-launch-* folder stays behind
+            child.cleanup()
 
     def running_children(self) -> List[ChildRun]:
         """Runs still going (not those that reported their end and are only exiting)."""

@@ -7,6 +7,7 @@ Nothing here imports Textual; the run screen calls ``follow`` from a thread work
 """
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -78,6 +79,8 @@ class ChildRun:
         self.argv = list(argv)
         self.cwd = Path(cwd)
         self.env = env if env is not None else child_env()
+        self.owns_launch_dir = not launch_dir
+        """The launch folder is a temporary one made here: :meth:`cleanup` removes it."""
         self.launch_dir = Path(launch_dir) if launch_dir else Path(tempfile.mkdtemp(prefix="probe-tui-launch-"))
         self.events_path = self.launch_dir / "events.jsonl"
         self.log_path = self.launch_dir / "log.txt"
@@ -143,6 +146,12 @@ class ChildRun:
         self._term_timer.daemon = True
         self._term_timer.start()
         return True
+
+    def cleanup(self) -> None:
+        """Remove the temporary launch folder (its events and log, already shown). A run still going keeps
+        writing to the files it holds open; they vanish with it."""
+        if self.owns_launch_dir:
+            shutil.rmtree(self.launch_dir, ignore_errors=True)
 
     def _terminate_if_running(self) -> None:
         if self.running:

@@ -18,10 +18,15 @@ def fill_table(table: DataTable, columns: Sequence[str], rows: List[Tuple[List[A
         for n, cell in enumerate(cells):
             text = cell.plain if isinstance(cell, Text) else str(cell)
             widths[n] = max(widths[n], min(len(text), MAX_COLUMN_WIDTH))
+    from probe_tui.app.widgets.find_table import FindTable
+
     table.clear(columns=True)
     for label, width in zip(columns, widths):
         table.add_column(label, width=width, key=label)
-    for cells, key in rows:
-        table.add_row(*cells, key=key)
+    if isinstance(table, FindTable):  # it shows the rows that match its search and filter, and counts them
+        table.set_rows([(key, cells) for cells, key in rows])
+    else:
+        for cells, key in rows:
+            table.add_row(*cells, key=key)
     if hide_when_empty:
         table.display = bool(rows)

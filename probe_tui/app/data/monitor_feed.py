@@ -61,7 +61,8 @@ class MonitorSnapshot:
     whole history of each selected series (of ``rank``, or across ``ranks`` when ``rank`` is None and there are
     several); ``new_alerts`` the alerts not reported before, each with its ``rank``. ``status`` is the store's
     (running, finished, ...), ``waiting`` while there is no store yet (``error`` says why), or ``error``.
-    ``latest``: per rank, (step, value) of the first selected series where it was read."""
+    ``latest``: per rank, (step, value) of the first selected series where it was read. ``selected``: the series
+    followed (the default ones until :meth:`MonitorFeed.select` is called)."""
 
     status: str = "running"
     collected_steps: int = 0
@@ -72,6 +73,7 @@ class MonitorSnapshot:
     new_alerts: List[dict] = field(default_factory=list)
     alerts_total: int = 0
     selection_version: int = 0
+    selected: List[str] = field(default_factory=list)
     error: str = ""
     path: str = ""
     ranks: List[int] = field(default_factory=list)
@@ -186,6 +188,7 @@ class MonitorFeed(threading.Thread):
         self._stopped = threading.Event()
         self._lock = threading.Lock()
         self._selected: Optional[List[str]] = None
+        self._chosen = False  # the user picked series: the default selection no longer follows the store
         self._selection_version = 0
         self._ranks: Dict[int, _Rank] = {}
         self._run: Optional[Path] = None
@@ -207,6 +210,7 @@ class MonitorFeed(threading.Thread):
         version, which the snapshot that carries it repeats."""
         with self._lock:
             self._selected = list(keys)
+            self._chosen = True
             self._selection_version += 1
             version = self._selection_version
         self._wake.set()
@@ -291,9 +295,13 @@ class MonitorFeed(threading.Thread):
             track.reader.refresh()
         changed_series = self._merge_series(tracks)
         with self._lock:
-            if self._selected is None and self._series:
-                self._selected = default_selection(self._series)
-                self._selection_version += 1
+            if not self._chosen and self._series:
+                # until the user picks, follow the default: the loss, written late (after the backward pass),
+                # may appear in the store after the gradient norms the first look found
+                default = default_selection(self._series)
+                if default != self._selected:
+                    self._selected = default
+                    self._selection_version += 1
             selected = list(self._selected or [])
             version = self._selection_version
             rank = self.rank if self.rank in self._ranks else None
@@ -323,7 +331,7 @@ class MonitorFeed(threading.Thread):
             last_step=self._last_step, quiet_s=time.monotonic() - self._last_news,
             series=list(self._series) if changed_series else None,
             data={k: v for k, v in data.items() if k in selected}, new_alerts=alerts, alerts_total=self._alerts_seen,
-            selection_version=version, path=str(self._run or tracks[0].reader.path), ranks=sorted(self._ranks),
+            selection_version=version, selected=selected, path=str(self._run or tracks[0].reader.path), ranks=sorted(self._ranks),
             rank=rank, latest=latest)
 
     def _merge_series(self, tracks: List[_Rank]) -> bool:

@@ -41,6 +41,17 @@ DETAIL_DELAY_S = 0.08
 TABS = {"results": "tab-results", "divergence": "tab-divergence", "tree": "tab-tree"}
 
 
+def no_match_text(view: ResultView) -> str:
+    """What an empty view says: no row passes its filter and search, and how to widen it."""
+    parts = ["filter " + view.verdict_filter] if view.verdict_filter != "all" else []
+    if view.search:
+        parts.append("search " + repr(view.search))
+    if view.rank is not None:
+        parts.append("rank {}".format(view.rank))
+    how = "f changes the filter, / the search" if parts else "f changes the filter"
+    return "No row matches ({}): {}.".format(", ".join(parts) or "this view", how)
+
+
 class CompareScreen(CompareRanks, AppScreen):
     SCOPE = "compare"
     CSS_PATH = "compare.tcss"
@@ -186,6 +197,8 @@ class CompareScreen(CompareRanks, AppScreen):
         if keep_row is not None:
             cursor = view.position_of(keep_row)
         table = self.results_table
+        if self.data is not None and self.data.n_rows and not len(view):
+            table.empty_text = no_match_text(view)
         with self.app.batch_update():
             table.set_source(rows.columns(), rows, cursor=cursor if cursor is not None else 0)
             self._show_status()
@@ -210,6 +223,9 @@ class CompareScreen(CompareRanks, AppScreen):
                                                     "s" if word != "unmatched" else ""))
         else:
             parts.append("no problem here")
+        table = self.results_table
+        if table.virtual_size.width > table.scrollable_content_region.width > 0:
+            parts.append("→ more columns")  # the table scrolls sideways to them
         self.query_one("#results-status", Label).update(Text("  ·  ".join(parts), style="dim"))
 
     def request_view(self, **changes: Any) -> None:

@@ -12,6 +12,7 @@ from engines.compare.suspects import suspect_record
 from engines.compare.verdicts import VERDICTS
 from engines.dumps.rows import DIR_NAMES, IO_NAMES, KIND_NAMES
 from probe_tui.app.data.compare_result import VERDICT_STYLES
+from probe_tui.app.widgets.dump_tree import dtype_text
 from probe_tui.formatting import number_text
 
 STATS = ("max", "min", "mean", "norm")
@@ -32,7 +33,7 @@ def _name(value: Any, fallback: str = "") -> str:
 
 
 def _dtype(value: Any) -> str:
-    return _name(value, "—").replace("torch.", "")
+    return dtype_text(_name(value, "—"))
 
 
 def _flag(value: Any) -> str:

@@ -9,11 +9,12 @@ from rich.table import Table
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import VerticalScroll
-from textual.widgets import Footer, Static
+from textual.widgets import Static
 
 from probe_tui.app.actions import bindings_for
 from probe_tui.app.screens.base import ResultScreen
 from probe_tui.app.screens.path_prompt import relative_text
+from probe_tui.app.widgets.key_footer import KeyFooter
 from probe_tui.diagnose_view import read_verdict, report_lines
 
 VERDICT_FILE = "verdict.json"
@@ -72,7 +73,7 @@ class DiagnoseScreen(ResultScreen):
         with VerticalScroll(id="diagnose-body"):
             yield Static(Text("Reading the verdict…", style="italic"), id="diagnose-verdict")
             yield Static("", id="diagnose-evidence")
-        yield Footer()
+        yield KeyFooter()
 
     def read(self) -> Any:
         verdict = read_verdict(self.path)

@@ -11,7 +11,7 @@ from rich.text import Text
 from engines.dumps.rows import IO_NAMES, STAT_BITS
 from probe_tui.app.data.dump_index import DumpIndex, Piece
 from probe_tui.app.data.tensor_preview import Preview
-from probe_tui.app.widgets.dump_tree import record_kind_text
+from probe_tui.app.widgets.dump_tree import dtype_text, record_kind_text
 from probe_tui.app.widgets.histogram import histogram_text
 from probe_tui.formatting import number_text
 
@@ -73,7 +73,7 @@ def record_detail(piece: Piece, name: str) -> RenderableType:
                 cells = [value, "", "", ""]
             else:
                 cells = [_stat(piece, i, s) for s in ("max", "min", "mean", "norm")]
-            table.add_row(str(rows.slot[i]), str(rows.dtype[i]).replace("torch.", ""),
+            table.add_row(str(rows.slot[i]), dtype_text(rows.dtype[i]),
                           str(rows.shape[i]) if rows.is_tensor[i] else "", *cells, style=style)
         parts.append(table)
         if node.rows.size > ROWS_SHOWN:
@@ -98,7 +98,7 @@ def tensor_detail(piece: Piece, i: int, preview: Optional[Preview] = None, error
     parts: List[RenderableType] = [Text(str(rows.name[i]), style="bold"),
                                    Text("{} · rank {} · step {}".format(IO_NAMES[int(rows.io[i])], piece.rank,
                                                                        piece.step), style="dim")]
-    kind = [str(rows.dtype[i]).replace("torch.", "")]
+    kind = [dtype_text(rows.dtype[i])]
     if rows.is_tensor[i]:
         kind.append(str(rows.shape[i]))
         if rows.numel[i] >= 0:

@@ -16,6 +16,7 @@ from probe_tui.app.data.check_results import FreeBenchmarkResult, read_free_benc
 from probe_tui.app.screens.base import ResultScreen
 from probe_tui.app.screens.path_prompt import relative_text
 from probe_tui.app.tables import fill_table
+from probe_tui.app.widgets.find_table import FindTable, row_index
 from probe_tui.app.widgets.key_footer import KeyFooter
 from probe_tui.app.widgets.metric_chart import MetricChart
 from probe_tui.formatting import number_text
@@ -71,7 +72,7 @@ class FreeBenchmarkScreen(ResultScreen):
         with Horizontal(id="fb-body"):
             with Vertical(id="fb-left"):
                 yield Label("", id="fb-table-title", classes="pane-title")
-                yield DataTable(id="fb-checks", cursor_type="row", zebra_stripes=True)
+                yield FindTable(id="fb-checks", counter="#fb-table-title")
             with Vertical(id="fb-right"):
                 yield MetricChart(id="fb-chart")
                 with VerticalScroll(id="fb-detail"):
@@ -103,11 +104,11 @@ class FreeBenchmarkScreen(ResultScreen):
                           number_text(c.get("threshold"), 6), Text(str(c["name"]), style=style), c["stage"],
                           str(c["output_index"]), str(c.get("dtype", "")).replace("torch.", ""),
                           "fixed" if c.get("replaced") else ""], str(n)))
-        fill_table(self.query_one("#fb-checks", DataTable),
-                   ("step", "ratio", "threshold", "call", "stage", "out", "dtype", ""), rows, hide_when_empty=False)
+        table = self.query_one("#fb-checks", FindTable)
         which = "every check" if self.show_all else "inconsistent outputs"
-        self.query_one("#fb-table-title", Label).update("{} ({}), worst first · a: {}".format(
-            which, len(rows), "inconsistent only" if self.show_all else "every check"))
+        table.title = "{}, worst first · a: {}".format(which, "inconsistent only" if self.show_all else "every check")
+        fill_table(table, ("step", "ratio", "threshold", "call", "stage", "out", "dtype", ""), rows,
+                   hide_when_empty=False)
         if self.shown:
             self._select(0)
         else:
@@ -116,8 +117,9 @@ class FreeBenchmarkScreen(ResultScreen):
 
     @on(DataTable.RowHighlighted, "#fb-checks")
     def _highlighted(self, event: DataTable.RowHighlighted) -> None:
-        if 0 <= event.cursor_row < len(self.shown):
-            self._select(event.cursor_row)
+        n = row_index(event)  # the row's place in self.shown (the table may show a search's rows only)
+        if n is not None and 0 <= n < len(self.shown):
+            self._select(n)
 
     def _select(self, n: int) -> None:
         check = self.shown[n]

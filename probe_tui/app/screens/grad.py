@@ -19,6 +19,7 @@ from probe_tui.app.data.grad_result import GradResult, RankResult
 from probe_tui.app.ranks import RankSelector
 from probe_tui.app.screens.base import ResultScreen
 from probe_tui.app.screens.path_prompt import relative_text
+from probe_tui.app.widgets.find_table import FindTable
 from probe_tui.app.widgets.key_footer import KeyFooter
 from probe_tui.app.widgets.metric_chart import MetricChart
 from probe_tui.app.widgets.rank_bar import RankBar
@@ -88,7 +89,7 @@ class GradScreen(RankSelector, ResultScreen):
         with Horizontal(id="grad-body"):
             with Vertical(id="grad-left"):
                 yield Label("Parameters", id="params-title", classes="pane-title")
-                yield DataTable(id="params", cursor_type="row", zebra_stripes=True)
+                yield FindTable(id="params", counter="#params-title", filters=[("broken rule", self._broken)])
             with Vertical(id="grad-right"):
                 yield MetricChart(id="grad-chart")
                 with VerticalScroll(id="grad-layers"):
@@ -112,6 +113,11 @@ class GradScreen(RankSelector, ResultScreen):
 
     def rank_changed(self) -> None:
         self._show_rank()
+
+    def _broken(self, key: str) -> bool:
+        """The filter of the parameter table: parameters that broke the rule."""
+        rank = self.rank_result
+        return rank is not None and bool(rank.violations_of(rank.params[int(key)]))
 
     def _show_rank(self) -> None:
         rank, result = self.rank_result, self.result
@@ -140,7 +146,7 @@ class GradScreen(RankSelector, ResultScreen):
 
     def _fill_params(self) -> None:
         rank = self.rank_result
-        table = self.query_one("#params", DataTable)
+        table = self.query_one("#params", FindTable)
         threshold = self.result.threshold
         order = list(range(len(rank.params)))
         if self.by_similarity and rank.steps:
@@ -151,6 +157,7 @@ class GradScreen(RankSelector, ResultScreen):
         name_width = max(12, min(40, max((len(n) for n in rank.params), default=12)))
         for label, width in (("parameter", name_width), ("lowest", 7), ("step", 4), ("last", 7), ("rule", 34)):
             table.add_column(label, width=width, key=label)
+        rows = []
         for p in order:
             sims = rank.similarity[p]
             finite = [(s, v) for s, v in zip(rank.steps, sims.tolist()) if v == v]
@@ -160,11 +167,11 @@ class GradScreen(RankSelector, ResultScreen):
             rule = broken[0].describe(threshold, self.result.drop) + (" (+{})".format(len(broken) - 1)
                                                                         if len(broken) > 1 else "") if broken else ""
             style = "red" if broken else ""
-            table.add_row(Text(rank.params[p], style=style), number_text(low[1], 4),
-                          "" if low[0] is None else str(low[0]), number_text(last, 4), Text(rule, style=style),
-                          key=str(p))
+            rows.append((str(p), [Text(rank.params[p], style=style), number_text(low[1], 4),
+                                  "" if low[0] is None else str(low[0]), number_text(last, 4), Text(rule, style=style)]))
         sort = "lowest similarity first" if self.by_similarity else "model order"
-        self.query_one("#params-title", Label).update("Parameters ({}; {}; s sorts)".format(len(rank.params), sort))
+        table.title = "Parameters ({}; s sorts)".format(sort)
+        table.set_rows(rows)
         if order:
             self._chart(order[0])
 

@@ -12,11 +12,16 @@ from textual.widgets import Static
 from probe_tui.app.actions import SCOPE_TITLES, actions_by_group, bindings_for, keys_label
 from probe_tui.app.widgets.key_footer import KeyFooter
 
+TABLE_SCOPES = ("home", "monitor", "grad", "overflow", "freebench")
+"""Screens whose tables are FindTables (/ searches, f filters)."""
+
 
 def help_tables(scope: str, keymap: Optional[Dict[str, str]] = None) -> List[Table]:
-    """One table per scope (the screen's, then the app's), a row per action."""
+    """One table per scope (the screen's, its tables' keys when it has searchable tables, then the app's), a row
+    per action."""
     tables = []
-    for sc in ([scope] if scope and scope != "app" else []) + ["app"]:
+    own = [scope] if scope and scope != "app" else []
+    for sc in own + (["table"] if scope in TABLE_SCOPES else []) + ["app"]:
         table = Table(title=SCOPE_TITLES[sc], title_justify="left", title_style="bold", expand=True,
                       show_edge=False, box=None, padding=(0, 1))
         table.add_column("Keys", style="bold", no_wrap=True, min_width=12)

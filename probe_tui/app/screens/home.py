@@ -22,6 +22,7 @@ from probe_tui.app.discovery import (
 )
 from probe_tui.app.screens.base import AppScreen
 from probe_tui.app.tables import fill_table
+from probe_tui.app.widgets.find_table import FindTable
 from probe_tui.app.widgets.key_footer import KeyFooter
 
 RUN_COLUMNS = ("Run folder", "Task", "Status", "Steps", "Ranks", "Size", "Framework", "Started")
@@ -60,11 +61,11 @@ class HomeScreen(AppScreen):
         yield Static(self._title_text(), id="home-title")
         with Vertical(id="runs-pane"):
             yield Label("Runs", id="runs-title", classes="pane-title")
-            yield DataTable(id="runs", cursor_type="row", zebra_stripes=True)
+            yield FindTable(id="runs", counter="#runs-title", title="Runs and dumps")
             yield Static("", id="runs-empty", classes="empty")
         with Vertical(id="configs-pane"):
             yield Label("Configs", id="configs-title", classes="pane-title")
-            yield DataTable(id="configs", cursor_type="row", zebra_stripes=True)
+            yield FindTable(id="configs", counter="#configs-title", title="Configs")
             yield Static("", id="configs-empty", classes="empty")
         yield KeyFooter()
 
@@ -123,7 +124,8 @@ class HomeScreen(AppScreen):
             runs = self.query_one("#runs", DataTable)
             configs = self.query_one("#configs", DataTable)
             if first or not (runs.has_focus or configs.has_focus):
-                (runs if self.runs or not self.configs else configs).focus()
+                # at once, not on the next idle (focus()): keys typed as soon as the listing shows go to it
+                self.set_focus(runs if self.runs or not self.configs else configs)
         for error in message.errors:
             self.notify(error, severity="error", title="Home")
 
@@ -136,7 +138,6 @@ class HomeScreen(AppScreen):
             rows.append(([_tail(row["folder"], FOLDER_WIDTH), row["task"], status, row["steps"], row["ranks"], row["size"],
                           row["framework"], row["started"]], row["folder"]))
         fill_table(table, RUN_COLUMNS, rows)
-        self.query_one("#runs-title", Label).update(f"Runs and dumps ({len(self.runs)})")
         empty = self.query_one("#runs-empty", Static)
         empty.update(first_run_text(self.app.root_label))
         table.display = bool(self.runs)
@@ -152,7 +153,6 @@ class HomeScreen(AppScreen):
             rows.append(([self._relative(config.path), config.task, format_time(config.modified), valid],
                          str(config.path)))
         fill_table(table, CONFIG_COLUMNS, rows)
-        self.query_one("#configs-title", Label).update(f"Configs ({len(self.configs)})")
         empty = self.query_one("#configs-empty", Static)
         empty.update(Text.assemble("No config files here. ", ("n", "bold"),
                                    " starts one from a task, a sample or an msprobe config.json; ",

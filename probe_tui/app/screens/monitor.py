@@ -8,29 +8,33 @@ alert list while the header keeps counting; the header says when the writer has 
 
 import math
 from pathlib import Path
-from typing import Dict, List, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Tuple
 
 from rich.text import Text
 from textual import on
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
 from textual.message import Message
+from textual.timer import Timer
 from textual.widgets import DataTable, Input, Label, SelectionList, Static
 from textual.widgets.selection_list import Selection
 
 from probe_tui.app.actions import bindings_for
+from probe_tui.app.data.alert_groups import SORTS, AlertGroups, row_key
 from probe_tui.app.data.monitor_feed import MonitorFeed, MonitorSnapshot, SeriesData
 from probe_tui.app.screens.base import AppScreen
 from probe_tui.app.screens.monitor_ranks import MonitorRanks
 from probe_tui.app.screens.path_prompt import relative_text
+from probe_tui.app.widgets.find_table import FindTable
 from probe_tui.app.widgets.key_footer import KeyFooter
-from probe_tui.app.widgets.metric_chart import MAX_LINES, MetricChart
+from probe_tui.app.widgets.metric_chart import MAX_LINES, MetricChart, picker_label
 from probe_tui.app.widgets.rank_bar import RankBar
 from probe_tui.formatting import number_text
 
 POLL_S = 0.5
 QUIET_S = 30.0
 MAX_OPTIONS = 400
+PICKER_TEXT = 29  # cells left for a series' name in the picker (36 wide) when it has not been laid out yet
 ALERT_CONTEXT = 10  # steps shown each side of an alert's step after a jump
 
 
@@ -58,15 +62,19 @@ class MonitorScreen(MonitorRanks, AppScreen):
         self.poll_s = poll_s
         self.quiet_s = quiet_s
         self.feed: Optional[MonitorFeed] = None
+        self.poll_timer: Optional[Timer] = None
         self.paused = False
         self.log_y = False
         self.status = "opening"
         self.snapshots = 0
         self.series_keys: List[str] = []
         self.selected: List[str] = []
+        self.picked = False  # the user chose the series: the feed's default no longer applies
         self.data: Dict[str, SeriesData] = {}
         self.alerts: List[dict] = []
         self.shown_alerts = 0
+        self.alert_groups = AlertGroups()
+        self.alert_sort = SORTS[0]
         self.last_step: Optional[int] = None
         self.collected = 0
         self.window_width: Optional[int] = None
@@ -96,7 +104,8 @@ class MonitorScreen(MonitorRanks, AppScreen):
             with Vertical(id="mon-main"):
                 yield MetricChart(id="chart")
                 yield Label("Alerts", id="alerts-title", classes="pane-title")
-                yield DataTable(id="alerts", cursor_type="row", zebra_stripes=True)
+                yield FindTable(id="alerts", counter="#alerts-title", title="Alerts (none yet)",
+                                filters=self._alert_filters())
         yield KeyFooter()
 
     def on_mount(self) -> None:
@@ -105,7 +114,7 @@ class MonitorScreen(MonitorRanks, AppScreen):
         self.feed = MonitorFeed(self.path, lambda snap: self.post_message(self.Snapshot(snap)))
         self.feed.start()
         self.feed.schedule()
-        self.set_interval(self.poll_s, self._tick)
+        self.poll_timer = self.set_interval(self.poll_s, self._tick)
         self.query_one("#alerts", DataTable).focus()
 
     def _tick(self) -> None:
@@ -142,8 +151,8 @@ class MonitorScreen(MonitorRanks, AppScreen):
                 new = [s.key for s in snap.series[len(self.series_keys):]]
                 self.series_keys = [s.key for s in snap.series]
                 self._add_to_picker(new)
-            if snap.selection_version and not self.selected and snap.data:
-                self.selected = list(snap.data)
+            if not self.picked and snap.selected and snap.selected != self.selected:
+                self.selected = list(snap.selected)  # the default series, which grows as the store does
                 self._mark_selected()
             self.data = snap.data
             if not self.paused:
@@ -151,6 +160,11 @@ class MonitorScreen(MonitorRanks, AppScreen):
                 self._add_alerts()
                 self.show_rank_bar()
             self._show_status()
+        if snap.status not in ("running", "waiting", "error") and self.poll_timer is not None:
+            # the writer has ended: nothing more will come, stop polling (a finished run's view costs no CPU);
+            # the feed still answers a new selection or rank at once (it wakes on them)
+            self.poll_timer.stop()
+            self.poll_timer = None
 
     def _state(self) -> Tuple[str, str]:
         """(text, style) of the badge: live, quiet, finished, failed, paused."""
@@ -251,13 +265,18 @@ class MonitorScreen(MonitorRanks, AppScreen):
         self._filling_picker = True
         try:
             listing.clear_options()
-            listing.add_options([Selection(k, k, k in self.selected) for k in shown])
+            listing.add_options([self._option(k) for k in shown])
             if shown:
                 listing.highlighted = 0
         finally:
             self._filling_picker = False
         self._matched = len(matches)
         self._picker_note()
+
+    def _option(self, key: str) -> Selection:
+        listing = self.query_one("#series-list", SelectionList)
+        width = listing.scrollable_content_region.width - 5 if listing.size.width else 0
+        return Selection(picker_label(key, width if width >= 12 else PICKER_TEXT), key, key in self.selected)
 
     def _matches(self, keys: List[str]) -> List[str]:
         pattern = self.query_one("#series-filter", Input).value.strip().lower()
@@ -269,7 +288,7 @@ class MonitorScreen(MonitorRanks, AppScreen):
         room = max(0, MAX_OPTIONS - listing.option_count)
         self._filling_picker = True
         try:
-            listing.add_options([Selection(k, k, k in self.selected) for k in matches[:room]])
+            listing.add_options([self._option(k) for k in matches[:room]])
             if listing.highlighted is None and listing.option_count:
                 listing.highlighted = 0
         finally:
@@ -281,6 +300,7 @@ class MonitorScreen(MonitorRanks, AppScreen):
         listing = self.query_one("#series-list", SelectionList)
         self._filling_picker = True
         try:
+            listing.deselect_all()
             for key in self.selected:
                 try:
                     listing.select(key)
@@ -315,6 +335,7 @@ class MonitorScreen(MonitorRanks, AppScreen):
 
     def _select(self, keys: List[str]) -> None:
         self.selected = list(keys)
+        self.picked = True
         if self.feed is not None:
             self.feed.select(self.selected)
         self._picker_note()
@@ -334,29 +355,56 @@ class MonitorScreen(MonitorRanks, AppScreen):
         self.query_one("#series-filter", Input).focus()
 
     # ---- alerts -------------------------------------------------------------------------------------------
+    def _alert_filters(self) -> List[Tuple[str, Callable[[str], bool]]]:
+        def bad(key: str) -> bool:
+            group = self.alert_groups.find(key)
+            return group is not None and math.isinf(group.worst_severity)
+
+        def many(key: str) -> bool:
+            group = self.alert_groups.find(key)
+            return group is not None and group.count > 1
+
+        return [("NaN/inf", bad), ("repeated", many)]
+
     def _add_alerts(self) -> None:
-        table = self.query_one("#alerts", DataTable)
-        for n in range(self.shown_alerts, len(self.alerts)):
-            a = self.alerts[n]
-            style = "bold red" if a.get("kind") in ("nan", "inf") else ""
-            where = [str(a.get("rank", ""))] if self.rank_column else []
-            table.add_row(str(a.get("step")), *where, Text(str(a.get("name", "")), style=style),
-                          "{} {}".format(a.get("tag", ""), a.get("metric", "")), number_text(a.get("value")),
-                          alert_why(a), key=str(n))
+        """Group the alerts that came since the last look and show the groups (one row per rule and module)."""
+        table = self.query_one("#alerts", FindTable)
+        new = self.alerts[self.shown_alerts:]
         self.shown_alerts = len(self.alerts)
-        self.query_one("#alerts-title", Label).update("Alerts ({:,}) · enter charts one".format(len(self.alerts))
-                                                      if self.alerts else "Alerts (none yet)")
+        if not self.alert_groups.add(new) and table.source:
+            return
+        self._fill_alerts()
+
+    def _fill_alerts(self) -> None:
+        table = self.query_one("#alerts", FindTable)
+        alerts = self.alert_groups.alerts
+        rows = []
+        for group in self.alert_groups.ordered(self.alert_sort):
+            worst = alerts[group.worst]
+            style = "bold red" if math.isinf(group.worst_severity) else ""
+            where = [group.key[0]] if self.rank_column else []
+            rows.append((row_key(group), [str(group.first_step), *where, Text(group.key[2], style=style),
+                                          group.key[1], "{:,}".format(group.count), number_text(worst.get("value")),
+                                          alert_why(worst), ", ".join(group.metrics)]))
+        table.title = ("Alerts (by {}) · enter charts one".format(self.alert_sort) if rows else "Alerts (none yet)")
+        table.set_rows(rows)
+
+    def action_sort_alerts(self) -> None:
+        self.alert_sort = SORTS[(SORTS.index(self.alert_sort) + 1) % len(SORTS)]
+        self._fill_alerts()
 
     def action_focus_alerts(self) -> None:
         self.query_one("#alerts", DataTable).focus()
 
     @on(DataTable.RowSelected, "#alerts")
     def _alert_selected(self, event: DataTable.RowSelected) -> None:
-        self.jump_to_alert(int(event.row_key.value))
+        group = self.alert_groups.find(str(event.row_key.value))
+        if group is not None:
+            self.jump_to_alert(group.first)
 
     def jump_to_alert(self, n: int) -> None:
         """Chart the alert's series around its step, list its module's series in the picker."""
-        alert = self.alerts[n]
+        alert = self.alert_groups.alerts[n]
         key = "{}/{}/{}".format(alert.get("tag"), alert.get("name"), alert.get("metric"))
         step = int(alert.get("step", 0))
         keys = [k for k in self.selected if k != key][: MAX_LINES - 1] + [key]

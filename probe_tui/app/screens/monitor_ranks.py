@@ -15,8 +15,10 @@ from probe_tui.app.ranks import RankSelector
 from probe_tui.app.widgets.metric_chart import short_key
 from probe_tui.formatting import number_text
 
-ALERT_COLUMNS = (("step", 6), ("series", 30), ("metric", 18), ("value", 11), ("why", 24))
-RANK_ALERT_COLUMNS = (("step", 6), ("rank", 5), ("series", 26), ("metric", 17), ("value", 11), ("why", 22))
+ALERT_COLUMNS = (("first", 6), ("module", 28), ("rule", 17), ("count", 6), ("worst", 10), ("why", 14),
+                 ("metrics", 24))
+RANK_ALERT_COLUMNS = (("first", 6), ("rank", 4), ("module", 24), ("rule", 17), ("count", 6), ("worst", 10),
+                      ("why", 14), ("metrics", 24))
 
 
 class MonitorRanks(RankSelector):
@@ -44,7 +46,7 @@ class MonitorRanks(RankSelector):
             if self.multi_rank and not self.rank_column:
                 self.rank_column = True
                 self._alert_columns()
-                self.shown_alerts = 0  # added again, with their rank
+                self._fill_alerts()  # type: ignore[attr-defined]  # again, with their rank
             if self.feed is not None and snap.rank != self.rank:
                 self.feed.set_rank(self.rank)
         if snap.rank == self.rank or not self.multi_rank:

@@ -18,6 +18,7 @@ from probe_tui.app.ranks import RankSelector
 from probe_tui.app.screens.base import ResultScreen
 from probe_tui.app.screens.path_prompt import relative_text
 from probe_tui.app.tables import fill_table
+from probe_tui.app.widgets.find_table import FindTable, row_index
 from probe_tui.app.widgets.key_footer import KeyFooter
 from probe_tui.app.widgets.rank_bar import RankBar
 from probe_tui.formatting import number_text
@@ -84,12 +85,18 @@ class OverflowScreen(RankSelector, ResultScreen):
         with Horizontal(id="ovf-body"):
             with Vertical(id="ovf-left"):
                 yield Label("Steps", id="steps-title", classes="pane-title")
-                yield DataTable(id="ovf-steps", cursor_type="row")
+                yield FindTable(id="ovf-steps", counter="#steps-title", zebra_stripes=False,
+                                filters=[("flagged", self._flagged)])
                 yield Label("Flagged calls", id="calls-title", classes="pane-title")
-                yield DataTable(id="ovf-calls", cursor_type="row")
+                yield FindTable(id="ovf-calls", counter="#calls-title", zebra_stripes=False)
             with VerticalScroll(id="ovf-detail"):
                 yield Static("", id="ovf-detail-body")
         yield KeyFooter()
+
+    def _flagged(self, key: str) -> bool:
+        """The filter of the steps table: steps that flagged a call (replays: every one)."""
+        n = int(key)
+        return not (0 <= n < len(self.shown_steps)) or bool(self.shown_steps[n]["flagged"])
 
     def read(self) -> OverflowResult:
         return read_overflow(self.path)
@@ -145,27 +152,28 @@ class OverflowScreen(RankSelector, ResultScreen):
             rows.append(([str(s["step"]), str(s["rank"]), status, str(s["checked"]), str(s["masks"]),
                           Text(first or "—", style=ORIGIN_STYLES.get(origin, "")), Text(origin, style=ORIGIN_STYLES
                                                                                          .get(origin, "")),
-                          "stopped" if s.get("stopped") else ""], "{}:{}".format(s["rank"], s["step"])))
-        fill_table(self.query_one("#ovf-steps", DataTable),
-                   ("step", "rank", "status", "checked", "masks", "first origin", "origin", ""), rows,
+                          "stopped" if s.get("stopped") else ""], str(len(rows))))
+        table = self.query_one("#ovf-steps", FindTable)
+        table.title = "Steps: the first call that made inf/NaN"
+        fill_table(table, ("step", "rank", "status", "checked", "masks", "first origin", "origin", ""), rows,
                    hide_when_empty=False)
-        self.query_one("#steps-title", Label).update("Steps ({}): the first call that made inf/NaN".format(
-            len(rows)))
         first_bad = next((i for i, s in enumerate(self.shown_steps) if s["flagged"]), 0)
-        table = self.query_one("#ovf-steps", DataTable)
-        if table.row_count:
-            table.move_cursor(row=first_bad)
+        if table.row_count and str(first_bad) in table.rows:
+            table.move_cursor(row=table.get_row_index(str(first_bad)))
             self._show_calls_of(first_bad)
 
     @on(DataTable.RowHighlighted, "#ovf-steps")
     def _step_highlighted(self, event: DataTable.RowHighlighted) -> None:
         if self.result is None:
             return
+        n = row_index(event)  # the row's place in the screen's list (the table may show a search's rows only)
+        if n is None:
+            return
         if self.result.analysis:
-            if 0 <= event.cursor_row < len(self.shown_replays):
-                self._replay_detail(event.cursor_row)
+            if 0 <= n < len(self.shown_replays):
+                self._replay_detail(n)
         else:
-            self._show_calls_of(event.cursor_row)
+            self._show_calls_of(n)
 
     def _show_calls_of(self, index: int) -> None:
         if not (0 <= index < len(self.shown_steps)):
@@ -175,10 +183,9 @@ class OverflowScreen(RankSelector, ResultScreen):
         rows = [([str(c["order"] + 1), Text(str(c["name"]), style=ORIGIN_STYLES.get(c["origin"], "")),
                   Text(str(c["origin"]), style=ORIGIN_STYLES.get(c["origin"], "")), str(c.get("reason") or ""),
                   str(c.get("where") or "")], str(n)) for n, c in enumerate(self.shown_calls)]
-        fill_table(self.query_one("#ovf-calls", DataTable), ("#", "call", "origin", "reason", "code"), rows,
-                   hide_when_empty=False)
-        self.query_one("#calls-title", Label).update("Flagged calls of step {} (rank {}): {}".format(
-            step["step"], step["rank"], len(rows) or "none"))
+        calls = self.query_one("#ovf-calls", FindTable)
+        calls.title = "Flagged calls of step {} (rank {})".format(step["step"], step["rank"])
+        fill_table(calls, ("#", "call", "origin", "reason", "code"), rows, hide_when_empty=False)
         if self.shown_calls:
             self._detail(call_detail(self.shown_calls[0]))
         else:
@@ -187,8 +194,9 @@ class OverflowScreen(RankSelector, ResultScreen):
 
     @on(DataTable.RowHighlighted, "#ovf-calls")
     def _call_highlighted(self, event: DataTable.RowHighlighted) -> None:
-        if 0 <= event.cursor_row < len(self.shown_calls):
-            self._detail(call_detail(self.shown_calls[event.cursor_row]))
+        n = row_index(event)
+        if n is not None and 0 <= n < len(self.shown_calls):
+            self._detail(call_detail(self.shown_calls[n]))
 
     def _show_replays(self) -> None:
         replays = self.shown_replays = self._of_rank(self.result.replays)
@@ -197,10 +205,10 @@ class OverflowScreen(RankSelector, ResultScreen):
                   number_text(r.get("high_max_abs")), Text(str(r["category"]),
                                                            style=CATEGORY_STYLES.get(r["category"], ""))],
                  str(n)) for n, r in enumerate(replays)]
-        fill_table(self.query_one("#ovf-steps", DataTable),
-                   ("step", "rank", "call", "dtype", "as saved", "replayed", "max |value|", "category"), rows,
+        table = self.query_one("#ovf-steps", FindTable)
+        table.title = "Replays: range or precision overflow?"
+        fill_table(table, ("step", "rank", "call", "dtype", "as saved", "replayed", "max |value|", "category"), rows,
                    hide_when_empty=False)
-        self.query_one("#steps-title", Label).update("Replays ({}): range or precision overflow?".format(len(rows)))
         self.query_one("#ovf-calls", DataTable).display = False
         self.query_one("#calls-title", Label).display = False
         if replays:

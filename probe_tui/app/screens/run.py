@@ -14,6 +14,7 @@ from textual.app import ComposeResult
 from textual.containers import Grid, Horizontal
 from textual.message import Message
 from textual.reactive import reactive
+from textual.timer import Timer
 from textual.widgets import Label, ProgressBar, RichLog, Static
 from textual.worker import get_current_worker
 
@@ -96,6 +97,7 @@ class RunScreen(AppScreen):
         self.messages: List[Tuple[str, str]] = []
         """``(level, text)`` of the run's message events."""
         self.finished_at: Optional[float] = None
+        self.tick_timer: Optional[Timer] = None
         self._leaving = False
 
     def compose(self) -> ComposeResult:
@@ -114,9 +116,9 @@ class RunScreen(AppScreen):
 
     def on_mount(self) -> None:
         self.status = "starting"
+        self.tick_timer = self.set_interval(1.0, self._tick)
         if self.autostart:
             self.start_child()
-        self.set_interval(1.0, self._tick)
 
     # ---- child process ------------------------------------------------------------------------------------
     def start_child(self) -> None:
@@ -130,6 +132,7 @@ class RunScreen(AppScreen):
             self.status = "failed"
             self.notify(f"Could not start the run: {exc}", severity="error", title="Run")
             self._log(f"could not start {' '.join(self.command)}: {exc}", "red")
+            self._stop_ticking()
             return
         self.app.track_child(self.child)
         self._log(f"$ {' '.join(self.command)}", "dim")
@@ -171,7 +174,10 @@ class RunScreen(AppScreen):
             self.run_task = str(event.get("task") or "")
             self.total_steps = event.get("total_steps")
             self.status = "running"
-            self._log(f"run folder: {self.run_dir}", "bold")
+            if self.run_dir is not None:
+                self._log(f"run folder: {self.run_dir}", "bold")
+            else:  # an analysis job (compare, ...) names its output folder when it ends
+                self._log("run folder: named when the job ends", "dim")
         elif kind == "step":
             # ``step`` is the 0-based index of the step that just finished.
             self.step = int(event.get("step", self.step - 1)) + 1
@@ -195,6 +201,8 @@ class RunScreen(AppScreen):
             self.exit_code = event.get("exit_code")
             self.summary = event.get("summary") or {}
             if event.get("run_dir"):
+                if self.run_dir is None:
+                    self._log(f"run folder: {event['run_dir']}", "bold")
                 self.run_dir = Path(str(event["run_dir"]))
             self.status = str(event.get("status") or "finished")
         self._update_info()
@@ -212,11 +220,26 @@ class RunScreen(AppScreen):
         if self.exit_code is None:
             self.exit_code = code
         self._log(f"process exited with code {code}", "dim")
+        self._stop_ticking()
         severity = "information" if self.status == "finished" else "warning"
         result = " · o opens the result" if self.run_dir else ""
         self.notify(f"Run {self.status} (exit {self.exit_code}){result}", severity=severity, title="Run")
         self._update_info()
         self.refresh_bindings()
+
+    def _stop_ticking(self) -> None:
+        """An ended run costs nothing: no clock to tick, no progress bar to animate."""
+        if self.tick_timer is not None:
+            self.tick_timer.stop()
+            self.tick_timer = None
+        bar = self.query_one("#run-progress", ProgressBar)
+        if bar.total is None:  # an unknown number of steps: the bar pulsed; now it stands still
+            bar.update(total=max(1, self.step), progress=self.step if self.status == "finished" else 0)
+        bar.set_class(self.status != "finished", "-ended-badly")
+
+    def on_unmount(self) -> None:
+        if self.child is not None and not self.child.running:
+            self.child.cleanup()
 
     # ---- display ------------------------------------------------------------------------------------------
     def _log(self, line: str, style: str = "") -> None:

@@ -50,9 +50,18 @@ def record_label(piece: Piece, name: str) -> Text:
     return label
 
 
+def dtype_text(value: object) -> str:
+    """A dtype as people read it: ``torch.float32`` -> ``float32``; a non-tensor argument's Python type, stored
+    as msprobe writes it (``<class 'int'>``), -> ``int``."""
+    text = str(value).replace("torch.", "")
+    if text.startswith("<class '") and text.endswith("'>"):
+        text = text[len("<class '"):-2].rpartition(".")[2]
+    return text
+
+
 def row_label(piece: Piece, i: int) -> Text:
     rows = piece.rows
-    dtype = str(rows.dtype[i]).replace("torch.", "")
+    dtype = dtype_text(rows.dtype[i])
     label = Text.assemble((str(rows.slot[i]), "cyan"), " ", (dtype, "dim"))
     if rows.is_tensor[i]:
         label.append(" " + str(rows.shape[i]), style="dim")
@@ -92,7 +101,8 @@ class DumpTree(Tree):
                 continue
             label = Text.assemble(("step {}".format(step), "bold"), ("  {} rank{}".format(
                 len(ranks), "" if len(ranks) == 1 else "s"), "dim"))
-            step_node = self.root.add(label, data=DumpRef("step", step), expand=first_rank is None)
+            # filtered, every step that kept a record is open (not only the first)
+            step_node = self.root.add(label, data=DumpRef("step", step), expand=first_rank is None or keep is not None)
             for rank in ranks:
                 rank_node = step_node.add(Text("rank {}".format(rank), style="bold"), data=DumpRef("rank", step, rank))
                 if first_rank is None:

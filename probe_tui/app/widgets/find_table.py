@@ -1,0 +1,186 @@
+"""A table that can be searched and filtered, and says how many rows it shows (home, alerts, grad compare,
+free_benchmark, overflow; the compare and dump browsers have their own, over millions of rows).
+
+:class:`FindTable` keeps every row it was given (:meth:`FindTable.set_rows`) and shows those that contain the
+search text (any cell, case-insensitive) and pass the current filter. ``/`` opens a one-line search field above
+the table (enter goes back to the table, escape clears it), ``f`` cycles the filters the screen gave. The count
+("12 of 40 rows · filter: errors") goes to a label of the screen (``counter``), after its ``title``.
+"""
+
+from typing import Callable, List, Optional, Sequence, Tuple
+
+from rich.console import RenderableType
+from rich.text import Text
+from textual.binding import Binding
+from textual.message import Message
+from textual.widgets import DataTable, Input, Label
+
+from probe_tui.app.actions import bindings_for
+
+Row = Tuple[str, Sequence[RenderableType]]
+Filter = Tuple[str, Callable[[str], bool]]
+"""(name, predicate on the row key)."""
+
+
+def cell_text(cell: RenderableType) -> str:
+    return cell.plain if isinstance(cell, Text) else str(cell)
+
+
+def row_index(event: DataTable.RowHighlighted) -> Optional[int]:
+    """The number a row's key holds (rows keyed by their place in the screen's list), None for another key."""
+    key = event.row_key.value if event.row_key is not None else None
+    try:
+        return int(str(key))
+    except ValueError:
+        return None
+
+
+class FindInput(Input):
+    """The search field of a :class:`FindTable`: typing filters at once, enter returns to the table, escape
+    clears the search and closes the field."""
+
+    BINDINGS = [Binding("escape", "close", "Clear search", show=True)]
+
+    def __init__(self, table: "FindTable") -> None:
+        super().__init__(value=table.search, placeholder="search the rows", classes="table-find")
+        self.table = table
+
+    def on_input_changed(self, event: Input.Changed) -> None:
+        event.stop()
+        self.table.search_for(event.value)
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        event.stop()
+        self.table.focus()
+
+    def action_close(self) -> None:
+        self.table.search_for("")
+        self.table.focus()
+        self.remove()
+
+
+class FindTable(DataTable):
+    BINDINGS = bindings_for("table")
+
+    DEFAULT_CSS = """
+    Input.table-find {
+        height: 1;
+        border: none;
+        padding: 0 1;
+        background: $boost;
+    }
+    """
+
+    class Found(Message):
+        """The rows shown changed (search, filter or new rows)."""
+
+        def __init__(self, table: "FindTable") -> None:
+            super().__init__()
+            self.table = table
+
+    def __init__(self, *, id: Optional[str] = None, filters: Sequence[Filter] = (), counter: Optional[str] = None,
+                 title: str = "", **options) -> None:
+        options.setdefault("cursor_type", "row")
+        options.setdefault("zebra_stripes", True)
+        super().__init__(id=id, **options)
+        self.source: List[Row] = []
+        self.search = ""
+        self.filters: List[Optional[Filter]] = [None] + list(filters)
+        self.filter_index = 0
+        self.counter = counter
+        self.title = title
+        self.shown = 0
+
+    # ---- rows ---------------------------------------------------------------------------------------------
+    def set_rows(self, rows: Sequence[Row]) -> None:
+        """Every row (key, cells); those that match are shown, the cursor stays on its row when it still is."""
+        self.source = list(rows)
+        self.refill()
+
+    def matches(self, key: str, cells: Sequence[RenderableType]) -> bool:
+        chosen = self.filters[self.filter_index]
+        if chosen is not None and not chosen[1](key):
+            return False
+        if not self.search:
+            return True
+        needle = self.search.lower()
+        return any(needle in cell_text(c).lower() for c in cells)
+
+    def refill(self) -> None:
+        keep = self.cursor_key()
+        self.clear()
+        for key, cells in self.source:
+            if self.matches(key, cells):
+                self.add_row(*cells, key=key)
+        self.shown = self.row_count
+        if keep is not None and keep in self.rows:
+            self.move_cursor(row=self.get_row_index(keep))
+        self.show_count()
+        self.call_after_refresh(self.show_count)  # again once laid out: are columns cut?
+        self.post_message(self.Found(self))
+
+    def cursor_key(self) -> Optional[str]:
+        if not self.row_count:
+            return None
+        try:
+            key = self.coordinate_to_cell_key(self.cursor_coordinate).row_key.value
+        except Exception:
+            return None
+        return None if key is None else str(key)
+
+    # ---- count, search, filter ----------------------------------------------------------------------------
+    def count_text(self) -> str:
+        total = len(self.source)
+        noun = "row" if total == 1 else "rows"
+        parts = ["{:,} {}".format(total, noun) if self.shown == total else "{:,} of {:,} {}".format(self.shown, total,
+                                                                                                 noun)]
+        chosen = self.filters[self.filter_index]
+        if chosen is not None:
+            parts.append("filter: " + chosen[0])
+        if self.search:
+            parts.append("search: " + self.search)
+        if self.columns_cut():
+            parts.append("→ more columns")
+        return " · ".join(parts)
+
+    def columns_cut(self) -> bool:
+        """Columns go past the right edge (the table scrolls sideways to them)."""
+        width = self.scrollable_content_region.width
+        return bool(width) and self.virtual_size.width > width
+
+    def on_resize(self) -> None:
+        self.call_after_refresh(self.show_count)
+
+    def show_count(self) -> None:
+        if self.counter is None or not self.is_attached:
+            return
+        try:
+            label = self.screen.query_one(self.counter, Label)
+        except Exception:
+            return
+        label.update((self.title + " · " if self.title else "") + self.count_text())
+
+    def search_for(self, text: str) -> None:
+        if text != self.search:
+            self.search = text
+            self.refill()
+
+    def action_find(self) -> None:
+        """Open (or return to) the search field above the table."""
+        parent = self.parent
+        if parent is None:
+            return
+        existing = [w for w in parent.children if isinstance(w, FindInput) and w.table is self]
+        if existing:
+            existing[0].focus()
+            return
+        field = FindInput(self)
+        parent.mount(field, before=self)
+        field.focus()
+
+    def action_next_filter(self) -> None:
+        if len(self.filters) == 1:
+            self.notify("This table has no filters: / searches its rows.", timeout=3)
+            return
+        self.filter_index = (self.filter_index + 1) % len(self.filters)
+        self.refill()

@@ -1,0 +1,95 @@
+"""Every table searches (/), filters (f) and counts its rows (FindTable): home, alerts (tests/test_app_monitor.py),
+grad compare, free_benchmark, overflow. A search keeps the views on the right row: they follow row keys."""
+
+import shutil
+from pathlib import Path
+
+from textual.widgets import DataTable
+
+from probe_tui.app.actions import SCOPE_TITLES
+from probe_tui.app.app import ProbeApp
+from probe_tui.app.screens.free_benchmark import FreeBenchmarkScreen
+from probe_tui.app.screens.grad import GradScreen
+from probe_tui.app.screens.home import HomeScreen
+from tests.app_pilot import (
+    make_free_benchmark_run,
+    make_grad_result,
+    open_view,
+    pilot_test,
+    rendered_text,
+    wait_until,
+)
+
+SAMPLES = Path(__file__).resolve().parents[1] / "sample_configs"
+
+
+def title(screen, selector: str) -> str:
+    return str(screen.query_one(selector).render())
+
+
+@pilot_test
+async def test_home_tables_search_and_count(tmp_path):
+    for name in ("statistics.json", "monitor.json", "tensor.json"):
+        shutil.copy(SAMPLES / name, tmp_path / name)
+    app = ProbeApp(tmp_path, root_label="~/exp")
+    async with app.run_test(size=(80, 24)) as pilot:
+        await wait_until(pilot, lambda: isinstance(app.screen, HomeScreen) and app.screen.scanned)
+        screen = app.screen
+        configs = screen.query_one("#configs", DataTable)
+        await wait_until(pilot, lambda: configs.has_focus and configs.row_count == 3)
+        assert "Configs · 3 rows" in title(screen, "#configs-title")
+        await pilot.press("slash", *"monitor")
+        await wait_until(pilot, lambda: configs.row_count == 1, what="the search narrowed the table")
+        assert "Configs · 1 of 3 rows · search: monitor" in title(screen, "#configs-title")
+        await pilot.press("enter")  # back to the table, the search kept
+        await wait_until(pilot, lambda: configs.has_focus)
+        assert screen._selection() == ("config", tmp_path / "monitor.json")
+        await pilot.press("slash", "escape")  # escape in the search field clears it
+        await wait_until(pilot, lambda: configs.row_count == 3 and configs.has_focus)
+        assert "search" not in title(screen, "#configs-title")
+
+
+@pilot_test
+async def test_a_search_in_free_benchmark_keeps_the_detail_on_the_row_shown(tmp_path):
+    run = make_free_benchmark_run(tmp_path / "fb")
+    app = ProbeApp(tmp_path, root_label="~/exp")
+    async with app.run_test(size=(120, 40)) as pilot:
+        screen = await open_view(pilot, run, FreeBenchmarkScreen)
+        checks = screen.query_one("#fb-checks", DataTable)
+        await wait_until(pilot, lambda: checks.row_count == 3)
+        await pilot.press("a")  # every check: 6
+        await wait_until(pilot, lambda: checks.row_count == 6)
+        checks.focus()
+        await pilot.press("slash", *"linear", "enter")
+        await wait_until(pilot, lambda: checks.row_count == 3)
+        await pilot.press("down", "up")
+        detail = screen.query_one("#fb-detail-body")
+        await wait_until(pilot, lambda: "Functional.linear" in rendered_text(detail.content, 100),
+                         what="the detail of the row shown, a linear's")
+        assert "3 of 6 rows · search: linear" in title(screen, "#fb-table-title")
+
+
+@pilot_test
+async def test_filters_and_the_cut_columns_hint(tmp_path):
+    result = make_grad_result(tmp_path / "grad")
+    app = ProbeApp(tmp_path, root_label="~/exp")
+    async with app.run_test(size=(80, 24)) as pilot:
+        screen = await open_view(pilot, result, GradScreen)
+        await wait_until(pilot, lambda: screen.result is not None)
+        params = screen.query_one("#params", DataTable)
+        await wait_until(pilot, lambda: params.row_count == 6)
+        params.focus()
+        await pilot.press("f")  # parameters that broke the rule
+        await wait_until(pilot, lambda: params.row_count == 1)
+        assert "filter: broken rule" in title(screen, "#params-title")
+        assert str(params.get_row_at(0)[0]) == "blocks.1.fc.weight"
+        await pilot.press("f")
+        await wait_until(pilot, lambda: params.row_count == 6)
+        # 80 columns cannot hold the parameter table's columns: the count says more are to the right
+        await wait_until(pilot, lambda: "→ more columns" in title(screen, "#params-title"), what="the hint")
+
+
+def test_help_of_a_screen_with_tables_lists_the_table_keys():
+    from probe_tui.app.screens.help import help_tables
+
+    assert [str(t.title) for t in help_tables("monitor")] == ["Live monitor", SCOPE_TITLES["table"], "Everywhere"]
