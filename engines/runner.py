@@ -16,6 +16,7 @@ from engines.errors import (  # noqa: F401 (EXIT_BAD_INPUT, JobError: re-exporte
     EXIT_BAD_INPUT,
     EXIT_FINDINGS,
     EXIT_INTERRUPTED,
+    EXIT_NOT_CAPTURED,
     EXIT_OK,
     EXIT_TARGET_FAILED,
     BadInputError,
@@ -62,7 +63,7 @@ def _normalise_result(result: Any) -> Tuple[int, Dict[str, Any]]:
 
 
 def _status_for(exit_code: int, summary: Optional[Dict[str, Any]] = None) -> str:
-    if exit_code in (EXIT_OK, EXIT_FINDINGS):
+    if exit_code in (EXIT_OK, EXIT_FINDINGS, EXIT_NOT_CAPTURED):
         # the target ran to its end, but the disk filled and the dump stopped early (docs/CAPTURE.md)
         return "disk_full" if (summary or {}).get("dump_stopped") == "disk_full" else "finished"
     if exit_code == EXIT_INTERRUPTED or exit_code - 128 in STOP_SIGNALS:
