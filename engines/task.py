@@ -81,11 +81,29 @@ def config_of(job: Any) -> Dict[str, Any]:
     return dump_config(job)
 
 
+def check_level(job: Any, framework: str) -> None:
+    """Level L2 (msprobe's kernel level) loads for statistics, tensor and overflow_check; the framework, known
+    only here, decides whether it runs (docs/MINDSPORE.md "Graph mode")."""
+    if getattr(job, "level", None) != "L2":
+        return
+    from engines.errors import JobError
+
+    task = getattr(job, "task", "statistics")
+    if framework == "mindspore":
+        raise JobError("level: L2 (the kernels of MindSpore graph-mode execution) is not implemented yet; use L1 "
+                       "or mix on a PyNative run (a GRAPH_MODE run at those levels records nothing and says so)")
+    raise JobError("level: L2 (msprobe's kernel dump through the Ascend device runtime) is not available with "
+                   "PyTorch; probe-tui records every API call at level L1 (mix adds the modules): pick them with "
+                   "%s.list or %s.scope" % (task, task))
+
+
 def resolve(job: Any, framework: Optional[str] = None, *, with_target: bool = True) -> TaskContext:
     """Resolve ``job`` once. ``framework``: already known (a script's model tells it); ``with_target``: False in a
     script, where the running script is the target."""
     target = target_dict(getattr(job, "target", None)) if with_target else None
-    return TaskContext(job=job, framework=framework or resolve_framework(job, target), target=target,
+    framework = framework or resolve_framework(job, target)
+    check_level(job, framework)
+    return TaskContext(job=job, framework=framework, target=target,
                        total_steps=declared_steps(target), config=config_of(job))
 
 

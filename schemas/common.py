@@ -28,7 +28,7 @@ LEVEL_NOTES = {
     "L0": "module level: hooks on every submodule (needs the model)",
     "L1": "API level: every torch/mindspore API call",
     "mix": "L0 and L1 together, APIs placed inside their modules",
-    "L2": "kernel dump through the device runtime; tensor task only, with exactly one API in list",
+    "L2": "kernels of compiled (graph-mode) execution: MindSpore only; not available with PyTorch",
     "debug": "no hooks: only what the script passes to save(); statistics and tensor tasks only",
 }
 

@@ -100,7 +100,7 @@ def test_union_schema_validates_sample(path):
 def test_json_schema_rejects_what_the_loader_rejects():
     raw = json.loads((ROOT / "sample_configs" / "statistics.json").read_text())
     schema = schemas.json_schema("statistics")
-    for broken in ({"levle": "L1"}, {"level": "L2"}, {"rank": [True]}, {"rank": ["6-4x"]},
+    for broken in ({"levle": "L1"}, {"level": "L3"}, {"rank": [True]}, {"rank": ["6-4x"]},
                    {"statistics": {"data_mode": ["inptu"]}}, {"async_dump": "true"},
                    {"output": {"disk_budget": "lots"}}, {"target": "script"}):
         bad = {**copy.deepcopy(raw), **broken}
