@@ -1,6 +1,7 @@
 """Level L2 (msprobe's kernel level): msprobe's MindSpore static-graph L2 configs load
-(tests/test_schemas_msprobe.py); a run refuses L2 with one line naming what probe-tui offers instead, exit code 2,
-nothing written (engines/task.py ``check_level``; docs/MINDSPORE.md "Graph mode")."""
+(tests/test_schemas_msprobe.py); where L2 does not run (PyTorch; overflow_check) the run refuses it with one line
+naming what probe-tui offers instead, exit code 2, nothing written (engines/task.py ``check_level``;
+docs/MINDSPORE.md "Graph mode"). MindSpore's statistics and tensor at L2: tests/test_mindspore_graph_dump.py."""
 
 import json
 from pathlib import Path
@@ -12,11 +13,14 @@ from probe_tui.cli import main
 DATA = Path(__file__).resolve().parent / "data" / "configs" / "msprobe"
 
 
-@pytest.mark.parametrize("name", ["ms_static_l2_statistics.json", "ms_static_l2_tensor.json",
-                                  "ms_static_l2_overflow_check.json"])
-@pytest.mark.parametrize("framework,says", [
-    ("pytorch", "not available with PyTorch; probe-tui records every API call at level L1"),
-    ("mindspore", "graph-mode execution) is not implemented yet; use L1 or mix"),
+PYTORCH = "not available with PyTorch; probe-tui records every API call at level L1"
+
+
+@pytest.mark.parametrize("name,framework,says", [
+    ("ms_static_l2_statistics.json", "pytorch", PYTORCH),
+    ("ms_static_l2_tensor.json", "pytorch", PYTORCH),
+    ("ms_static_l2_overflow_check.json", "pytorch", PYTORCH),
+    ("ms_static_l2_overflow_check.json", "mindspore", "not implemented for overflow_check yet"),
 ])
 def test_l2_config_is_refused_at_run_with_one_line(tmp_path, capsys, name, framework, says):
     config = json.loads((DATA / name).read_text())

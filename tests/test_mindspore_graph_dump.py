@@ -2,6 +2,7 @@
 docs/MINDSPORE.md "Graph mode"), converted into our dump: the MindSpore demo model trained in GRAPH_MODE with
 ``TrainOneStepCell`` (``tests/ms_graph_demo_script.py``), 2 tiny steps."""
 
+import json
 import os
 import subprocess
 import sys
@@ -18,6 +19,7 @@ from test_mindspore_support import Dump, Values, assert_stats_equal  # noqa: E40
 from engines.adapters.mindspore.graph_kernels import iterations, parse_name, write_config  # noqa: E402
 from engines.adapters.mindspore.graph_records import convert  # noqa: E402
 from engines.store.dump_writer import DumpWriter  # noqa: E402
+from tests.dump_support import only_run  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = str(ROOT / "tests" / "ms_graph_demo_script.py")
@@ -88,7 +90,7 @@ def test_statistics_and_tensors_equal_the_kernels_values(graph_dump):
     for i in range(len(t["record"])):
         row = {k: v[i] for k, v in t.items()}
         r = int(np.nonzero(records["row"] == row["record"])[0][0])
-        scope = __import__("json").loads(records["args"][r])["scope"].replace("/", "_")
+        scope = json.loads(records["args"][r])["scope"].replace("/", "_")
         op = str(records["name"][r]).split(".")[1]
         path, dtype = by_scope[(int(records["step"][r]), op, scope, str(row["slot"]))]
         arr = np.load(path)
@@ -97,3 +99,36 @@ def test_statistics_and_tensors_equal_the_kernels_values(graph_dump):
         assert stored is not None and np.array_equal(stored, arr, equal_nan=True)
         checked += 1
     assert checked == len(by_scope)
+
+
+def _run_l2(tmp_path, target):
+    config = json.loads((ROOT / "tests" / "data" / "configs" / "msprobe" / "ms_static_l2_statistics.json").read_text())
+    config.update(dump_path=str(tmp_path / "dump"), target=target)
+    (tmp_path / "cfg.json").write_text(json.dumps(config))
+    run = subprocess.run([sys.executable, "-m", "probe_tui", "run", str(tmp_path / "cfg.json")], cwd=str(tmp_path),
+                         capture_output=True, text=True, timeout=300, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    folder = only_run(tmp_path / "dump")
+    return run, json.loads((folder / "run.json").read_text()), folder
+
+
+def test_msprobe_l2_statistics_config_runs_a_graph_mode_script(tmp_path):
+    run, meta, folder = _run_l2(tmp_path, {"script": SCRIPT, "args": ["graph"]})
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert [line for line in run.stdout.splitlines() if line.startswith("loss ")] == _train(tmp_path)
+    dump = Dump(folder / "rank0")
+    assert dump.steps() == [0, 1]
+    assert len(dump.names(1)) > 300 and all(n.startswith("Kernel.") for n in dump.names())
+    assert meta["summary"]["records"] == len(dump.names())
+    assert not (folder / "graph_raw").exists()  # the raw kernel dump is removed once converted
+    dump.close()
+
+
+def test_l2_captures_the_jit_graphs_of_a_pynative_run(tmp_path):
+    run, meta, folder = _run_l2(tmp_path, {"script": SCRIPT, "args": ["jit"]})
+    assert run.returncode == 0, run.stderr[-2000:]
+    dump = Dump(folder / "rank0")
+    names = dump.names()
+    # the @jit MLP's gelu (Erf) ran as kernels; the PyNative rest of the model is not L2's
+    assert "Kernel.Erf.0.forward" in names and not any("LayerNorm" in n for n in names)
+    assert meta["summary"]["records"] == len(names)
+    dump.close()
