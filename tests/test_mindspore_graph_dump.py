@@ -101,9 +101,9 @@ def test_statistics_and_tensors_equal_the_kernels_values(graph_dump):
     assert checked == len(by_scope)
 
 
-def _run_l2(tmp_path, target):
-    config = json.loads((ROOT / "tests" / "data" / "configs" / "msprobe" / "ms_static_l2_statistics.json").read_text())
-    config.update(dump_path=str(tmp_path / "dump"), target=target)
+def _run_l2(tmp_path, target, name="ms_static_l2_statistics.json", **fields):
+    config = json.loads((ROOT / "tests" / "data" / "configs" / "msprobe" / name).read_text())
+    config.update(dump_path=str(tmp_path / "dump"), target=target, **fields)
     (tmp_path / "cfg.json").write_text(json.dumps(config))
     run = subprocess.run([sys.executable, "-m", "probe_tui", "run", str(tmp_path / "cfg.json")], cwd=str(tmp_path),
                          capture_output=True, text=True, timeout=300, env=dict(os.environ, PYTHONPATH=str(ROOT)))
@@ -131,4 +131,16 @@ def test_l2_captures_the_jit_graphs_of_a_pynative_run(tmp_path):
     # the @jit MLP's gelu (Erf) ran as kernels; the PyNative rest of the model is not L2's
     assert "Kernel.Erf.0.forward" in names and not any("LayerNorm" in n for n in names)
     assert meta["summary"]["records"] == len(names)
+    dump.close()
+
+
+def test_msprobe_l2_tensor_config_keeps_the_selected_step_and_its_tensors(tmp_path):
+    run, meta, folder = _run_l2(tmp_path, {"script": SCRIPT, "args": ["graph"]}, "ms_static_l2_tensor.json",
+                                step=[1])
+    assert run.returncode == 0, run.stderr[-2000:]
+    dump = Dump(folder / "rank0")
+    assert dump.steps() == [1]  # MindSpore dumped iteration 1 only
+    rows = dump.rows("Kernel.LayerNorm.0.forward", 1)
+    stored = dump.reader.tensor_data(int(rows["output.0"]["row"]))
+    assert stored is not None and stored.shape == (2, 8, 32) and float(stored.max()) == rows["output.0"]["max"]
     dump.close()

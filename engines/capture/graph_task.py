@@ -45,7 +45,7 @@ class GraphCaptureTask:
     def begin(self) -> None:
         kernels = adapter_module(self.ctx.framework, "graph_kernels")
         self._saved_env = os.environ.get(_ENV)
-        os.environ[_ENV] = kernels.write_config(self.raw)
+        os.environ[_ENV] = kernels.write_config(self.raw, steps=self.options.steps)  # MindSpore's iterations
 
     def target_on_step(self) -> Optional[Callable[..., None]]:
         return self.reporter.from_target if self.ctx.is_demo else None
@@ -71,7 +71,7 @@ class GraphCaptureTask:
             os.environ[_ENV] = self._saved_env
         try:
             records = adapter_module(self.ctx.framework, "graph_records")
-            steps = set(self.options.steps) if getattr(self.options, "steps", None) else None
+            steps = set(self.options.steps) if self.options.steps else None
             done = records.convert(os.path.join(self.raw, "raw"), self._writer,
                                    save_tensors=self.task == "tensor", high=self.options.precision == "high",
                                    steps=steps)

@@ -15,19 +15,21 @@ import json
 import os
 import re
 from dataclasses import dataclass, field
-from typing import Dict, Iterator, List, Optional, Tuple
+from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 
 _CELL = re.compile(r"^(?P<attr>[^-]+)-(?P<cls>[A-Za-z_]\w*)$")
 # the training wrappers' components (cell_capture drops the same ones from PyNative names)
 _WRAPPERS = frozenset(("network", "_backbone", "_network"))
 
 
-def write_config(folder: str, net_name: str = "Net") -> str:
-    """An e2e tensor dump of every kernel at every iteration into ``folder/raw``; returns the config's path, the
-    value of ``MINDSPORE_DUMP_CONFIG`` (read when the first graph compiles, so set it before)."""
+def write_config(folder: str, net_name: str = "Net", steps: Sequence[int] = ()) -> str:
+    """An e2e tensor dump of every kernel into ``folder/raw``, at the iterations ``steps`` (all when empty);
+    returns the config's path, the value of ``MINDSPORE_DUMP_CONFIG`` (read when the first graph compiles, so set
+    it before)."""
     os.makedirs(folder, exist_ok=True)
+    iteration = "|".join(str(int(s)) for s in sorted(set(steps))) or "all"
     config = {"common_dump_settings": {"op_debug_mode": 0, "dump_mode": 0, "path": os.path.abspath(
-        os.path.join(folder, "raw")), "net_name": net_name, "iteration": "all", "saved_data": "tensor",
+        os.path.join(folder, "raw")), "net_name": net_name, "iteration": iteration, "saved_data": "tensor",
         "input_output": 0, "kernels": [], "support_device": list(range(8))},
         "e2e_dump_settings": {"enable": True, "trans_flag": True}}
     path = os.path.join(os.path.abspath(folder), "dump_config.json")
