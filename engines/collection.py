@@ -17,6 +17,7 @@ EXIT_OK = 0
 EXIT_TARGET_FAILED = 1
 EXIT_BAD_INPUT = 2
 EXIT_FINDINGS = 3
+EXIT_NOT_CAPTURED = 4
 
 
 class CollectionResult:
@@ -50,7 +51,7 @@ def build_task(ctx: TaskContext, run: Any, events: EventSink) -> Task:
     def say(level: str, text: str) -> None:
         events.emit("message", level=level, text=text)
 
-    task_class = registry.task_class(ctx.job.task)
+    task_class = registry.task_class(ctx.job.task, getattr(ctx.job, "level", None))
     seed = getattr(ctx.job, "seed", None) if getattr(task_class, "seeds", False) else None
     if seed is not None:
         ctx.adapter("environment").seed_all(seed)

@@ -10,11 +10,12 @@ import signal
 from typing import Any
 
 #: Exit codes: the run finished; the training target failed; bad input; findings with
-#: ``--fail-on-findings``.
+#: ``--fail-on-findings``; the target ran but nothing could be captured (it ran as compiled graphs).
 EXIT_OK = 0
 EXIT_TARGET_FAILED = 1
 EXIT_BAD_INPUT = 2
 EXIT_FINDINGS = 3
+EXIT_NOT_CAPTURED = 4
 
 
 def signal_exit_code(signum: int) -> int:

@@ -19,6 +19,12 @@ TASK_CLASSES = {
     "config_check": "engines.config_check.task:ConfigCheckTask",
 }
 
+# Level L2 (MindSpore graph-mode kernels, under --run: engines.task.check_level says where it runs)
+L2_TASK_CLASSES = {
+    "statistics": "engines.capture.graph_task:GraphCaptureTask",
+    "tensor": "engines.capture.graph_task:GraphCaptureTask",
+}
+
 ANALYSIS_ENGINES = {
     "compare": "engines.compare.engine:run_compare",
     "grad_compare": "engines.grad_compare.engine:run_grad_compare",
@@ -38,8 +44,10 @@ def _load(spec: str) -> Any:
     return getattr(importlib.import_module(module_name), attr)
 
 
-def task_class(task: str) -> Any:
-    """The task object's class of a collection task."""
+def task_class(task: str, level: Optional[str] = None) -> Any:
+    """The task object's class of a collection task (at ``level``: L2 has its own)."""
+    if level == "L2" and task in L2_TASK_CLASSES:
+        return _load(L2_TASK_CLASSES[task])
     return _load(TASK_CLASSES[task])
 
 

@@ -16,6 +16,7 @@ from engines.errors import (  # noqa: F401 (EXIT_BAD_INPUT, JobError: re-exporte
     EXIT_BAD_INPUT,
     EXIT_FINDINGS,
     EXIT_INTERRUPTED,
+    EXIT_NOT_CAPTURED,
     EXIT_OK,
     EXIT_TARGET_FAILED,
     BadInputError,
@@ -62,7 +63,7 @@ def _normalise_result(result: Any) -> Tuple[int, Dict[str, Any]]:
 
 
 def _status_for(exit_code: int, summary: Optional[Dict[str, Any]] = None) -> str:
-    if exit_code in (EXIT_OK, EXIT_FINDINGS):
+    if exit_code in (EXIT_OK, EXIT_FINDINGS, EXIT_NOT_CAPTURED):
         # the target ran to its end, but the disk filled and the dump stopped early (docs/CAPTURE.md)
         return "disk_full" if (summary or {}).get("dump_stopped") == "disk_full" else "finished"
     if exit_code == EXIT_INTERRUPTED or exit_code - 128 in STOP_SIGNALS:
@@ -154,10 +155,6 @@ def _run_collection(job: Any, events: EventSink, fail_on_findings: bool) -> RunO
     except LaunchError as exc:
         raise JobError(str(exc)) from None
     ctx = resolve(job)  # framework, target, dump config and step count: once, for the runner and the task
-    if getattr(job, "level", None) == "L2":  # msprobe configs load with L2 (a warning); nothing runs it
-        from schemas.common import l2_message
-
-        raise JobError(f"level: {l2_message(ctx.framework)}")
     engine = registry.collection_engine(job.task)
     run = create_run(job.dump_path, task=job.task, config=ctx.config, framework=ctx.framework)
     ranks = RankLifecycle(run, getattr(job, "rank", None) or ())  # this process's rank.json (docs/FORMAT.md)

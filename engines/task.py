@@ -81,11 +81,35 @@ def config_of(job: Any) -> Dict[str, Any]:
     return dump_config(job)
 
 
+def check_level(job: Any, framework: str, in_script: bool = False) -> None:
+    """Level L2 (msprobe's kernel level) loads for statistics, tensor and overflow_check; the framework, known
+    only here, decides whether it runs (docs/MINDSPORE.md "Graph mode"): MindSpore's statistics and tensor under
+    ``--run`` (``engines.capture.graph_task``)."""
+    if getattr(job, "level", None) != "L2":
+        return
+    from engines.errors import JobError
+
+    task = getattr(job, "task", "statistics")
+    if framework == "mindspore":
+        if task not in ("statistics", "tensor"):
+            raise JobError("level: L2 is not implemented for %s yet; the statistics task at level L2 counts "
+                           "each kernel's NaN and inf values" % task)
+        if in_script:
+            raise JobError("level: L2 runs under `probe-tui run` (MindSpore's kernel dump is set up before the "
+                           "script compiles its first graph), not from PrecisionDebugger")
+        return
+    raise JobError("level: L2 (msprobe's kernel dump through the Ascend device runtime) is not available with "
+                   "PyTorch; probe-tui records every API call at level L1 (mix adds the modules): pick them with "
+                   "%s.list or %s.scope" % (task, task))
+
+
 def resolve(job: Any, framework: Optional[str] = None, *, with_target: bool = True) -> TaskContext:
     """Resolve ``job`` once. ``framework``: already known (a script's model tells it); ``with_target``: False in a
     script, where the running script is the target."""
     target = target_dict(getattr(job, "target", None)) if with_target else None
-    return TaskContext(job=job, framework=framework or resolve_framework(job, target), target=target,
+    framework = framework or resolve_framework(job, target)
+    check_level(job, framework, in_script=not with_target)
+    return TaskContext(job=job, framework=framework, target=target,
                        total_steps=declared_steps(target), config=config_of(job))
 
 

@@ -28,8 +28,7 @@ LEVEL_NOTES = {
     "L0": "module level: hooks on every submodule (needs the model)",
     "L1": "API level: every torch/mindspore API call",
     "mix": "L0 and L1 together, APIs placed inside their modules",
-    "L2": "msprobe's kernel dump through the device runtime: accepted so that msprobe configs load, not run "
-          "(see l2_message)",
+    "L2": "kernels of compiled (graph-mode) execution: MindSpore only; not available with PyTorch",
     "debug": "no hooks: only what the script passes to save(); statistics and tensor tasks only",
 }
 
@@ -40,8 +39,8 @@ def l2_message(framework: str = "auto") -> str:
     pytorch = ("L2 (kernel dump through the device runtime) is not offered by probe-tui: use level L1 (every "
                "API call, forward and backward; task tensor saves the real tensors, 'list' narrows them) or mix "
                "(the APIs inside their modules)")
-    mindspore = ("L2 (MindSpore graph-mode kernel dump) is not supported yet: run the script in PyNative mode "
-                 "with level L1 or mix")
+    mindspore = ("L2 (MindSpore graph-mode kernels) runs for statistics and tensor under `probe-tui run` only "
+                 "(not overflow_check, not from PrecisionDebugger): docs/MINDSPORE.md")
     if framework == "pytorch":
         return pytorch
     if framework == "mindspore":

@@ -20,6 +20,8 @@ from .types import config_error, field
 
 __all__ = ["StatisticsJob", "TensorJob", "OverflowCheckSection", "OverflowCheckJob"]
 
+# L2 (msprobe's MindSpore static-graph kernel level) loads for the three tasks; the run refuses it where it is not
+# available (engines/task.py ``check_level``: PyTorch), as the framework is known only once the target is read.
 StatisticsLevel = Literal["L0", "L1", "mix", "L2", "debug"]
 TensorLevel = Literal["L0", "L1", "mix", "L2", "debug"]
 OverflowLevel = Literal["L0", "L1", "mix", "L2"]

@@ -131,6 +131,8 @@ ACCEPTED_BY_BOTH = [
     ("tensor", {"level": "L2", "tensor": {"list": ["Functional.linear.0.forward"]}}),
     ("tensor", {"level": "L2"}),
     ("statistics", {"level": "L2", "statistics": {"list": ["a", "b"], "summary_mode": ["max", "min"]}}),
+    ("tensor", {"level": "L2", "tensor": {"list": ["a", "b"]}}),
+    ("statistics", {"level": "L2", "statistics": {"list": [], "data_mode": ["all"]}}),
     ("overflow_check", {"level": "L2"}),
     ("tensor", {"async_dump": True, "tensor": {"list": ["relu"]}}),
     ("free_benchmark", {"free_benchmark": {"fuzz_device": "cpu", "pert_mode": "to_cpu", "handler_type": "fix"}}),

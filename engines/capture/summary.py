@@ -37,6 +37,7 @@ class CaptureSummary:
         self.dump_stopped: Optional[str] = None  # why the store stopped taking steps: disk_full, disk_budget, ...
         self.store_refused: Optional[str] = None  # the store could not be opened: why (exit code 2)
         self.highlights = TensorHighlights()
+        self.not_captured: Dict[str, str] = {}  # what ran but could not be recorded (a compiled graph) -> why
 
     # -- counting --------------------------------------------------------------------------------------------
     def skipped(self, reason: str, n: int = 1) -> None:
@@ -64,6 +65,13 @@ class CaptureSummary:
         self._noted.add(text)
         self.notes.append(text)
         log.log(level, "probe-tui: %s", text)
+
+    def not_captured_region(self, what: str, why: str) -> None:
+        """Something ran that the capture cannot see (a compiled graph): named once in the notes, with why."""
+        if what in self.not_captured:
+            return
+        self.not_captured[what] = why
+        self.note("not captured: %s (%s)" % (what, why))
 
     def step_skipped(self, step: int) -> None:
         """A whole step the step filter left out (nothing installed, nothing counted)."""

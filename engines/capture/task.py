@@ -11,7 +11,7 @@ from engines.capture.engine import refuse_a_second_writer, summary_for_cli
 from engines.capture.options import CaptureOptions
 from engines.capture.sink import dump_sink_factory
 from engines.capture.summary import CaptureSummary
-from engines.collection import EXIT_OK, EXIT_TARGET_FAILED, CollectionResult
+from engines.collection import EXIT_NOT_CAPTURED, EXIT_OK, EXIT_TARGET_FAILED, CollectionResult
 from engines.steps import StepReporter
 from engines.task import Say, TaskContext, run_meta
 
@@ -172,7 +172,22 @@ class CaptureTask(SessionTask):
         out = summary_for_cli(summary, self.run)
         if not result.ok:
             out["error"] = result.error
-        if summary.bytes == 0 and summary.records == 0 and not summary.dump_stopped:
+        nothing = summary.bytes == 0 and summary.records == 0 and not summary.dump_stopped
+        if summary.not_captured:
+            return self._compiled_outcome(result, out, nothing)
+        if nothing:
             self.say("warning", "nothing was captured: no selected step ran (check rank/step filters and the "
                                 "target)")
         return CollectionResult(EXIT_OK if result.ok else EXIT_TARGET_FAILED, out)
+
+    def _compiled_outcome(self, result: Any, out: Dict[str, Any], nothing: bool) -> CollectionResult:
+        """Parts of the target ran as compiled graphs: 0 with a warning when records were written, else
+        ``EXIT_NOT_CAPTURED`` (ARCHITECTURE.md "Exit codes")."""
+        what = "; ".join(sorted(self.summary.not_captured))
+        if nothing:
+            self.say("warning", "nothing was captured: the target ran as compiled graphs (%s); see the notes" % what)
+        else:
+            self.say("warning", "partly captured: not recorded: %s; see the notes" % what)
+        if not result.ok:
+            return CollectionResult(EXIT_TARGET_FAILED, out)
+        return CollectionResult(EXIT_NOT_CAPTURED if nothing else EXIT_OK, out)

@@ -19,6 +19,7 @@ from mindspore import nn
 from engines.adapters.mindspore import flatten
 from engines.adapters.mindspore.api_capture import CURRENT
 from engines.adapters.mindspore.backward_capture import attach, input_edge
+from engines.adapters.mindspore.graph_detect import graph_reason
 from engines.capture import naming
 from engines.capture.backward import PendingBackward
 from engines.capture.modules import ModuleFrame, ModuleTree
@@ -47,6 +48,9 @@ def _call(cell: Any, *args: Any, **kwargs: Any) -> Any:
     s = CURRENT.session
     if s is None or s.busy_depth:
         return _ORIGINAL_CALL(cell, *args, **kwargs)
+    compiled = graph_reason(cell)
+    if compiled is not None:
+        return _call_compiled(s, cell, compiled, args, kwargs)
     if not s.running:
         if not s.armed:
             return _ORIGINAL_CALL(cell, *args, **kwargs)
@@ -60,6 +64,20 @@ def _call(cell: Any, *args: Any, **kwargs: Any) -> Any:
         raise
     cells.exit(frame, kwargs, out)
     return out
+
+
+def _call_compiled(s: Any, cell: Any, reason: str, args: tuple, kwargs: Dict[str, Any]) -> Any:
+    """A cell that runs as a graph (graph_detect): called untouched, nothing recorded inside, named in the notes.
+
+    Optimizers are left out of the notes: their update is not the model's computation (the demo's AdamW is jit).
+    """
+    if not _is_optimizer(cell):
+        s.not_captured("cell %s and everything it calls" % type(cell).__name__, reason)
+    s.busy_depth += 1
+    try:
+        return _ORIGINAL_CALL(cell, *args, **kwargs)
+    finally:
+        s.busy_depth -= 1
 
 
 _call.__wrapped__ = _ORIGINAL_CALL  # type: ignore[attr-defined]

@@ -114,14 +114,26 @@ class CausalSelfAttention(nn.Cell):
         self.proj = Linear(knobs.d_model, knobs.d_model, compute_dtype)
         self.dropout = Dropout(0.0)
         self.causal = Tensor(np.triu(np.ones((knobs.seq, knobs.seq), dtype=np.bool_), k=1))
+        # graph mode compiles ``Tensor.transpose`` as a full permutation; PyNative's is PyTorch's (dim0, dim1)
+        self.graph = ms.get_context("mode") == ms.GRAPH_MODE
+
+    def swap(self, x: Tensor, dim0: int, dim1: int) -> Tensor:
+        if self.graph:
+            return mint.transpose(x, dim0, dim1)
+        return x.transpose(dim0, dim1)
+
+    def split(self, x: Tensor, size: int) -> Tuple[Tensor, ...]:
+        if self.graph:
+            return ops.split(x, size, 2)
+        return x.split(size, dim=2)
 
     def logits(self, x: Tensor) -> Tuple[Tensor, Tensor, Tensor]:
         b, t, c = x.shape
-        q, k, v = self.qkv(x).split(c, dim=2)
-        q = q.view(b, t, self.n_head, self.head_dim).transpose(1, 2)
-        k = k.view(b, t, self.n_head, self.head_dim).transpose(1, 2)
-        v = v.view(b, t, self.n_head, self.head_dim).transpose(1, 2)
-        scores = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(self.head_dim))
+        q, k, v = self.split(self.qkv(x), c)
+        q = self.swap(q.view(b, t, self.n_head, self.head_dim), 1, 2)
+        k = self.swap(k.view(b, t, self.n_head, self.head_dim), 1, 2)
+        v = self.swap(v.view(b, t, self.n_head, self.head_dim), 1, 2)
+        scores = (q @ self.swap(k, -2, -1)) * (1.0 / math.sqrt(self.head_dim))
         return scores, v, self.causal[:t, :t]
 
     def construct(self, x: Tensor) -> Tensor:
@@ -136,7 +148,7 @@ class CausalSelfAttention(nn.Cell):
             else:
                 probs = MF.softmax(scores, dim=-1)
         probs = self.dropout(probs)
-        y = (probs @ v).transpose(1, 2).contiguous().view(b, t, c)
+        y = self.swap(probs @ v, 1, 2).contiguous().view(b, t, c)
         return self.proj(y)
 
 

@@ -19,6 +19,7 @@ from engines.adapters.mindspore import flatten
 from engines.adapters.mindspore.api_capture import CURRENT, ApiCapture, wrappers
 from engines.adapters.mindspore.cell_capture import CellCapture
 from engines.adapters.mindspore.entries import TensorEntries
+from engines.adapters.mindspore.graph_detect import GRAPH_MODE, in_graph_mode
 from engines.capture.options import CaptureOptions
 from engines.capture.session import CaptureSession
 from engines.capture.summary import CaptureSummary
@@ -74,6 +75,12 @@ class MindSporeCaptureSession(CaptureSession):
                               "nothing until it is closed")
             self.running = False
             return
+        if in_graph_mode():
+            # Nothing runs in PyNative: wrappers would record MindSpore's compile-time calls, and parameter hooks
+            # would be compiled into the graph.
+            self.not_captured("everything this session was to record", GRAPH_MODE)
+            self.running = False
+            return
         CURRENT.session = self
         opts = self.options
         if opts.module_level or self.arm_cells:
@@ -91,6 +98,9 @@ class MindSporeCaptureSession(CaptureSession):
         CURRENT.session = None  # nothing installed: another session may start
 
     # -- helpers the capture modules call --------------------------------------------------------------------
+    def not_captured(self, what: str, why: str) -> None:
+        self.summary.not_captured_region(what, why)
+
     def add_row(self, record: int, slot: str, t: Any, save: bool = False, fresh: bool = False) -> None:
         entries = self.entries
         entry = entries.entry(t, save, fresh)

@@ -1,0 +1,120 @@
+"""MindSpore's e2e kernel dump of graph-mode execution (``graph_kernels``) as our dump: one record per kernel
+that ran, one tensor row per input and output, statistics computed here (MindSpore's own statistic dump is
+refused on the CPU), tensors stored with the tensor task.
+
+Names follow the API records' form, with the prefix ``Kernel``: ``Kernel.{Op}.{N}.{forward|backward}``, ``N``
+counting the kernels of one type and direction in the step in the order they ran; ``parent`` is the cell the
+kernel's scope names, as the PyNative capture names it (``Cell.net.blocks.0.mlp.fc1.Linear.forward.0``: the
+graph's top cell is the root and the training wrappers' attributes are dropped, as at L0), and ``args`` holds
+the full scope.
+The cells go into the ``modules`` table, so the model tree is the graph's construct tree.
+"""
+
+import json
+from collections import Counter
+from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
+
+import numpy as np
+
+from engines.adapters.mindspore.graph_kernels import Kernel, execution_order, iterations, kernels
+from engines.adapters.mindspore.tensor_stats import host_row
+from engines.capture.entries import stats_columns
+from engines.store.dump_schema import Direction, RecordKind
+
+PREFIX_KERNEL = "Kernel"
+
+
+def kernel_parent(k: Kernel) -> Tuple[str, List[Tuple[str, str, str]]]:
+    """The cell record name the kernel belongs to ("" at the root) and the (path, class, parent path) of the
+    cells on its scope below the root."""
+    cells = k.cells()  # the graph's top cell (``Default``, a TrainOneStepCell) is the root, as in PyNative
+    modules, path = [], ""
+    for attr, cls in cells:
+        parent = path
+        path = attr if not path else path + "." + attr
+        modules.append((path, cls, parent))
+    if not cells:
+        return "", modules
+    direction = "backward" if k.backward else "forward"
+    return "Cell.%s.%s.%s.0" % (path, cells[-1][1], direction), modules
+
+
+def _load(path: str) -> Optional[np.ndarray]:
+    try:
+        return np.load(path, allow_pickle=False)
+    except Exception:
+        return None
+
+
+def write_step(writer: Any, step: int, ks: Sequence[Kernel], *, save_tensors: bool, high: bool,
+               seen_modules: Set[str]) -> Tuple[int, int]:
+    """Records and rows of one step's kernels; returns (records, rows). The caller commits the step."""
+    counters: Counter = Counter()
+    names, dirs, parents, args = [], [], [], []
+    new_modules: List[Tuple[str, str, str]] = []
+    for k in ks:
+        direction = "backward" if k.backward else "forward"
+        n = counters[(k.op_type, direction)]
+        counters[(k.op_type, direction)] += 1
+        names.append("%s.%s.%d.%s" % (PREFIX_KERNEL, k.op_type, n, direction))
+        dirs.append(int(Direction.BACKWARD if k.backward else Direction.FORWARD))
+        parent, modules = kernel_parent(k)
+        parents.append(parent)
+        args.append(json.dumps({"scope": k.scope}))
+        for m in modules:
+            if m[0] not in seen_modules:
+                seen_modules.add(m[0])
+                new_modules.append(m)
+    if new_modules:
+        writer.add_modules([m[0] for m in new_modules], [m[1] for m in new_modules], [m[2] for m in new_modules])
+    if not ks:
+        return 0, 0
+    rows = writer.add_records(step=step, name=names, kind=int(RecordKind.API), direction=dirs, parent=parents,
+                              args=args)
+    cols: Dict[str, List[Any]] = {c: [] for c in ("record", "slot", "dtype", "shape", "max", "min", "mean",
+                                                  "norm", "valid", "nan_count", "posinf_count", "neginf_count")}
+    refs = []
+    for row, k in zip(rows.tolist(), ks):
+        for t in k.tensors:
+            arr = _load(t.path)
+            if arr is None:
+                continue
+            stats, valid, counts = stats_columns({0: host_row(arr, high)}, 1)
+            cols["record"].append(row)
+            cols["slot"].append(t.slot)
+            cols["dtype"].append(t.dtype)
+            cols["shape"].append(list(arr.shape))
+            for i, c in enumerate(("max", "min", "mean", "norm")):
+                cols[c].append(float(stats[0, i]))
+            cols["valid"].append(int(valid[0]))
+            for i, c in enumerate(("nan_count", "posinf_count", "neginf_count")):
+                cols[c].append(int(counts[0, i]))
+            refs.append(writer.put_tensor(arr, t.dtype) if save_tensors else None)
+    if cols["record"]:
+        writer.add_tensors(refs=refs, step=step, **cols)
+    return len(ks), len(cols["record"])
+
+
+def convert(raw: str, writer_for_rank: Any, *, save_tensors: bool = False, high: bool = False,
+            steps: Optional[Set[int]] = None) -> Dict[int, Dict[int, Tuple[int, int]]]:
+    """Every dumped iteration of ``raw`` (``graph_kernels.write_config``'s ``raw`` folder) written as a step:
+    ``writer_for_rank(rank)`` gives the rank's ``DumpWriter``. The iteration number is the step (the kernels of
+    every graph that ran at that iteration, graph by graph). Returns {rank: {step: (records, rows)}}."""
+    import os
+
+    grouped: Dict[Tuple[int, int], List[Kernel]] = {}
+    scopes: Dict[int, Dict[str, str]] = {}
+    for rank, _graph, it, folder in iterations(raw):
+        if steps is not None and it not in steps:
+            continue
+        if rank not in scopes:
+            scopes[rank] = execution_order(os.path.join(raw, "rank_%d" % rank))
+        grouped.setdefault((rank, it), []).extend(kernels(folder, scopes[rank]))
+    done: Dict[int, Dict[int, Tuple[int, int]]] = {}
+    seen: Dict[int, Set[str]] = {}
+    for (rank, it), ks in sorted(grouped.items()):
+        writer = writer_for_rank(rank)
+        done.setdefault(rank, {})[it] = write_step(writer, it, ks, save_tensors=save_tensors, high=high,
+                                                   seen_modules=seen.setdefault(rank, set()))
+        writer.commit_step(it)
+    return done

@@ -1,0 +1,146 @@
+"""Graph-mode capture through MindSpore's e2e kernel dump (the one facility that works on the CPU:
+docs/MINDSPORE.md "Graph mode"), converted into our dump: the MindSpore demo model trained in GRAPH_MODE with
+``TrainOneStepCell`` (``tests/ms_graph_demo_script.py``), 2 tiny steps."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytestmark = [pytest.mark.mindspore, pytest.mark.slow]
+pytest.importorskip("mindspore", reason="MindSpore is not installed (pip install mindspore==2.10.0)")
+
+from test_mindspore_support import Dump, Values, assert_stats_equal  # noqa: E402
+
+from engines.adapters.mindspore.graph_kernels import iterations, parse_name, write_config  # noqa: E402
+from engines.adapters.mindspore.graph_records import convert  # noqa: E402
+from engines.store.dump_writer import DumpWriter  # noqa: E402
+from tests.dump_support import only_run  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = str(ROOT / "tests" / "ms_graph_demo_script.py")
+
+
+def _train(tmp_path, **env):
+    done = subprocess.run([sys.executable, SCRIPT, "graph"], cwd=str(tmp_path), capture_output=True, text=True,
+                          timeout=300, env=dict(os.environ, PYTHONPATH=str(ROOT), **env))
+    assert done.returncode == 0, done.stderr[-2000:]
+    return [line for line in done.stdout.splitlines() if line.startswith("loss ")]
+
+
+@pytest.fixture(scope="module")
+def graph_dump(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("graph")
+    config = write_config(str(tmp / "ms"))
+    losses = _train(tmp, MINDSPORE_DUMP_CONFIG=config)
+    assert losses == _train(tmp) and len(losses) == 2  # the kernel dump leaves the training as it was
+    writers = {}
+
+    def writer(rank):
+        if rank not in writers:
+            writers[rank] = DumpWriter(tmp / "dump" / ("rank%d" % rank), meta={"framework": "mindspore"})
+        return writers[rank]
+
+    done = convert(str(tmp / "ms" / "raw"), writer, save_tensors=True)
+    for w in writers.values():
+        w.close()
+    dump = Dump(tmp / "dump" / "rank0")
+    yield tmp / "ms" / "raw", done, dump
+    dump.close()
+
+
+def test_every_dumped_kernel_is_a_record_with_its_tensors(graph_dump):
+    raw, done, dump = graph_dump
+    assert dump.steps() == [0, 1] == sorted(done[0])
+    for rank, _graph, it, folder in iterations(str(raw)):
+        files = [parse_name(f) for f in os.listdir(folder)]
+        kernels = {(p[0], p[1]) for p in files if p is not None}
+        assert len(kernels) > 300  # forward, backward and the optimizer's kernels of the tiny demo
+        assert done[rank][it] == (len(kernels), len([p for p in files if p is not None]))
+        names = dump.names(it)
+        assert len(names) == len(kernels) == len(set(names))
+    names = dump.names(0)
+    assert "Kernel.MatMul.0.forward" in names and any(n.endswith(".backward") for n in names)
+    parents = set(dump._records["parent"])
+    assert "Cell.net.blocks.0.ln1.LayerNorm.forward.0" in parents
+    assert "Cell.net.blocks.0.attn.qkv.Linear.backward.0" in parents
+    # the kernels MindSpore expands inline (mint's linear: Expand/_Dense/MatMul) lose their cell scope
+    assert dump.record("Kernel.MatMul.0.forward", 0)["parent"] == ""
+    assert "Cell.net.blocks.1.ln2.LayerNorm.forward.0" in parents and "Cell.net.ln_f.LayerNorm.forward.0" in parents
+    modules = dump.reader.modules()
+    tree = dict(zip(modules["name"], modules["parent"]))
+    assert tree["net.blocks.1.ln2"] == "net.blocks.1" and tree["net.blocks"] == "net" and tree["net"] == ""
+
+
+def test_statistics_and_tensors_equal_the_kernels_values(graph_dump):
+    raw, _done, dump = graph_dump
+    by_scope = {}
+    for _rank, _graph, it, folder in iterations(str(raw)):
+        for f in os.listdir(folder):
+            p = parse_name(f)
+            if p is not None:
+                by_scope[(it, p[0], p[1].replace("/", "_"), p[3])] = (os.path.join(folder, f), p[4])
+    records = dump._records
+    t = dump._tensors
+    checked = 0
+    for i in range(len(t["record"])):
+        row = {k: v[i] for k, v in t.items()}
+        r = int(np.nonzero(records["row"] == row["record"])[0][0])
+        scope = json.loads(records["args"][r])["scope"].replace("/", "_")
+        op = str(records["name"][r]).split(".")[1]
+        path, dtype = by_scope[(int(records["step"][r]), op, scope, str(row["slot"]))]
+        arr = np.load(path)
+        assert_stats_equal(row, Values(arr, dtype))
+        stored = dump.reader.tensor_data(i)
+        assert stored is not None and np.array_equal(stored, arr, equal_nan=True)
+        checked += 1
+    assert checked == len(by_scope)
+
+
+def _run_l2(tmp_path, target, name="ms_static_l2_statistics.json", **fields):
+    config = json.loads((ROOT / "tests" / "data" / "configs" / "msprobe" / name).read_text())
+    config.update(dump_path=str(tmp_path / "dump"), target=target, **fields)
+    (tmp_path / "cfg.json").write_text(json.dumps(config))
+    run = subprocess.run([sys.executable, "-m", "probe_tui", "run", str(tmp_path / "cfg.json")], cwd=str(tmp_path),
+                         capture_output=True, text=True, timeout=300, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    folder = only_run(tmp_path / "dump")
+    return run, json.loads((folder / "run.json").read_text()), folder
+
+
+def test_msprobe_l2_statistics_config_runs_a_graph_mode_script(tmp_path):
+    run, meta, folder = _run_l2(tmp_path, {"script": SCRIPT, "args": ["graph"]})
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert [line for line in run.stdout.splitlines() if line.startswith("loss ")] == _train(tmp_path)
+    dump = Dump(folder / "rank0")
+    assert dump.steps() == [0, 1]
+    assert len(dump.names(1)) > 300 and all(n.startswith("Kernel.") for n in dump.names())
+    assert meta["summary"]["records"] == len(dump.names())
+    assert not (folder / "graph_raw").exists()  # the raw kernel dump is removed once converted
+    dump.close()
+
+
+def test_l2_captures_the_jit_graphs_of_a_pynative_run(tmp_path):
+    run, meta, folder = _run_l2(tmp_path, {"script": SCRIPT, "args": ["jit"]})
+    assert run.returncode == 0, run.stderr[-2000:]
+    dump = Dump(folder / "rank0")
+    names = dump.names()
+    # the @jit MLP's gelu (Erf) ran as kernels; the PyNative rest of the model is not L2's
+    assert "Kernel.Erf.0.forward" in names and not any("LayerNorm" in n for n in names)
+    assert meta["summary"]["records"] == len(names)
+    dump.close()
+
+
+def test_msprobe_l2_tensor_config_keeps_the_selected_step_and_its_tensors(tmp_path):
+    run, meta, folder = _run_l2(tmp_path, {"script": SCRIPT, "args": ["graph"]}, "ms_static_l2_tensor.json",
+                                step=[1])
+    assert run.returncode == 0, run.stderr[-2000:]
+    dump = Dump(folder / "rank0")
+    assert dump.steps() == [1]  # MindSpore dumped iteration 1 only
+    rows = dump.rows("Kernel.LayerNorm.0.forward", 1)
+    stored = dump.reader.tensor_data(int(rows["output.0"]["row"]))
+    assert stored is not None and stored.shape == (2, 8, 32) and float(stored.max()) == rows["output.0"]["max"]
+    dump.close()
