@@ -105,10 +105,11 @@ async def test_r_writes_the_reproduction_script_of_the_injected_softmax(tmp_path
     job = load_config({"task": "tensor", "dump_path": str(tmp_path / "dump"), "target": {"demo": demo},
                        "level": "L1", "tensor": {"data_mode": ["all"], "summary_mode": "statistics"}})
     assert run_job(job, events=NullSink()).exit_code == 0
-    out = tmp_path / "acc"
-    job = load_config({"task": "acc_check", "acc_check": {"path": str(tmp_path / "dump" / "latest"),
-                                                          "output_path": str(out), "backward": False}})
+    job = load_config({"task": "acc_check", "dump_path": str(tmp_path / "checks"),
+                       "acc_check": {"path": str(tmp_path / "dump" / "latest"), "backward": False}})
     run_job(job, events=NullSink())
+    out = (tmp_path / "checks" / "latest").resolve()  # a run folder: run.json beside the result
+    assert (out / "run.json").is_file() and start_kind(out) == "acc-check"
     app = ProbeApp(tmp_path, root_label="~/exp")
     async with app.run_test(size=(120, 40)) as pilot:
         screen = await open_view(pilot, out, AccCheckScreen)
@@ -119,8 +120,8 @@ async def test_r_writes_the_reproduction_script_of_the_injected_softmax(tmp_path
         script, npz = screen.last_written
         assert script.parent == out / "reproduce" and script.is_file() and npz.is_file()
         assert script.name.startswith("Demo.naive_softmax.0.forward")
-        await wait_until(pilot, lambda: any("Wrote reproduce/" in str(n.message) or "Wrote acc/reproduce/"
-                                            in str(n.message) for n in app._notifications))
+        await wait_until(pilot, lambda: any("Wrote checks/" in str(n.message) and "/reproduce/" in str(n.message)
+                                            for n in app._notifications))
 
 
 def test_snapshot_80x24(snap_compare, tmp_path):
