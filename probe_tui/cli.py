@@ -120,6 +120,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-backward", action="store_true", help="replay forward calls only")
     _add_job_flags(p)
 
+    p = sub.add_parser("api-precision-compare",
+                       help="judge one device's acc_check result against a second device's, both against the same "
+                            "reference (msprobe's api_precision_compare)")
+    p.add_argument("npu", metavar="NPU_RESULT", help="the device under test: an acc_check result folder or its "
+                                                      "accuracy_checking_details CSV")
+    p.add_argument("gpu", metavar="GPU_RESULT", help="the trusted second device's result (same dump, same reference)")
+    p.add_argument("-o", "--output", metavar="DIR", default=".", help="where to write the two CSVs (default .)")
+    p.add_argument("--json", action="store_true", help="print the summary as JSON")
+    p.add_argument("--fail-on-findings", action="store_true", help="exit 3 when an API is an error")
+
     p = sub.add_parser("reproduce", help="write a self-contained script + input file that reruns one API of a dump "
                                           "on a device and on the CPU reference")
     p.add_argument("source", metavar="RESULT_OR_DUMP", help="an acc_check result folder or a tensor dump")

@@ -174,6 +174,27 @@ def cmd_reproduce(args) -> int:
     return 0
 
 
+def cmd_api_precision_compare(args) -> int:
+    """``api-precision-compare NPU GPU -o DIR``: the three-way verdict (engines/acc_check/precision_compare.py)."""
+    from engines.acc_check.precision_compare import api_precision_compare
+    from engines.errors import EXIT_FINDINGS, BadInputError
+
+    try:
+        summary = api_precision_compare(args.npu, args.gpu, args.output)
+    except BadInputError as exc:
+        return fail(str(exc))
+    if args.json:
+        print_json(summary)
+    else:
+        c = summary["counts"]
+        print("%d APIs: %d error, %d warning, %d SKIP, %d pass" % (summary["apis"], c["error"], c["warning"],
+                                                                  c["SKIP"], c["pass"]))
+        for api in summary["failing"][:20]:
+            print("  %s %s: %s" % (api["status"], api["name"], api["message"][:160]))
+        print("wrote %s and %s" % (summary["result_csv"], summary["details_csv"]))
+    return EXIT_FINDINGS if args.fail_on_findings and summary["counts"]["error"] else 0
+
+
 def cmd_merge_runs(args) -> int:
     """``merge-runs OUT RUN...``: one run folder from the node-local copies of a launch (engines/run_merge.py)."""
     from engines.run_merge import MergeError, describe, merge_runs

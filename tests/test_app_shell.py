@@ -11,6 +11,7 @@ from probe_tui.app.actions import ACTIONS, SCOPES, action_by_id, actions_for, bi
 from probe_tui.app.app import ProbeApp, resolve_start
 from probe_tui.app.commands import palette_actions
 from probe_tui.app.keys_doc import END, START, keys_markdown
+from probe_tui.app.screens.acc_check import AccCheckScreen
 from probe_tui.app.screens.builder import BuilderScreen
 from probe_tui.app.screens.compare import CompareScreen
 from probe_tui.app.screens.diagnose import DiagnoseScreen
@@ -31,7 +32,7 @@ ROOT = Path(__file__).resolve().parents[1]
 SCREENS = {"app": ProbeApp, "home": HomeScreen, "builder": BuilderScreen, "run": RunScreen,
            "summary": RunSummaryScreen, "compare": CompareScreen, "dump": DumpScreen, "monitor": MonitorScreen,
            "grad": GradScreen, "overflow": OverflowScreen, "freebench": FreeBenchmarkScreen, "ranks": RankPicker,
-           "help": HelpScreen, "diagnose": DiagnoseScreen, "table": FindTable}
+           "help": HelpScreen, "diagnose": DiagnoseScreen, "table": FindTable, "acccheck": AccCheckScreen}
 
 
 def pilot_test(coro_fn):

@@ -17,7 +17,7 @@ from textual.binding import Binding
 
 # Scopes: "app" actions work everywhere; the others belong to one screen.
 SCOPES = ("app", "table", "home", "builder", "run", "summary", "compare", "dump", "monitor", "grad", "overflow",
-          "freebench", "ranks", "help", "diagnose")
+          "freebench", "ranks", "help", "diagnose", "acccheck")
 
 SCOPE_TITLES = {
     "app": "Everywhere",
@@ -35,6 +35,7 @@ SCOPE_TITLES = {
     "ranks": "Rank picker",
     "help": "Help",
     "diagnose": "Diagnose verdict",
+    "acccheck": "acc_check result",
 }
 
 
@@ -278,6 +279,16 @@ ACTIONS: Tuple[AppAction, ...] = (
               "Show the run folder's files (the CSV among them).", show=False),
     AppAction("freebench.back", "back", "escape,q", "Back", "General", "freebench",
               "Back to the previous screen."),
+    # acc_check result
+    AppAction("acccheck.sort_status", "sort_status", "s", "By status", "View", "acccheck",
+              "Sort the APIs by status: errors, warnings, not replayed, passes (worst error first in each)."),
+    AppAction("acccheck.sort_error", "sort_error", "e", "By error", "View", "acccheck",
+              "Sort the APIs by their largest relative error, largest first."),
+    AppAction("acccheck.reproduce", "reproduce", "r", "Reproduce", "View", "acccheck",
+              "Write the selected API's reproduction script and input file into the result's reproduce/ folder."),
+    AppAction("acccheck.files", "files", "i", "Files", "General", "acccheck",
+              "Show the result folder's files (the CSVs among them).", show=False),
+    AppAction("acccheck.back", "back", "escape,q", "Back", "General", "acccheck", "Back to the previous screen."),
     # Rank picker (R in a view of a multi-rank run)
     AppAction("ranks.choose", "choose", "enter", "Show", "General", "ranks",
               "Show the highlighted rank (type a rank number to find it).", show=False),

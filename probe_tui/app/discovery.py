@@ -107,9 +107,10 @@ def _dump_json_head(path: Path) -> Dict[str, str]:
 
 
 def find_msprobe_dumps(root: Path, max_depth: int = 3) -> List[Dict[str, Any]]:
-    """msprobe dump folders (``step<N>/rank<R>/dump.json``) and compare results written with ``compare -o DIR``
-    under ``root``, as home-table rows: the folders a msprobe user already has, to open and compare, and results
-    that have no run.json. Run folders of ours are not entered."""
+    """msprobe dump folders (``step<N>/rank<R>/dump.json``), compare results written with ``compare -o DIR`` and
+    acc_check results under ``root``, as home-table rows: the folders a msprobe user already has, to open and
+    compare, and results that have no run.json. Run folders of ours are not entered."""
+    from engines.acc_check.results import KIND as ACC_KIND
     from engines.compare.hdf5_out import KIND as COMPARE_KIND
     from engines.dumps.msprobe.layout import STEP_DIR, find_dump_files
     from engines.run_list import folder_size
@@ -130,8 +131,9 @@ def find_msprobe_dumps(root: Path, max_depth: int = 3) -> List[Dict[str, Any]]:
             kinds = store_kinds(folder)
         except Exception:
             kinds = []
-        if COMPARE_KIND in kinds:
-            rows.append(_compare_row(folder, root, folder_size(folder)))
+        if COMPARE_KIND in kinds or ACC_KIND in kinds:
+            rows.append(_compare_row(folder, root, folder_size(folder), "compare" if COMPARE_KIND in kinds
+                                     else "acc_check"))
             continue
         if any(STEP_DIR.match(e.name) for e in children):
             try:
@@ -166,13 +168,13 @@ def _dump_row(folder: Path, root: Path, files: List[Any], size: int) -> Dict[str
     }
 
 
-def _compare_row(folder: Path, root: Path, size: int) -> Dict[str, Any]:
+def _compare_row(folder: Path, root: Path, size: int, task: str = "compare") -> Dict[str, Any]:
     try:
         modified = folder.stat().st_mtime
     except OSError:
         modified = 0.0
-    return {"started": format_time(modified) if modified else "—", "task": "compare", "framework": "—",
-            "steps": "—", "ranks": "—", "size": format_bytes(size), "status": "compare result",
+    return {"started": format_time(modified) if modified else "—", "task": task, "framework": "—",
+            "steps": "—", "ranks": "—", "size": format_bytes(size), "status": task + " result",
             "folder": _relative(folder, root), "sort": modified}
 
 

@@ -4,7 +4,7 @@ Every way into a folder (home, ``probe-tui open PATH``, a finished run, a view's
 key) goes through ``ProbeApp.open_path``. Without a kind, :func:`detect_kind` asks the registered openers in turn
 (the first whose ``detect`` accepts the path wins) on a worker thread, since detectors read files; with one
 (``kind="run"`` for the run summary), :func:`factory_for` builds that view at once. :func:`register_opener` puts a view in front
-of the built-in ones (compare, grad-compare, overflow, free-benchmark, monitor, dump; then run and folder, which
+of the built-in ones (acc-check, compare, grad-compare, overflow, free-benchmark, monitor, dump; then run and folder, which
 both open the run summary).
 """
 
@@ -151,10 +151,12 @@ def _views() -> List[tuple]:
     from probe_tui.app.data.dump_index import is_dump
     from probe_tui.app.data.grad_result import is_grad_result
     from probe_tui.app.data.monitor_feed import is_monitor_run
+    from probe_tui.app.screens.acc_check import is_acc_check_result
     from probe_tui.app.screens.diagnose import is_diagnose_result
 
     return [
         ("diagnose", is_diagnose_result, _screen("diagnose", "DiagnoseScreen")),
+        ("acc-check", is_acc_check_result, _screen("acc_check", "AccCheckScreen")),
         ("compare-result", is_compare_result, _screen("compare", "CompareScreen")),
         ("grad-compare", is_grad_result, _screen("grad", "GradScreen")),
         ("overflow", is_overflow_result, _screen("overflow", "OverflowScreen")),
