@@ -98,9 +98,9 @@ def check_level(job: Any, framework: str, in_script: bool = False) -> None:
             raise JobError("level: L2 runs under `probe-tui run` (MindSpore's kernel dump is set up before the "
                            "script compiles its first graph), not from PrecisionDebugger")
         return
-    raise JobError("level: L2 (msprobe's kernel dump through the Ascend device runtime) is not available with "
-                   "PyTorch; probe-tui records every API call at level L1 (mix adds the modules): pick them with "
-                   "%s.list or %s.scope" % (task, task))
+    from schemas.common import l2_message
+
+    raise JobError("level: " + l2_message("pytorch"))
 
 
 def resolve(job: Any, framework: Optional[str] = None, *, with_target: bool = True) -> TaskContext:

@@ -63,7 +63,8 @@ def _append_output(value: Any) -> List[Problem]:
     return [] if ok else [("", "must be [] or two timestamps [start, end]", 'e.g. ["Dec03_21-34-40", "Dec03_22-00-00"]')]
 
 
-_STATIC = "MindSpore static-graph (kernel dump) option; probe-tui captures PyNative/eager execution only"
+_STATIC = ("MindSpore static-graph (kernel dump) option; level L2 sets MindSpore's own dump configuration itself "
+           "(docs/MINDSPORE.md)")
 
 FOREIGN_KEYS: Dict[str, Dict[str, Foreign]] = {
     # Top level of every job.

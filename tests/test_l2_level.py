@@ -13,7 +13,7 @@ from probe_tui.cli import main
 DATA = Path(__file__).resolve().parent / "data" / "configs" / "msprobe"
 
 
-PYTORCH = "not available with PyTorch; probe-tui records every API call at level L1"
+PYTORCH = "is not offered by probe-tui: use level L1"
 
 
 @pytest.mark.parametrize("name,framework,says", [

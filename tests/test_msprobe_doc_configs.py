@@ -66,7 +66,7 @@ def test_msprobe_doc_config_loads(name):
 def test_l2_warning_names_what_to_use_instead():
     _, warnings = _load(FIXTURES / "v8_pt_tensor_l2.json")
     message = dict(warnings)[L2]
-    assert "L1" in message and "mix" in message and "graph-mode kernel dump) is not supported yet" in message
+    assert "L1" in message and "mix" in message and "(MindSpore graph-mode kernels) runs for statistics and tensor" in message
 
 
 def test_typos_next_to_msprobe_keys_are_still_errors():
@@ -80,13 +80,13 @@ def test_typos_next_to_msprobe_keys_are_still_errors():
     assert "did you mean 'is_deterministic'" in str(err.value)
 
 
-@pytest.mark.parametrize("framework,words", [
-    ("pytorch", "use level L1"),
-    ("mindspore", "graph-mode kernel dump) is not supported yet"),
+@pytest.mark.parametrize("framework,task,words", [
+    ("pytorch", "tensor", "use level L1"),
+    ("mindspore", "overflow_check", "not implemented for overflow_check"),  # statistics/tensor run (MINDSPORE.md)
 ])
-def test_l2_run_stops_with_one_line_and_exit_2(tmp_path, framework, words):
+def test_l2_run_stops_with_one_line_and_exit_2(tmp_path, framework, task, words):
     config = json.loads((FIXTURES / "v8_pt_tensor_l2.json").read_text())
-    config.update({"dump_path": str(tmp_path / "dump"), "framework": framework,
+    config.update({"dump_path": str(tmp_path / "dump"), "framework": framework, "task": task,
                    "target": {"demo": {"preset": "tiny", "steps": 1}}})
     path = tmp_path / "l2.json"
     path.write_text(json.dumps(config))

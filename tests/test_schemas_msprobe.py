@@ -29,9 +29,9 @@ EXPECTED = {
     "monitor_full.json": ("monitor", ["monitor.cc_distribution"]),
     "monitor_l2_features.json": ("monitor", ["monitor.l2_targets", "monitor.recording_l2_features",
                                              "monitor.sa_order", "monitor"]),
-    "ms_static_l2_statistics.json": ("statistics", []),
-    "ms_static_l2_tensor.json": ("tensor", ["tensor.file_format"]),
-    "ms_static_l2_overflow_check.json": ("overflow_check", ["overflow_check.check_mode"]),
+    "ms_static_l2_statistics.json": ("statistics", ["level"]),
+    "ms_static_l2_tensor.json": ("tensor", ["tensor.file_format", "level"]),
+    "ms_static_l2_overflow_check.json": ("overflow_check", ["overflow_check.check_mode", "level"]),
     "compare_classic.json": ("compare", ["compare.stack_path", "compare.is_print_compare_log"]),
     "compare_multi_card.json": ("compare", ["compare.is_print_compare_log"]),
 }
