@@ -137,3 +137,14 @@ def test_schema_takes_the_section_and_refuses_another_reference():
     with pytest.raises(Exception) as err:
         load_config({"task": "statistics", "statistics": {"online_check": {"enabled": True, "reference": "npu"}}})
     assert "online_check.reference" in str(err.value)
+
+
+def test_a_framework_without_the_online_check_leaves_the_session_unplugged():
+    def adapter(name):
+        raise ModuleNotFoundError("no module %s" % name)
+
+    session = _Session()
+    session.processor = before = object()
+    with pytest.raises(ImportError):
+        oc.build(adapter, session, [])
+    assert session.processor is before and session.api_capture.call == _Session.call.__get__(session)

@@ -123,7 +123,8 @@ class OnlineStore:
 def build(adapter: Callable[[str], Any], session: Any, patterns: List[str],
           on_step: Optional[Callable[[int, List[Dict[str, Any]]], None]] = None) -> OnlineCheckProcessor:
     """Plug the online check into ``session`` (the adapter's capture session)."""
+    call = adapter("online_check").OnlineCall  # ImportError: this framework has no online check
     processor = OnlineCheckProcessor(patterns, on_step)
     session.plug(processor)
-    adapter("online_check").OnlineCall(session, processor)
+    call(session, processor)
     return processor

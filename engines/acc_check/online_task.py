@@ -43,7 +43,12 @@ class CheckedCaptureTask(CaptureTask):
             out["online_failing"] = len(processor.failing)
             return out
 
-        processor = oc.build(ctx.adapter, self.session, patterns, on_step)
+        try:
+            processor = oc.build(ctx.adapter, self.session, patterns, on_step)
+        except ImportError:
+            self.say("warning", "online_check is not available on this framework yet (PyTorch only): the run "
+                                "captures without it")
+            return
         self.online = processor
         self.reporter.details = with_online
         if self.options.level == "L0":
