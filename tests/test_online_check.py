@@ -148,3 +148,13 @@ def test_a_framework_without_the_online_check_leaves_the_session_unplugged():
     with pytest.raises(ImportError):
         oc.build(adapter, session, [])
     assert session.processor is before and session.api_capture.call == _Session.call.__get__(session)
+
+
+def test_msprobe_online_run_ut_turns_the_online_check_on():
+    warnings = []
+    job = load_config({"task": "tensor", "tensor": {"list": ["softmax"], "online_run_ut": True, "host": "1.2.3.4"}},
+                      on_warning=lambda path, message: warnings.append(path))
+    assert job.tensor.online_check.enabled and job.tensor.online_check.api_list == ["softmax"]
+    assert "tensor.online_run_ut" in warnings and "tensor.host" in warnings
+    off = load_config({"task": "tensor", "tensor": {"online_run_ut": False}}, on_warning=lambda p, m: None)
+    assert not off.tensor.online_check.enabled
