@@ -18,8 +18,8 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")
 LOWP = {"lowp_softmax": {"layer": 1}}
 
 
-def _run(folder, faults=None, online=None, task="statistics", steps=2):
-    demo = {"preset": "tiny", "steps": steps, "dtype": "fp32"}
+def _run(folder, faults=None, online=None, task="statistics", steps=2, dtype="fp32"):
+    demo = {"preset": "tiny", "steps": steps, "dtype": dtype}
     if faults:
         demo["faults"] = faults
     section = {} if online is None else {"online_check": online}
@@ -40,9 +40,10 @@ def _rows(folder):
 
 
 def test_injected_softmax_is_the_only_failing_api_and_training_is_unchanged(tmp_path):
-    plain = _run(tmp_path / "plain", LOWP)[1]
+    plain_summary, plain, _ = _run(tmp_path / "plain", LOWP)
     summary, losses, messages = _run(tmp_path / "online", LOWP, {"enabled": True})
     assert losses == plain  # bit-identical: the re-runs touch neither the real tensors nor the RNG
+    assert (summary["records"], summary["tensor_rows"]) == (plain_summary["records"], plain_summary["tensor_rows"])
     online = summary["online_check"]
     assert list(online["failing"]) == ["Demo.naive_softmax"]
     assert summary["online_failing_apis"] == 1 and summary["online_checked_calls"] > 100
@@ -60,6 +61,14 @@ def test_fp32_demo_has_no_failing_api(tmp_path):
     assert summary["online_check"]["failing"] == {}
     assert summary["online_checked_calls"] > 100
     assert {r["status"] for r in _rows(tmp_path / "d")} <= {"pass", "warning"}
+
+
+def test_bf16_autocast_demo_has_no_failing_api(tmp_path):
+    # an autocast linear fed a bfloat16 activation and a float32 weight: its kernel saw the weight rounded too
+    summary, _, _ = _run(tmp_path / "d", online={"enabled": True}, steps=1, dtype="bf16")
+    assert summary["online_check"]["failing"] == {}
+    rows = _rows(tmp_path / "d")
+    assert {r["bench_dtype"] for r in rows if r["api"] == "Functional.linear"} == {"torch.float32"}
 
 
 def test_api_list_checks_only_the_listed_apis(tmp_path):

@@ -114,9 +114,11 @@ class OnlineCall:
         floats = [t for t in _tensors((args, kwargs)) if t.is_floating_point()]
         device = [(slot, v) for slot, v in flatten_outputs(out)]
         dev_floats = [v for _, v in device if isinstance(v, torch.Tensor) and v.is_floating_point()]
-        if floats and dev_floats and all(t.dtype not in _LOW for t in floats) \
+        if floats and dev_floats and any(t.dtype not in _LOW for t in floats) \
                 and all(v.dtype in _LOW for v in dev_floats):
-            low = dev_floats[0].dtype  # ran under autocast: the kernel saw its inputs rounded to this dtype
+            # wider inputs, only low outputs: autocast (type promotion would give the wider dtype), so the kernel
+            # saw every floating input rounded to the outputs' dtype (a bf16 activation times a float32 weight too)
+            low = dev_floats[0].dtype
             args, kwargs = _cast(args, low), _cast(kwargs, low)
             floats = [t.to(low) for t in floats]
         ref = reference_dtype([str(t.dtype) for t in floats])
