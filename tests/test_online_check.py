@@ -167,3 +167,17 @@ def test_msprobe_online_run_ut_turns_the_online_check_on():
     assert "tensor.online_run_ut" in warnings and "tensor.host" in warnings
     off = load_config({"task": "tensor", "tensor": {"online_run_ut": False}}, on_warning=lambda p, m: None)
     assert not off.tensor.online_check.enabled
+
+
+def test_in_script_debugger_names_the_injected_softmax(tmp_path):
+    from test_debugger_support import torch_demo_in_script, write_config
+
+    from probe_tui import PrecisionDebugger
+
+    config = {"task": "statistics", "level": "L1", "dump_path": str(tmp_path / "script"),
+              "statistics": {"online_check": {"enabled": True, "api_list": ["softmax"]}}}
+    cfg = write_config(tmp_path, "online", config)
+    demo = {"preset": "tiny", "steps": 1, "dtype": "fp32", "faults": LOWP}
+    _, summary, _ = torch_demo_in_script(demo, lambda: PrecisionDebugger(config_path=str(cfg)))
+    assert list(summary["online_check"]["failing"]) == ["Demo.naive_softmax"]
+    assert (next((tmp_path / "script").glob("*/rank0")) / "online_check.h5").exists()
