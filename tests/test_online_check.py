@@ -10,7 +10,6 @@ from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
 from engines.acc_check import online as oc  # noqa: E402
 from engines.events import ListSink  # noqa: E402
 from engines.runner import run_job  # noqa: E402
-from engines.store import StoreReader  # noqa: E402
 from schemas import load_config  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -34,9 +33,7 @@ def _run(folder, faults=None, online=None, task="statistics", steps=2, dtype="fp
 
 
 def _rows(folder):
-    with StoreReader(folder / "latest" / "rank0", oc.KIND) as r:
-        cols = r.read("checks")
-    return [dict(zip(cols, values)) for values in zip(*cols.values())]
+    return oc.read_checks(folder / "latest" / "rank0")
 
 
 def test_injected_softmax_is_the_only_failing_api_and_training_is_unchanged(tmp_path):

@@ -14,7 +14,7 @@ from typing import Any, Callable, Dict, List, Optional
 from engines.acc_check import standards as st
 from engines.acc_check.rules import OutputResult
 from engines.capture.processor import CallProcessor
-from engines.store import Column, StoreWriter, TableSpec
+from engines.store import Column, StoreReader, StoreWriter, TableSpec
 
 KIND = "online_check"
 SCHEMA_VERSION = 1
@@ -118,6 +118,16 @@ class OnlineStore:
 
     def close(self, status: str) -> None:
         self.store.close(status)
+
+
+def read_checks(rank_dir: Any, step: Optional[int] = None) -> List[Dict[str, Any]]:
+    """The rows of a rank's ``online_check`` store (of one step), as dicts (for the app and tests)."""
+    with StoreReader(rank_dir, KIND) as r:
+        cols = r.read("checks", steps=None if step is None else [int(step)])
+    names = list(cols)
+    n = len(cols[names[0]]) if names else 0
+    return [{k: (cols[k][i].item() if hasattr(cols[k][i], "item") else cols[k][i]) for k in names}
+            for i in range(n)]
 
 
 def build(adapter: Callable[[str], Any], session: Any, patterns: List[str],
