@@ -23,7 +23,7 @@ KINDS: Dict[str, Dict[str, bool]] = {
     # field -> required
     "run_started": {"run_dir": True, "task": True, "total_steps": True},
     "step": {"step": True, "total_steps": True, "loss": False, "elapsed_s": True, "records": False,
-             "bytes": False, "unit": False},
+             "bytes": False, "unit": False, "online_failing": False},
     "message": {"level": True, "text": True},
     "run_finished": {"status": True, "exit_code": True, "run_dir": True, "summary": True},
 }

@@ -10,8 +10,8 @@ import importlib
 from typing import Any, Callable, Optional
 
 TASK_CLASSES = {
-    "statistics": "engines.capture.task:CaptureTask",
-    "tensor": "engines.capture.task:CaptureTask",
+    "statistics": "engines.acc_check.online_task:CheckedCaptureTask",
+    "tensor": "engines.acc_check.online_task:CheckedCaptureTask",
     "overflow_check": "engines.overflow.task:OverflowTask",
     "free_benchmark": "engines.free_benchmark.task:FreeBenchmarkTask",
     "grad_probe": "engines.grad_probe.task:GradProbeTask",

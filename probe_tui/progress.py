@@ -39,6 +39,8 @@ def _extras(fields: dict) -> str:
         parts.append(f"{fields['records']} records")
     if fields.get("bytes") is not None:
         parts.append(format_bytes(fields["bytes"]))
+    if fields.get("online_failing"):  # the online check's failing APIs so far (docs/ACC_CHECK.md)
+        parts.append(f"{fields['online_failing']} failing online")
     return "  ".join(parts)
 
 

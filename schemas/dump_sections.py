@@ -21,6 +21,7 @@ __all__ = [
     "DATA_MODES",
     "SUMMARY_MODES",
     "ApiFilter",
+    "OnlineCheck",
     "DumpSection",
     "StatisticsSection",
     "TensorSection",
@@ -74,6 +75,27 @@ class ApiFilter(ConfigModel):
         description="Never capture APIs whose name contains one of these; deny wins over allow.")
 
 
+class OnlineCheck(ConfigModel):
+    """The online check (docs/ACC_CHECK.md, "Online check"): each selected API call re-run on the reference during
+    training and judged with acc_check's standards; msprobe's online pre-check and online dispatch, in-process."""
+
+    enabled: bool = field(False, description="Re-run each selected API call on the reference as training runs "
+                                             "(levels L1 and mix) and report the failing ones live.")
+    api_list: List[str] = field(
+        default_factory=list,
+        description="Check only APIs whose name contains one of these substrings (Functional.softmax, "
+                    "naive_softmax). Empty: every captured API (the whole network; slow).",
+        json_schema_extra=items_pattern(NON_BLANK))
+    reference: Literal["cpu"] = field(
+        "cpu", description="Where the reference runs: the CPU, in float64 for float32 calls and float32 for "
+                           "float16/bfloat16 ones (acc_check's reference).")
+
+    @field_validator("api_list")
+    @classmethod
+    def _api_list_items(cls, value: List[str]) -> List[str]:
+        return _nonempty_strings(value, "pattern")
+
+
 class DumpSection(ConfigModel):
     """Fields shared by the statistics and tensor sections."""
 
@@ -109,6 +131,10 @@ class DumpSection(ConfigModel):
     apis: ApiFilter = field(
         default_factory=ApiFilter,
         description="Our API allow/deny filter for L1/mix capture (substring patterns).", advanced=True)
+    online_check: OnlineCheck = field(
+        default_factory=OnlineCheck,
+        description="Re-run selected API calls on the CPU reference during training and report those that fail "
+                    "acc_check's standards (msprobe's online_run_ut / online dispatch).", advanced=True)
 
     @field_validator("data_mode", mode="before")
     @classmethod

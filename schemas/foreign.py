@@ -65,6 +65,8 @@ def _append_output(value: Any) -> List[Problem]:
 
 _STATIC = ("MindSpore static-graph (kernel dump) option; level L2 sets MindSpore's own dump configuration itself "
            "(docs/MINDSPORE.md)")
+_ONLINE = ("msprobe's remote online pre-check (tensors sent to another host) is not offered; the section's "
+           "online_check (enabled: true) re-runs the calls in the training process, on the CPU")
 
 FOREIGN_KEYS: Dict[str, Dict[str, Foreign]] = {
     # Top level of every job.
@@ -97,12 +99,12 @@ FOREIGN_KEYS: Dict[str, Dict[str, Foreign]] = {
         "is_regex_valid": Foreign("internal msprobe flag"),
         "bench_path": Foreign("diff_check against a reference dump (msprobe 26.2) is not implemented; "
                               "run a compare job instead"),
-        "online_run_ut": Foreign("online API pre-check is not implemented", _is_bool),
-        "online_run_ut_recompute": Foreign("online API pre-check is not implemented", _is_bool),
-        "nfs_path": Foreign("online API pre-check is not implemented"),
-        "host": Foreign("online API pre-check is not implemented"),
-        "port": Foreign("online API pre-check is not implemented"),
-        "tls_path": Foreign("online API pre-check is not implemented"),
+        "online_run_ut": Foreign(_ONLINE, _is_bool),
+        "online_run_ut_recompute": Foreign(_ONLINE, _is_bool),
+        "nfs_path": Foreign(_ONLINE),
+        "host": Foreign(_ONLINE),
+        "port": Foreign(_ONLINE),
+        "tls_path": Foreign(_ONLINE),
         "backward_input": Foreign("the L2 kernel dump's saved backward inputs (msprobe 1.0.x option); L2 is not "
                                   "offered"),
     },
@@ -136,12 +138,12 @@ FOREIGN_KEYS: Dict[str, Dict[str, Foreign]] = {
         "precision": Foreign("the CSVs always carry 14 decimals"),
         "jit_compile": Foreign("the reference runs on the CPU; the dump's outputs are the device's", _is_bool),
         "quantization_api_list": Foreign("quantization APIs are judged as the others"),
-        "is_online": Foreign("online API pre-check is not implemented", _is_bool),
-        "nfs_path": Foreign("online API pre-check is not implemented"),
-        "host": Foreign("online API pre-check is not implemented"),
-        "port": Foreign("online API pre-check is not implemented"),
-        "rank_list": Foreign("online API pre-check is not implemented; use rank"),
-        "tls_path": Foreign("online API pre-check is not implemented"),
+        "is_online": Foreign(_ONLINE, _is_bool),
+        "nfs_path": Foreign(_ONLINE),
+        "host": Foreign(_ONLINE),
+        "port": Foreign(_ONLINE),
+        "rank_list": Foreign(_ONLINE + "; its ranks are the capture's rank"),
+        "tls_path": Foreign(_ONLINE),
     },
     # msprobe's classic compare.json.
     "compare": {

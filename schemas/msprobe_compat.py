@@ -39,6 +39,8 @@ def normalise_shape(data: Dict[str, Any], warn: WarnFn) -> Dict[str, Any]:
             data["comment"] = data.pop("_comment")
     if data.get("task") in ("run_ut", "acc_check"):
         return _acc_check_shape(data)
+    if data.get("task") in ("statistics", "tensor"):
+        _online_shape(data, data["task"], warn)
     if "task" in data:
         return data
     if looks_like_compare(data):
@@ -57,6 +59,22 @@ def normalise_shape(data: Dict[str, Any], warn: WarnFn) -> Dict[str, Any]:
     warn("task", "no task given: msprobe's default, statistics, is used")
     data["task"] = "statistics"
     return data
+
+
+def _online_shape(data: Dict[str, Any], task: str, warn: WarnFn) -> None:
+    """msprobe's ``online_run_ut: true`` (its online pre-check of the section's ``list``) as our ``online_check``,
+    which runs in the training process on the CPU; the remote keys (``host``, ``nfs_path``...) stay foreign."""
+    section = data.get(task)
+    if not isinstance(section, dict) or section.get("online_run_ut") is not True or "online_check" in section:
+        return
+    section = dict(section)
+    section.pop("online_run_ut")
+    patterns = section.get("list")
+    section["online_check"] = {"enabled": True,
+                               "api_list": list(patterns) if isinstance(patterns, list) else []}
+    data[task] = section
+    warn(task + ".online_run_ut", "runs as online_check: each selected API is re-run on the CPU reference in the "
+                                  "training process (no remote host)")
 
 
 def _acc_check_shape(data: Dict[str, Any]) -> Dict[str, Any]:

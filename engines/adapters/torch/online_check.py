@@ -1,0 +1,143 @@
+"""The online check's per-call re-run on PyTorch (docs/ACC_CHECK.md, "Online check").
+
+``OnlineCall`` wraps the capture session's API interception (``api_capture.call``, reached from the session's
+torch-function mode for every captured call): for a selected call it copies the inputs to the CPU *before* the
+call (an in-place op changes them), lets the real call run exactly as without the check, then runs the same
+callable on the copies raised to the reference dtype (float64 for float32 inputs, float32 as soon as one is
+float16/bfloat16: docs/decisions/0026-acc-check-reference.md) and judges every output with acc_check's rules.
+
+Training stays bit-identical: the re-run sees only copies, runs with autocast and autograd off, and the CPU RNG
+state is restored after it; random ops, casts, in-place view ops and collectives are not re-run
+(``engines.acc_check.cases.skip_reason``). A re-run or judging that fails is noted once per API and skipped.
+"""
+
+from typing import Any, Dict, List, Optional
+
+import torch
+
+from engines.acc_check import cases, rules
+from engines.acc_check.online import OnlineCheckProcessor
+from engines.adapters.torch.acc_replay import flatten_outputs, reference_dtype, to_numpy
+
+_LOW = (torch.float16, torch.bfloat16)
+
+
+def _copy(obj: Any) -> Any:
+    if isinstance(obj, torch.Tensor):
+        return obj.detach().to("cpu", copy=True)
+    if isinstance(obj, (list, tuple)) and not isinstance(obj, torch.Size):
+        return [_copy(v) for v in obj] if isinstance(obj, list) else tuple(_copy(v) for v in obj)
+    if isinstance(obj, dict):
+        return {k: _copy(v) for k, v in obj.items()}
+    if isinstance(obj, torch.device):
+        return torch.device("cpu")
+    return obj
+
+
+def _tensors(obj: Any) -> List[torch.Tensor]:
+    if isinstance(obj, torch.Tensor):
+        return [obj]
+    if isinstance(obj, (list, tuple)) and not isinstance(obj, torch.Size):
+        return [t for v in obj for t in _tensors(v)]
+    if isinstance(obj, dict):
+        return [t for v in obj.values() for t in _tensors(v)]
+    return []
+
+
+def _cast(obj: Any, dtype: torch.dtype) -> Any:
+    if isinstance(obj, torch.Tensor):
+        return obj.to(dtype) if obj.is_floating_point() else obj
+    if isinstance(obj, torch.dtype) and obj.is_floating_point:
+        return dtype
+    if isinstance(obj, (list, tuple)) and not isinstance(obj, torch.Size):
+        return [_cast(v, dtype) for v in obj] if isinstance(obj, list) else tuple(_cast(v, dtype) for v in obj)
+    if isinstance(obj, dict):
+        return {k: _cast(v, dtype) for k, v in obj.items()}
+    return obj
+
+
+class OnlineCall:
+    """Installed over ``session.api_capture.call``; the judged calls go to ``processor.add``."""
+
+    def __init__(self, session: Any, processor: OnlineCheckProcessor) -> None:
+        self.session = session
+        self.processor = processor
+        api = session.api_capture
+        self._inner = api.call
+        api.call = self.call
+
+    def call(self, info: Any, func: Any, args: tuple, kwargs: Dict[str, Any],
+             collective: Optional[Dict[str, Any]] = None) -> Any:
+        p = self.processor
+        if collective is not None or not p.select(info.base):
+            return self._inner(info, func, args, kwargs, collective)
+        s = self.session
+        s.busy_depth += 1
+        try:
+            copies = self._inputs(info, args, kwargs)
+        finally:
+            s.busy_depth -= 1
+        out = self._inner(info, func, args, kwargs, collective)
+        if copies is not None:
+            s.busy_depth += 1
+            try:
+                self._check(info, func, copies, out)
+            finally:
+                s.busy_depth -= 1
+        return out
+
+    def _inputs(self, info: Any, args: tuple, kwargs: Dict[str, Any]) -> Optional[Any]:
+        why = cases.skip_reason(info.prefix, info.api, "")
+        if why or "out" in kwargs:
+            self.processor.skip(info.base, why or "writes into out=")
+            return None
+        try:
+            return _copy(tuple(args)), _copy(kwargs)
+        except Exception as exc:
+            self.processor.skip(info.base, "its inputs could not be copied: %s" % type(exc).__name__)
+            return None
+
+    def _check(self, info: Any, func: Any, copies: Any, out: Any) -> None:
+        p = self.processor
+        name = p.call_name(info.base)
+        try:
+            outputs = self._judge(info, func, copies, out, name)
+        except Exception as exc:  # never break training: the call is listed as not checked
+            p.skip(info.base, "the re-run failed: %s: %s" % (type(exc).__name__, str(exc).splitlines()[0][:200]
+                                                             if str(exc) else ""))
+            return
+        if outputs:
+            p.add(info.base, name, outputs)
+
+    def _judge(self, info: Any, func: Any, copies: Any, out: Any, name: str) -> List[rules.OutputResult]:
+        args, kwargs = copies
+        floats = [t for t in _tensors((args, kwargs)) if t.is_floating_point()]
+        device = [(slot, v) for slot, v in flatten_outputs(out)]
+        dev_floats = [v for _, v in device if isinstance(v, torch.Tensor) and v.is_floating_point()]
+        if floats and dev_floats and any(t.dtype not in _LOW for t in floats) \
+                and all(v.dtype in _LOW for v in dev_floats):
+            # wider inputs, only low outputs: autocast (type promotion would give the wider dtype), so the kernel
+            # saw every floating input rounded to the outputs' dtype (a bf16 activation times a float32 weight too)
+            low = dev_floats[0].dtype
+            args, kwargs = _cast(args, low), _cast(kwargs, low)
+            floats = [t.to(low) for t in floats]
+        ref = reference_dtype([str(t.dtype) for t in floats])
+        high = torch.float64 if ref == "float64" else torch.float32
+        args, kwargs = _cast(args, high), _cast(kwargs, high)
+        rng = torch.get_rng_state()
+        try:
+            with torch.no_grad(), torch.autocast("cpu", enabled=False):
+                bench_out = func(*args, **kwargs)
+        finally:
+            torch.set_rng_state(rng)
+        bench = dict(flatten_outputs(bench_out))
+        results = []
+        for slot, value in device:
+            b = bench.get(slot)
+            if isinstance(value, torch.Tensor):
+                results.append(rules.judge_tensor(slot, info.api, to_numpy(value), str(value.dtype),
+                                                  None if not isinstance(b, torch.Tensor) else to_numpy(b),
+                                                  "torch." + ref))
+            elif isinstance(value, (bool, int, float)):
+                results.append(rules.judge_value(slot, value, b))
+        return results
