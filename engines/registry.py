@@ -23,6 +23,7 @@ TASK_CLASSES = {
 L2_TASK_CLASSES = {
     "statistics": "engines.capture.graph_task:GraphCaptureTask",
     "tensor": "engines.capture.graph_task:GraphCaptureTask",
+    "overflow_check": "engines.overflow.graph_task:GraphOverflowTask",
 }
 
 ANALYSIS_ENGINES = {

@@ -83,15 +83,15 @@ def config_of(job: Any) -> Dict[str, Any]:
 
 def check_level(job: Any, framework: str, in_script: bool = False) -> None:
     """Level L2 (msprobe's kernel level) loads for statistics, tensor and overflow_check; the framework, known
-    only here, decides whether it runs (docs/MINDSPORE.md "Graph mode"): MindSpore's statistics and tensor under
-    ``--run`` (``engines.capture.graph_task``)."""
+    only here, decides whether it runs (docs/MINDSPORE.md "Graph mode"): MindSpore's statistics and tensor
+    (``engines.capture.graph_task``) and overflow_check (``engines.overflow.graph_task``) under ``--run``."""
     if getattr(job, "level", None) != "L2":
         return
     from engines.errors import JobError
 
     task = getattr(job, "task", "statistics")
     if framework == "mindspore":
-        if task not in ("statistics", "tensor"):
+        if task not in ("statistics", "tensor", "overflow_check"):
             raise JobError("level: L2 is not implemented for %s yet; the statistics task at level L2 counts "
                            "each kernel's NaN and inf values" % task)
         if in_script:

@@ -39,8 +39,8 @@ def l2_message(framework: str = "auto") -> str:
     pytorch = ("L2 (kernel dump through the device runtime) is not offered by probe-tui: use level L1 (every "
                "API call, forward and backward; task tensor saves the real tensors, 'list' narrows them) or mix "
                "(the APIs inside their modules)")
-    mindspore = ("L2 (MindSpore graph-mode kernels) runs for statistics and tensor under `probe-tui run` only "
-                 "(not overflow_check, not from PrecisionDebugger): docs/MINDSPORE.md")
+    mindspore = ("L2 (MindSpore graph-mode kernels) runs for statistics, tensor and overflow_check under "
+                 "`probe-tui run` only (not from PrecisionDebugger): docs/MINDSPORE.md")
     if framework == "pytorch":
         return pytorch
     if framework == "mindspore":

@@ -1,4 +1,5 @@
-"""The MindSpore demo trained with TrainOneStepCell: argv[1] graph (GRAPH_MODE) or jit (PyNative, blocks.1.mlp @jit)."""
+"""The MindSpore demo trained with TrainOneStepCell: argv[1] graph (GRAPH_MODE) or jit (PyNative, blocks.1.mlp @jit);
+argv[2] ``fp16_overflow`` injects the demo's float16 overflow in block 1 from step 0 (docs/OVERFLOW.md)."""
 import sys
 
 import mindspore as ms
@@ -10,7 +11,10 @@ from engines.demo.knobs import resolve_knobs
 
 mode = sys.argv[1]
 ms.set_context(mode=ms.GRAPH_MODE if mode == "graph" else ms.PYNATIVE_MODE)
-knobs = resolve_knobs({"preset": "tiny", "steps": 2})
+demo = {"preset": "tiny", "steps": 2}
+if sys.argv[2:] == ["fp16_overflow"]:
+    demo["faults"] = {"fp16_overflow": {"layer": 1, "from_step": 0}}
+knobs = resolve_knobs(demo)
 ms.set_seed(knobs.seed)
 model = demo_model.build_model(knobs)
 if mode == "jit":

@@ -1,7 +1,8 @@
 """Level L2 (msprobe's kernel level): msprobe's MindSpore static-graph L2 configs load
-(tests/test_schemas_msprobe.py); where L2 does not run (PyTorch; overflow_check) the run refuses it with one line
+(tests/test_schemas_msprobe.py); where L2 does not run (PyTorch) the run refuses it with one line
 naming what probe-tui offers instead, exit code 2, nothing written (engines/task.py ``check_level``;
-docs/MINDSPORE.md "Graph mode"). MindSpore's statistics and tensor at L2: tests/test_mindspore_graph_dump.py."""
+docs/MINDSPORE.md "Graph mode"). MindSpore's statistics and tensor at L2: tests/test_mindspore_graph_dump.py; overflow_check at L2:
+tests/test_mindspore_graph_overflow.py."""
 
 import json
 from pathlib import Path
@@ -20,7 +21,6 @@ PYTORCH = "is not offered by probe-tui: use level L1"
     ("ms_static_l2_statistics.json", "pytorch", PYTORCH),
     ("ms_static_l2_tensor.json", "pytorch", PYTORCH),
     ("ms_static_l2_overflow_check.json", "pytorch", PYTORCH),
-    ("ms_static_l2_overflow_check.json", "mindspore", "not implemented for overflow_check yet"),
 ])
 def test_l2_config_is_refused_at_run_with_one_line(tmp_path, capsys, name, framework, says):
     config = json.loads((DATA / name).read_text())

@@ -66,7 +66,7 @@ def test_msprobe_doc_config_loads(name):
 def test_l2_warning_names_what_to_use_instead():
     _, warnings = _load(FIXTURES / "v8_pt_tensor_l2.json")
     message = dict(warnings)[L2]
-    assert "L1" in message and "mix" in message and "(MindSpore graph-mode kernels) runs for statistics and tensor" in message
+    assert "L1" in message and "mix" in message and "(MindSpore graph-mode kernels) runs for statistics, tensor and overflow_check" in message
 
 
 def test_typos_next_to_msprobe_keys_are_still_errors():
@@ -82,7 +82,6 @@ def test_typos_next_to_msprobe_keys_are_still_errors():
 
 @pytest.mark.parametrize("framework,task,words", [
     ("pytorch", "tensor", "use level L1"),
-    ("mindspore", "overflow_check", "not implemented for overflow_check"),  # statistics/tensor run (MINDSPORE.md)
 ])
 def test_l2_run_stops_with_one_line_and_exit_2(tmp_path, framework, task, words):
     config = json.loads((FIXTURES / "v8_pt_tensor_l2.json").read_text())
@@ -110,4 +109,19 @@ def test_l2_in_script_says_the_same_in_one_line(tmp_path):
         PrecisionDebugger(config_path=str(path))
     text = str(err.value)
     assert "\n" not in text and text.startswith("level: L2") and "not offered" in text and "use level L1" in text
+    assert not (tmp_path / "dump").exists()
+
+
+def test_l2_in_script_on_mindspore_says_where_it_runs(tmp_path):
+    # MindSpore's L2 tasks (statistics, tensor, overflow_check) run under `probe-tui run` only: the kernel dump is
+    # set up before the script compiles its first graph (tests/test_mindspore_graph_overflow.py runs one)
+    from probe_tui.debugger import PrecisionDebugger
+
+    path = tmp_path / "l2.json"
+    path.write_text(json.dumps({"task": "overflow_check", "level": "L2", "framework": "mindspore",
+                                "dump_path": str(tmp_path / "dump")}))
+    with pytest.warns(Warning), pytest.raises(ValueError) as err:
+        PrecisionDebugger(config_path=str(path))
+    text = str(err.value)
+    assert "\n" not in text and text.startswith("level: L2") and "under `probe-tui run` only" in text
     assert not (tmp_path / "dump").exists()

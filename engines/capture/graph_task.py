@@ -32,11 +32,15 @@ class GraphCaptureTask:
         self.say = say
         self.task = ctx.job.task
         # the capture options for the store, steps and precision (the PyNative levels' checks do not apply)
-        self.options = CaptureOptions.from_job(ctx.job.model_copy(update={"level": "L1"}))
+        self.options = self.capture_options(ctx.job.model_copy(update={"level": "L1"}))
         self.summary = CaptureSummary()
         self.raw = os.path.join(str(run.path), "graph_raw")
         self._saved_env: Optional[str] = None
         self._writers: Dict[int, Any] = {}
+
+    @staticmethod
+    def capture_options(job: Any) -> CaptureOptions:
+        return CaptureOptions.from_job(job)
 
     @property
     def steps(self) -> int:
@@ -64,11 +68,22 @@ class GraphCaptureTask:
                                              disk_budget=opts.disk_budget)
         return self._writers[rank]
 
-    def end(self, status: str) -> None:
+    def _restore_env(self) -> None:
         if self._saved_env is None:
             os.environ.pop(_ENV, None)
         else:
             os.environ[_ENV] = self._saved_env
+
+    def _close(self, status: str) -> None:
+        """Close the stores and remove the raw kernel dump."""
+        for writer in self._writers.values():
+            self.summary.bytes += int(writer.bytes_written)
+            writer.close(status)
+        self._writers = {}
+        shutil.rmtree(self.raw, ignore_errors=True)
+
+    def end(self, status: str) -> None:
+        self._restore_env()
         try:
             records = adapter_module(self.ctx.framework, "graph_records")
             steps = set(self.options.steps) if self.options.steps else None
@@ -81,10 +96,7 @@ class GraphCaptureTask:
         except Exception as exc:  # never a traceback for the user's run: the summary says what failed
             self.summary.failed("graph kernel dump conversion", exc)
         finally:
-            for writer in self._writers.values():
-                self.summary.bytes += int(writer.bytes_written)
-                writer.close(status)
-            shutil.rmtree(self.raw, ignore_errors=True)
+            self._close(status)
 
     def partial_summary(self) -> Dict[str, Any]:
         return summary_for_cli(self.summary, self.run)

@@ -46,17 +46,30 @@ def _load(path: str) -> Optional[np.ndarray]:
         return None
 
 
-def write_step(writer: Any, step: int, ks: Sequence[Kernel], *, save_tensors: bool, high: bool,
-               seen_modules: Set[str]) -> Tuple[int, int]:
-    """Records and rows of one step's kernels; returns (records, rows). The caller commits the step."""
+def kernel_names(ks: Sequence[Kernel]) -> List[str]:
+    """The record names of one step's kernels, in the order they ran."""
     counters: Counter = Counter()
-    names, dirs, parents, args = [], [], [], []
-    new_modules: List[Tuple[str, str, str]] = []
+    names = []
     for k in ks:
         direction = "backward" if k.backward else "forward"
         n = counters[(k.op_type, direction)]
         counters[(k.op_type, direction)] += 1
         names.append("%s.%s.%d.%s" % (PREFIX_KERNEL, k.op_type, n, direction))
+    return names
+
+
+def write_step(writer: Any, step: int, ks: Sequence[Kernel], *, save_tensors: bool, high: bool,
+               seen_modules: Set[str], keep: Optional[Set[int]] = None) -> Tuple[int, int]:
+    """Records and rows of one step's kernels (only those at the positions ``keep`` when given: the names still
+    count every kernel); returns (records, rows). The caller commits the step."""
+    all_names = kernel_names(ks)
+    if keep is not None:
+        all_names = [n for i, n in enumerate(all_names) if i in keep]
+        ks = [k for i, k in enumerate(ks) if i in keep]
+    names, dirs, parents, args = [], [], [], []
+    new_modules: List[Tuple[str, str, str]] = []
+    for name, k in zip(all_names, ks):
+        names.append(name)
         dirs.append(int(Direction.BACKWARD if k.backward else Direction.FORWARD))
         parent, modules = kernel_parent(k)
         parents.append(parent)
@@ -95,11 +108,9 @@ def write_step(writer: Any, step: int, ks: Sequence[Kernel], *, save_tensors: bo
     return len(ks), len(cols["record"])
 
 
-def convert(raw: str, writer_for_rank: Any, *, save_tensors: bool = False, high: bool = False,
-            steps: Optional[Set[int]] = None) -> Dict[int, Dict[int, Tuple[int, int]]]:
-    """Every dumped iteration of ``raw`` (``graph_kernels.write_config``'s ``raw`` folder) written as a step:
-    ``writer_for_rank(rank)`` gives the rank's ``DumpWriter``. The iteration number is the step (the kernels of
-    every graph that ran at that iteration, graph by graph). Returns {rank: {step: (records, rows)}}."""
+def grouped_steps(raw: str, steps: Optional[Set[int]] = None) -> List[Tuple[Tuple[int, int], List[Kernel]]]:
+    """((rank, iteration), kernels) of every dumped iteration of ``raw``, the kernels of every graph that ran at
+    that iteration, graph by graph; by rank, then iteration."""
     import os
 
     grouped: Dict[Tuple[int, int], List[Kernel]] = {}
@@ -110,9 +121,17 @@ def convert(raw: str, writer_for_rank: Any, *, save_tensors: bool = False, high:
         if rank not in scopes:
             scopes[rank] = execution_order(os.path.join(raw, "rank_%d" % rank))
         grouped.setdefault((rank, it), []).extend(kernels(folder, scopes[rank]))
+    return sorted(grouped.items())
+
+
+def convert(raw: str, writer_for_rank: Any, *, save_tensors: bool = False, high: bool = False,
+            steps: Optional[Set[int]] = None) -> Dict[int, Dict[int, Tuple[int, int]]]:
+    """Every dumped iteration of ``raw`` (``graph_kernels.write_config``'s ``raw`` folder) written as a step:
+    ``writer_for_rank(rank)`` gives the rank's ``DumpWriter``. The iteration number is the step (the kernels of
+    every graph that ran at that iteration, graph by graph). Returns {rank: {step: (records, rows)}}."""
     done: Dict[int, Dict[int, Tuple[int, int]]] = {}
     seen: Dict[int, Set[str]] = {}
-    for (rank, it), ks in sorted(grouped.items()):
+    for (rank, it), ks in grouped_steps(raw, steps):
         writer = writer_for_rank(rank)
         done.setdefault(rank, {})[it] = write_step(writer, it, ks, save_tensors=save_tensors, high=high,
                                                    seen_modules=seen.setdefault(rank, set()))
