@@ -144,3 +144,22 @@ def test_msprobe_l2_tensor_config_keeps_the_selected_step_and_its_tensors(tmp_pa
     stored = dump.reader.tensor_data(int(rows["output.0"]["row"]))
     assert stored is not None and stored.shape == (2, 8, 32) and float(stored.max()) == rows["output.0"]["max"]
     dump.close()
+
+
+def test_l2_statistics_summary_names_where_non_finite_values_start(tmp_path):
+    # the demo's float16 overflow in block 1: the summary's "non finite" line and table come from the kernels'
+    # nan/inf counts, as at L1 (engines/capture/highlights.py)
+    run, meta, _folder = _run_l2(tmp_path, {"script": SCRIPT, "args": ["graph", "fp16_overflow"]}, step=[0])
+    assert run.returncode == 0, run.stderr[-2000:]
+    summary = meta["summary"]
+    assert "produced" in summary["non_finite"], summary["non_finite"]
+    table = [t for t in summary["tables"] if t["title"].startswith("where non-finite values start")]
+    assert table and table[0]["rows"][0][:2] == ["Kernel.Exp.0.forward.output.0", 0], table
+
+
+def test_l2_statistics_summary_counts_the_masks_rows_as_not_produced(tmp_path):
+    run, meta, _folder = _run_l2(tmp_path, {"script": SCRIPT, "args": ["graph"]}, step=[0])
+    assert run.returncode == 0, run.stderr[-2000:]
+    line = meta["summary"]["non_finite"]
+    # the causal mask's -inf: masked_fill's dumped scalar fill, its output and the softmax reading it
+    assert line != "none" and "produced" not in line, line

@@ -89,7 +89,7 @@ class GraphCaptureTask:
             steps = set(self.options.steps) if self.options.steps else None
             done = records.convert(os.path.join(self.raw, "raw"), self._writer,
                                    save_tensors=self.task == "tensor", high=self.options.precision == "high",
-                                   steps=steps)
+                                   steps=steps, highlights=self.summary.highlights)
             for per_rank in done.values():
                 for step, (n_records, n_rows) in sorted(per_rank.items()):
                     self.summary.step_written(step, n_records, n_rows, 0)

@@ -59,9 +59,11 @@ def kernel_names(ks: Sequence[Kernel]) -> List[str]:
 
 
 def write_step(writer: Any, step: int, ks: Sequence[Kernel], *, save_tensors: bool, high: bool,
-               seen_modules: Set[str], keep: Optional[Set[int]] = None) -> Tuple[int, int]:
+               seen_modules: Set[str], keep: Optional[Set[int]] = None,
+               highlights: Any = None) -> Tuple[int, int]:
     """Records and rows of one step's kernels (only those at the positions ``keep`` when given: the names still
-    count every kernel); returns (records, rows). The caller commits the step."""
+    count every kernel); returns (records, rows). ``highlights``: the run summary's ``TensorHighlights``, fed
+    the step's rows (its "non finite" line and table). The caller commits the step."""
     all_names = kernel_names(ks)
     if keep is not None:
         all_names = [n for i, n in enumerate(all_names) if i in keep]
@@ -87,12 +89,14 @@ def write_step(writer: Any, step: int, ks: Sequence[Kernel], *, save_tensors: bo
     cols: Dict[str, List[Any]] = {c: [] for c in ("record", "slot", "dtype", "shape", "max", "min", "mean",
                                                   "norm", "valid", "nan_count", "posinf_count", "neginf_count")}
     refs = []
-    for row, k in zip(rows.tolist(), ks):
+    local: List[int] = []  # each row's record as an index into this step's records (for the highlights)
+    for index, (row, k) in enumerate(zip(rows.tolist(), ks)):
         for t in k.tensors:
             arr = _load(t.path)
             if arr is None:
                 continue
             stats, valid, counts = stats_columns({0: host_row(arr, high)}, 1)
+            local.append(index)
             cols["record"].append(row)
             cols["slot"].append(t.slot)
             cols["dtype"].append(t.dtype)
@@ -105,6 +109,10 @@ def write_step(writer: Any, step: int, ks: Sequence[Kernel], *, save_tensors: bo
             refs.append(writer.put_tensor(arr, t.dtype) if save_tensors else None)
     if cols["record"]:
         writer.add_tensors(refs=refs, step=step, **cols)
+        if highlights is not None:
+            columns = {c: np.asarray(v) for c, v in cols.items() if c not in ("record", "shape")}
+            columns["record"] = np.asarray(local)
+            highlights.add_step(step, {"name": names, "args": args, "direction": dirs}, columns)
     return len(ks), len(cols["record"])
 
 
@@ -125,7 +133,7 @@ def grouped_steps(raw: str, steps: Optional[Set[int]] = None) -> List[Tuple[Tupl
 
 
 def convert(raw: str, writer_for_rank: Any, *, save_tensors: bool = False, high: bool = False,
-            steps: Optional[Set[int]] = None) -> Dict[int, Dict[int, Tuple[int, int]]]:
+            steps: Optional[Set[int]] = None, highlights: Any = None) -> Dict[int, Dict[int, Tuple[int, int]]]:
     """Every dumped iteration of ``raw`` (``graph_kernels.write_config``'s ``raw`` folder) written as a step:
     ``writer_for_rank(rank)`` gives the rank's ``DumpWriter``. The iteration number is the step (the kernels of
     every graph that ran at that iteration, graph by graph). Returns {rank: {step: (records, rows)}}."""
@@ -134,6 +142,7 @@ def convert(raw: str, writer_for_rank: Any, *, save_tensors: bool = False, high:
     for (rank, it), ks in grouped_steps(raw, steps):
         writer = writer_for_rank(rank)
         done.setdefault(rank, {})[it] = write_step(writer, it, ks, save_tensors=save_tensors, high=high,
-                                                   seen_modules=seen.setdefault(rank, set()))
+                                                   seen_modules=seen.setdefault(rank, set()),
+                                                   highlights=highlights)
         writer.commit_step(it)
     return done
