@@ -1,5 +1,5 @@
 """An acc_check result (docs/ACC_CHECK.md): every checked API with its status and worst relative error, sortable
-by status (``s``) or by error (``e``); the detail pane shows the selected API's outputs with their metrics and
+by status (``s``) or by error (``e``), searchable (``/``) and filtered by status (``f``); the detail pane shows the selected API's outputs with their metrics and
 reasons; ``r`` writes the reproduction script of the selected API (``engines.acc_check.reproduce``) into the
 result folder's ``reproduce/``."""
 
@@ -20,6 +20,7 @@ from probe_tui.app.actions import bindings_for
 from probe_tui.app.screens.base import ResultScreen
 from probe_tui.app.screens.path_prompt import relative_text
 from probe_tui.app.tables import fill_table
+from probe_tui.app.widgets.find_table import FindTable, row_index
 from probe_tui.app.widgets.key_footer import KeyFooter
 from probe_tui.formatting import number_text
 
@@ -143,10 +144,19 @@ class AccCheckScreen(ResultScreen):
         with Horizontal(id="ac-body"):
             with Vertical(id="ac-left"):
                 yield Label("", id="ac-table-title", classes="pane-title")
-                yield DataTable(id="ac-apis", cursor_type="row", zebra_stripes=True)
+                yield FindTable(id="ac-apis", counter="#ac-table-title", filters=[
+                    ("errors", self._status_is("error")), ("warnings", self._status_is("warning")),
+                    ("not passed", self._not_passed)])
             with VerticalScroll(id="ac-detail"):
                 yield Static("", id="ac-detail-body")
         yield KeyFooter()
+
+    def _status_is(self, status: str):
+        """A filter on the row key (the row's place in ``self.shown``): the API's status is ``status``."""
+        return lambda key: self.shown[int(key)]["status"] == status
+
+    def _not_passed(self, key: str) -> bool:
+        return self.shown[int(key)]["status"] != "pass"
 
     def read(self) -> AccCheckResult:
         from engines.acc_check.results import read_result
@@ -171,20 +181,31 @@ class AccCheckScreen(ResultScreen):
             rows.append(([Text(status, style=STATUS_STYLE.get(status, "")), number_text(a["error"], 4),
                           Text(str(a["name"]), style="red" if status == "error" else ""),
                           str(a["forward"]).strip() or "—", str(a["backward"]).strip() or "—"], str(n)))
-        fill_table(self.query_one("#ac-apis", DataTable), ("status", "max rel err", "API", "fwd", "bwd"), rows,
-                   hide_when_empty=False)
-        self.query_one("#ac-table-title", Label).update("APIs ({}) by {} · s status · e error".format(
-            len(rows), "status" if self.sort_by == "status" else "error, largest first"))
-        if self.shown:
-            self.query_one("#ac-apis", DataTable).move_cursor(row=0)
-            self._select(0)
+        table = self.query_one("#ac-apis", FindTable)
+        table.title = "APIs by {} · s status · e error".format("status" if self.sort_by == "status"
+                                                               else "error, largest first")
+        fill_table(table, ("status", "max rel err", "API", "fwd", "bwd"), rows, hide_when_empty=False)
+        if table.row_count:
+            table.move_cursor(row=0)
+            self._select(int(str(table.ordered_rows[0].key.value)))
         else:
-            self.query_one("#ac-detail-body", Static).update(Text("The check judged no API.", style="italic"))
+            self.selected = None
+            self.query_one("#ac-detail-body", Static).update(Text(
+                "The check judged no API." if not self.shown else "No API matches the search or filter.",
+                style="italic"))
 
     @on(DataTable.RowHighlighted, "#ac-apis")
     def _highlighted(self, event: DataTable.RowHighlighted) -> None:
-        if 0 <= event.cursor_row < len(self.shown):
-            self._select(event.cursor_row)
+        n = row_index(event)  # the row's place in self.shown (the table may show a search's rows only)
+        if n is not None and 0 <= n < len(self.shown):
+            self._select(n)
+
+    @on(FindTable.Found)
+    def _found(self, event: FindTable.Found) -> None:
+        if not event.table.row_count and self.shown:
+            self.selected = None
+            self.query_one("#ac-detail-body", Static).update(Text("No API matches the search or filter.",
+                                                                  style="italic"))
 
     def _select(self, n: int) -> None:
         assert self.result is not None
