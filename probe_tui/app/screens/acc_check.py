@@ -19,13 +19,14 @@ from textual.widgets import DataTable, Label, Static
 from probe_tui.app.actions import bindings_for
 from probe_tui.app.screens.base import ResultScreen
 from probe_tui.app.screens.path_prompt import relative_text
+from probe_tui.app.styles import themed
 from probe_tui.app.tables import fill_table
 from probe_tui.app.widgets.find_table import FindTable, row_index
 from probe_tui.app.widgets.key_footer import KeyFooter
 from probe_tui.formatting import number_text
 
 STATUS_ORDER = {"error": 0, "warning": 1, "SKIP": 2, "pass": 3}
-STATUS_STYLE = {"error": "bold red", "warning": "yellow", "SKIP": "dim", "pass": "green"}
+STATUS_STYLE = {"error": "bold error", "warning": "warning", "SKIP": "dim", "pass": "success"}
 SORTS = ("status", "error")
 DETAIL_METRICS = (("cosine", "cosine"), ("max_abs_err", "max abs err"), ("max_rel_err", "max rel err"),
                   ("mean_rel_err", "mean rel err"), ("thousandth", "thousandth"), ("rmse", "RMSE"),
@@ -90,14 +91,14 @@ def api_detail(api: Dict[str, Any], outputs: List[Dict[str, Any]]) -> Group:
     status = str(api["status"])
     parts: List[Any] = [
         Text(str(api["name"]), style="bold"),
-        Text.assemble((status, STATUS_STYLE.get(status, "")), "  forward {} · backward {} · rank {} · step {}".format(
+        Text.assemble((status, themed(STATUS_STYLE.get(status, ""))), "  forward {} · backward {} · rank {} · step {}".format(
             str(api["forward"]).strip() or "—", str(api["backward"]).strip() or "—", api["rank"], api["step"]))]
     if api.get("message"):
         parts.append(Text(str(api["message"]), style="italic"))
     for out in outputs:
         ostatus = str(out["status"])
         parts.append(Text(""))
-        parts.append(Text.assemble((str(out["name"]), "bold"), "  ", (ostatus, STATUS_STYLE.get(ostatus, ""))))
+        parts.append(Text.assemble((str(out["name"]), "bold"), "  ", (ostatus, themed(STATUS_STYLE.get(ostatus, "")))))
         parts.append(Text("{} vs {} {} · {} standard".format(out.get("device_dtype", ""), out.get("bench_dtype", ""),
                                                               out.get("shape", ""), out.get("standard", "") or "—"),
                           style="dim"))
@@ -168,7 +169,7 @@ class AccCheckScreen(ResultScreen):
         errors, warnings, skipped = result.count("error"), result.count("warning"), result.count("SKIP")
         verdict = "{} APIs checked: {} error, {} warning, {} not replayed, {} pass".format(
             len(result.apis), errors, warnings, skipped, result.count("pass"))
-        style = "bold red" if errors else "bold yellow" if warnings else "bold green"
+        style = themed("bold error") if errors else themed("bold warning") if warnings else themed("bold success")
         self.query_one("#ac-verdict", Static).update(Text(verdict, style=style))
         self._fill()
 
@@ -178,8 +179,8 @@ class AccCheckScreen(ResultScreen):
         rows = []
         for n, a in enumerate(self.shown):
             status = str(a["status"])
-            rows.append(([Text(status, style=STATUS_STYLE.get(status, "")), number_text(a["error"], 4),
-                          Text(str(a["name"]), style="red" if status == "error" else ""),
+            rows.append(([Text(status, style=themed(STATUS_STYLE.get(status, ""))), number_text(a["error"], 4),
+                          Text(str(a["name"]), style=themed("error") if status == "error" else ""),
                           str(a["forward"]).strip() or "—", str(a["backward"]).strip() or "—"], str(n)))
         table = self.query_one("#ac-apis", FindTable)
         table.title = "APIs by {} · s status · e error".format("status" if self.sort_by == "status"
