@@ -5,7 +5,7 @@ import math
 from pathlib import Path
 
 import pytest
-from textual.widgets import DataTable, Static
+from textual.widgets import DataTable, Label, Static
 
 from engines.acc_check import results as rs
 from probe_tui.app.app import ProbeApp
@@ -91,6 +91,29 @@ async def test_the_view_sorts_by_status_and_by_error_and_details_the_outputs(tmp
         await pilot.press("r")  # the dump /data/dump does not exist: one line, no crash
         await wait_until(pilot, lambda: any("reproduce" in (n.title or "") for n in app._notifications))
         assert screen.last_written is None
+
+
+@pilot_test
+async def test_the_api_table_searches_filters_by_status_and_counts_its_rows(tmp_path):
+    result = make_acc_check_result(tmp_path / "acc")
+    app = ProbeApp(tmp_path, root_label="~/exp")
+    async with app.run_test(size=(120, 40)) as pilot:
+        screen = await open_view(pilot, result, AccCheckScreen)
+        table = screen.query_one("#ac-apis", DataTable)
+        await wait_until(pilot, lambda: table.row_count == 5)
+        title = screen.query_one("#ac-table-title", Label)
+        assert "5 rows" in str(title.render())
+        await pilot.press("f")  # errors only
+        await wait_until(pilot, lambda: table.row_count == 1)
+        assert _names(table) == ["Demo.naive_softmax.0"] and "1 of 5 rows · filter: errors" in str(title.render())
+        await pilot.press("f", "f")  # not passed: error, warning, SKIP
+        await wait_until(pilot, lambda: table.row_count == 3)
+        assert _names(table) == ["Demo.naive_softmax.0", "Tensor.add.0", "Tensor.to.0"]
+        await pilot.press("f", "slash", *"gelu", "enter")  # every status again, searched
+        await wait_until(pilot, lambda: _names(table) == ["Functional.gelu.0"])
+        await pilot.press("down", "up")
+        await wait_until(pilot, lambda: screen.selected["name"] == "Functional.gelu.0")
+        assert "search: gelu" in str(title.render())
 
 
 @pytest.mark.usefixtures("one_torch_thread")

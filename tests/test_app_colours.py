@@ -1,13 +1,19 @@
 """Colours come from the theme's variables, and stay apart on a 16-colour terminal (TERM=xterm, vt100): warnings,
-errors and headings all showed as the same bright red there, and light themes kept orange headings."""
+errors and headings all showed as the same bright red there, and light themes kept orange headings. The Python
+colours its text by role (probe_tui/app/styles.py), never by a colour name."""
 
+import ast
 import re
 from pathlib import Path
 
+import pytest
 from rich.color import ColorSystem
+from rich.text import Text
 from textual.color import Color
+from textual.widgets import Static
 
 from probe_tui.app.app import ProbeApp
+from probe_tui.app.styles import themed
 from probe_tui.app.themes import ANSI_THEME, apply_terminal_theme, theme_for
 from tests.app_pilot import pilot_test, wait_until
 
@@ -58,3 +64,63 @@ def test_no_hard_coded_colour_in_the_stylesheets():
                                    match.group(2)):
                 found.append("{}:{}: {}".format(path.name, n, line.strip()))
     assert not found, found
+
+
+COLOUR_WORDS = {"red", "green", "yellow", "blue", "cyan", "magenta", "white", "black", "orange", "purple", "grey",
+                "gray", "pink"}
+STYLE_WORDS = {"bold", "dim", "italic", "reverse", "underline", "strike", "blink", "not", "on", "b", "i", "u"}
+ALLOWED = {("styles.py", None), ("metric_chart.py", "COLORS"), ("metric_chart.py", "RICH_COLORS")}
+"""The styles module maps roles to colours; the chart's series palette is a set of distinct hues, no role."""
+
+
+def colour_word(word: str) -> bool:
+    word = word.lower()
+    for prefix in ("bright_", "dark_", "light_"):
+        word = word[len(prefix):] if word.startswith(prefix) else word
+    return word.rstrip("0123456789") in COLOUR_WORDS or re.fullmatch(r"#[0-9a-f]{3}([0-9a-f]{3})?", word) is not None
+
+
+def style_strings(path: Path):
+    """(line, text) of every string constant that is a Rich style naming a colour ("bold red", "yellow")."""
+    tree = ast.parse(path.read_text())
+    skipped = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and (path.name, t.id) in ALLOWED
+                                                for t in node.targets):
+            skipped.update(id(n) for n in ast.walk(node.value))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in skipped:
+            words = node.value.split()
+            if words and all(w.lower() in STYLE_WORDS or colour_word(w) for w in words) and any(
+                    colour_word(w) for w in words):
+                yield node.lineno, node.value
+
+
+def test_no_colour_names_in_the_apps_python():
+    found = ["{}:{}: {!r}".format(p.relative_to(APP), line, text) for p in sorted(APP.rglob("*.py"))
+             if (p.name, None) not in ALLOWED for line, text in style_strings(p)]
+    assert not found, "colours by role (probe_tui/app/styles.py), not by name:\n" + "\n".join(found)
+
+
+@pytest.mark.parametrize("theme", [ANSI_THEME, "textual-light"])
+@pilot_test
+async def test_a_warning_and_an_error_render_in_different_colours(tmp_path, theme):
+    app = ProbeApp(tmp_path, root_label="~/exp")
+    async with app.run_test(size=(80, 24)) as pilot:
+        apply_terminal_theme(app, "standard")
+        app.theme = theme
+        await pilot.pause()
+        line = Text.assemble(("W", themed("warning")), ("E", themed("bold error")), ("H", themed("heading")))
+        shown = app.screen.mount(Static(line, id="probe-line"))
+        await shown
+        await pilot.pause()
+        strip = app.screen.query_one("#probe-line", Static).render_line(0)
+        colours = {seg.text: seg.style.color for seg in strip if seg.text in ("W", "E", "H") and seg.style}
+        assert set(colours) == {"W", "E", "H"}, colours
+        assert len({colours["W"], colours["E"], colours["H"]}) == 3, colours
+        if theme == ANSI_THEME:  # the terminal's own colours: yellow, red, cyan
+            assert [colours[k].number for k in "WEH"] == [3, 1, 6], colours
+        else:  # the light theme's text shades, not the dark theme's
+            variables = app.get_css_variables()
+            assert colours["E"].triplet.hex.lower() == variables["text-error"].lower()[:7]
+            assert colours["W"].triplet.hex.lower() == variables["text-warning"].lower()[:7]

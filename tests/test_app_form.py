@@ -296,7 +296,8 @@ async def test_switching_a_union_variant_shows_that_variants_fields():
     async with app.run_test(size=(100, 60)) as pilot:
         target = _row(app, "target")
         target.query_one(Select).value = "script"
-        await wait_until(pilot, lambda: "target.script" in [r.path for r in all_rows(app.query_one("#form"))])
+        await wait_until(pilot, lambda: any(r.path == "target.script" and r.query(Input)  # the row, then its field
+                                            for r in all_rows(app.query_one("#form"))))
         paths = [r.path for r in all_rows(app.query_one("#form"))]
         assert "target.steps" not in paths
         _row(app, "target.script").query_one(Input).value = "train.py"

@@ -93,3 +93,4 @@ def test_help_of_a_screen_with_tables_lists_the_table_keys():
     from probe_tui.app.screens.help import help_tables
 
     assert [str(t.title) for t in help_tables("monitor")] == ["Live monitor", SCOPE_TITLES["table"], "Everywhere"]
+    assert [str(t.title) for t in help_tables("acccheck")] == ["acc_check result", SCOPE_TITLES["table"], "Everywhere"]

@@ -21,7 +21,7 @@ SCOPES = ("app", "table", "home", "builder", "run", "summary", "compare", "dump"
 
 SCOPE_TITLES = {
     "app": "Everywhere",
-    "table": "Any table (runs, configs, alerts, grad compare, free_benchmark, overflow)",
+    "table": "Any table (runs, configs, alerts, grad compare, free_benchmark, overflow, acc_check)",
     "home": "Home (runs and configs)",
     "builder": "Config builder",
     "run": "Run",

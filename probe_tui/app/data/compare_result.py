@@ -22,7 +22,7 @@ from engines.compare.verdicts import ERROR, PASS, SKIPPED, UNMATCHED, VERDICTS, 
 
 # how bad a verdict is (higher is worse): skipped < pass < unmatched < warning < error
 SEVERITY = np.array([1, 3, 4, 2, 0], dtype=np.int8)
-VERDICT_STYLES = {PASS: "", WARNING: "yellow", ERROR: "bold red", UNMATCHED: "bright_black", SKIPPED: "dim"}
+VERDICT_STYLES = {PASS: "", WARNING: "warning", ERROR: "bold error", UNMATCHED: "muted", SKIPPED: "dim"}
 VERDICT_FILTERS: Dict[str, Optional[Tuple[int, ...]]] = {
     "all": None,
     "problems": (ERROR, WARNING, UNMATCHED),

@@ -1,5 +1,5 @@
 """An acc_check result (docs/ACC_CHECK.md): every checked API with its status and worst relative error, sortable
-by status (``s``) or by error (``e``); the detail pane shows the selected API's outputs with their metrics and
+by status (``s``) or by error (``e``), searchable (``/``) and filtered by status (``f``); the detail pane shows the selected API's outputs with their metrics and
 reasons; ``r`` writes the reproduction script of the selected API (``engines.acc_check.reproduce``) into the
 result folder's ``reproduce/``."""
 
@@ -19,12 +19,14 @@ from textual.widgets import DataTable, Label, Static
 from probe_tui.app.actions import bindings_for
 from probe_tui.app.screens.base import ResultScreen
 from probe_tui.app.screens.path_prompt import relative_text
+from probe_tui.app.styles import themed
 from probe_tui.app.tables import fill_table
+from probe_tui.app.widgets.find_table import FindTable, row_index
 from probe_tui.app.widgets.key_footer import KeyFooter
 from probe_tui.formatting import number_text
 
 STATUS_ORDER = {"error": 0, "warning": 1, "SKIP": 2, "pass": 3}
-STATUS_STYLE = {"error": "bold red", "warning": "yellow", "SKIP": "dim", "pass": "green"}
+STATUS_STYLE = {"error": "bold error", "warning": "warning", "SKIP": "dim", "pass": "success"}
 SORTS = ("status", "error")
 DETAIL_METRICS = (("cosine", "cosine"), ("max_abs_err", "max abs err"), ("max_rel_err", "max rel err"),
                   ("mean_rel_err", "mean rel err"), ("thousandth", "thousandth"), ("rmse", "RMSE"),
@@ -89,14 +91,14 @@ def api_detail(api: Dict[str, Any], outputs: List[Dict[str, Any]]) -> Group:
     status = str(api["status"])
     parts: List[Any] = [
         Text(str(api["name"]), style="bold"),
-        Text.assemble((status, STATUS_STYLE.get(status, "")), "  forward {} · backward {} · rank {} · step {}".format(
+        Text.assemble((status, themed(STATUS_STYLE.get(status, ""))), "  forward {} · backward {} · rank {} · step {}".format(
             str(api["forward"]).strip() or "—", str(api["backward"]).strip() or "—", api["rank"], api["step"]))]
     if api.get("message"):
         parts.append(Text(str(api["message"]), style="italic"))
     for out in outputs:
         ostatus = str(out["status"])
         parts.append(Text(""))
-        parts.append(Text.assemble((str(out["name"]), "bold"), "  ", (ostatus, STATUS_STYLE.get(ostatus, ""))))
+        parts.append(Text.assemble((str(out["name"]), "bold"), "  ", (ostatus, themed(STATUS_STYLE.get(ostatus, "")))))
         parts.append(Text("{} vs {} {} · {} standard".format(out.get("device_dtype", ""), out.get("bench_dtype", ""),
                                                               out.get("shape", ""), out.get("standard", "") or "—"),
                           style="dim"))
@@ -143,10 +145,19 @@ class AccCheckScreen(ResultScreen):
         with Horizontal(id="ac-body"):
             with Vertical(id="ac-left"):
                 yield Label("", id="ac-table-title", classes="pane-title")
-                yield DataTable(id="ac-apis", cursor_type="row", zebra_stripes=True)
+                yield FindTable(id="ac-apis", counter="#ac-table-title", filters=[
+                    ("errors", self._status_is("error")), ("warnings", self._status_is("warning")),
+                    ("not passed", self._not_passed)])
             with VerticalScroll(id="ac-detail"):
                 yield Static("", id="ac-detail-body")
         yield KeyFooter()
+
+    def _status_is(self, status: str):
+        """A filter on the row key (the row's place in ``self.shown``): the API's status is ``status``."""
+        return lambda key: self.shown[int(key)]["status"] == status
+
+    def _not_passed(self, key: str) -> bool:
+        return self.shown[int(key)]["status"] != "pass"
 
     def read(self) -> AccCheckResult:
         from engines.acc_check.results import read_result
@@ -158,7 +169,7 @@ class AccCheckScreen(ResultScreen):
         errors, warnings, skipped = result.count("error"), result.count("warning"), result.count("SKIP")
         verdict = "{} APIs checked: {} error, {} warning, {} not replayed, {} pass".format(
             len(result.apis), errors, warnings, skipped, result.count("pass"))
-        style = "bold red" if errors else "bold yellow" if warnings else "bold green"
+        style = themed("bold error") if errors else themed("bold warning") if warnings else themed("bold success")
         self.query_one("#ac-verdict", Static).update(Text(verdict, style=style))
         self._fill()
 
@@ -168,23 +179,34 @@ class AccCheckScreen(ResultScreen):
         rows = []
         for n, a in enumerate(self.shown):
             status = str(a["status"])
-            rows.append(([Text(status, style=STATUS_STYLE.get(status, "")), number_text(a["error"], 4),
-                          Text(str(a["name"]), style="red" if status == "error" else ""),
+            rows.append(([Text(status, style=themed(STATUS_STYLE.get(status, ""))), number_text(a["error"], 4),
+                          Text(str(a["name"]), style=themed("error") if status == "error" else ""),
                           str(a["forward"]).strip() or "—", str(a["backward"]).strip() or "—"], str(n)))
-        fill_table(self.query_one("#ac-apis", DataTable), ("status", "max rel err", "API", "fwd", "bwd"), rows,
-                   hide_when_empty=False)
-        self.query_one("#ac-table-title", Label).update("APIs ({}) by {} · s status · e error".format(
-            len(rows), "status" if self.sort_by == "status" else "error, largest first"))
-        if self.shown:
-            self.query_one("#ac-apis", DataTable).move_cursor(row=0)
-            self._select(0)
+        table = self.query_one("#ac-apis", FindTable)
+        table.title = "APIs by {} · s status · e error".format("status" if self.sort_by == "status"
+                                                               else "error, largest first")
+        fill_table(table, ("status", "max rel err", "API", "fwd", "bwd"), rows, hide_when_empty=False)
+        if table.row_count:
+            table.move_cursor(row=0)
+            self._select(int(str(table.ordered_rows[0].key.value)))
         else:
-            self.query_one("#ac-detail-body", Static).update(Text("The check judged no API.", style="italic"))
+            self.selected = None
+            self.query_one("#ac-detail-body", Static).update(Text(
+                "The check judged no API." if not self.shown else "No API matches the search or filter.",
+                style="italic"))
 
     @on(DataTable.RowHighlighted, "#ac-apis")
     def _highlighted(self, event: DataTable.RowHighlighted) -> None:
-        if 0 <= event.cursor_row < len(self.shown):
-            self._select(event.cursor_row)
+        n = row_index(event)  # the row's place in self.shown (the table may show a search's rows only)
+        if n is not None and 0 <= n < len(self.shown):
+            self._select(n)
+
+    @on(FindTable.Found)
+    def _found(self, event: FindTable.Found) -> None:
+        if not event.table.row_count and self.shown:
+            self.selected = None
+            self.query_one("#ac-detail-body", Static).update(Text("No API matches the search or filter.",
+                                                                  style="italic"))
 
     def _select(self, n: int) -> None:
         assert self.result is not None

@@ -11,6 +11,8 @@ from textual.screen import Screen
 from textual.widgets import Static
 from textual.worker import Worker, WorkerState
 
+from probe_tui.app.styles import themed
+
 
 class AppScreen(Screen):
     """Base of the app's full screens. Workers post their state to the screen that started them (the message
@@ -62,7 +64,7 @@ class ResultScreen(AppScreen):
     def _loaded(self, message: "ResultScreen.Loaded") -> None:
         if message.result is None:
             if self.VERDICT:
-                self.query_one(self.VERDICT, Static).update(Text(message.error, style="red"))
+                self.query_one(self.VERDICT, Static).update(Text(message.error, style=themed("error")))
             self.notify(message.error, severity="error", title=self.TITLE)
             return
         self.show(message.result)

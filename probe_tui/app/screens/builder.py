@@ -18,6 +18,7 @@ from probe_tui.app.form.fields import FieldRow
 from probe_tui.app.form.model_form import ModelForm, all_rows, folds_above, place_issues
 from probe_tui.app.screens.base import AppScreen
 from probe_tui.app.screens.path_prompt import PathPrompt, relative_text
+from probe_tui.app.styles import themed
 from probe_tui.app.widgets.key_footer import KeyFooter
 
 VALIDATE_DELAY_S = 0.2
@@ -158,15 +159,15 @@ class BuilderScreen(AppScreen):
     def _show_summary(self, result: Validation, unplaced: List[Any]) -> None:
         validity = self.query_one("#validity", Static)
         if result.ok:
-            validity.update(Text("✓ valid", style="bold green"))
+            validity.update(Text("✓ valid", style=themed("bold success")))
         else:
             n = len(result.issues)
-            validity.update(Text(f"✗ {n} error{'s' if n != 1 else ''} · ^n next", style="bold red"))
+            validity.update(Text(f"✗ {n} error{'s' if n != 1 else ''} · ^n next", style=themed("bold error")))
         lines = Text()
         for path, text in unplaced:
-            lines.append(f"✗ {path + ': ' if path else ''}{text}\n", style="red")
+            lines.append(f"✗ {path + ': ' if path else ''}{text}\n", style=themed("error"))
         for warning in self.notes + result.warnings:
-            lines.append(f"! {warning.line()}\n", style="yellow")
+            lines.append(f"! {warning.line()}\n", style=themed("warning"))
         issues = self.query_one("#issues", Static)
         lines.rstrip()
         issues.update(lines)
@@ -175,7 +176,7 @@ class BuilderScreen(AppScreen):
     def _update_title(self) -> None:
         title = self._title_text()
         if self.dirty or self.path is None:
-            title.append("  [modified]" if self.dirty else "", style="yellow")
+            title.append("  [modified]" if self.dirty else "", style=themed("warning"))
         self.query_one("#builder-title", Static).update(title)
 
     @on(Select.Changed, "#task")

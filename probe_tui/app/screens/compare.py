@@ -31,6 +31,7 @@ from probe_tui.app.screens.compare_rows import (
     number_width,
 )
 from probe_tui.app.screens.path_prompt import relative_text
+from probe_tui.app.styles import themed
 from probe_tui.app.widgets.key_footer import KeyFooter
 from probe_tui.app.widgets.rank_bar import RankBar
 from probe_tui.app.widgets.result_tree import NodeRef, ResultTree
@@ -171,9 +172,9 @@ class CompareScreen(CompareRanks, AppScreen):
         data = self.data
         counts = data.verdict_counts()
         text = Text.assemble("{} rows: ".format(count_text(data.n_rows)),
-                             ("{:,} error".format(counts["error"]), "red"), " · ",
-                             ("{:,} warning".format(counts["warning"]), "yellow"), " · ",
-                             ("{:,} unmatched".format(counts["unmatched"]), "bright_black"))
+                             ("{:,} error".format(counts["error"]), themed("error")), " · ",
+                             ("{:,} warning".format(counts["warning"]), themed("warning")), " · ",
+                             ("{:,} unmatched".format(counts["unmatched"]), themed("muted")))
         self.query_one("#cmp-counts", Static).update(text)
 
     def on_unmount(self) -> None:

@@ -12,6 +12,7 @@ from engines.compare.suspects import suspect_record
 from engines.compare.verdicts import VERDICTS
 from engines.dumps.rows import DIR_NAMES, IO_NAMES, KIND_NAMES
 from probe_tui.app.data.compare_result import VERDICT_STYLES
+from probe_tui.app.styles import themed
 from probe_tui.app.widgets.dump_tree import dtype_text
 from probe_tui.formatting import number_text
 
@@ -42,7 +43,7 @@ def _flag(value: Any) -> str:
 
 def verdict_label(code: int) -> Text:
     code = int(code)
-    return Text(" {} ".format(VERDICTS[code]), style="reverse " + (VERDICT_STYLES.get(code) or "green"))
+    return Text(" {} ".format(VERDICTS[code]), style=themed("reverse " + (VERDICT_STYLES.get(code) or "success")))
 
 
 def row_detail(row: Dict[str, Any], mode: str) -> RenderableType:
@@ -57,12 +58,12 @@ def row_detail(row: Dict[str, Any], mode: str) -> RenderableType:
     parts.append(Text(where, style="dim"))
     golden = _name(row.get("golden_name"))
     if not row.get("matched"):
-        parts.append(Text("no golden row matched", style="bright_black"))
+        parts.append(Text("no golden row matched", style=themed("muted")))
     elif golden and golden != row.get("target_name"):
         parts.append(Text("golden: " + golden, style="italic"))
     reasons = _name(row.get("reasons"))
     if reasons:
-        parts.append(Text(reasons, style=VERDICT_STYLES.get(int(row.get("verdict", 0))) or ""))
+        parts.append(Text(reasons, style=themed(VERDICT_STYLES.get(int(row.get("verdict", 0))) or "")))
     stats = _grid()
     for label in ("", "target", "golden", "diff", "rel"):
         stats.add_column(label, justify="right" if label else "left", no_wrap=True, min_width=4 if label else 4)
@@ -125,9 +126,9 @@ def node_detail(columns: Dict[str, Any], name: str, row: Optional[Dict[str, Any]
     """A tree node: counts of itself and everything below it, worst metrics, then its first row."""
     verdict = int(columns["worst_verdict"])
     counts = Text.assemble(
-        ("{:,} rows: ".format(int(columns["n_rows"]))), ("{:,} error".format(int(columns["n_error"])), "red"), " · ",
-        ("{:,} warning".format(int(columns["n_warning"])), "yellow"), " · ", "{:,} pass".format(int(columns["n_pass"])),
-        " · ", ("{:,} unmatched".format(int(columns["n_unmatched"])), "bright_black"))
+        ("{:,} rows: ".format(int(columns["n_rows"]))), ("{:,} error".format(int(columns["n_error"])), themed("error")), " · ",
+        ("{:,} warning".format(int(columns["n_warning"])), themed("warning")), " · ", "{:,} pass".format(int(columns["n_pass"])),
+        " · ", ("{:,} unmatched".format(int(columns["n_unmatched"])), themed("muted")))
     parts: List[RenderableType] = [
         Text.assemble(verdict_label(verdict), " ", (name, "bold")),
         counts,

@@ -12,6 +12,7 @@ from rich.text import Text
 
 from probe_tui.app.data.compare_result import diverged, first_by_rank, first_rank
 from probe_tui.app.ranks import RankSelector
+from probe_tui.app.styles import themed
 from probe_tui.formatting import number_text
 
 
@@ -51,8 +52,8 @@ class CompareRanks(RankSelector):
         if table is None:
             return Text("reading the ranking…", style="italic dim")
         if position is None or not diverged(table, position):
-            return Text("✓ no divergence", style="green")
-        head = ("◀ diverged first: ", "bold red") if rank == self.first_rank() else ("✗ first divergence: ", "red")
+            return Text("✓ no divergence", style=themed("success"))
+        head = ("◀ diverged first: ", themed("bold error")) if rank == self.first_rank() else ("✗ first divergence: ", themed("error"))
         return Text.assemble(head, (_suspect(table, position), "bold"),
                              (" · step {} · score {} · #{}".format(int(table["step"][position]),
                                                                   number_text(table["score"][position], 3),
@@ -69,12 +70,12 @@ class CompareRanks(RankSelector):
         if self.divergence_all is None:
             return Text("")
         if first is None:
-            return Text("no rank diverges", style="green")
+            return Text("no rank diverges", style=themed("success"))
         if self.rank is None or self.rank == first:
             position = self._firsts()[first]
-            return Text.assemble(("rank {} diverged first".format(first), "bold red"),
+            return Text.assemble(("rank {} diverged first".format(first), themed("bold error")),
                                  (": " + _suspect(self.divergence_all, position), ""))
-        return Text.assemble(self.rank_first_text(self.rank), ("  (rank {} diverged first)".format(first), "red"))
+        return Text.assemble(self.rank_first_text(self.rank), ("  (rank {} diverged first)".format(first), themed("error")))
 
     def tree_marks(self) -> Dict[Tuple[int, int], Text]:
         """The model tree's piece notes: each rank's first divergence at its (rank, step)."""
@@ -86,6 +87,6 @@ class CompareRanks(RankSelector):
         for rank, position in self._firsts().items():
             if not diverged(table, position):
                 continue
-            head = ("◀ diverged first: ", "bold red") if rank == first else ("✗ first divergence: ", "red")
+            head = ("◀ diverged first: ", themed("bold error")) if rank == first else ("✗ first divergence: ", themed("error"))
             marks[(rank, int(table["step"][position]))] = Text.assemble(head, _suspect(table, position))
         return marks

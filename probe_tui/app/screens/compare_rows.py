@@ -13,10 +13,11 @@ from engines.compare.divergence import PHASES, SUSPECT_KINDS
 from engines.compare.suspects import suspect_record
 from engines.compare.verdicts import VERDICTS
 from probe_tui.app.data.compare_result import VERDICT_STYLES, CompareResult, ResultView
+from probe_tui.app.styles import themed
 from probe_tui.app.widgets.virtual_table import Column, RowSource
 from probe_tui.formatting import number_text
 
-ROW_STYLES = {2: "red", 1: "yellow", 3: "bright_black", 4: "dim"}
+ROW_STYLES = {2: "error", 1: "warning", 3: "muted", 4: "dim"}
 METRIC_LABELS = {"rel_err": "rel_err", "cosine": "cosine", "max_abs_err": "max_abs", "max_rel_err": "max_rel_e",
                  "max_rel": "max_rel", "norm_rel": "norm_rel", "target_crc32": "target crc",
                  "golden_crc32": "golden crc"}
@@ -30,7 +31,7 @@ def number_width(n_rows: int) -> int:
 
 
 def verdict_text(code: int) -> Text:
-    return Text(VERDICTS[int(code)], style=VERDICT_STYLES.get(int(code), ""))
+    return Text(VERDICTS[int(code)], style=themed(VERDICT_STYLES.get(int(code), "")))
 
 
 def mode_metrics(data: CompareResult) -> List[str]:

@@ -23,6 +23,7 @@ from probe_tui.app.ranks import RankSelector
 from probe_tui.app.screens.base import AppScreen
 from probe_tui.app.screens.dump_detail import dump_detail, piece_detail, record_detail, tensor_detail
 from probe_tui.app.screens.path_prompt import relative_text
+from probe_tui.app.styles import themed
 from probe_tui.app.widgets.dump_tree import DumpRef, DumpTree
 from probe_tui.app.widgets.key_footer import KeyFooter
 from probe_tui.app.widgets.rank_bar import RankBar
@@ -112,7 +113,7 @@ class DumpScreen(RankSelector, AppScreen):
     @on(Opened)
     def _opened(self, message: "DumpScreen.Opened") -> None:
         if message.index is None:
-            self._detail(Text(message.error, style="red"))
+            self._detail(Text(message.error, style=themed("error")))
             self.notify(message.error, severity="error", title="Dump")
             return
         self.index = message.index
@@ -147,7 +148,7 @@ class DumpScreen(RankSelector, AppScreen):
                     note.append(" · {:,} records read".format(sum(len(p.records) for p in read)))
                     bad = sum(int(p.nonfinite.sum()) for p in read)
                     if bad:
-                        note.append(" · {:,} inf/nan rows".format(bad), style="bold red")
+                        note.append(" · {:,} inf/nan rows".format(bad), style=themed("bold error"))
             entries.append((rank, note))
         return entries
 

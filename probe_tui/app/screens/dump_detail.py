@@ -11,6 +11,7 @@ from rich.text import Text
 from engines.dumps.rows import IO_NAMES, STAT_BITS
 from probe_tui.app.data.dump_index import DumpIndex, Piece
 from probe_tui.app.data.tensor_preview import Preview
+from probe_tui.app.styles import themed
 from probe_tui.app.widgets.dump_tree import dtype_text, record_kind_text
 from probe_tui.app.widgets.histogram import histogram_text
 from probe_tui.formatting import number_text
@@ -49,7 +50,7 @@ def piece_detail(piece: Piece) -> RenderableType:
                  len(piece.records), len(piece.rows), int((piece.rows.data >= 0).sum())))]
     if bad:
         first = next(n for n in piece.records if piece.records[n].nonfinite)
-        lines.append(Text("{:,} rows hold inf/nan; first in {}".format(bad, first), style="bold red"))
+        lines.append(Text("{:,} rows hold inf/nan; first in {}".format(bad, first), style=themed("bold error")))
     return Group(*lines)
 
 
@@ -59,7 +60,7 @@ def record_detail(piece: Piece, name: str) -> RenderableType:
     if node.parent:
         parts.append(Text("in " + node.parent, style="dim"))
     if node.nonfinite:
-        parts.append(Text("holds inf/nan", style="bold red"))
+        parts.append(Text("holds inf/nan", style=themed("bold error")))
     if node.rows.size:
         table = Table(box=None, padding=(0, 1), header_style="bold")
         for col, justify in (("slot", "left"), ("dtype", "left"), ("shape", "left"), ("max", "right"),
@@ -67,7 +68,7 @@ def record_detail(piece: Piece, name: str) -> RenderableType:
             table.add_column(col, justify=justify, no_wrap=True)
         rows = piece.rows
         for i in node.rows[:ROWS_SHOWN].tolist():
-            style = "red" if piece.nonfinite[i] else ""
+            style = themed("error") if piece.nonfinite[i] else ""
             value = rows.text[i]
             if value is not None:
                 cells = [value, "", "", ""]
@@ -115,7 +116,7 @@ def tensor_detail(piece: Piece, i: int, preview: Optional[Preview] = None, error
     parts.append(stats)
     extra = []
     if rows.nonfinite[i] >= 0:
-        extra.append(("inf/nan {:,}".format(int(rows.nonfinite[i])), "bold red" if rows.nonfinite[i] else ""))
+        extra.append(("inf/nan {:,}".format(int(rows.nonfinite[i])), themed("bold error") if rows.nonfinite[i] else ""))
     if rows.crc32[i]:
         extra.append(("crc32 " + str(rows.crc32[i]), ""))
     if rows.data_name[i]:
@@ -129,7 +130,7 @@ def tensor_detail(piece: Piece, i: int, preview: Optional[Preview] = None, error
         if rows.is_tensor[i]:
             parts.append(Text("statistics only: no values stored for this tensor", style="italic dim"))
     elif error:
-        parts.append(Text(error, style="red"))
+        parts.append(Text(error, style=themed("error")))
     elif preview is None:
         parts.append(Text("reading values…", style="italic dim"))
     else:

@@ -15,6 +15,7 @@ from probe_tui.app.actions import bindings_for
 from probe_tui.app.data.check_results import FreeBenchmarkResult, read_free_benchmark
 from probe_tui.app.screens.base import ResultScreen
 from probe_tui.app.screens.path_prompt import relative_text
+from probe_tui.app.styles import themed
 from probe_tui.app.tables import fill_table
 from probe_tui.app.widgets.find_table import FindTable, row_index
 from probe_tui.app.widgets.key_footer import KeyFooter
@@ -37,13 +38,13 @@ def check_detail(check: Dict[str, Any]) -> Group:
              Text("rank {} · step {} · {} stage · output {}".format(check["rank"], check["step"], check["stage"],
                                                                    check["output_index"]), style="dim"),
              Text("{} · {}".format(check["pert_mode"], check["handler"]), style="dim"),
-             Text.assemble(("ratio ", "bold"), (number_text(check.get("ratio"), 6), "bold red" if bad else "green"),
+             Text.assemble(("ratio ", "bold"), (number_text(check.get("ratio"), 6), themed("bold error") if bad else themed("success")),
                            (" vs threshold ", "bold"), number_text(check.get("threshold"), 6)),
              Text("inconsistent: the output moved more than its dtype allows" if bad else "consistent",
-                  style="red" if bad else "green"),
+                  style=themed("error") if bad else themed("success")),
              Text("{} {}".format(str(check.get("dtype", "")).replace("torch.", ""), check.get("shape", "")))]
     if check.get("replaced"):
-        parts.append(Text("fix: the re-run's output replaced the original", style="yellow"))
+        parts.append(Text("fix: the re-run's output replaced the original", style=themed("warning")))
     if check.get("detail"):
         parts.append(Text(str(check["detail"]), style="italic"))
     return Group(*parts)
@@ -88,7 +89,7 @@ class FreeBenchmarkScreen(ResultScreen):
         verdict = str(self.result.summary.get("verdict") or "{} of {} checks inconsistent".format(
             len(bad), len(self.result.checks)))
         mode = str(self.result.summary.get("mode") or "")
-        self.query_one("#fb-verdict", Static).update(Text.assemble((verdict, "bold red" if bad else "bold green"),
+        self.query_one("#fb-verdict", Static).update(Text.assemble((verdict, themed("bold error") if bad else themed("bold success")),
                                                                    ("  " + mode if mode else "", "dim")))
         self._fill()
 
@@ -99,7 +100,7 @@ class FreeBenchmarkScreen(ResultScreen):
                                                    c["name"]))
         rows = []
         for n, c in enumerate(self.shown):
-            style = "red" if not c["consistent"] else ""
+            style = themed("error") if not c["consistent"] else ""
             rows.append(([str(c["step"]), Text(number_text(c.get("ratio"), 6), style=style),
                           number_text(c.get("threshold"), 6), Text(str(c["name"]), style=style), c["stage"],
                           str(c["output_index"]), str(c.get("dtype", "")).replace("torch.", ""),
@@ -113,7 +114,7 @@ class FreeBenchmarkScreen(ResultScreen):
             self._select(0)
         else:
             self.query_one("#fb-detail-body", Static).update(Text("Every checked output stayed within its "
-                                                                  "threshold.", style="green"))
+                                                                  "threshold.", style=themed("success")))
 
     @on(DataTable.RowHighlighted, "#fb-checks")
     def _highlighted(self, event: DataTable.RowHighlighted) -> None:

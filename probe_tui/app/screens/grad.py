@@ -19,6 +19,7 @@ from probe_tui.app.data.grad_result import GradResult, RankResult
 from probe_tui.app.ranks import RankSelector
 from probe_tui.app.screens.base import ResultScreen
 from probe_tui.app.screens.path_prompt import relative_text
+from probe_tui.app.styles import themed
 from probe_tui.app.widgets.find_table import FindTable
 from probe_tui.app.widgets.key_footer import KeyFooter
 from probe_tui.app.widgets.metric_chart import MetricChart
@@ -31,10 +32,10 @@ BAR_HALF = 10
 def ratio_bar(ratio: float, tolerance: float, over: bool) -> Text:
     """A bar centred on 1.0: left for a ratio below 1, right above; full at 4× the tolerance; red when over."""
     if not math.isfinite(ratio):
-        return Text(" " * BAR_HALF + "?" + " " * BAR_HALF, style="bold red")
+        return Text(" " * BAR_HALF + "?" + " " * BAR_HALF, style=themed("bold error"))
     deviation = ratio - 1.0
     n = int(math.ceil(min(1.0, abs(deviation) / (4 * tolerance)) * BAR_HALF)) if tolerance > 0 else 0
-    style = "bold red" if over else "green"
+    style = themed("bold error") if over else themed("success")
     left = " " * (BAR_HALF - n) + "█" * n if deviation < 0 else " " * BAR_HALF
     right = "█" * n + " " * (BAR_HALF - n) if deviation > 0 else " " * BAR_HALF
     return Text.assemble((left, style), ("│", "dim"), (right, style))
@@ -54,9 +55,9 @@ def layer_table(rank: RankResult, s: int, tolerance: float) -> Table:
     for depth, layer in enumerate(rank.layers):
         ratio = float(rank.ratio[depth, s])
         over = bool(rank.over[depth, s])
-        mark = Text("← growth starts here", style="bold red") if depth == first else Text("over" if over else "")
+        mark = Text("← growth starts here", style=themed("bold error")) if depth == first else Text("over" if over else "")
         table.add_row(str(depth), layer, number_text(ratio, 5), ratio_bar(ratio, tolerance, over), mark,
-                      style="red" if over else "")
+                      style=themed("error") if over else "")
     return table
 
 
@@ -126,10 +127,10 @@ class GradScreen(RankSelector, ResultScreen):
         first = rank.violations[0] if rank.violations else None
         multi = " (rank {})".format(rank.rank) if len(result.ranks) > 1 else ""
         if first is None:
-            verdict = Text.assemble((" ✓ rule holds ", "bold reverse green"), " every parameter ≥ {} and no drop "
+            verdict = Text.assemble((" ✓ rule holds ", themed("bold reverse success")), " every parameter ≥ {} and no drop "
                                     "> {} over {} steps{}".format(result.threshold, result.drop, len(rank.steps), multi))
         else:
-            verdict = Text.assemble((" ✗ {} / {} rule broken ".format(result.threshold, result.drop), "bold reverse red"),
+            verdict = Text.assemble((" ✗ {} / {} rule broken ".format(result.threshold, result.drop), themed("bold reverse error")),
                                     " at step {} by ".format(first.step), (first.param, "bold"), ": ",
                                     first.describe(result.threshold, result.drop),
                                     " · {} violation(s){}".format(len(rank.violations), multi))
@@ -166,7 +167,7 @@ class GradScreen(RankSelector, ResultScreen):
             broken = rank.violations_of(rank.params[p])
             rule = broken[0].describe(threshold, self.result.drop) + (" (+{})".format(len(broken) - 1)
                                                                         if len(broken) > 1 else "") if broken else ""
-            style = "red" if broken else ""
+            style = themed("error") if broken else ""
             rows.append((str(p), [Text(rank.params[p], style=style), number_text(low[1], 4),
                                   "" if low[0] is None else str(low[0]), number_text(last, 4), Text(rule, style=style)]))
         sort = "lowest similarity first" if self.by_similarity else "model order"

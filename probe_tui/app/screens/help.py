@@ -12,7 +12,7 @@ from textual.widgets import Static
 from probe_tui.app.actions import SCOPE_TITLES, actions_by_group, bindings_for, keys_label
 from probe_tui.app.widgets.key_footer import KeyFooter
 
-TABLE_SCOPES = ("home", "monitor", "grad", "overflow", "freebench")
+TABLE_SCOPES = ("home", "monitor", "grad", "overflow", "freebench", "acccheck")
 """Screens whose tables are FindTables (/ searches, f filters)."""
 
 

@@ -21,6 +21,7 @@ from probe_tui.app.discovery import (
     run_row,
 )
 from probe_tui.app.screens.base import AppScreen
+from probe_tui.app.styles import themed
 from probe_tui.app.tables import fill_table
 from probe_tui.app.widgets.find_table import FindTable
 from probe_tui.app.widgets.key_footer import KeyFooter
@@ -31,9 +32,9 @@ CONFIG_COLUMNS = ("File", "Task", "Modified", "Valid")
 FOLDER_WIDTH = 38
 DEMO_SAMPLE = "statistics.json"
 """The shipped sample ``d`` runs: the tiny demo model, statistics of every API call."""
-STATUS_STYLES = {"finished": "green", "running": "cyan", "stopped": "yellow", "disk_full": "yellow", "failed": "red",
-                 "crashed": "red",
-                 "msprobe dump": "magenta", "compare result": "magenta"}
+STATUS_STYLES = {"finished": "success", "running": "info", "stopped": "warning", "disk_full": "warning", "failed": "error",
+                 "crashed": "error",
+                 "msprobe dump": "accent", "compare result": "accent"}
 
 
 class HomeScreen(AppScreen):
@@ -134,7 +135,7 @@ class HomeScreen(AppScreen):
         selected = self._selected_key(table)
         rows = []
         for row in self.runs:
-            status = Text(row["status"], style=STATUS_STYLES.get(row["status"], ""))
+            status = Text(row["status"], style=themed(STATUS_STYLES.get(row["status"], "")))
             rows.append(([_tail(row["folder"], FOLDER_WIDTH), row["task"], status, row["steps"], row["ranks"], row["size"],
                           row["framework"], row["started"]], row["folder"]))
         fill_table(table, RUN_COLUMNS, rows)
@@ -149,7 +150,7 @@ class HomeScreen(AppScreen):
         selected = self._selected_key(table)
         rows = []
         for config in self.configs:
-            valid = Text("✓ valid", style="green") if config.valid else Text("✗ " + config.problem, style="red")
+            valid = Text("✓ valid", style=themed("success")) if config.valid else Text("✗ " + config.problem, style=themed("error"))
             rows.append(([self._relative(config.path), config.task, format_time(config.modified), valid],
                          str(config.path)))
         fill_table(table, CONFIG_COLUMNS, rows)

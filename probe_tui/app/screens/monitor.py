@@ -25,6 +25,7 @@ from probe_tui.app.data.monitor_feed import MonitorFeed, MonitorSnapshot, Series
 from probe_tui.app.screens.base import AppScreen
 from probe_tui.app.screens.monitor_ranks import MonitorRanks
 from probe_tui.app.screens.path_prompt import relative_text
+from probe_tui.app.styles import themed
 from probe_tui.app.widgets.find_table import FindTable
 from probe_tui.app.widgets.key_footer import KeyFooter
 from probe_tui.app.widgets.metric_chart import MAX_LINES, MetricChart, picker_label
@@ -169,24 +170,24 @@ class MonitorScreen(MonitorRanks, AppScreen):
     def _state(self) -> Tuple[str, str]:
         """(text, style) of the badge: live, quiet, finished, failed, paused."""
         if self.status == "opening":
-            return "opening…", "yellow"
+            return "opening…", themed("warning")
         if self.status == "waiting":
-            return "waiting for metrics…", "yellow"
+            return "waiting for metrics…", themed("warning")
         if self.status == "error":
-            return "cannot read", "bold red"
+            return "cannot read", themed("bold error")
         if self.status == "running":
             if self.quiet_for >= self.quiet_s:
-                return "quiet {:.0f} s (no new step)".format(self.quiet_for), "bold yellow"
-            return "● live", "bold green"
+                return "quiet {:.0f} s (no new step)".format(self.quiet_for), themed("bold warning")
+            return "● live", themed("bold success")
         if self.status == "finished":
-            return "writer finished", "bold cyan"
-        return "writer {}".format(self.status), "bold red"
+            return "writer finished", themed("bold info")
+        return "writer {}".format(self.status), themed("bold error")
 
     def _show_status(self) -> None:
         text, style = self._state()
         badge = Text(" " + text + " ", style=style)
         if self.paused:
-            badge = Text.assemble((" ⏸ paused ", "bold reverse yellow"), " ", badge)
+            badge = Text.assemble((" ⏸ paused ", themed("bold reverse warning")), " ", badge)
         self.query_one("#mon-status", Label).update(badge)
         step = "—" if self.last_step is None else str(self.last_step)
         window = "all steps" if self.window_width is None else "{} steps".format(self.window_width)
@@ -381,7 +382,7 @@ class MonitorScreen(MonitorRanks, AppScreen):
         rows = []
         for group in self.alert_groups.ordered(self.alert_sort):
             worst = alerts[group.worst]
-            style = "bold red" if math.isinf(group.worst_severity) else ""
+            style = themed("bold error") if math.isinf(group.worst_severity) else ""
             where = [group.key[0]] if self.rank_column else []
             rows.append((row_key(group), [str(group.first_step), *where, Text(group.key[2], style=style),
                                           group.key[1], "{:,}".format(group.count), number_text(worst.get("value")),

@@ -12,6 +12,7 @@ from textual.widgets import DataTable
 
 from probe_tui.app.data.monitor_feed import MonitorSnapshot, SeriesData
 from probe_tui.app.ranks import RankSelector
+from probe_tui.app.styles import themed
 from probe_tui.app.widgets.metric_chart import short_key
 from probe_tui.formatting import number_text
 
@@ -74,7 +75,7 @@ class MonitorRanks(RankSelector):
             number_text(series.low[i], 3), int(series.low_rank[i]), number_text(series.values[i], 3),
             number_text(series.high[i], 3), int(series.high_rank[i])))
         if series.bad is not None and int(series.bad[i]):
-            text.append(" · {} non-finite".format(int(series.bad[i])), style="bold red")
+            text.append(" · {} non-finite".format(int(series.bad[i])), style=themed("bold error"))
         return text
 
     def rank_note(self) -> Text:
@@ -99,6 +100,6 @@ class MonitorRanks(RankSelector):
                 step, value = self.latest[rank]
                 note.append("{} @{} = {}".format(short_key(key, 28), step, number_text(value)), style="dim")
             if counts.get(rank):
-                note.append("  {} alert{}".format(counts[rank], "" if counts[rank] == 1 else "s"), style="bold red")
+                note.append("  {} alert{}".format(counts[rank], "" if counts[rank] == 1 else "s"), style=themed("bold error"))
             entries.append((rank, note))
         return entries

@@ -17,14 +17,15 @@ from probe_tui.app.data.check_results import OverflowResult, read_overflow
 from probe_tui.app.ranks import RankSelector
 from probe_tui.app.screens.base import ResultScreen
 from probe_tui.app.screens.path_prompt import relative_text
+from probe_tui.app.styles import themed
 from probe_tui.app.tables import fill_table
 from probe_tui.app.widgets.find_table import FindTable, row_index
 from probe_tui.app.widgets.key_footer import KeyFooter
 from probe_tui.app.widgets.rank_bar import RankBar
 from probe_tui.formatting import number_text
 
-ORIGIN_STYLES = {"produced": "bold red", "inputs": "yellow", "mask": "dim"}
-CATEGORY_STYLES = {"range": "bold red", "precision": "bold yellow", "not reproduced": "cyan", "inherited": "dim",
+ORIGIN_STYLES = {"produced": "bold error", "inputs": "warning", "mask": "dim"}
+CATEGORY_STYLES = {"range": "bold error", "precision": "bold warning", "not reproduced": "info", "inherited": "dim",
                    "not replayed": "dim"}
 
 
@@ -35,7 +36,7 @@ def _json_text(value: Any) -> str:
 
 
 def call_detail(call: Dict[str, Any]) -> Group:
-    style = ORIGIN_STYLES.get(call.get("origin", ""), "")
+    style = themed(ORIGIN_STYLES.get(call.get("origin", ""), ""))
     parts = [Text(str(call["name"]), style="bold"),
              Text("rank {} · step {} · flagged call #{} · {} {}".format(call["rank"], call["step"], call["order"] + 1,
                                                                         call.get("kind", ""),
@@ -43,15 +44,15 @@ def call_detail(call: Dict[str, Any]) -> Group:
              Text.assemble(("origin ", "bold"), (str(call.get("origin", "")), style)),
              Text(str(call.get("reason") or ""), style=style)]
     if call.get("first"):
-        parts.append(Text("the step's first origin", style="bold red"))
+        parts.append(Text("the step's first origin", style=themed("bold error")))
     if call.get("where"):
         parts += [Text("code", style="bold"), Text(str(call["where"]))]
     if call.get("parent"):
         parts.append(Text("in " + str(call["parent"]), style="dim"))
     if call.get("nonfinite"):
-        parts += [Text("non-finite tensors", style="bold"), Text(_json_text(call["nonfinite"]), style="red")]
+        parts += [Text("non-finite tensors", style="bold"), Text(_json_text(call["nonfinite"]), style=themed("error"))]
     if call.get("kept"):
-        parts.append(Text("its tensors are kept: d opens them in the dump browser", style="green"))
+        parts.append(Text("its tensors are kept: d opens them in the dump browser", style=themed("success")))
     if call.get("not_saved"):
         parts += [Text("not saved", style="bold"), Text(_json_text(call["not_saved"]), style="dim")]
     return Group(*parts)
@@ -107,7 +108,7 @@ class OverflowScreen(RankSelector, ResultScreen):
         flagged = sum(int(s.get("flagged") or 0) for s in result.steps)
         if not verdict:
             verdict = "{} flagged call(s) in {} checked step(s)".format(flagged, len(result.steps))
-        style = "bold red" if (flagged or result.replays) else "bold green"
+        style = themed("bold error") if (flagged or result.replays) else themed("bold success")
         self.verdict_renderable = Text(verdict, style=style)
         self.query_one("#ovf-verdict", Static).update(self.verdict_renderable)
         self.setup_ranks({int(s["rank"]) for s in result.steps} | {int(r["rank"]) for r in result.replays})
@@ -133,11 +134,11 @@ class OverflowScreen(RankSelector, ResultScreen):
             flagged = [s for s in self.result.steps if int(s["rank"]) == rank and s["flagged"]] if self.result else []
             if flagged:
                 first = flagged[0]
-                note = Text.assemble(("first flagged at step {}: ".format(first["step"]), "red"),
+                note = Text.assemble(("first flagged at step {}: ".format(first["step"]), themed("error")),
                                      str(first.get("first") or ""), (" ({} flagged step{})".format(
                                          len(flagged), "" if len(flagged) == 1 else "s"), "dim"))
             else:
-                note = Text("clean", style="green")
+                note = Text("clean", style=themed("success"))
             entries.append((rank, note))
         return entries
 
@@ -147,10 +148,10 @@ class OverflowScreen(RankSelector, ResultScreen):
         for s in self.shown_steps:
             first = str(s.get("first") or "")
             origin = str(s.get("first_origin") or "")
-            status = Text("flagged {}".format(s["flagged"]), style="bold red") if s["flagged"] else Text("clean",
-                                                                                                       style="green")
+            status = Text("flagged {}".format(s["flagged"]), style=themed("bold error")) if s["flagged"] else Text("clean",
+                                                                                                       style=themed("success"))
             rows.append(([str(s["step"]), str(s["rank"]), status, str(s["checked"]), str(s["masks"]),
-                          Text(first or "—", style=ORIGIN_STYLES.get(origin, "")), Text(origin, style=ORIGIN_STYLES
+                          Text(first or "—", style=themed(ORIGIN_STYLES.get(origin, ""))), Text(origin, style=ORIGIN_STYLES
                                                                                          .get(origin, "")),
                           "stopped" if s.get("stopped") else ""], str(len(rows))))
         table = self.query_one("#ovf-steps", FindTable)
@@ -180,8 +181,8 @@ class OverflowScreen(RankSelector, ResultScreen):
             return
         step = self.shown_steps[index]
         self.shown_calls = self.result.calls_of(step["rank"], step["step"])
-        rows = [([str(c["order"] + 1), Text(str(c["name"]), style=ORIGIN_STYLES.get(c["origin"], "")),
-                  Text(str(c["origin"]), style=ORIGIN_STYLES.get(c["origin"], "")), str(c.get("reason") or ""),
+        rows = [([str(c["order"] + 1), Text(str(c["name"]), style=themed(ORIGIN_STYLES.get(c["origin"], ""))),
+                  Text(str(c["origin"]), style=themed(ORIGIN_STYLES.get(c["origin"], ""))), str(c.get("reason") or ""),
                   str(c.get("where") or "")], str(n)) for n, c in enumerate(self.shown_calls)]
         calls = self.query_one("#ovf-calls", FindTable)
         calls.title = "Flagged calls of step {} (rank {})".format(step["step"], step["rank"])
@@ -190,7 +191,7 @@ class OverflowScreen(RankSelector, ResultScreen):
             self._detail(call_detail(self.shown_calls[0]))
         else:
             self._detail(Text("Step {}: no call produced or passed on inf/NaN ({} masked call(s) are not "
-                             "overflows).".format(step["step"], step["masks"]), style="green"))
+                             "overflows).".format(step["step"], step["masks"]), style=themed("success")))
 
     @on(DataTable.RowHighlighted, "#ovf-calls")
     def _call_highlighted(self, event: DataTable.RowHighlighted) -> None:
@@ -203,7 +204,7 @@ class OverflowScreen(RankSelector, ResultScreen):
         rows = [([str(r["step"]), str(r["rank"]), str(r["name"]), str(r.get("dtype", "")).replace("torch.", ""),
                   str(r.get("as_saved", "")), "{} {}".format(r.get("replay_dtype", ""), r.get("high_precision", "")),
                   number_text(r.get("high_max_abs")), Text(str(r["category"]),
-                                                           style=CATEGORY_STYLES.get(r["category"], ""))],
+                                                           style=themed(CATEGORY_STYLES.get(r["category"], "")))],
                  str(n)) for n, r in enumerate(replays)]
         table = self.query_one("#ovf-steps", FindTable)
         table.title = "Replays: range or precision overflow?"
@@ -220,7 +221,7 @@ class OverflowScreen(RankSelector, ResultScreen):
             Text(str(r["name"]), style="bold"), Text("rank {} · step {} · origin {}".format(r["rank"], r["step"],
                                                                                            r.get("origin", "")),
                                                     style="dim"),
-            Text(str(r["category"]), style=CATEGORY_STYLES.get(r["category"], "")), Text(str(r.get("verdict", "")))))
+            Text(str(r["category"]), style=themed(CATEGORY_STYLES.get(r["category"], ""))), Text(str(r.get("verdict", "")))))
 
     def _detail(self, renderable: Any) -> None:
         self.detail_renderable = renderable

@@ -15,6 +15,7 @@ from textual.widgets import Label, OptionList
 from textual.widgets.option_list import Option
 
 from probe_tui.app.actions import bindings_for
+from probe_tui.app.styles import themed
 from probe_tui.app.widgets.key_footer import KeyFooter
 
 EVERY = "every"
@@ -78,7 +79,7 @@ class RankPicker(ModalScreen):
                 if str(rank).startswith(self.typed):
                     listing.highlighted = listing.get_option_index(str(rank))
                     break
-        self.query_one("#ranks-title", Label).update(Text.assemble(("Show rank ", "bold"), (self.typed, "bold cyan")))
+        self.query_one("#ranks-title", Label).update(Text.assemble(("Show rank ", "bold"), (self.typed, themed("bold info"))))
 
     @on(OptionList.OptionSelected, "#ranks-list")
     def _selected(self, event: OptionList.OptionSelected) -> None:

@@ -23,18 +23,19 @@ from probe_tui.app.actions import bindings_for
 from probe_tui.app.child import ChildRun, child_env, run_command
 from probe_tui.app.screens.base import AppScreen
 from probe_tui.app.screens.path_prompt import relative_text
+from probe_tui.app.styles import themed
 from probe_tui.app.widgets.key_footer import KeyFooter
 from probe_tui.formatting import count_text, format_bytes, format_clock, format_loss
 
 STATUS_STYLES = {
-    "starting": "yellow",
-    "running": "bold cyan",
-    "stopping": "bold yellow",
-    "finished": "bold green",
-    "stopped": "bold yellow",
-    "disk_full": "bold yellow",
-    "failed": "bold red",
-    "crashed": "bold red",
+    "starting": "warning",
+    "running": "bold info",
+    "stopping": "bold warning",
+    "finished": "bold success",
+    "stopped": "bold warning",
+    "disk_full": "bold warning",
+    "failed": "bold error",
+    "crashed": "bold error",
 }
 
 
@@ -131,7 +132,7 @@ class RunScreen(AppScreen):
             self.finished_at = time.monotonic()
             self.status = "failed"
             self.notify(f"Could not start the run: {exc}", severity="error", title="Run")
-            self._log(f"could not start {' '.join(self.command)}: {exc}", "red")
+            self._log(f"could not start {' '.join(self.command)}: {exc}", themed("error"))
             self._stop_ticking()
             return
         self.app.track_child(self.child)
@@ -247,7 +248,7 @@ class RunScreen(AppScreen):
 
     def watch_status(self, status: str) -> None:
         label = self.query_one("#run-status", Label)
-        label.update(Text(f" {status} ", style=STATUS_STYLES.get(status, "bold")))
+        label.update(Text(f" {status} ", style=themed(STATUS_STYLES.get(status, "bold"))))
         hint = {
             "starting": "Starting the run…  s stops it",
             "running": ("o opens the live monitor · s stops the run cleanly" if self.run_task == "monitor"
@@ -304,9 +305,9 @@ class RunScreen(AppScreen):
             return
         if self.status != "stopping":
             self.status = "stopping"
-            self._log("stop requested: SIGINT sent", "yellow")
+            self._log("stop requested: SIGINT sent", themed("warning"))
         else:
-            self._log("SIGTERM sent", "yellow")
+            self._log("SIGTERM sent", themed("warning"))
 
     def action_open_result(self) -> None:
         if self.run_dir is None:

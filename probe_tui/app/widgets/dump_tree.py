@@ -14,6 +14,7 @@ from textual.widgets.tree import TreeNode
 
 from engines.dumps.rows import DIR_NAMES, KIND_MODULE, KIND_NAMES, STAT_BITS
 from probe_tui.app.data.dump_index import DumpIndex, Piece
+from probe_tui.app.styles import themed
 from probe_tui.app.widgets.result_tree import short_name
 from probe_tui.formatting import number_text
 
@@ -46,7 +47,7 @@ def record_label(piece: Piece, name: str) -> Text:
     if notes:
         label.append("  " + " · ".join(notes), style="dim")
     if node.nonfinite:
-        label.append("  inf/nan", style="bold red")
+        label.append("  inf/nan", style=themed("bold error"))
     return label
 
 
@@ -62,7 +63,7 @@ def dtype_text(value: object) -> str:
 def row_label(piece: Piece, i: int) -> Text:
     rows = piece.rows
     dtype = dtype_text(rows.dtype[i])
-    label = Text.assemble((str(rows.slot[i]), "cyan"), " ", (dtype, "dim"))
+    label = Text.assemble((str(rows.slot[i]), themed("info")), " ", (dtype, "dim"))
     if rows.is_tensor[i]:
         label.append(" " + str(rows.shape[i]), style="dim")
     if rows.text[i] is not None:
@@ -74,9 +75,9 @@ def row_label(piece: Piece, i: int) -> Text:
             label.append("  max {} min {}".format(number_text(rows.max[i], 3), number_text(rows.min[i], 3)),
                          style="dim")
     if piece.nonfinite[i]:
-        label.append("  inf/nan", style="bold red")
+        label.append("  inf/nan", style=themed("bold error"))
     if rows.data[i] >= 0:
-        label.append("  ▣", style="green")
+        label.append("  ▣", style=themed("success"))
     return label
 
 
@@ -130,7 +131,7 @@ class DumpTree(Tree):
                               ("  {:,} records · {:,} rows".format(len(piece.records), len(piece.rows)), "dim"))
         bad = int(piece.nonfinite.sum())
         if bad:
-            label.append("  {:,} inf/nan rows".format(bad), style="bold red")
+            label.append("  {:,} inf/nan rows".format(bad), style=themed("bold error"))
         node.set_label(label)
         self._add_records(node, piece, names, 0)
         if kept is not None:

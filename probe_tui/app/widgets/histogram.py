@@ -5,13 +5,15 @@ from typing import Sequence
 import numpy as np
 from rich.text import Text
 
+from probe_tui.app.styles import themed
 from probe_tui.formatting import number_text
 
 BLOCKS = " ▁▂▃▄▅▆▇█"
 
 
-def bars(counts: Sequence[int], height: int = 6, bar_width: int = 1, style: str = "cyan") -> Text:
-    """``height`` lines of bars, the tallest bin full height; a non-empty bin shows at least a sliver."""
+def bars(counts: Sequence[int], height: int = 6, bar_width: int = 1, style: str = "info") -> Text:
+    """``height`` lines of bars, the tallest bin full height; a non-empty bin shows at least a sliver. ``style``: a
+    spec of probe_tui/app/styles.py."""
     counts = np.asarray(counts, dtype=np.float64)
     top = float(counts.max()) if counts.size else 0.0
     eighths = np.zeros(counts.shape, dtype=np.int64) if top <= 0 else np.ceil(counts / top * height * 8).astype(int)
@@ -24,7 +26,7 @@ def bars(counts: Sequence[int], height: int = 6, bar_width: int = 1, style: str 
             cells.append(BLOCKS[fill] * bar_width)
         lines.append("".join(cells))
     out = Text("\n".join(lines))
-    out.stylize(style)
+    out.stylize(themed(style))
     return out
 
 
@@ -48,5 +50,5 @@ def histogram_text(counts: Sequence[int], edges: Sequence[float], *, width: int 
         notes.append(" · ".join(shown))
     out.append("\n" + "\n".join(notes), style="dim")
     if nan or posinf or neginf:
-        out.stylize("bold red", len(out.plain) - len(notes[-1]), len(out.plain))
+        out.stylize(themed("bold error"), len(out.plain) - len(notes[-1]), len(out.plain))
     return out

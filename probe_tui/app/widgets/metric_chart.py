@@ -12,6 +12,8 @@ from rich.console import RenderableType
 from rich.text import Text
 from textual_plotext import PlotextPlot
 
+from probe_tui.app.styles import plot_colour
+
 COLORS = ("cyan", "orange", "magenta", "green", "yellow", "blue", "red", "white")
 RICH_COLORS = {"orange": "dark_orange"}  # plotext's colour names that Rich spells otherwise
 MAX_LINES = len(COLORS)
@@ -152,9 +154,9 @@ class MetricChart(PlotextPlot):
         if log:
             plt.yscale("log")
         if mark_step is not None:
-            plt.vline(mark_step, "red")
+            plt.vline(mark_step, plot_colour("error"))
         if hline is not None:
-            plt.hline(hline, "red")
+            plt.hline(hline, plot_colour("error"))
         if ylim is not None:
             plt.ylim(*ylim)
         plt.xlabel("step")

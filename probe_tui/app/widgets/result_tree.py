@@ -17,11 +17,12 @@ from engines.compare.verdicts import ERROR, PASS, SKIPPED, UNMATCHED, WARNING
 from engines.dumps.names import parse_record
 from engines.dumps.rows import DIR_BACKWARD, KIND_MODULE, KIND_PARAM_GRAD
 from probe_tui.app.data.compare_result import TreeIndex
+from probe_tui.app.styles import themed
 from probe_tui.formatting import number_text
 
 CHILD_PAGE = 400
-GLYPHS = {ERROR: ("✗", "bold red"), WARNING: ("!", "yellow"), PASS: ("✓", "green"),
-          UNMATCHED: ("∅", "bright_black"), SKIPPED: ("·", "dim")}
+GLYPHS = {ERROR: ("✗", "bold error"), WARNING: ("!", "warning"), PASS: ("✓", "success"),
+          UNMATCHED: ("∅", "muted"), SKIPPED: ("·", "dim")}
 
 
 @dataclass
@@ -56,10 +57,11 @@ def node_label(index: TreeIndex, node: int) -> Text:
     cols = index.columns
     verdict = int(cols["worst_verdict"][node])
     n_rows, n_unmatched = int(cols["n_rows"][node]), int(cols["n_unmatched"][node])
-    glyph, style = GLYPHS.get(verdict, ("?", ""))
+    glyph, spec = GLYPHS.get(verdict, ("?", ""))
     unmatched = n_rows > 0 and n_unmatched == n_rows
     if unmatched:
-        glyph, style = GLYPHS[UNMATCHED]
+        glyph, spec = GLYPHS[UNMATCHED]
+    style = themed(spec)
     label = Text.assemble((glyph + " ", style), (short_name(index.name(node)), style if verdict != PASS else ""))
     notes = []
     if unmatched:

@@ -8,7 +8,6 @@ keeps the cursor on a view row and posts :class:`VirtualTable.CursorMoved` / :cl
 """
 
 from dataclasses import dataclass
-from functools import lru_cache
 from typing import Dict, List, Optional, Sequence, Union
 
 from rich.cells import cell_len, set_cell_size
@@ -22,6 +21,8 @@ from textual.message import Message
 from textual.reactive import reactive
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
+
+from probe_tui.app.styles import themed
 
 Cell = Union[str, Text]
 
@@ -71,9 +72,11 @@ class ListSource(RowSource):
         self.styles.append(style)
 
 
-@lru_cache(maxsize=256)
-def parse_style(style: str) -> Style:
-    return Style.parse(style) if style else Style()
+def parse_style(style: Union[str, Style]) -> Style:
+    """A row's or cell's style: a spec of probe_tui/app/styles.py (roles take the current theme's colours)."""
+    if isinstance(style, Style):
+        return style
+    return themed(style) if style else Style()
 
 
 def fit_text(text: str, width: int, justify: str = "left", overflow: str = "end") -> str:

@@ -1,0 +1,71 @@
+"""The colours of the app's text come from the running app's theme, by role, never from colour names.
+
+A style spec names a role among Rich attributes: ``themed("bold error")``, ``themed("reverse success")``. The
+roles map to the theme's text variables (docs/APP.md, "Colours"): ``error`` $text-error, ``warning``
+$text-warning, ``success`` $text-success, ``info`` and ``heading`` $text-primary, ``accent`` $text-accent;
+``muted`` is Rich's ``dim``. On ``probe-ansi`` (16-colour terminals) they are the terminal's red, yellow, green,
+cyan and magenta; on a light theme the darker text shades that read on a light background.
+
+A spec is resolved when the text is built (the screens build their text when they draw or update), against the
+active app's current theme; outside an app (a unit test of a renderable) the ``textual-dark`` colours apply.
+"""
+
+from typing import Dict, Optional, Tuple, Union
+
+from rich.color import Color as RichColor
+from rich.style import Style
+from textual.app import App, active_app
+from textual.color import Color
+
+ROLE_VARIABLES = {"error": "text-error", "warning": "text-warning", "success": "text-success",
+                  "info": "text-primary", "heading": "text-primary", "accent": "text-accent"}
+ATTRIBUTE_ROLES = {"muted": "dim"}
+FALLBACK_THEME = "textual-dark"
+
+_colours: Dict[str, Dict[str, RichColor]] = {}
+"""Theme name -> role -> colour (a theme's variables are computed once)."""
+
+
+def _running_app() -> Optional[App]:
+    try:
+        return active_app.get()
+    except LookupError:
+        return None
+
+
+def _theme_colours(app: Optional[App]) -> Dict[str, RichColor]:
+    name = app.theme if app is not None else FALLBACK_THEME
+    if name not in _colours:
+        if app is None:
+            app = App()
+            app.theme = FALLBACK_THEME
+        variables = app.get_css_variables()
+        _colours[name] = {role: Color.parse(variables[var]).rich_color for role, var in ROLE_VARIABLES.items()}
+    return _colours[name]
+
+
+def role_colour(role: str) -> RichColor:
+    """The current theme's colour of ``role`` (a key of ROLE_VARIABLES)."""
+    return _theme_colours(_running_app())[role]
+
+
+def themed(spec: str) -> Style:
+    """``spec``'s Rich attributes with its role's colour from the current theme (``""``: no style)."""
+    colour: Optional[RichColor] = None
+    attributes = []
+    for word in spec.split():
+        if word in ROLE_VARIABLES:
+            colour = role_colour(word)
+        else:
+            attributes.append(ATTRIBUTE_ROLES.get(word, word))
+    style = Style.parse(" ".join(attributes)) if attributes else Style()
+    return style + Style(color=colour) if colour is not None else style
+
+
+def plot_colour(role: str) -> Union[int, Tuple[int, int, int]]:
+    """``role``'s colour as plotext takes it: a 256-colour code for the terminal's own colours, else (r, g, b)."""
+    colour = role_colour(role)
+    if colour.number is not None and colour.triplet is None:
+        return colour.number
+    r, g, b = colour.get_truecolor()
+    return (r, g, b)
