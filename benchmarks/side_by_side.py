@@ -1,0 +1,339 @@
+"""msprobe and probe-tui side by side: the same msprobe config.json through each tool's PrecisionDebugger.
+
+    python benchmarks/side_by_side.py [--preset default|tiny|both] [--rounds 3] [--steps N] [--modes ...]
+                                      [--quick] [--json FILE]
+
+msprobe is optional: set PROBE_TUI_MSPROBE_PYTHON to a Python that has mindstudio-probe (and torch) installed;
+without it (or when that Python cannot import msprobe) its columns are skipped with one line saying why.
+
+Each (tool, preset, mode) runs in its own process (msprobe's debugger is a process-wide singleton; peak memory is
+per process): two copies of the demo GPT with the same weights, one under the debugger and one never given to it
+(the uninstrumented run), their steps alternated (bare, instrumented, bare, ...) so that drift and machine load hit
+both alike; torch on one thread. A round is ``warmup`` pairs then ``steps`` measured pairs; the round's ratio is
+median(instrumented step) / median(bare step); the figure is the median over rounds. An instrumented step is
+``start(model)``, zero_grad + forward + loss + backward + AdamW, ``stop()``, ``step()``. Note that a tool which
+patches framework APIs globally (msprobe) also slows the bare copy slightly while stopped; the bare copy never
+gets module hooks.
+
+Presets (issue 21): default = the reference workload (docs/decisions/0021-reference-workload.md: 4 blocks,
+d 256, seq 64, batch 8); tiny = 2 blocks, d 32, 2 heads, MLP 64, vocab 100, seq 8, batch 2 (overhead-bound: how a
+tool behaves next to fast accelerator kernels).
+
+Printed: the table of ratios with the overhead share ((probe-tui ratio - 1) / (msprobe ratio - 1)), then per
+tool, preset and mode: microseconds added per record (records counted from what the tool wrote: msprobe's
+dump.json entries, probe-tui's store rows of records), records and files a step, and the growth of peak resident
+memory over the process's bare warm-up; the machine's load (``uptime``) before and after.
+"""
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Tuple
+
+ROOT = Path(__file__).resolve().parents[1]
+MSPROBE_ENV = "PROBE_TUI_MSPROBE_PYTHON"
+MARK = "SIDE_BY_SIDE_RESULT "
+
+# mode -> (task, level, summary_mode)
+MODES: Dict[str, Tuple[str, str, str]] = {
+    "statistics L0": ("statistics", "L0", "statistics"),
+    "statistics L1": ("statistics", "L1", "statistics"),
+    "statistics mix": ("statistics", "mix", "statistics"),
+    "L1 + md5": ("statistics", "L1", "md5"),
+    "tensor L1": ("tensor", "L1", "statistics"),
+}
+PRESETS: Dict[str, Dict[str, Any]] = {
+    "default": {"preset": "default"},
+    "tiny": {"preset": "tiny", "n_layer": 2, "d_model": 32, "n_head": 2, "d_mlp": 64, "vocab": 100, "seq": 8,
+             "batch": 2},
+}
+TOOLS = ("msprobe", "probe-tui")
+
+
+def msprobe_config(mode: str, dump_path: str) -> Dict[str, Any]:
+    """The one config.json both tools read (msprobe 26.2.0's keys)."""
+    task, level, summary_mode = MODES[mode]
+    cfg: Dict[str, Any] = {"task": task, "dump_path": dump_path, "rank": [], "step": [], "level": level,
+                           "async_dump": False}
+    if task == "statistics":
+        cfg["statistics"] = {"scope": [], "list": [], "data_mode": ["all"], "summary_mode": summary_mode}
+    else:
+        cfg["tensor"] = {"scope": [], "list": [], "data_mode": ["all"]}
+    return cfg
+
+
+# -- the worker: one tool, one preset, one mode, in its own process ----------------------------------------------
+
+class _Work:
+    """The demo GPT (engines/adapters/torch/demo_model.py, torch-only so msprobe's Python can import it), AdamW
+    and one fixed batch."""
+
+    def __init__(self, knobs: Dict[str, Any]) -> None:
+        import torch
+        import torch.nn.functional as F
+
+        from engines.adapters.torch.demo_model import build_model
+        from engines.demo.data import batches
+        from engines.demo.knobs import resolve_knobs
+
+        self._torch, self._F = torch, F
+        self.knobs = resolve_knobs(dict(knobs, steps=1))
+        self.model = build_model(self.knobs)
+        self.model.train()
+        self.opt = torch.optim.AdamW(self.model.parameters(), lr=self.knobs.lr)
+        x, y = next(iter(batches(self.knobs)))
+        self.tokens, self.targets = torch.from_numpy(x), torch.from_numpy(y)
+
+    def step(self) -> None:
+        self.opt.zero_grad()
+        logits = self.model(self.tokens)
+        loss = self._F.cross_entropy(logits.view(-1, self.knobs.vocab), self.targets.view(-1))
+        loss.backward()
+        self.opt.step()
+
+
+def _peak_rss_mb() -> float:
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024.0
+    except OSError:
+        pass
+    return float("nan")
+
+
+def _msprobe_records(dump: Path) -> Tuple[int, int]:
+    """(records, files) of msprobe's finished step folders under ``dump``, which are then removed (a tensor dump
+    writes ~0.5 GB a step on the default preset)."""
+    records = files = 0
+    for step_dir in [p for p in dump.glob("step*") if p.is_dir()]:
+        for path in step_dir.rglob("*"):
+            if path.is_file():
+                files += 1
+                if path.name == "dump.json":
+                    try:
+                        records += len(json.loads(path.read_text()).get("data", {}))
+                    except (OSError, ValueError):
+                        pass
+        shutil.rmtree(step_dir, ignore_errors=True)
+    return records, files
+
+
+def worker(tool: str, preset: str, mode: str, rounds: int, steps: int, warmup: int) -> Dict[str, Any]:
+    import torch
+
+    torch.set_num_threads(1)
+    tmp = Path(tempfile.mkdtemp(prefix="side-by-side-"))
+    try:
+        torch.manual_seed(0)
+        bare, work = _Work(PRESETS[preset]), _Work(PRESETS[preset])
+        for _ in range(2):  # both copies warmed (AdamW's state allocated) before the baseline of peak memory
+            bare.step()
+            work.step()
+        rss0 = _peak_rss_mb()
+        cfg_path = tmp / "config.json"
+        dump = tmp / "dump"
+        cfg_path.write_text(json.dumps(msprobe_config(mode, str(dump))))
+        if tool == "msprobe":
+            from msprobe.pytorch import PrecisionDebugger
+        else:
+            from probe_tui.debugger import PrecisionDebugger  # type: ignore[no-redef]
+        debugger = PrecisionDebugger(config_path=str(cfg_path))
+        records = files = instrumented = 0
+
+        def captured() -> None:
+            debugger.start(work.model)
+            work.step()
+            debugger.stop()
+            debugger.step()
+
+        ratios: List[float] = []
+        added: List[float] = []
+        for _ in range(rounds):
+            base_t: List[float] = []
+            arm_t: List[float] = []
+            for i in range(warmup + steps):
+                for fn, times in ((bare.step, base_t), (captured, arm_t)):
+                    t0 = time.perf_counter()
+                    fn()
+                    if i >= warmup:
+                        times.append(time.perf_counter() - t0)
+                instrumented += 1
+                if tool == "msprobe":
+                    r, f = _msprobe_records(dump)
+                    records, files = records + r, files + f
+            ratios.append(statistics.median(arm_t) / statistics.median(base_t))
+            added.append(statistics.median(arm_t) - statistics.median(base_t))
+            base_s = statistics.median(base_t)
+        if tool == "probe-tui":
+            summary = debugger.close()
+            records = int(summary.get("records", 0))
+            files = sum(1 for p in dump.rglob("*") if p.is_file())
+        rss_growth = _peak_rss_mb() - rss0
+        per_step = records / instrumented if instrumented else 0.0
+        return {"tool": tool, "preset": preset, "mode": mode, "ratio": statistics.median(ratios),
+                "ratio_min": min(ratios), "ratio_max": max(ratios), "base_ms": base_s * 1e3,
+                "records_per_step": per_step, "files_per_step": files / max(instrumented, 1),
+                "us_per_record": statistics.median(added) / per_step * 1e6 if per_step else None,
+                "rss_growth_mb": rss_growth}
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+# -- the driver -----------------------------------------------------------------------------------------------
+
+def msprobe_python() -> Tuple[Optional[str], str]:
+    """(the Python to run msprobe with, or None, and why not)."""
+    python = os.environ.get(MSPROBE_ENV)
+    if not python:
+        return None, "%s is not set" % MSPROBE_ENV
+    try:
+        done = subprocess.run([python, "-c", "import msprobe.pytorch, torch"], capture_output=True, timeout=120,
+                              cwd=str(ROOT))
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return None, "%s=%s cannot run (%s)" % (MSPROBE_ENV, python, exc)
+    if done.returncode:
+        last = (done.stderr.decode(errors="replace").strip().splitlines() or ["?"])[-1]
+        return None, "%s=%s cannot import msprobe.pytorch (%s)" % (MSPROBE_ENV, python, last)
+    return python, ""
+
+
+def run_worker(python: str, tool: str, preset: str, mode: str, rounds: int, steps: int, warmup: int,
+               timeout: float) -> Dict[str, Any]:
+    cmd = [python, str(Path(__file__).resolve()), "--worker", tool, "--preset", preset, "--modes", mode,
+           "--rounds", str(rounds), "--steps", str(steps), "--warmup", str(warmup)]
+    env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    try:
+        done = subprocess.run(cmd, capture_output=True, timeout=timeout, cwd=tempfile.gettempdir(), env=env)
+    except subprocess.TimeoutExpired:
+        return {"error": "timed out after %.0f s" % timeout}
+    for line in done.stdout.decode(errors="replace").splitlines():
+        if line.startswith(MARK):
+            return dict(json.loads(line[len(MARK):]))
+    tail = (done.stderr.decode(errors="replace").strip().splitlines() or ["exit %d" % done.returncode])[-1]
+    return {"error": tail}
+
+
+def share(msprobe: Optional[float], ours: Optional[float]) -> Optional[float]:
+    """probe-tui's overhead over msprobe's: (ratio - 1) / (ratio - 1)."""
+    if msprobe is None or ours is None or msprobe <= 1.0:
+        return None
+    return (ours - 1.0) / (msprobe - 1.0)
+
+
+def _fmt(value: Optional[float], pattern: str) -> str:
+    return "—" if value is None else pattern % value
+
+
+def format_table(results: Dict[str, Dict[str, Dict[str, Dict[str, Any]]]], presets: List[str],
+                 modes: List[str]) -> List[str]:
+    """The issue's table: results[preset][mode][tool] -> a worker's figures (or {"error": ...})."""
+    head = ["mode"]
+    for p in presets:
+        head += ["%s: msprobe" % p, "%s: probe-tui" % p, "share"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for mode in modes:
+        row = [mode]
+        for p in presets:
+            got = results.get(p, {}).get(mode, {})
+            ms = got.get("msprobe", {}).get("ratio")
+            ours = got.get("probe-tui", {}).get("ratio")
+            row += [_fmt(ms, "%.2f×"), _fmt(ours, "%.2f×"), _fmt(share(ms, ours), "%.2f")]
+        lines.append("| " + " | ".join(row) + " |")
+    return lines
+
+
+def format_details(results: Dict[str, Dict[str, Dict[str, Dict[str, Any]]]], presets: List[str],
+                   modes: List[str]) -> List[str]:
+    lines = ["| preset | mode | tool | ratio (spread) | µs/record | records/step | files/step | peak RSS growth |",
+             "|---|---|---|---|---|---|---|---|"]
+    for p in presets:
+        for mode in modes:
+            for tool in TOOLS:
+                r = results.get(p, {}).get(mode, {}).get(tool)
+                if r is None:
+                    continue
+                if "error" in r:
+                    lines.append("| %s | %s | %s | failed: %s | | | | |" % (p, mode, tool, r["error"]))
+                    continue
+                lines.append("| %s | %s | %s | %.2f× (%.2f–%.2f) | %s | %.0f | %.1f | %.0f MB |" % (
+                    p, mode, tool, r["ratio"], r["ratio_min"], r["ratio_max"], _fmt(r["us_per_record"], "%.0f"),
+                    r["records_per_step"], r["files_per_step"], r["rss_growth_mb"]))
+    return lines
+
+
+def uptime() -> str:
+    try:
+        return subprocess.run(["uptime"], capture_output=True, text=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.TimeoutExpired):
+        return "uptime unavailable"
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--preset", choices=("default", "tiny", "both"), default="both")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--steps", type=int, default=None,
+                        help="measured pairs a round (default 5 on the default preset, 30 on tiny; tensor half)")
+    parser.add_argument("--warmup", type=int, default=1)
+    parser.add_argument("--modes", default=",".join(MODES), help="comma-separated subset of: " + ", ".join(MODES))
+    parser.add_argument("--quick", action="store_true", help="a smoke run: 1 round, 2 steps (tiny: 5)")
+    parser.add_argument("--timeout", type=float, default=900.0, help="seconds per worker process")
+    parser.add_argument("--json", help="also write the figures to this JSON file")
+    parser.add_argument("--worker", choices=TOOLS, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    modes = [m.strip() for m in args.modes.split(",") if m.strip()]
+    unknown = [m for m in modes if m not in MODES]
+    if unknown:
+        parser.error("--modes: unknown mode %r" % unknown[0])
+    if args.worker:
+        sys.path.insert(0, str(ROOT))
+        out = worker(args.worker, args.preset, modes[0], args.rounds, args.steps or 1, args.warmup)
+        print(MARK + json.dumps(out), flush=True)
+        return 0
+    rounds = 1 if args.quick else args.rounds
+    presets = ["default", "tiny"] if args.preset == "both" else [args.preset]
+    ms_python, why = msprobe_python()
+    if ms_python is None:
+        print("msprobe: skipped (%s)" % why, flush=True)
+    pythons = {"msprobe": ms_python, "probe-tui": sys.executable}
+    print("load before: " + uptime(), flush=True)
+    results: Dict[str, Dict[str, Dict[str, Dict[str, Any]]]] = {}
+    for preset in presets:
+        for mode in modes:
+            steps = args.steps or ((2 if preset == "default" else 5) if args.quick else
+                                   (5 if preset == "default" else 30))
+            if MODES[mode][0] == "tensor" and not args.steps:
+                steps = max(2, steps // 2)
+            for tool in TOOLS:
+                python = pythons[tool]
+                if python is None:
+                    continue
+                got = run_worker(python, tool, preset, mode, rounds, steps, args.warmup, args.timeout)
+                results.setdefault(preset, {}).setdefault(mode, {})[tool] = got
+                print("  %s %s %s: %s" % (preset, mode, tool, got.get("error") or "%.2f×, %s µs/record" % (
+                    got["ratio"], _fmt(got["us_per_record"], "%.0f"))), flush=True)
+    print()
+    print("\n".join(format_table(results, presets, modes)))
+    print()
+    print("\n".join(format_details(results, presets, modes)))
+    print("baseline step: " + ", ".join(
+        "%s %.1f ms" % (p, statistics.median(r["base_ms"] for m in results.get(p, {}).values() for r in m.values()
+                                             if "base_ms" in r))
+        for p in presets if any("base_ms" in r for m in results.get(p, {}).values() for r in m.values())))
+    print("load after: " + uptime(), flush=True)
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,62 @@
+"""benchmarks/side_by_side.py without timing anything: its table on made-up figures, the msprobe skip line, and the
+config.json it hands both tools loads in probe-tui for every mode."""
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _bench():
+    spec = importlib.util.spec_from_file_location("side_by_side", ROOT / "benchmarks" / "side_by_side.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_table_ratios_and_share():
+    bench = _bench()
+    results = {"tiny": {"statistics L1": {"msprobe": {"ratio": 11.0}, "probe-tui": {"ratio": 2.0}},
+                        "tensor L1": {"probe-tui": {"error": "boom"}}}}
+    lines = bench.format_table(results, ["tiny"], ["statistics L1", "tensor L1"])
+    assert lines[0] == "| mode | tiny: msprobe | tiny: probe-tui | share |"
+    assert lines[2] == "| statistics L1 | 11.00× | 2.00× | 0.10 |"
+    assert lines[3] == "| tensor L1 | — | — | — |"
+    assert bench.share(None, 2.0) is None and bench.share(1.0, 2.0) is None
+
+
+def test_details_show_failures():
+    bench = _bench()
+    results = {"tiny": {"tensor L1": {"probe-tui": {"error": "boom"}, "msprobe": {
+        "ratio": 3.0, "ratio_min": 2.5, "ratio_max": 3.5, "us_per_record": 12.34, "records_per_step": 400.0,
+        "files_per_step": 3.0, "rss_growth_mb": 41.0}}}}
+    lines = bench.format_details(results, ["tiny"], ["tensor L1"])
+    assert "| tiny | tensor L1 | msprobe | 3.00× (2.50–3.50) | 12 | 400 | 3.0 | 41 MB |" in lines
+    assert "| tiny | tensor L1 | probe-tui | failed: boom | | | | |" in lines
+
+
+def test_msprobe_skipped_without_its_python(monkeypatch):
+    bench = _bench()
+    monkeypatch.delenv(bench.MSPROBE_ENV, raising=False)
+    assert bench.msprobe_python() == (None, "PROBE_TUI_MSPROBE_PYTHON is not set")
+    monkeypatch.setenv(bench.MSPROBE_ENV, "/nonexistent/python")
+    python, why = bench.msprobe_python()
+    assert python is None and "cannot run" in why
+
+
+@pytest.mark.parametrize("mode", ["statistics L0", "statistics L1", "statistics mix", "L1 + md5", "tensor L1"])
+def test_config_loads_in_probe_tui(tmp_path, mode):
+    from probe_tui.debugger import _load_job
+
+    bench = _bench()
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(bench.msprobe_config(mode, str(tmp_path / "dump"))))
+    job = _load_job(str(path), {})
+    task, level, summary_mode = bench.MODES[mode]
+    assert (job.task, job.level) == (task, level)
+    if task == "statistics":
+        assert job.statistics.summary_mode == summary_mode
