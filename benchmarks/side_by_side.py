@@ -100,14 +100,9 @@ class _Work:
 
 
 def _peak_rss_mb() -> float:
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) / 1024.0
-    except OSError:
-        pass
-    return float("nan")
+    from benchmarks._workload import peak_rss_mb  # the worker has the repository on its path
+
+    return peak_rss_mb()
 
 
 def _msprobe_records(dump: Path) -> Tuple[int, int]:
