@@ -28,6 +28,7 @@ from probe_tui.app.screens.compare_rows import (
     DivergenceRows,
     ResultRows,
     mode_metrics,
+    no_match_text,
     number_width,
 )
 from probe_tui.app.screens.path_prompt import relative_text
@@ -40,17 +41,6 @@ from probe_tui.formatting import count_text
 
 DETAIL_DELAY_S = 0.08
 TABS = {"results": "tab-results", "divergence": "tab-divergence", "tree": "tab-tree"}
-
-
-def no_match_text(view: ResultView) -> str:
-    """What an empty view says: no row passes its filter and search, and how to widen it."""
-    parts = ["filter " + view.verdict_filter] if view.verdict_filter != "all" else []
-    if view.search:
-        parts.append("search " + repr(view.search))
-    if view.rank is not None:
-        parts.append("rank {}".format(view.rank))
-    how = "f changes the filter, / the search" if parts else "f changes the filter"
-    return "No row matches ({}): {}.".format(", ".join(parts) or "this view", how)
 
 
 class CompareScreen(CompareRanks, AppScreen):

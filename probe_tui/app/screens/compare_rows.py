@@ -123,3 +123,14 @@ class DivergenceRows(RowSource):
 
     def row_style(self, row: int) -> str:
         return "bold" if row == 0 else ""
+
+
+def no_match_text(view: ResultView) -> str:
+    """What an empty view says: no row passes its filter and search, and how to widen it."""
+    parts = ["filter " + view.verdict_filter] if view.verdict_filter != "all" else []
+    if view.search:
+        parts.append("search " + repr(view.search))
+    if view.rank is not None:
+        parts.append("rank {}".format(view.rank))
+    how = "f changes the filter, / the search" if parts else "f changes the filter"
+    return "No row matches ({}): {}.".format(", ".join(parts) or "this view", how)
