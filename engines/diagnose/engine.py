@@ -168,7 +168,7 @@ def _diagnose(sec: Any, sides: List[Side], out: Path, events: Any) -> Dict[str, 
                    "first_differing_op": cmp1.summary.get("first_differing_op"),
                    "largest_error_op": cmp1.summary.get("largest_error_op")},
         "stage2": dict(info2, compare=stages.dump_of(cmp2), judgement=j2.to_dict() if j2 else None),
-        "module_shares": evidence.module_shares(cmp1.divergence),
+        "module_shares": evidence.module_shares(cmp1.divergence, cols1),
     }
     if j2 is not None:
         verdict["decided_by"] = "stage 2 (tensors)"

@@ -157,9 +157,28 @@ def top_module(parent: str) -> str:
     return parts[0]
 
 
-def module_shares(divergence: Dict[str, Any]) -> List[Dict[str, Any]]:
-    """Each top-level module's share of the error the forward and backward API ops add (output error minus
-    input error, each op once per step and rank), largest first."""
+def _own_input_errors(cols: Dict[str, Any]) -> Dict[Any, float]:
+    """(rank, step, record) -> the largest error of the op's own inputs, as measured on its input rows: not the
+    ranking's ``in_err``, which also carries what flowed in upstream where statistics hide it, and would leave
+    every op after the first with nothing added."""
+    if not cols or not len(cols.get("record", ())):
+        return {}
+    io = np.asarray(cols["io"])
+    rel = np.asarray(cols["rel_err"], dtype=np.float64)
+    rows = np.flatnonzero(((io == IO_INPUT) | (io == IO_PARAM)) & np.isfinite(rel))
+    own: Dict[Any, float] = {}
+    for rank, step, record, err in zip(np.asarray(cols["rank"])[rows].tolist(), np.asarray(cols["step"])[rows].tolist(),
+                                       np.asarray(cols["record"])[rows].tolist(), rel[rows].tolist()):
+        key = (rank, step, record)
+        if err > own.get(key, 0.0):
+            own[key] = err
+    return own
+
+
+def module_shares(divergence: Dict[str, Any], cols: Optional[Dict[str, Any]] = None) -> List[Dict[str, Any]]:
+    """Each top-level module's share of the error the forward and backward API ops add (output error minus the
+    error of the op's own inputs, from the result rows ``cols`` when given; each op once per step and rank),
+    largest first."""
     if not divergence or not len(divergence.get("record", ())):
         return []
     kind = divergence["kind"]
@@ -167,6 +186,10 @@ def module_shares(divergence: Dict[str, Any]) -> List[Dict[str, Any]]:
     keep = (kind == KIND_API) & (phase != 2)
     out_e = np.nan_to_num(divergence["out_err"].astype(np.float64), nan=0.0, posinf=0.0)
     in_e = np.nan_to_num(divergence["in_err"].astype(np.float64), nan=0.0, posinf=0.0)
+    own = _own_input_errors(cols) if cols else {}
+    if own:
+        keys = zip(divergence["rank"].tolist(), divergence["step"].tolist(), divergence["record"].tolist())
+        in_e = np.asarray([own.get(key, 0.0) for key in keys], dtype=np.float64)
     added = np.where(keep, np.maximum(out_e - in_e, 0.0), 0.0)
     total = float(added.sum())
     if total <= 0:
