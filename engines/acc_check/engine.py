@@ -14,7 +14,6 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 
-from engines import safe_fs
 from engines.acc_check import cases as cs
 from engines.acc_check import results as rs
 from engines.acc_check import rules
@@ -27,6 +26,7 @@ from engines.dumps.source import DumpSource, TensorReader
 from engines.errors import EXIT_FINDINGS, EXIT_OK, BadInputError, JobError
 from engines.frameworks import adapter_module
 from engines.overflow.replay import UnsafeApiName
+from engines.result_folder import result_folder
 
 
 class AccCheckResult:
@@ -105,30 +105,8 @@ def _pieces(source: DumpSource, section: Any) -> List[Tuple[int, int]]:
 
 
 def _output_folder(job: Any, section: Any, path: str) -> Tuple[Path, Any]:
-    output_path = _get(section, "output_path", None)
-    if output_path:
-        out = Path(output_path).expanduser()
-        if out.exists() and not out.is_dir():
-            raise JobError("acc_check.output_path: %s is a file, not a folder" % out)
-        try:
-            safe_fs.make_dirs(out)
-        except OSError as exc:
-            raise JobError("acc_check.output_path: %s" % safe_fs.describe_os_error(out, exc)) from None
-        return out, None
-    from engines.runs import RunError, create_run
-
-    try:
-        from schemas import dump_config
-
-        config = dump_config(job)
-    except Exception:
-        config = {"task": "acc_check", "acc_check": {"path": path}}
-    try:
-        run = create_run(_get(job, "dump_path", "./probe_dump"), task="acc_check", config=config,
-                         framework="pytorch")
-    except (RunError, OSError) as exc:
-        raise JobError("dump_path: %s" % exc) from None
-    return run.path, run
+    return result_folder(job, "acc_check", _get(section, "output_path", None), _get(job, "dump_path", "./probe_dump"),
+                         {"task": "acc_check", "acc_check": {"path": path}})
 
 
 # -- the check -----------------------------------------------------------------------------------------------------

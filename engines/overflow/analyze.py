@@ -33,6 +33,7 @@ from engines.overflow.cross_rank import cross_rank_origin, origin_line, origin_t
 from engines.overflow.replay import UnsafeApiName
 from engines.overflow.results import KIND as OVERFLOW_KIND
 from engines.overflow.results import read_calls
+from engines.result_folder import result_folder
 from engines.store import Column, DumpReader, StoreError, StoreWriter, TableSpec, open_rank_dirs, store_kinds
 
 RESULT_KIND = "overflow_analysis"
@@ -322,31 +323,8 @@ _ORDER = {"range": 0, "precision": 1, "not reproduced": 2, "inherited": 3, "not 
 
 
 def _output_folder(job: Any, output_path: Optional[str]) -> Tuple[Path, Any]:
-    if output_path:
-        out = Path(output_path).expanduser()
-        if out.exists() and not out.is_dir():
-            raise _job_error("analyze_overflow.output_path: %s is a file, not a folder" % out)
-        if (out / CSV_NAME).exists() or (out / (RESULT_KIND + ".h5")).exists():
-            raise _job_error("analyze_overflow.output_path: %s already holds results; give a new folder" % out)
-        try:
-            safe_fs.make_dirs(out)
-        except OSError as exc:
-            raise _job_error("analyze_overflow.output_path: %s" % safe_fs.describe_os_error(out, exc)) from None
-        return out, None
-    from engines.runs import RunError, create_run
-
-    try:
-        from schemas import dump_config
-
-        config = dump_config(job)
-    except Exception:
-        config = {"task": "analyze_overflow"}
-    try:
-        run = create_run(_get(job, "dump_path", "./probe_dump"), task="analyze_overflow", config=config,
-                         framework="pytorch")
-    except (RunError, OSError) as exc:
-        raise _job_error("dump_path: %s" % exc) from None
-    return run.path, run
+    return result_folder(job, "analyze_overflow", output_path, _get(job, "dump_path", "./probe_dump"),
+                         {"task": "analyze_overflow"}, taken=(CSV_NAME, RESULT_KIND + ".h5"))
 
 
 def _write(out_dir: Path, judgements: List[Judgement]) -> None:
