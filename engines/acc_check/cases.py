@@ -28,9 +28,9 @@ INPLACE_VIEWS = frozenset(("resize_", "resize_as_", "set_", "as_strided_", "tran
 NOT_COMPUTE = frozenset(("to", "type", "float", "double", "half", "bfloat16", "int", "long", "bool", "cpu", "cuda",
                          "npu", "empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided",
                          "empty_with_format", "copy_", "detach", "clone", "numpy", "item", "tolist", "data_ptr",
-                         "__setitem__", "requires_grad_", "retain_grad", "register_hook", "backward"))
+                         "__setitem__", "requires_grad_", "retain_grad", "register_hook", "backward", "astype"))
 NOT_SAVED = "tensors not saved (a statistics dump?): "
-_COLLECTIVE_PREFIXES = ("Distributed", "Mint_distributed", "Comm")
+_COLLECTIVE_PREFIXES = ("Distributed", "Mint_distributed", "MintDistributed", "Comm")
 _RECORD = re.compile(r"^(?P<base>.+)\.(?P<index>\d+)\.(?P<direction>forward|backward)$")
 
 
@@ -77,6 +77,8 @@ def short_api(record: str) -> Tuple[str, str]:
 def skip_reason(prefix: str, api: str, args_json: str) -> str:
     if prefix in _COLLECTIVE_PREFIXES:
         return "collective: its result needs the other ranks"
+    if prefix == "Primitive":
+        return "MindSpore primitive: its attributes (LayerNorm's epsilon and axes...) are not recorded"
     if api in INPLACE_VIEWS:
         return "in-place view op: it changes a tensor's view, not its values"
     if api in NOT_COMPUTE:
@@ -239,11 +241,16 @@ def device_value(table: RowTable, r: int) -> Any:
 
 
 def tensor_dtype_name(table: RowTable, r: int) -> str:
-    """The row's dtype as the torch adapter names it (msprobe writes ``torch.float32`` too; MindSpore's
-    ``Float32`` becomes ``torch.float32``)."""
-    d = str(table.dtype[r])
-    if d.startswith("torch."):
+    """The row's dtype as the results name it: ``torch.float32`` (msprobe writes that too), MindSpore's
+    ``Float32`` as ``mindspore.float32``."""
+    return dtype_name(str(table.dtype[r]))
+
+
+def dtype_name(d: str) -> str:
+    if d.startswith(("torch.", "mindspore.")):
         return d
+    if d[:1].isupper():  # MindSpore's Float32, BFloat16, Int64, Bool
+        return "mindspore." + d.lower()
     low = d.lower()
     return "torch." + {"float": "float32", "half": "float16"}.get(low, low)
 

@@ -19,6 +19,7 @@ from engines.acc_check import results as rs
 from engines.acc_check import rules
 from engines.acc_check import standards as st
 from engines.acc_check.generated import SEED, generated_inputs
+from engines.acc_check.seam import ReferenceReplay
 from engines.capture.options import field_of as _get
 from engines.dumps.opener import open_dump
 from engines.dumps.rows import RowTable, parse_shape
@@ -83,14 +84,19 @@ def _open(path: str) -> DumpSource:
         raise JobError("acc_check.path: %s" % exc) from None
 
 
-def _replay_module(source: DumpSource) -> Any:
-    if source.framework == "mindspore":
-        raise JobError("acc_check: %s is a MindSpore dump; replaying MindSpore calls is not implemented yet "
-                       "(PyTorch dumps only)" % source.path)
+def replay_module(framework: str, task: str = "acc_check") -> ReferenceReplay:
+    """The reference replay of a dump's framework (``pytorch`` or ``mindspore``), one line when it is missing."""
+    name = "MindSpore" if framework == "mindspore" else "PyTorch"
     try:
-        return adapter_module("pytorch", "acc_replay")
+        module: ReferenceReplay = adapter_module("mindspore" if framework == "mindspore" else "pytorch",
+                                                 "acc_replay")
     except ImportError as exc:
-        raise JobError("acc_check: replaying the calls of this dump needs PyTorch (%s)" % exc) from None
+        raise JobError("%s: replaying the calls of this %s dump needs %s (%s)" % (task, name, name, exc)) from None
+    return module
+
+
+def _replay_module(source: DumpSource) -> ReferenceReplay:
+    return replay_module(source.framework)
 
 
 def _pieces(source: DumpSource, section: Any) -> List[Tuple[int, int]]:
@@ -200,7 +206,7 @@ def _check_parallel(source: DumpSource, plan: List[Tuple[int, int, List[str]]], 
     context = multiprocessing.get_context("fork" if "fork" in methods and sys.platform.startswith("linux")
                                           else "spawn")
     with ProcessPoolExecutor(max_workers=min(workers, max(1, len(todo))), mp_context=context,
-                             initializer=_worker_init, initargs=(str(source.path), section)) as pool:
+                             initializer=_worker_init, initargs=(str(source.path), section, source.framework)) as pool:
         try:
             for entry, outputs in pool.map(_worker_check, todo, chunksize=4):
                 count += 1
@@ -216,8 +222,8 @@ def _check_parallel(source: DumpSource, plan: List[Tuple[int, int, List[str]]], 
 _WORKER: Dict[str, Any] = {}
 
 
-def _worker_init(path: str, section: Any) -> None:
-    replay = adapter_module("pytorch", "acc_replay")
+def _worker_init(path: str, section: Any, framework: str) -> None:
+    replay = replay_module(framework)
     replay.set_threads(1)
     _WORKER.update(source=open_dump(path), section=section, replay=replay, piece=None)
 
@@ -323,6 +329,7 @@ def _run_forward(case: cs.Case, table: RowTable, reader: TensorReader, replay: A
         saved.update(made)
     try:
         ref, outs, _ = replay.replay_forward(case.forward_record, case.args_json, saved, autocast=case.autocast)
+        ref = replay.DTYPE_PREFIX + ref  # the results name the reference dtype: torch.float64, mindspore.float32
         if case.generated:
             device_outs = replay.run_as_saved(case.forward_record, case.args_json, saved)
     except UnsafeApiName as exc:
@@ -351,7 +358,7 @@ def _judge_generated(case: cs.Case, table: RowTable, r: int, name: str, device: 
     else:
         if bench is not None and not isinstance(bench, np.ndarray):
             bench = np.asarray(bench)
-        got = rules.judge_tensor(name, case.api, device, cs.tensor_dtype_name(table, r), bench, "torch." + ref)
+        got = rules.judge_tensor(name, case.api, device, cs.tensor_dtype_name(table, r), bench, ref)
     got.message = GENERATED + ("; " + got.message if got.message else "")
     return got
 
@@ -368,6 +375,7 @@ def _run_backward(case: cs.Case, table: RowTable, reader: TensorReader, replay: 
     try:
         ref, _, got = replay.replay_forward(case.forward_record, case.args_json, saved, grads, sorted(grads_out),
                                             autocast=case.autocast)
+        ref = replay.DTYPE_PREFIX + ref
     except UnsafeApiName as exc:
         raise JobError("acc_check.path: %s" % exc) from None
     except replay.ReplayError as exc:
@@ -387,7 +395,7 @@ def _run_backward(case: cs.Case, table: RowTable, reader: TensorReader, replay: 
 
 def _judge(case: cs.Case, table: RowTable, reader: TensorReader, r: int, name: str, bench: Any, ref: str
            ) -> rules.OutputResult:
-    bench_dtype = "torch." + ref
+    bench_dtype = ref
     if not bool(table.is_tensor[r]):
         return rules.judge_value(name, cs.device_value(table, r), bench)
     if int(table.data[r]) < 0:

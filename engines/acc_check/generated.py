@@ -14,6 +14,7 @@ from typing import Dict, List, Optional, Tuple
 import numpy as np
 
 from engines.acc_check import standards as st
+from engines.acc_check.cases import dtype_name
 from engines.dumps.rows import V_MAX, V_MIN, RowTable, parse_shape
 
 SEED = 1234
@@ -37,8 +38,7 @@ def generated_inputs(table: RowTable, rows: List[int], record: str, seed: int = 
         if numel > MAX_ELEMENTS:
             return None, "%s is too large to generate (%d elements)" % (slot, numel)
         low, high = _bounds(table, r)
-        out[slot] = (_values(rng, dtype, numel, low, high), dtype if dtype.startswith("torch.") else
-                     "torch." + dtype.lower(), list(shape))
+        out[slot] = (_values(rng, dtype, numel, low, high), dtype_name(dtype), list(shape))
     return out, ""
 
 

@@ -17,6 +17,7 @@ from engines.overflow import replay as rp
 from engines.overflow.replay import ReplayError  # noqa: F401 (this module's interface)
 
 Saved = Dict[str, Tuple[np.ndarray, str, List[int]]]
+DTYPE_PREFIX = "torch."  # how the results name the reference dtype (engines.acc_check.seam)
 
 _LOW = (torch.float16, torch.bfloat16)
 
