@@ -1,6 +1,7 @@
 """acc_check speed: APIs checked per second on the demo's tensor dump, with 1 and 2 workers.
 
     python benchmarks/acc_check_speed.py [--preset tiny|default] [--workers 1 2] [--rounds 1]
+                                         [--framework pytorch|mindspore]
 
 A tensor dump of one step of the demo (forward and backward, every API) is captured once; each arm then runs the
 whole check into a new folder (replay on the CPU reference, judging, journal, CSVs and result store). Worker
@@ -23,8 +24,8 @@ from engines.runner import run_job  # noqa: E402
 from schemas import load_config  # noqa: E402
 
 
-def _dump(folder: Path, preset: str) -> Path:
-    job = load_config({"task": "tensor", "dump_path": str(folder), "level": "L1",
+def _dump(folder: Path, preset: str, framework: str) -> Path:
+    job = load_config({"task": "tensor", "dump_path": str(folder), "level": "L1", "framework": framework,
                        "target": {"demo": {"preset": preset, "steps": 1}},
                        "tensor": {"data_mode": ["all"], "summary_mode": "statistics"}})
     run_job(job, events=NullSink())
@@ -45,10 +46,12 @@ def main() -> None:
     parser.add_argument("--preset", default="tiny", choices=("tiny", "default"))
     parser.add_argument("--workers", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--framework", default="pytorch", choices=("pytorch", "mindspore"),
+                        help="the demo whose dump is checked (MindSpore: a PyNative dump, replayed with MindSpore)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
-        dump = _dump(root / "dump", args.preset)
+        dump = _dump(root / "dump", args.preset, args.framework)
         results = {}
         for r in range(args.rounds):
             for w in args.workers:
@@ -57,7 +60,7 @@ def main() -> None:
                 print("workers %d round %d: %d APIs in %.2f s (%.1f APIs/s, %d errors)" % (
                     w, r, apis, elapsed, apis / elapsed, errors), flush=True)
     base = max(results.get(1, [0.0])) or None
-    summary = {"preset": args.preset, "load_average": [round(x, 2) for x in os.getloadavg()],
+    summary = {"framework": args.framework, "preset": args.preset, "load_average": [round(x, 2) for x in os.getloadavg()],
                "apis_per_s": {w: round(max(v), 2) for w, v in results.items()},
                "vs_one_worker": {w: round(max(v) / base, 2) for w, v in results.items()} if base else {}}
     print(json.dumps(summary))

@@ -163,14 +163,14 @@ def cmd_acc_check(args) -> int:
 
 def cmd_reproduce(args) -> int:
     """``reproduce RESULT_OR_DUMP OP_NAME``: the script and input file of one API call (engines/acc_check/reproduce.py)."""
-    from engines.acc_check.reproduce import reproduce
+    from engines.acc_check.reproduce import reproduce, usage
     from engines.errors import BadInputError
 
     try:
         script, npz = reproduce(args.source, args.op, args.output)
     except BadInputError as exc:
         return fail(str(exc))
-    print("wrote %s and %s; run: python %s [--device cuda|npu:0|cpu]" % (script, npz, script))
+    print("wrote %s and %s; run: %s" % (script, npz, usage(script).replace(script.name, str(script), 1)))
     return 0
 
 

@@ -202,9 +202,11 @@ def _check_parallel(source: DumpSource, plan: List[Tuple[int, int, List[str]]], 
     count = done_before
     # fork where the platform has it: a spawned worker imports torch again (seconds each); the parent has run no
     # torch computation here (it only lists the APIs), and each worker runs one torch thread
+    # MindSpore's runtime does not survive a fork once it ran an op (workers forked after the demo trained in the
+    # same process hung): MindSpore workers are always spawned
     methods = multiprocessing.get_all_start_methods()
-    context = multiprocessing.get_context("fork" if "fork" in methods and sys.platform.startswith("linux")
-                                          else "spawn")
+    fork = "fork" in methods and sys.platform.startswith("linux") and source.framework != "mindspore"
+    context = multiprocessing.get_context("fork" if fork else "spawn")
     with ProcessPoolExecutor(max_workers=min(workers, max(1, len(todo))), mp_context=context,
                              initializer=_worker_init, initargs=(str(source.path), section, source.framework)) as pool:
         try:

@@ -16,13 +16,12 @@ import numpy as np
 
 from engines import safe_fs
 from engines.acc_check import cases as cs
+from engines.acc_check import reproduce_script, reproduce_script_ms
 from engines.acc_check import results as rs
-from engines.acc_check.engine import _read
-from engines.acc_check.reproduce_script import TEMPLATE
+from engines.acc_check.engine import _read, replay_module
 from engines.dumps.opener import open_dump
 from engines.dumps.source import DumpSource
 from engines.errors import BadInputError, JobError
-from engines.frameworks import adapter_module
 
 _PIECE = re.compile(r"^rank(\d+)\.step(\d+)\.(.+)$")
 
@@ -35,12 +34,7 @@ def reproduce(path: str, op_name: str, out_dir: str = ".") -> Tuple[Path, Path]:
     except BadInputError as exc:
         raise JobError("reproduce: %s" % exc) from None
     try:
-        if source.framework == "mindspore":
-            raise JobError("reproduce: %s is a MindSpore dump; only PyTorch calls are reproduced yet" % dump_path)
-        try:
-            replay = adapter_module("pytorch", "acc_replay")
-        except ImportError as exc:
-            raise JobError("reproduce: writing the script of a PyTorch call needs PyTorch (%s)" % exc) from None
+        replay = replay_module(source.framework, "reproduce")
         record, pieces = _record_and_pieces(source, op_name)
         for rank, step in pieces:
             table = source.rows(rank, step)
@@ -116,25 +110,45 @@ def _write(source: DumpSource, table: Any, case: cs.Case, rank: int, step: int, 
     with safe_fs.atomic_file(npz, "wb") as fh:
         fh.write(buffer.getvalue())
     with safe_fs.atomic_file(script, "w", encoding="utf-8") as fh:
-        fh.write(script_text(case.record, expression, case.args_json, npz.name, _note(case.record)))
+        fh.write(script_text(case.record, expression, case.args_json, npz.name, _note(case.record, source.framework),
+                             source.framework))
     return script, npz
 
 
-def _note(record: str) -> str:
+def _note(record: str, framework: str = "pytorch") -> str:
     prefix = record.split(".", 1)[0]
-    if prefix in ("Tensor", "Functional", "Torch", "VF", "Aten"):
+    if prefix in ("Tensor", "Functional", "Torch", "VF", "Aten", "Mint", "MintFunctional"):
         return ""
+    if framework == "mindspore":
+        return "\nThe call is probe-tui's demo operator: probe-tui must be importable (engines.adapters.mindspore).\n"
     return ("\nThe call is a custom operator: register it first (import the library that defines it; the demo's "
             "ops: engines.adapters.torch.demo_model).\n")
 
 
-def script_text(record: str, expression: str, args_json: str, npz_name: str, note: str = "") -> str:
+def script_text(record: str, expression: str, args_json: str, npz_name: str, note: str = "",
+                framework: str = "pytorch") -> str:
     setup = ""
-    if record.startswith("Demo."):  # the demo's operators register when its model module is imported
+    template = reproduce_script.TEMPLATE
+    if framework == "mindspore":
+        template = reproduce_script_ms.TEMPLATE
+        if record.startswith("Demo."):  # the demo's operators are probe-tui's own module
+            setup = "\nimport engines.adapters.mindspore.demo_ops  # noqa: F401  (probe-tui's demo operators)\n"
+    elif record.startswith("Demo."):  # the demo's operators register when its model module is imported
         setup = ("\ntry:\n    import engines.adapters.torch.demo_model  # noqa: F401  (probe-tui's demo operators)\n"
                  "except ImportError:\n    pass\n")
-    return TEMPLATE.format(NAME=record, NAME_REPR=repr(record), CALL=expression, ARGS=repr(args_json or "{}"),
+    return template.format(NAME=record, NAME_REPR=repr(record), CALL=expression, ARGS=repr(args_json or "{}"),
                            NPZ=npz_name, NPZ_REPR=repr(npz_name), SCRIPT=record + ".py", NOTE=note, SETUP=setup)
+
+
+def usage(script: Path) -> str:
+    """How to run a written script (its docstring's command line, which names the devices of its framework)."""
+    try:
+        for line in script.read_text(encoding="utf-8").splitlines()[:12]:
+            if line.strip().startswith("python "):
+                return line.strip()
+    except OSError:
+        pass
+    return "python %s" % script
 
 
 def first_failing(result_dir: Path) -> Optional[str]:
