@@ -46,8 +46,8 @@ class CheckedCaptureTask(CaptureTask):
         try:
             processor = oc.build(ctx.adapter, self.session, patterns, on_step)
         except ImportError:
-            self.say("warning", "online_check is not available on this framework yet (PyTorch only): the run "
-                                "captures without it")
+            self.say("warning", "online_check is not available on this framework (PyTorch and MindSpore only): "
+                                "the run captures without it")
             return
         self.online = processor
         self.reporter.details = with_online
