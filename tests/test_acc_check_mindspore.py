@@ -180,6 +180,12 @@ def test_reproduce_writes_a_script_that_runs_with_mindspore_and_numpy_only(fp32_
     recorded = json.loads(lines[3].split(":", 1)[1])
     assert device == recorded  # this machine computes what the demo recorded
     assert device["cosine"] > 0.999999 and device["max_abs_err"] < 1e-6
+    # the reference computed in a child process, as with --device GPU or Ascend (one device target a process)
+    child = subprocess.run([sys.executable, str(script), "--device", "CPU", "--reference-in-child"],
+                           cwd=str(tmp_path), env={"PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1", "GLOG_v": "3"},
+                           capture_output=True, text=True, timeout=180)
+    assert child.returncode == 0, child.stderr
+    assert [line for line in child.stdout.splitlines() if line.strip()] == lines
 
 
 def test_a_call_without_a_float64_kernel_gets_a_float32_reference():
