@@ -52,7 +52,7 @@ def _tensor(arr: np.ndarray, dtype_name: str, shape: List[int]) -> Tensor:
 
 
 def _value(kind: str, value: Any) -> Any:
-    if kind == "mindspore.dtype":
+    if kind in ("mindspore.dtype", "torch.dtype"):  # the second: a dtype row of a dump without args JSON
         dtype = _DTYPES.get(short_dtype(str(value)))
         return rp.UNKNOWN if dtype is None else dtype
     return rp.UNKNOWN

@@ -32,9 +32,24 @@ def _named_callables() -> Dict[Tuple[str, str], Any]:
     for module, prefix in api_table.namespaces():
         for _attr, original, pfx, api in api_table.module_functions(module, prefix):
             inverse.setdefault((pfx, api), original)
-    for _attr, original, pfx, api in api_table.tensor_methods():
-        inverse.setdefault((pfx, api), original)
+    ranked: Dict[Tuple[str, str], Tuple[int, Any]] = {}
+    for attr, original, pfx, api in api_table.tensor_methods():
+        rank = _method_rank(attr, api)
+        if (pfx, api) not in ranked or rank < ranked[(pfx, api)][0]:
+            ranked[(pfx, api)] = (rank, original)
+    for key, (_, original) in ranked.items():
+        inverse.setdefault(key, original)
     return inverse
+
+
+def _method_rank(attr: str, api: str) -> int:
+    """Which Tensor attribute a record name means when several carry it: the method of that name (``div``), then
+    the operator (``__truediv__``), never the reflected operator (``__rtruediv__`` is also named ``div``, but
+    computes ``other / self``: replaying ``x / y`` with it gives ``y / x``)."""
+    if attr == api:
+        return 0
+    reflected = attr.startswith("__r") and attr.endswith("__") and hasattr(ms.Tensor, "__" + attr[3:])
+    return 2 if reflected else 1
 
 
 def is_compute(obj: Any, prefix: str, api: str) -> bool:
