@@ -73,8 +73,8 @@ def test_api_list_checks_only_the_listed_apis(tmp_path):
                          steps=1)
     rows = _rows(tmp_path / "d")
     assert {r["api"] for r in rows} == {"Demo.naive_softmax"}
-    assert {r["name"] for r in rows} == {"Demo.naive_softmax.0.forward"}
-    assert summary["online_checked_calls"] == 1
+    assert {r["name"] for r in rows} == {"Demo.naive_softmax.0.forward", "Demo.naive_softmax.0.backward"}
+    assert summary["online_checked_calls"] == 1 and summary["online_checked_backward"] == 1
     assert list(summary["online_check"]["failing"]) == ["Demo.naive_softmax"]
 
 
@@ -93,6 +93,42 @@ def test_a_swapped_kernel_is_the_only_failing_api(tmp_path):
     with _SlightlyWrongFloat32Gelu():
         summary, _, _ = _run(tmp_path / "d", online={"enabled": True}, steps=1)
     assert list(summary["online_check"]["failing"]) == ["Functional.gelu"]
+
+
+class _SlightlyWrongFloat32GeluBackward(TorchDispatchMode):
+    """aten.gelu_backward off by one part in a thousand in float32 only: the forward kernel is right."""
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        if func is torch.ops.aten.gelu_backward.default and out.dtype == torch.float32:
+            out = out * (1 + 1e-3)
+        return out
+
+
+def test_a_wrong_backward_kernel_fails_only_that_apis_backward_and_training_is_unchanged(tmp_path):
+    with _SlightlyWrongFloat32GeluBackward():
+        _, plain, _ = _run(tmp_path / "plain", steps=1)
+        summary, losses, messages = _run(tmp_path / "d", online={"enabled": True}, steps=1)
+    assert losses == plain
+    failing_apis = summary["online_check"]["failing"]
+    assert list(failing_apis) == ["Functional.gelu"] and failing_apis["Functional.gelu"].endswith(".backward")
+    rows = _rows(tmp_path / "d")
+    failing = {r["name"] for r in rows if r["status"] == "error"}
+    assert failing and failing == {r["name"] for r in rows if r["api"] == "Functional.gelu"
+                                   and r["name"].endswith(".backward")}
+    assert all(r["status"] != "error" for r in rows if r["name"].endswith(".forward"))
+    assert {r["output"] for r in rows if r["name"] in failing} == {"output.0"}  # the gradient w.r.t. its input
+    assert any("Functional.gelu failed on the reference" in m for m in messages)
+
+
+def test_the_backward_of_every_checked_call_is_judged(tmp_path):
+    summary, _, _ = _run(tmp_path / "d", online={"enabled": True}, steps=1)
+    rows = _rows(tmp_path / "d")
+    backward = {r["api"] for r in rows if r["name"].endswith(".backward")}
+    assert {"Functional.linear", "Functional.gelu", "Functional.layer_norm"} <= backward
+    assert summary["online_checked_backward"] > 50
+    linear = [r for r in rows if r["api"] == "Functional.linear" and r["name"].endswith(".backward")]
+    assert {r["output"] for r in linear} >= {"output.0", "output.1"}  # the activation's and the weight's
 
 
 def test_without_the_option_nothing_is_checked(tmp_path):

@@ -64,7 +64,8 @@ class CheckedCaptureTask(CaptureTask):
             return out
         out["online_checked_calls"] = p.calls
         out["online_failing_apis"] = len(p.failing)
-        out["online_check"] = {"checked_calls": p.calls, "failing": dict(p.failing), "warning": dict(p.warning),
+        out["online_checked_backward"] = p.backward_calls
+        out["online_check"] = {"checked_calls": p.calls, "checked_backward": p.backward_calls, "failing": dict(p.failing), "warning": dict(p.warning),
                                "not_checked": dict(p.not_checked)}
         tables = out.setdefault("tables", [])
         if p.failing:
