@@ -4,8 +4,10 @@ model uninstrumented, interleaved step by step (docs/ACC_CHECK.md, "Online check
     python benchmarks/online_check_overhead.py [--preset default|tiny] [--rounds 3] [--steps 4]
 
 Arms: the capture session alone (statistics, nothing written: what the check rides on), a one-API list
-(``naive_softmax``) and the whole network. Each prints the median wall and CPU-time ratios against the
-uninstrumented step, the calls judged per step and the machine load (``uptime``). torch runs on one thread.
+(``naive_softmax``), the whole network, and the whole network judged without the pre-screen
+(``engines/acc_check/prescreen.py``: every output through every standard, as before it). Each prints the median
+wall and CPU-time ratios against the uninstrumented step, the calls judged per step (forward + backward) and the
+machine load (``uptime``). torch runs on one thread.
 """
 
 import argparse
@@ -21,6 +23,7 @@ import torch  # noqa: E402
 
 from benchmarks._workload import Workload, interleaved, session_step  # noqa: E402
 from engines.acc_check import online as oc  # noqa: E402
+from engines.acc_check import prescreen  # noqa: E402
 from engines.capture.options import CaptureOptions  # noqa: E402
 from engines.frameworks import adapter_module  # noqa: E402
 
@@ -28,6 +31,7 @@ ARMS = {
     "capture session only (no online check)": None,
     "online check, one API (naive_softmax)": ["naive_softmax"],
     "online check, whole network": [],
+    "online check, whole network, no pre-screen": [],
 }
 
 
@@ -63,7 +67,9 @@ def main() -> int:
     ap.add_argument("--warmup", type=int, default=1)
     args = ap.parse_args()
     torch.set_num_threads(1)
+    quick = prescreen.prescreen
     for name, patterns in ARMS.items():
+        prescreen.prescreen = (lambda *a, **k: None) if "no pre-screen" in name else quick  # type: ignore
         got = run_arm(args.preset, patterns, args.rounds, args.steps, args.warmup)
         load = os.getloadavg()
         print("%-42s %6.2fx (%.2f-%.2f)  cpu %5.2fx  calls judged/step %5.0f  base %.3fs  load %.2f %.2f %.2f" % (

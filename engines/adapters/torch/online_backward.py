@@ -13,7 +13,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import torch
 
-from engines.acc_check import rules
+from engines.acc_check import prescreen, rules
 from engines.adapters.torch.acc_replay import flatten_outputs, to_numpy
 from engines.adapters.torch.backward_capture import attach, input_edge
 from engines.capture.backward import PendingBackward
@@ -106,7 +106,7 @@ def rerun(func: Any, args: Any, kwargs: Any, tensors: List[torch.Tensor], pendin
     for (slot, _), ref_grad in zip(leaves, got):
         dev = pending.grad_in[slot]
         dtype = str(judged_dtype if judged_dtype is not None else dev.dtype)
-        results.append(rules.judge_tensor("output" + slot[len("input"):], api, to_numpy(dev), dtype,
+        results.append(prescreen.judge("output" + slot[len("input"):], api, to_numpy(dev), dtype,
                                           None if ref_grad is None else to_numpy(ref_grad), "torch." + ref,
                                           backward=True))
     return results

@@ -17,7 +17,7 @@ from typing import Any, Dict, List, Optional
 
 import torch
 
-from engines.acc_check import cases, rules
+from engines.acc_check import cases, prescreen, rules
 from engines.acc_check.online import OnlineCheckProcessor
 from engines.adapters.torch import online_backward as ob
 from engines.adapters.torch.acc_replay import flatten_outputs, reference_dtype, to_numpy
@@ -173,7 +173,7 @@ class OnlineCall:
         for slot, value in device:
             b = bench.get(slot)
             if isinstance(value, torch.Tensor):
-                results.append(rules.judge_tensor(slot, info.api, to_numpy(value), str(value.dtype),
+                results.append(prescreen.judge(slot, info.api, to_numpy(value), str(value.dtype),
                                                   None if not isinstance(b, torch.Tensor) else to_numpy(b),
                                                   "torch." + ref))
             elif isinstance(value, (bool, int, float)):
