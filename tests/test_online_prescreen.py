@@ -21,6 +21,8 @@ def _bench(kind, rng, shape):
         b = rng.standard_normal(shape) * 1e-6
         b[::3] = 0.0
         return b
+    if kind == "zeros":
+        return np.zeros(shape)
     if kind == "subnormal":
         b = rng.standard_normal(shape)
         b[::4] = 1e-40
@@ -42,7 +44,7 @@ def _device(bench, dtype, level, rng):
     return (bench * (1 + noise)).astype(dtype)
 
 
-CASES = list(itertools.product(("normal", "large", "small", "subnormal", "cancel"),
+CASES = list(itertools.product(("normal", "large", "small", "subnormal", "cancel", "zeros"),
                                (0.0, "ulp", 1e-8, 1e-7, 1e-6, 3e-5, 1e-4, 1e-3, 0.03, "few"),
                                (np.float32, np.float64)))
 
@@ -69,16 +71,24 @@ def test_prescreen_plus_full_equals_full(api, backward):
 
 @pytest.mark.parametrize("device,bench", [
     (np.array([1.0, np.inf]), np.array([1.0, np.inf])),  # non-finite: judged in full
-    (np.zeros(4), np.zeros(4)),  # all zero on both sides
     (np.zeros(4), np.ones(4)),  # zero on one side only
-    (np.ones(1), np.ones(1)),  # one element (no cosine)
+    (np.ones(1), np.full(1, 1.0001)),  # one element that differs (no cosine)
     (np.ones((2, 2), dtype=np.float32), np.ones(4)),  # shapes differ
+    (np.zeros(0), np.zeros(0)),  # empty
 ])
 def test_edge_cases_are_left_to_the_full_judgement(device, bench):
     assert prescreen.prescreen("output.0", "softmax", device, "torch.float32", bench, "torch.float64") is None
     full = rules.judge_tensor("output.0", "softmax", device, "torch.float32", bench, "torch.float64")
     assert prescreen.judge("output.0", "softmax", device, "torch.float32", bench, "torch.float64").status \
         == full.status
+
+
+@pytest.mark.parametrize("api", APIS)
+@pytest.mark.parametrize("values", [np.zeros(4), np.ones(1), np.array([-0.0, 0.0, 2.5])])
+def test_equal_outputs_pass_as_in_full(api, values):
+    full = rules.judge_tensor("output.0", api, values.astype(np.float32), "torch.float32", values, "torch.float64")
+    got = prescreen.prescreen("output.0", api, values.astype(np.float32), "torch.float32", values, "torch.float64")
+    assert full.status == "pass" and got is not None and got.standard == full.standard
 
 
 def test_low_precision_devices_are_judged_in_full():
