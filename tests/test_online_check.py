@@ -146,6 +146,14 @@ class _Session:
         self.api_capture = self
         self.summary = None
 
+    def backward_open(self):
+        return True
+
+    def busy(self):
+        import contextlib
+
+        return contextlib.nullcontext()
+
     def call(self, info, func, args, kwargs, collective=None):
         return func(*args, **kwargs)
 
@@ -171,6 +179,46 @@ def test_a_failing_rerun_is_listed_and_skipped():
     assert torch.equal(out, torch.full((3,), 2.0)) and session.busy_depth == 0
     assert processor.not_checked == {"Torch.weird": "the re-run failed: RuntimeError: no float64 kernel"}
     assert processor.rows == [] and processor.calls == 0
+
+
+def test_a_failing_backward_rerun_is_listed_and_training_gets_its_gradient():
+    from engines.adapters.torch.online_check import OnlineCall
+
+    def weird(x):
+        if x.dtype == torch.float64 and torch.is_grad_enabled():
+            raise RuntimeError("no float64 backward")
+        return x * 2
+
+    session = _Session()
+    processor = oc.OnlineCheckProcessor([])
+    processor.session = session
+    OnlineCall(session, processor)
+    x = torch.ones(3, requires_grad=True)
+    session.api_capture.call(_Info(), weird, (x,), {}).sum().backward()
+    assert torch.equal(x.grad, torch.full((3,), 2.0)) and session.busy_depth == 0
+    assert processor.not_checked == {"Torch.weird (backward)":
+                                     "the backward re-run failed: RuntimeError: no float64 backward"}
+    assert [r["name"] for r in processor.rows] == ["Torch.weird.0.forward"] and processor.calls == 1
+
+
+def test_the_backward_of_a_call_is_judged_against_the_gradients_that_arrived():
+    from engines.adapters.torch.online_check import OnlineCall
+
+    session = _Session()
+    processor = oc.OnlineCheckProcessor([])
+    processor.session = session
+    OnlineCall(session, processor)
+
+    class _Mul:
+        prefix, api, base = "Torch", "mul", "Torch.mul"
+
+    a = torch.randn(4, 5, requires_grad=True)
+    b = torch.randn(4, 5, requires_grad=True)
+    out = session.api_capture.call(_Mul(), torch.mul, (a * 1, b), {})  # one input a non-leaf, one a leaf
+    (out * torch.arange(20.0).reshape(4, 5)).sum().backward()
+    rows = [r for r in processor.rows if r["name"] == "Torch.mul.0.backward"]
+    assert [(r["output"], r["status"]) for r in rows] == [("output.0", "pass"), ("output.1", "pass")]
+    assert processor.backward_calls == 1
 
 
 def test_schema_takes_the_section_and_refuses_another_reference():
