@@ -117,3 +117,29 @@ async def test_a_run_from_the_app_shows_the_failing_api_live_and_opens_its_onlin
         assert {c["api"] for c in screen.result.calls if c["status"] == "error"} == {"Demo.naive_softmax"}
         assert {"Demo.naive_softmax", "Functional.softmax", "Functional.gelu"} == {c["api"] for c in screen.result.calls}
         assert any(c["name"].endswith(".backward") for c in screen.result.calls)
+
+
+@pilot_test
+async def test_the_run_screen_names_each_failing_api_as_its_step_ends(tmp_path):
+    from probe_tui.app.screens.home import HomeScreen
+    from probe_tui.app.screens.run import RunScreen
+
+    app = ProbeApp(tmp_path, root_label="~/exp")
+    async with app.run_test(size=(80, 24)) as pilot:
+        await wait_until(pilot, lambda: isinstance(app.screen, HomeScreen) and app.screen.is_mounted)
+        screen = RunScreen(tmp_path / "stats.json", cwd=tmp_path, autostart=False)
+        await app.push_screen(screen)
+        line = screen.query_one("#run-online", Static)
+        assert not line.display  # no online check: no line
+        screen.apply_event({"kind": "run_started", "run_dir": "d", "task": "statistics", "total_steps": 3})
+        screen.apply_event({"kind": "step", "step": 0, "online_failing": 0, "online_failing_apis": []})
+        assert line.display and "no API fails on the reference so far" in str(line.render())
+        screen.apply_event({"kind": "step", "step": 1, "online_failing": 1,
+                            "online_failing_apis": ["Demo.naive_softmax"]})
+        assert str(line.render()) == "online check: 1 failing API Demo.naive_softmax"
+        screen.apply_event({"kind": "step", "step": 2, "online_failing": 22,
+                            "online_failing_apis": ["Demo.naive_softmax", "Functional.gelu"]})
+        assert str(line.render()) == "online check: 22 failing APIs Demo.naive_softmax, Functional.gelu and 20 more"
+        await pilot.pause()
+        notes = [str(n.message) for n in app._notifications if n.title == "Online check"]
+        assert notes == ["Demo.naive_softmax failed the online check", "Functional.gelu failed the online check"]
