@@ -4,8 +4,14 @@ model uninstrumented, interleaved step by step (docs/ACC_CHECK.md, "Online check
     python benchmarks/online_check_overhead.py [--preset default|tiny] [--rounds 3] [--steps 4]
 
 Arms: the capture session alone (statistics, nothing written: what the check rides on), a one-API list
-(``naive_softmax``) and the whole network. Each prints the median wall and CPU-time ratios against the
-uninstrumented step, the calls judged per step and the machine load (``uptime``). torch runs on one thread.
+(``naive_softmax``), the whole network, and the whole network judged without the pre-screen
+(``engines/acc_check/prescreen.py``: every output through every standard, as before it). Each prints the median
+wall and CPU-time ratios against the uninstrumented step, the calls judged per step (forward + backward) and the
+machine load (``uptime``). torch runs on one thread.
+
+Then the judging alone, steadier on a loaded machine: every output the whole network's check judged in one step
+(forward and backward), judged again in full and with the pre-screen, alternately, ``--rounds`` times; the
+medians of each pass's CPU time and how many outputs the pre-screen decided.
 """
 
 import argparse
@@ -21,6 +27,7 @@ import torch  # noqa: E402
 
 from benchmarks._workload import Workload, interleaved, session_step  # noqa: E402
 from engines.acc_check import online as oc  # noqa: E402
+from engines.acc_check import prescreen  # noqa: E402
 from engines.capture.options import CaptureOptions  # noqa: E402
 from engines.frameworks import adapter_module  # noqa: E402
 
@@ -28,6 +35,7 @@ ARMS = {
     "capture session only (no online check)": None,
     "online check, one API (naive_softmax)": ["naive_softmax"],
     "online check, whole network": [],
+    "online check, whole network, no pre-screen": [],
 }
 
 
@@ -55,20 +63,66 @@ def run_arm(preset: str, patterns, rounds: int, steps: int, warmup: int):
             "base_step_s": statistics.median(base)}
 
 
+def judging_alone(preset: str, rounds: int) -> dict:
+    """Per-step judging cost of the whole network: full judgement against pre-screen + full, same outputs."""
+    import time
+
+    from engines.acc_check import rules
+
+    adapter = partial(adapter_module, "pytorch")
+    seen: list = []
+    judge = prescreen.judge
+
+    def spy(*a, **k):
+        # copies: a device array may share memory with a tensor the step changes in place later (AdamW)
+        seen.append((tuple(x.copy() if hasattr(x, "copy") else x for x in a), k))
+        return judge(*a, **k)
+
+    prescreen.judge = spy  # type: ignore
+    try:
+        work = Workload(preset, "fp32", {"lowp_softmax": {"layer": 1}})
+        session = adapter("session").Session(CaptureOptions(level="L1"), None, rank=0)
+        oc.build(adapter, session, [])
+        session_step(session, work)()
+        session.close()
+    finally:
+        prescreen.judge = judge  # type: ignore
+    full_s, quick_s = [], []
+    for _ in range(rounds):
+        for fn, into in ((rules.judge_tensor, full_s), (prescreen.judge, quick_s)):
+            t0 = time.process_time()
+            for a, k in seen:
+                fn(*a, **k)
+            into.append(time.process_time() - t0)
+    decided = sum(1 for a, k in seen if prescreen.prescreen(*a, **k) is not None)
+    return {"outputs": len(seen), "decided": decided, "full_s": statistics.median(full_s),
+            "quick_s": statistics.median(quick_s)}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--preset", default="default", choices=("default", "tiny"))
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--steps", type=int, default=4)
     ap.add_argument("--warmup", type=int, default=1)
+    ap.add_argument("--judging-only", action="store_true", help="only the judging-alone measure")
     args = ap.parse_args()
     torch.set_num_threads(1)
-    for name, patterns in ARMS.items():
+    quick = prescreen.prescreen
+    for name, patterns in ({} if args.judging_only else ARMS).items():
+        prescreen.prescreen = (lambda *a, **k: None) if "no pre-screen" in name else quick  # type: ignore
         got = run_arm(args.preset, patterns, args.rounds, args.steps, args.warmup)
         load = os.getloadavg()
-        print("%-42s %6.2fx (%.2f-%.2f)  cpu %5.2fx  calls judged/step %5.0f  base %.3fs  load %.2f %.2f %.2f" % (
+        print("%-44s %6.2fx (%.2f-%.2f)  cpu %5.2fx  calls judged/step %5.0f  base %.3fs  load %.2f %.2f %.2f" % (
             name, got["ratio"], got["spread"][0], got["spread"][1], got["cpu_ratio"], got["calls_per_step"],
             got["base_step_s"], *load), flush=True)
+    prescreen.prescreen = quick  # type: ignore
+    got = judging_alone(args.preset, args.rounds)
+    load = os.getloadavg()
+    print("judging alone, one whole-network step: %d outputs, pre-screen decides %d; cpu %.2fs in full, %.2fs with "
+          "the pre-screen (%.1fx less)  load %.2f %.2f %.2f" % (
+              got["outputs"], got["decided"], got["full_s"], got["quick_s"], got["full_s"] / got["quick_s"], *load),
+          flush=True)
     return 0
 
 

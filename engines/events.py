@@ -3,8 +3,10 @@
 Kinds and their fields (``?`` = optional):
 
 - ``run_started{run_dir, task, total_steps}`` (``total_steps`` None when unknown, e.g. a script)
-- ``step{step, total_steps, loss?, elapsed_s, records?, bytes?, unit?}`` after each training step (``step``
-  0-based); an analysis counts its own units (``unit``: ``"pair"`` for compare's rank pairs, done across workers)
+- ``step{step, total_steps, loss?, elapsed_s, records?, bytes?, unit?, online_failing?, online_failing_apis?}``
+  after each training step (``step`` 0-based); an analysis counts its own units (``unit``: ``"pair"`` for compare's
+  rank pairs, done across workers); a run with the online check adds how many APIs fail on the reference so far
+  and the first 20 of them (docs/ACC_CHECK.md, "Online check")
 - ``message{level, text}`` with level ``debug|info|warning|error``
 - ``run_finished{status, exit_code, run_dir, summary}``
 
@@ -23,7 +25,7 @@ KINDS: Dict[str, Dict[str, bool]] = {
     # field -> required
     "run_started": {"run_dir": True, "task": True, "total_steps": True},
     "step": {"step": True, "total_steps": True, "loss": False, "elapsed_s": True, "records": False,
-             "bytes": False, "unit": False, "online_failing": False},
+             "bytes": False, "unit": False, "online_failing": False, "online_failing_apis": False},
     "message": {"level": True, "text": True},
     "run_finished": {"status": True, "exit_code": True, "run_dir": True, "summary": True},
 }

@@ -21,6 +21,7 @@ from probe_tui.app.screens.grad import GradScreen
 from probe_tui.app.screens.help import HelpScreen, help_tables
 from probe_tui.app.screens.home import HomeScreen
 from probe_tui.app.screens.monitor import MonitorScreen
+from probe_tui.app.screens.online_check import OnlineCheckScreen
 from probe_tui.app.screens.overflow import OverflowScreen
 from probe_tui.app.screens.rank_picker import RankPicker
 from probe_tui.app.screens.run import RunScreen
@@ -32,7 +33,8 @@ ROOT = Path(__file__).resolve().parents[1]
 SCREENS = {"app": ProbeApp, "home": HomeScreen, "builder": BuilderScreen, "run": RunScreen,
            "summary": RunSummaryScreen, "compare": CompareScreen, "dump": DumpScreen, "monitor": MonitorScreen,
            "grad": GradScreen, "overflow": OverflowScreen, "freebench": FreeBenchmarkScreen, "ranks": RankPicker,
-           "help": HelpScreen, "diagnose": DiagnoseScreen, "table": FindTable, "acccheck": AccCheckScreen}
+           "help": HelpScreen, "diagnose": DiagnoseScreen, "table": FindTable, "acccheck": AccCheckScreen,
+           "onlinecheck": OnlineCheckScreen}
 
 
 def pilot_test(coro_fn):

@@ -73,8 +73,8 @@ def test_api_list_checks_only_the_listed_apis(tmp_path):
                          steps=1)
     rows = _rows(tmp_path / "d")
     assert {r["api"] for r in rows} == {"Demo.naive_softmax"}
-    assert {r["name"] for r in rows} == {"Demo.naive_softmax.0.forward"}
-    assert summary["online_checked_calls"] == 1
+    assert {r["name"] for r in rows} == {"Demo.naive_softmax.0.forward", "Demo.naive_softmax.0.backward"}
+    assert summary["online_checked_calls"] == 1 and summary["online_checked_backward"] == 1
     assert list(summary["online_check"]["failing"]) == ["Demo.naive_softmax"]
 
 
@@ -95,6 +95,42 @@ def test_a_swapped_kernel_is_the_only_failing_api(tmp_path):
     assert list(summary["online_check"]["failing"]) == ["Functional.gelu"]
 
 
+class _SlightlyWrongFloat32GeluBackward(TorchDispatchMode):
+    """aten.gelu_backward off by one part in a thousand in float32 only: the forward kernel is right."""
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        if func is torch.ops.aten.gelu_backward.default and out.dtype == torch.float32:
+            out = out * (1 + 1e-3)
+        return out
+
+
+def test_a_wrong_backward_kernel_fails_only_that_apis_backward_and_training_is_unchanged(tmp_path):
+    with _SlightlyWrongFloat32GeluBackward():
+        _, plain, _ = _run(tmp_path / "plain", steps=1)
+        summary, losses, messages = _run(tmp_path / "d", online={"enabled": True}, steps=1)
+    assert losses == plain
+    failing_apis = summary["online_check"]["failing"]
+    assert list(failing_apis) == ["Functional.gelu"] and failing_apis["Functional.gelu"].endswith(".backward")
+    rows = _rows(tmp_path / "d")
+    failing = {r["name"] for r in rows if r["status"] == "error"}
+    assert failing and failing == {r["name"] for r in rows if r["api"] == "Functional.gelu"
+                                   and r["name"].endswith(".backward")}
+    assert all(r["status"] != "error" for r in rows if r["name"].endswith(".forward"))
+    assert {r["output"] for r in rows if r["name"] in failing} == {"output.0"}  # the gradient w.r.t. its input
+    assert any("Functional.gelu failed on the reference" in m for m in messages)
+
+
+def test_the_backward_of_every_checked_call_is_judged(tmp_path):
+    summary, _, _ = _run(tmp_path / "d", online={"enabled": True}, steps=1)
+    rows = _rows(tmp_path / "d")
+    backward = {r["api"] for r in rows if r["name"].endswith(".backward")}
+    assert {"Functional.linear", "Functional.gelu", "Functional.layer_norm"} <= backward
+    assert summary["online_checked_backward"] > 50
+    linear = [r for r in rows if r["api"] == "Functional.linear" and r["name"].endswith(".backward")]
+    assert {r["output"] for r in linear} >= {"output.0", "output.1"}  # the activation's and the weight's
+
+
 def test_without_the_option_nothing_is_checked(tmp_path):
     summary, _, _ = _run(tmp_path / "d", steps=1)
     assert "online_check" not in summary
@@ -109,6 +145,14 @@ class _Session:
         self.step = 0
         self.api_capture = self
         self.summary = None
+
+    def backward_open(self):
+        return True
+
+    def busy(self):
+        import contextlib
+
+        return contextlib.nullcontext()
 
     def call(self, info, func, args, kwargs, collective=None):
         return func(*args, **kwargs)
@@ -135,6 +179,46 @@ def test_a_failing_rerun_is_listed_and_skipped():
     assert torch.equal(out, torch.full((3,), 2.0)) and session.busy_depth == 0
     assert processor.not_checked == {"Torch.weird": "the re-run failed: RuntimeError: no float64 kernel"}
     assert processor.rows == [] and processor.calls == 0
+
+
+def test_a_failing_backward_rerun_is_listed_and_training_gets_its_gradient():
+    from engines.adapters.torch.online_check import OnlineCall
+
+    def weird(x):
+        if x.dtype == torch.float64 and torch.is_grad_enabled():
+            raise RuntimeError("no float64 backward")
+        return x * 2
+
+    session = _Session()
+    processor = oc.OnlineCheckProcessor([])
+    processor.session = session
+    OnlineCall(session, processor)
+    x = torch.ones(3, requires_grad=True)
+    session.api_capture.call(_Info(), weird, (x,), {}).sum().backward()
+    assert torch.equal(x.grad, torch.full((3,), 2.0)) and session.busy_depth == 0
+    assert processor.not_checked == {"Torch.weird (backward)":
+                                     "the backward re-run failed: RuntimeError: no float64 backward"}
+    assert [r["name"] for r in processor.rows] == ["Torch.weird.0.forward"] and processor.calls == 1
+
+
+def test_the_backward_of_a_call_is_judged_against_the_gradients_that_arrived():
+    from engines.adapters.torch.online_check import OnlineCall
+
+    session = _Session()
+    processor = oc.OnlineCheckProcessor([])
+    processor.session = session
+    OnlineCall(session, processor)
+
+    class _Mul:
+        prefix, api, base = "Torch", "mul", "Torch.mul"
+
+    a = torch.randn(4, 5, requires_grad=True)
+    b = torch.randn(4, 5, requires_grad=True)
+    out = session.api_capture.call(_Mul(), torch.mul, (a * 1, b), {})  # one input a non-leaf, one a leaf
+    (out * torch.arange(20.0).reshape(4, 5)).sum().backward()
+    rows = [r for r in processor.rows if r["name"] == "Torch.mul.0.backward"]
+    assert [(r["output"], r["status"]) for r in rows] == [("output.0", "pass"), ("output.1", "pass")]
+    assert processor.backward_calls == 1
 
 
 def test_schema_takes_the_section_and_refuses_another_reference():

@@ -57,14 +57,16 @@ def _metrics(out: OutputResult) -> str:
 class OnlineCheckProcessor(CallProcessor):
     """Collects the judged outputs of a step; ``on_step(step, rows)`` gets them when the step is flushed.
 
-    ``failing`` maps each API (``Demo.naive_softmax``) with an error output to its first failing call name."""
+    ``failing`` maps each API (``Demo.naive_softmax``) with an error output to its first failing call name
+    (``Demo.naive_softmax.0.forward``, or ``.backward`` when its input gradients are the ones that fail)."""
 
     def __init__(self, patterns: List[str], on_step: Optional[Callable[[int, List[Dict[str, Any]]], None]] = None
                  ) -> None:
         self.select = Selection(patterns)
         self.on_step = on_step
         self.rows: List[Dict[str, Any]] = []
-        self.calls = 0  # calls judged, all steps
+        self.calls = 0  # calls judged forward, all steps
+        self.backward_calls = 0  # calls whose backward was judged, all steps
         self.not_checked: Dict[str, str] = {}  # API -> why its calls are not re-run (first reason)
         self.failing: Dict[str, str] = {}
         self.warning: Dict[str, str] = {}
@@ -81,7 +83,10 @@ class OnlineCheckProcessor(CallProcessor):
 
     def add(self, base: str, name: str, outputs: List[OutputResult]) -> None:
         step = int(getattr(self.session, "step", 0))
-        self.calls += 1
+        if name.endswith(".backward"):
+            self.backward_calls += 1
+        else:
+            self.calls += 1
         for out in outputs:
             self.rows.append({"step": step, "name": name, "api": base, "output": out.name, "status": out.status,
                               "standard": out.standard, "dtype": out.device_dtype, "bench_dtype": out.bench_dtype,

@@ -12,6 +12,8 @@ from engines.collection import CollectionResult
 from engines.steps import StepReporter
 from engines.task import Say, TaskContext, run_meta
 
+MAX_NAMED = 20  # failing APIs named in a step event (the count has them all)
+
 
 class CheckedCaptureTask(CaptureTask):
     def __init__(self, ctx: TaskContext, run: Any, reporter: StepReporter, say: Say) -> None:
@@ -41,6 +43,7 @@ class CheckedCaptureTask(CaptureTask):
         def with_online(step: int) -> Dict[str, Any]:
             out = details(step)
             out["online_failing"] = len(processor.failing)
+            out["online_failing_apis"] = list(processor.failing)[:MAX_NAMED]
             return out
 
         try:
@@ -64,7 +67,8 @@ class CheckedCaptureTask(CaptureTask):
             return out
         out["online_checked_calls"] = p.calls
         out["online_failing_apis"] = len(p.failing)
-        out["online_check"] = {"checked_calls": p.calls, "failing": dict(p.failing), "warning": dict(p.warning),
+        out["online_checked_backward"] = p.backward_calls
+        out["online_check"] = {"checked_calls": p.calls, "checked_backward": p.backward_calls, "failing": dict(p.failing), "warning": dict(p.warning),
                                "not_checked": dict(p.not_checked)}
         tables = out.setdefault("tables", [])
         if p.failing:

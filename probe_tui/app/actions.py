@@ -17,7 +17,7 @@ from textual.binding import Binding
 
 # Scopes: "app" actions work everywhere; the others belong to one screen.
 SCOPES = ("app", "table", "home", "builder", "run", "summary", "compare", "dump", "monitor", "grad", "overflow",
-          "freebench", "ranks", "help", "diagnose", "acccheck")
+          "freebench", "ranks", "help", "diagnose", "acccheck", "onlinecheck")
 
 SCOPE_TITLES = {
     "app": "Everywhere",
@@ -36,6 +36,7 @@ SCOPE_TITLES = {
     "help": "Help",
     "diagnose": "Diagnose verdict",
     "acccheck": "acc_check result",
+    "onlinecheck": "Online check",
 }
 
 
@@ -289,6 +290,17 @@ ACTIONS: Tuple[AppAction, ...] = (
     AppAction("acccheck.files", "files", "i", "Files", "General", "acccheck",
               "Show the result folder's files (the CSVs among them).", show=False),
     AppAction("acccheck.back", "back", "escape,q", "Back", "General", "acccheck", "Back to the previous screen."),
+    # online check (a statistics/tensor run's online_check stores)
+    AppAction("onlinecheck.sort_status", "sort_status", "s", "By status", "View", "onlinecheck",
+              "Sort the judged calls by status: errors, warnings, passes (worst error first in each)."),
+    AppAction("onlinecheck.sort_error", "sort_error", "e", "By error", "View", "onlinecheck",
+              "Sort the judged calls by their largest relative error, largest first."),
+    AppAction("onlinecheck.dump", "open_dump", "d", "Open dump", "View", "onlinecheck",
+              "Open the run's dump (what it captured besides the check) in the dump browser."),
+    AppAction("onlinecheck.files", "files", "i", "Files", "General", "onlinecheck",
+              "Show the run folder's files.", show=False),
+    AppAction("onlinecheck.back", "back", "escape,q", "Back", "General", "onlinecheck",
+              "Back to the previous screen."),
     # Rank picker (R in a view of a multi-rank run)
     AppAction("ranks.choose", "choose", "enter", "Show", "General", "ranks",
               "Show the highlighted rank (type a rank number to find it).", show=False),

@@ -4,7 +4,7 @@ Every way into a folder (home, ``probe-tui open PATH``, a finished run, a view's
 key) goes through ``ProbeApp.open_path``. Without a kind, :func:`detect_kind` asks the registered openers in turn
 (the first whose ``detect`` accepts the path wins) on a worker thread, since detectors read files; with one
 (``kind="run"`` for the run summary), :func:`factory_for` builds that view at once. :func:`register_opener` puts a view in front
-of the built-in ones (acc-check, compare, grad-compare, overflow, free-benchmark, monitor, dump; then run and folder, which
+of the built-in ones (acc-check, compare, grad-compare, overflow, free-benchmark, online-check, monitor, dump; then run and folder, which
 both open the run summary).
 """
 
@@ -153,6 +153,7 @@ def _views() -> List[tuple]:
     from probe_tui.app.data.monitor_feed import is_monitor_run
     from probe_tui.app.screens.acc_check import is_acc_check_result
     from probe_tui.app.screens.diagnose import is_diagnose_result
+    from probe_tui.app.screens.online_check import is_online_check_run
 
     return [
         ("diagnose", is_diagnose_result, _screen("diagnose", "DiagnoseScreen")),
@@ -161,6 +162,7 @@ def _views() -> List[tuple]:
         ("grad-compare", is_grad_result, _screen("grad", "GradScreen")),
         ("overflow", is_overflow_result, _screen("overflow", "OverflowScreen")),
         ("free-benchmark", is_free_benchmark_result, _screen("free_benchmark", "FreeBenchmarkScreen")),
+        ("online-check", is_online_check_run, _screen("online_check", "OnlineCheckScreen")),
         ("monitor", is_monitor_run, _screen("monitor", "MonitorScreen")),
         ("dump", is_dump, _screen("dump", "DumpScreen")),
         ("dump-file", is_msprobe_dump_file, _dump_of_file),

@@ -9,15 +9,20 @@ float16/bfloat16: docs/decisions/0026-acc-check-reference.md) and judges every o
 Training stays bit-identical: the re-run sees only copies, runs with autocast and autograd off, and the CPU RNG
 state is restored after it; random ops, casts, in-place view ops and collectives are not re-run
 (``engines.acc_check.cases.skip_reason``). A re-run or judging that fails is noted once per API and skipped.
+When the call's inputs need gradients its backward is checked too (``online_backward``): the copies are kept until
+the call's gradients have arrived, then re-run with autograd on and the input gradients judged.
 """
 
 from typing import Any, Dict, List, Optional
 
 import torch
 
-from engines.acc_check import cases, rules
+from engines.acc_check import cases, prescreen, rules
 from engines.acc_check.online import OnlineCheckProcessor
+from engines.adapters.torch import online_backward as ob
 from engines.adapters.torch.acc_replay import flatten_outputs, reference_dtype, to_numpy
+from engines.adapters.torch.api_capture import graph_task_active
+from engines.adapters.torch.backward_capture import sequence_mark
 
 _LOW = (torch.float16, torch.bfloat16)
 
@@ -75,16 +80,27 @@ class OnlineCall:
         s.busy_depth += 1
         try:
             copies = self._inputs(info, args, kwargs)
+            edges = self._edges(info, args, kwargs) if copies is not None else []
+            seq = sequence_mark() if edges else -1
         finally:
             s.busy_depth -= 1
         out = self._inner(info, func, args, kwargs, collective)
         if copies is not None:
             s.busy_depth += 1
             try:
-                self._check(info, func, copies, out)
+                self._check(info, func, copies, out, edges, seq)
             finally:
                 s.busy_depth -= 1
         return out
+
+    def _edges(self, info: Any, args: tuple, kwargs: Dict[str, Any]) -> List[Any]:
+        """The input edges whose gradients the backward check judges (none: no backward check)."""
+        if not torch.is_grad_enabled() or graph_task_active() or _in_place(info.api):
+            return []
+        try:
+            return ob.input_edges(_tensors((tuple(args), kwargs)))
+        except Exception:  # never break training: the call is checked forward only
+            return []
 
     def _inputs(self, info: Any, args: tuple, kwargs: Dict[str, Any]) -> Optional[Any]:
         why = cases.skip_reason(info.prefix, info.api, "")
@@ -97,23 +113,41 @@ class OnlineCall:
             self.processor.skip(info.base, "its inputs could not be copied: %s" % type(exc).__name__)
             return None
 
-    def _check(self, info: Any, func: Any, copies: Any, out: Any) -> None:
+    def _check(self, info: Any, func: Any, copies: Any, out: Any, edges: List[Any], seq: int) -> None:
         p = self.processor
         name = p.call_name(info.base)
         try:
             outputs = self._judge(info, func, copies, out, name)
         except Exception as exc:  # never break training: the call is listed as not checked
-            p.skip(info.base, "the re-run failed: %s: %s" % (type(exc).__name__, str(exc).splitlines()[0][:200]
-                                                             if str(exc) else ""))
+            p.skip(info.base, "the re-run failed: %s" % _why(exc))
             return
         if outputs:
             p.add(info.base, name, outputs)
+        if edges:
+            try:
+                ob.watch(self.session, name[:-len("forward")] + "backward", edges, out, seq,
+                         lambda pending: self._backward(info, func, copies, out, pending))
+            except Exception as exc:
+                p.skip(info.base + " (backward)", "its backward could not be watched: %s" % _why(exc))
 
-    def _judge(self, info: Any, func: Any, copies: Any, out: Any, name: str) -> List[rules.OutputResult]:
+    def _backward(self, info: Any, func: Any, copies: Any, out: Any, pending: ob.OnlineBackward) -> None:
+        """Every gradient of the call has arrived (inside an autograd hook, the session busy)."""
+        p = self.processor
+        try:
+            args, kwargs, ref, low = self._reference_inputs(copies, out)
+            outputs = ob.rerun(func, args, kwargs, _tensors((args, kwargs)), pending, info.api, ref, low)
+        except Exception as exc:  # never break training
+            p.skip(info.base + " (backward)", "the backward re-run failed: %s" % _why(exc))
+            return
+        if outputs:
+            p.add(info.base, pending.name, outputs)
+
+    def _reference_inputs(self, copies: Any, out: Any) -> Any:
+        """``(args, kwargs, reference dtype name, autocast's dtype or None)``: the copies in the reference dtype."""
         args, kwargs = copies
         floats = [t for t in _tensors((args, kwargs)) if t.is_floating_point()]
-        device = [(slot, v) for slot, v in flatten_outputs(out)]
-        dev_floats = [v for _, v in device if isinstance(v, torch.Tensor) and v.is_floating_point()]
+        dev_floats = [v for _, v in flatten_outputs(out) if isinstance(v, torch.Tensor) and v.is_floating_point()]
+        low = None
         if floats and dev_floats and any(t.dtype not in _LOW for t in floats) \
                 and all(v.dtype in _LOW for v in dev_floats):
             # wider inputs, only low outputs: autocast (type promotion would give the wider dtype), so the kernel
@@ -123,7 +157,11 @@ class OnlineCall:
             floats = [t.to(low) for t in floats]
         ref = reference_dtype([str(t.dtype) for t in floats])
         high = torch.float64 if ref == "float64" else torch.float32
-        args, kwargs = _cast(args, high), _cast(kwargs, high)
+        return _cast(args, high), _cast(kwargs, high), ref, low
+
+    def _judge(self, info: Any, func: Any, copies: Any, out: Any, name: str) -> List[rules.OutputResult]:
+        device = [(slot, v) for slot, v in flatten_outputs(out)]
+        args, kwargs, ref, _ = self._reference_inputs(copies, out)
         rng = torch.get_rng_state()
         try:
             with torch.no_grad(), torch.autocast("cpu", enabled=False):
@@ -135,9 +173,19 @@ class OnlineCall:
         for slot, value in device:
             b = bench.get(slot)
             if isinstance(value, torch.Tensor):
-                results.append(rules.judge_tensor(slot, info.api, to_numpy(value), str(value.dtype),
+                results.append(prescreen.judge(slot, info.api, to_numpy(value), str(value.dtype),
                                                   None if not isinstance(b, torch.Tensor) else to_numpy(b),
                                                   "torch." + ref))
             elif isinstance(value, (bool, int, float)):
                 results.append(rules.judge_value(slot, value, b))
         return results
+
+
+def _in_place(api: str) -> bool:
+    """An in-place call (``add_``, ``__iadd__``): its forward re-run rewrites the copies, so no backward check."""
+    return (api.endswith("_") and not api.endswith("__")) or api.startswith("__i")
+
+
+def _why(exc: Exception) -> str:
+    text = str(exc).splitlines()[0][:200] if str(exc) else ""
+    return "%s: %s" % (type(exc).__name__, text)

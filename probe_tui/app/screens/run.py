@@ -95,6 +95,9 @@ class RunScreen(AppScreen):
         self.bytes: Optional[int] = None
         self.exit_code: Optional[int] = None
         self.summary: Dict[str, Any] = {}
+        self.online_failing: Optional[int] = None
+        """APIs failing the online check so far (None: the run has no online check)."""
+        self.online_apis: List[str] = []
         self.messages: List[Tuple[str, str]] = []
         """``(level, text)`` of the run's message events."""
         self.finished_at: Optional[float] = None
@@ -111,6 +114,7 @@ class RunScreen(AppScreen):
                 yield Label(key, classes="info-key")
                 yield Static("—", id=f"info-{key}", classes="info-value")
         yield ProgressBar(total=None, show_eta=False, id="run-progress")
+        yield Static("", id="run-online")
         yield RichLog(id="run-log", wrap=True, markup=False, highlight=False, max_lines=5000)
         yield Static("", id="run-hint")
         yield KeyFooter()
@@ -189,6 +193,8 @@ class RunScreen(AppScreen):
                 self.records = (self.records or 0) + event["records"]
             if isinstance(event.get("bytes"), int):
                 self.bytes = (self.bytes or 0) + event["bytes"]
+            if isinstance(event.get("online_failing"), int):
+                self._online(event["online_failing"], event.get("online_failing_apis"))
             if self.status == "starting":
                 self.status = "running"
         elif kind == "message":
@@ -207,6 +213,24 @@ class RunScreen(AppScreen):
                 self.run_dir = Path(str(event["run_dir"]))
             self.status = str(event.get("status") or "finished")
         self._update_info()
+
+    def _online(self, failing: int, apis: Any) -> None:
+        """The online check's line: how many APIs fail on the reference so far, and which (as they arrive)."""
+        new = [str(a) for a in apis if str(a) not in self.online_apis] if isinstance(apis, list) else []
+        self.online_apis += new
+        if failing > (self.online_failing or 0):
+            self.notify("{} failed the online check".format(", ".join(new) or "an API"), severity="warning",
+                        title="Online check")
+        self.online_failing = failing
+        line = self.query_one("#run-online", Static)
+        line.display = True
+        if not failing:
+            line.update(Text("online check: no API fails on the reference so far", style=themed("success")))
+            return
+        more = failing - len(self.online_apis)
+        names = ", ".join(self.online_apis) + (" and {} more".format(more) if more > 0 else "")
+        line.update(Text.assemble(("online check: {} failing API{} ".format(failing, "" if failing == 1 else "s"),
+                                   themed("bold error")), names))
 
     @on(ChildExited)
     def _child_exited(self, message: "RunScreen.ChildExited") -> None:
