@@ -1,7 +1,7 @@
 """msprobe and probe-tui side by side: the same msprobe config.json through each tool's PrecisionDebugger.
 
     python benchmarks/side_by_side.py [--preset default|tiny|both] [--rounds 3] [--steps N] [--modes ...]
-                                      [--quick] [--json FILE]
+                                      [--quick] [--json FILE] [--memory-budget SIZE[,SIZE...]]
 
 msprobe is optional: set PROBE_TUI_MSPROBE_PYTHON to a Python that has mindstudio-probe (and torch) installed;
 without it (or when that Python cannot import msprobe) its columns are skipped with one line saying why.
@@ -23,6 +23,12 @@ Printed: the table of ratios with the overhead share ((probe-tui ratio - 1) / (m
 tool, preset and mode: microseconds added per record (records counted from what the tool wrote: msprobe's
 dump.json entries, probe-tui's store rows of records), records and files a step, and the growth of peak resident
 memory over the process's bare warm-up; the machine's load (``uptime``) before and after.
+
+The tensor dump's bandwidth: bytes the tool wrote a step over the time it added to the step (MB/s), next to this
+disk's sequential write bandwidth measured in the same run where the dumps go (the temporary folder): 256 MiB in
+4 MiB blocks, timed once to the page cache and once through ``fdatasync`` (as ``dd conv=fdatasync``).
+``--memory-budget 8MiB,1GiB`` runs probe-tui once per ``output.memory_budget`` (the bound on full-tensor copies a
+step holds before they are written), so the peak memory of several budgets is compared in one run.
 """
 
 import argparse
@@ -55,6 +61,23 @@ PRESETS: Dict[str, Dict[str, Any]] = {
              "batch": 2},
 }
 TOOLS = ("msprobe", "probe-tui")
+
+
+def disk_write_mb_s(folder: str, total_mb: int = 256, block_mb: int = 4) -> Tuple[float, float]:
+    """(MB/s into the page cache, MB/s through fdatasync) of sequential 4 MiB writes into ``folder``."""
+    block = os.urandom(block_mb << 20)
+    path = Path(tempfile.mkstemp(prefix="side-by-side-dd-", dir=folder)[1])
+    try:
+        with open(path, "wb", buffering=0) as f:
+            t0 = time.perf_counter()
+            for _ in range(total_mb // block_mb):
+                f.write(block)
+            t1 = time.perf_counter()
+            os.fdatasync(f.fileno())
+            t2 = time.perf_counter()
+        return total_mb / (t1 - t0), total_mb / (t2 - t0)
+    finally:
+        path.unlink()
 
 
 def msprobe_config(mode: str, dump_path: str) -> Dict[str, Any]:
@@ -105,24 +128,26 @@ def _peak_rss_mb() -> float:
     return peak_rss_mb()
 
 
-def _msprobe_records(dump: Path) -> Tuple[int, int]:
-    """(records, files) of msprobe's finished step folders under ``dump``, which are then removed (a tensor dump
-    writes ~0.5 GB a step on the default preset)."""
-    records = files = 0
+def _msprobe_records(dump: Path) -> Tuple[int, int, int]:
+    """(records, files, bytes) of msprobe's finished step folders under ``dump``, which are then removed (a tensor
+    dump writes ~0.5 GB a step on the default preset)."""
+    records = files = nbytes = 0
     for step_dir in [p for p in dump.glob("step*") if p.is_dir()]:
         for path in step_dir.rglob("*"):
             if path.is_file():
                 files += 1
+                nbytes += path.stat().st_size
                 if path.name == "dump.json":
                     try:
                         records += len(json.loads(path.read_text()).get("data", {}))
                     except (OSError, ValueError):
                         pass
         shutil.rmtree(step_dir, ignore_errors=True)
-    return records, files
+    return records, files, nbytes
 
 
-def worker(tool: str, preset: str, mode: str, rounds: int, steps: int, warmup: int) -> Dict[str, Any]:
+def worker(tool: str, preset: str, mode: str, rounds: int, steps: int, warmup: int,
+           memory_budget: Optional[str] = None) -> Dict[str, Any]:
     import torch
 
     torch.set_num_threads(1)
@@ -136,13 +161,16 @@ def worker(tool: str, preset: str, mode: str, rounds: int, steps: int, warmup: i
         rss0 = _peak_rss_mb()
         cfg_path = tmp / "config.json"
         dump = tmp / "dump"
-        cfg_path.write_text(json.dumps(msprobe_config(mode, str(dump))))
+        cfg = msprobe_config(mode, str(dump))
+        if memory_budget and tool == "probe-tui":
+            cfg["output"] = {"memory_budget": memory_budget}
+        cfg_path.write_text(json.dumps(cfg))
         if tool == "msprobe":
             from msprobe.pytorch import PrecisionDebugger
         else:
             from probe_tui.debugger import PrecisionDebugger  # type: ignore[no-redef]
         debugger = PrecisionDebugger(config_path=str(cfg_path))
-        records = files = instrumented = 0
+        records = files = nbytes = instrumented = 0
 
         def captured() -> None:
             debugger.start(work.model)
@@ -163,22 +191,27 @@ def worker(tool: str, preset: str, mode: str, rounds: int, steps: int, warmup: i
                         times.append(time.perf_counter() - t0)
                 instrumented += 1
                 if tool == "msprobe":
-                    r, f = _msprobe_records(dump)
-                    records, files = records + r, files + f
+                    r, f, b = _msprobe_records(dump)
+                    records, files, nbytes = records + r, files + f, nbytes + b
             ratios.append(statistics.median(arm_t) / statistics.median(base_t))
             added.append(statistics.median(arm_t) - statistics.median(base_t))
             base_s = statistics.median(base_t)
         if tool == "probe-tui":
             summary = debugger.close()
             records = int(summary.get("records", 0))
-            files = sum(1 for p in dump.rglob("*") if p.is_file())
+            written = [p for p in dump.rglob("*") if p.is_file()]
+            files = len(written)
+            nbytes = sum(p.stat().st_size for p in written)
         rss_growth = _peak_rss_mb() - rss0
         per_step = records / instrumented if instrumented else 0.0
+        mb_step = nbytes / max(instrumented, 1) / 1e6
+        added_s = statistics.median(added)
         return {"tool": tool, "preset": preset, "mode": mode, "ratio": statistics.median(ratios),
                 "ratio_min": min(ratios), "ratio_max": max(ratios), "base_ms": base_s * 1e3,
                 "records_per_step": per_step, "files_per_step": files / max(instrumented, 1),
-                "us_per_record": statistics.median(added) / per_step * 1e6 if per_step else None,
-                "rss_growth_mb": rss_growth}
+                "us_per_record": added_s / per_step * 1e6 if per_step else None,
+                "rss_growth_mb": rss_growth, "mb_per_step": mb_step,
+                "write_mb_s": mb_step / added_s if added_s > 0 else None, "memory_budget": memory_budget}
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
@@ -202,9 +235,11 @@ def msprobe_python() -> Tuple[Optional[str], str]:
 
 
 def run_worker(python: str, tool: str, preset: str, mode: str, rounds: int, steps: int, warmup: int,
-               timeout: float) -> Dict[str, Any]:
+               timeout: float, memory_budget: Optional[str] = None) -> Dict[str, Any]:
     cmd = [python, str(Path(__file__).resolve()), "--worker", tool, "--preset", preset, "--modes", mode,
            "--rounds", str(rounds), "--steps", str(steps), "--warmup", str(warmup)]
+    if memory_budget:
+        cmd += ["--memory-budget", memory_budget]
     env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
     try:
         done = subprocess.run(cmd, capture_output=True, timeout=timeout, cwd=tempfile.gettempdir(), env=env)
@@ -248,20 +283,18 @@ def format_table(results: Dict[str, Dict[str, Dict[str, Dict[str, Any]]]], prese
 
 def format_details(results: Dict[str, Dict[str, Dict[str, Dict[str, Any]]]], presets: List[str],
                    modes: List[str]) -> List[str]:
-    lines = ["| preset | mode | tool | ratio (spread) | µs/record | records/step | files/step | peak RSS growth |",
-             "|---|---|---|---|---|---|---|---|"]
+    lines = ["| preset | mode | tool | ratio (spread) | µs/record | records/step | files/step | peak RSS growth "
+             "| MB/step | MB/s written |", "|---|---|---|---|---|---|---|---|---|---|"]
     for p in presets:
         for mode in modes:
-            for tool in TOOLS:
-                r = results.get(p, {}).get(mode, {}).get(tool)
-                if r is None:
-                    continue
+            for tool, r in results.get(p, {}).get(mode, {}).items():  # msprobe, probe-tui, then other budgets
                 if "error" in r:
-                    lines.append("| %s | %s | %s | failed: %s | | | | |" % (p, mode, tool, r["error"]))
+                    lines.append("| %s | %s | %s | failed: %s | | | | | | |" % (p, mode, tool, r["error"]))
                     continue
-                lines.append("| %s | %s | %s | %.2f× (%.2f–%.2f) | %s | %.0f | %.1f | %.0f MB |" % (
+                lines.append("| %s | %s | %s | %.2f× (%.2f–%.2f) | %s | %.0f | %.1f | %.0f MB | %s | %s |" % (
                     p, mode, tool, r["ratio"], r["ratio_min"], r["ratio_max"], _fmt(r["us_per_record"], "%.0f"),
-                    r["records_per_step"], r["files_per_step"], r["rss_growth_mb"]))
+                    r["records_per_step"], r["files_per_step"], r["rss_growth_mb"],
+                    _fmt(r.get("mb_per_step"), "%.1f"), _fmt(r.get("write_mb_s"), "%.0f")))
     return lines
 
 
@@ -283,6 +316,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--quick", action="store_true", help="a smoke run: 1 round, 2 steps (tiny: 5)")
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds per worker process")
     parser.add_argument("--json", help="also write the figures to this JSON file")
+    parser.add_argument("--memory-budget", default="",
+                        help="probe-tui's output.memory_budget, or several (comma-separated: one run each)")
     parser.add_argument("--worker", choices=TOOLS, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
@@ -291,7 +326,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         parser.error("--modes: unknown mode %r" % unknown[0])
     if args.worker:
         sys.path.insert(0, str(ROOT))
-        out = worker(args.worker, args.preset, modes[0], args.rounds, args.steps or 1, args.warmup)
+        out = worker(args.worker, args.preset, modes[0], args.rounds, args.steps or 1, args.warmup,
+                     args.memory_budget or None)
         print(MARK + json.dumps(out), flush=True)
         return 0
     rounds = 1 if args.quick else args.rounds
@@ -300,7 +336,11 @@ def main(argv: Optional[List[str]] = None) -> int:
     if ms_python is None:
         print("msprobe: skipped (%s)" % why, flush=True)
     pythons = {"msprobe": ms_python, "probe-tui": sys.executable}
+    budgets: List[Optional[str]] = [b.strip() for b in args.memory_budget.split(",") if b.strip()] or [None]
     print("load before: " + uptime(), flush=True)
+    disk = [disk_write_mb_s(tempfile.gettempdir())]
+    print("disk (%s): %.0f MB/s to the page cache, %.0f MB/s through fdatasync" % (
+        (tempfile.gettempdir(),) + disk[0]), flush=True)
     results: Dict[str, Dict[str, Dict[str, Dict[str, Any]]]] = {}
     for preset in presets:
         for mode in modes:
@@ -308,13 +348,15 @@ def main(argv: Optional[List[str]] = None) -> int:
                                    (5 if preset == "default" else 30))
             if MODES[mode][0] == "tensor" and not args.steps:
                 steps = max(2, steps // 2)
-            for tool in TOOLS:
+            for tool, budget in [(t, b) for t in TOOLS for b in (budgets if t == "probe-tui" else [None])]:
                 python = pythons[tool]
                 if python is None:
                     continue
-                got = run_worker(python, tool, preset, mode, rounds, steps, args.warmup, args.timeout)
-                results.setdefault(preset, {}).setdefault(mode, {})[tool] = got
-                print("  %s %s %s: %s" % (preset, mode, tool, got.get("error") or "%.2f×, %s µs/record" % (
+                label = tool if budget == budgets[0] or tool != "probe-tui" else "%s, memory_budget %s" % (
+                    tool, budget)
+                got = run_worker(python, tool, preset, mode, rounds, steps, args.warmup, args.timeout, budget)
+                results.setdefault(preset, {}).setdefault(mode, {})[label] = got
+                print("  %s %s %s: %s" % (preset, mode, label, got.get("error") or "%.2f×, %s µs/record" % (
                     got["ratio"], _fmt(got["us_per_record"], "%.0f"))), flush=True)
     print()
     print("\n".join(format_table(results, presets, modes)))
@@ -324,6 +366,16 @@ def main(argv: Optional[List[str]] = None) -> int:
         "%s %.1f ms" % (p, statistics.median(r["base_ms"] for m in results.get(p, {}).values() for r in m.values()
                                              if "base_ms" in r))
         for p in presets if any("base_ms" in r for m in results.get(p, {}).values() for r in m.values())))
+    disk.append(disk_write_mb_s(tempfile.gettempdir()))
+    print("disk after: %.0f MB/s to the page cache, %.0f MB/s through fdatasync" % disk[-1])
+    sync_mb_s = statistics.median([d[1] for d in disk])
+    for p in presets:
+        for mode in modes:
+            for tool, r in results.get(p, {}).get(mode, {}).items():
+                if MODES[mode][0] == "tensor" and r.get("write_mb_s"):
+                    print("%s %s %s: the dump wrote %.0f MB/s of added time, %.0f %% of the disk's %.0f MB/s "
+                          "(fdatasync)" % (p, mode, tool, r["write_mb_s"], 100 * r["write_mb_s"] / sync_mb_s,
+                                           sync_mb_s))
     print("load after: " + uptime(), flush=True)
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2))
