@@ -71,13 +71,15 @@ class Growing:
     written through h5py's low-level calls: a per-step commit appends to dozens of columns, and the
     high-level ``resize`` + slice assignment costs tens of microseconds each in selection bookkeeping."""
 
-    __slots__ = ("dset", "rows", "tail", "dtype")
+    __slots__ = ("dset", "rows", "tail", "dtype", "chunk_rows")
 
     def __init__(self, dset: h5py.Dataset):
         self.dset = dset
         self.rows = dset.shape[0]
         self.tail = tuple(dset.shape[1:])
         self.dtype = dset.dtype
+        chunks = dset.chunks  # fixed at creation; h5py asks HDF5 anew on each read (~10 us)
+        self.chunk_rows = int(chunks[0]) if chunks else max(1, self.rows)
 
     def append(self, values: np.ndarray) -> None:
         n = len(values)
