@@ -155,8 +155,8 @@ class DumpSink:
                 entries.offset[e] = ref.offset
                 entries.numel[e] = ref.numel
             before -= payload.spilled.nbytes
-        rows = {"records": payload.buffer.num_records, "tensors": payload.buffer.num_rows}
-        if not self.budget_reached and not self._tensors_fit(payload.step, payload.host_data, rows):
+        counts = {"records": payload.buffer.num_records, "tensors": payload.buffer.num_rows}
+        if not self.budget_reached and not self._tensors_fit(payload.step, payload.host_data, counts):
             self.budget_reached = True
         for e, (arr, dtype_name) in payload.host_data.items():
             if self.budget_reached:
