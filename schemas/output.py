@@ -28,7 +28,7 @@ class OutputSpec(ConfigModel):
         None, 'The most bytes of full-tensor host copies (the tensor task, tensor_list) a rank holds before they '
               'are written: a step whose copies pass it writes them into the store as it goes (visible at the '
               'step\'s end, as always), so peak extra memory stays near this budget. A number or a string such '
-              'as "64MiB". Unset: 64 MiB.', advanced=True)
+              'as "64MiB". Unset: 16 MiB.', advanced=True)
     store_mode: Literal["auto", "swmr", "per_step"] = field(
         "auto", "How the store is written while the run goes on: swmr (one file, readable live), per_step (one "
                 "file a step, closed then announced; for NFS/Lustre where HDF5 locking fails), auto (swmr, or "

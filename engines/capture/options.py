@@ -11,7 +11,7 @@ LEVELS = ("L0", "L1", "mix", "debug")
 SUMMARY_MODES = ("statistics", "md5", "xor", "hash")
 DATA_MODES = ("all", "forward", "backward", "input", "output")
 #: Bytes of full-tensor host copies a step holds before they are written into the store (``output.memory_budget``).
-DEFAULT_MEMORY_BUDGET = 64 << 20
+DEFAULT_MEMORY_BUDGET = 16 << 20
 
 
 @dataclasses.dataclass
