@@ -450,6 +450,7 @@ class CaptureSession:
                 self.summary.failed("computing step %d statistics" % self.step, exc)
                 self.entries.clear()
                 self.buffer = StepBuffer()
+                self._spilled = None
                 return
             self.entries.clear()
             self.buffer = StepBuffer()
