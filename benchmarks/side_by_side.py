@@ -1,7 +1,8 @@
 """msprobe and probe-tui side by side: the same msprobe config.json through each tool's PrecisionDebugger.
 
     python benchmarks/side_by_side.py [--preset default|tiny|both] [--rounds 3] [--steps N] [--modes ...]
-                                      [--quick] [--json FILE]
+                                      [--quick] [--json FILE] [--memory-budget SIZE[,SIZE...]]
+                                      [--async-dump off|on|off,on]
 
 msprobe is optional: set PROBE_TUI_MSPROBE_PYTHON to a Python that has mindstudio-probe (and torch) installed;
 without it (or when that Python cannot import msprobe) its columns are skipped with one line saying why.
@@ -23,6 +24,17 @@ Printed: the table of ratios with the overhead share ((probe-tui ratio - 1) / (m
 tool, preset and mode: microseconds added per record (records counted from what the tool wrote: msprobe's
 dump.json entries, probe-tui's store rows of records), records and files a step, and the growth of peak resident
 memory over the process's bare warm-up; the machine's load (``uptime``) before and after.
+
+The tensor dump's bandwidth: bytes the tool wrote a step over the time it added to the step (MB/s), next to this
+disk's sequential write bandwidth measured in the same run where the dumps go (the temporary folder): 256 MiB in
+4 MiB blocks, timed once to the page cache and once through ``fdatasync`` (as ``dd conv=fdatasync``).
+``--memory-budget 8MiB,1GiB`` runs probe-tui once per ``output.memory_budget`` (the bound on full-tensor copies a
+step holds before they are written), so the peak memory of several budgets is compared in one run;
+``--async-dump off,on`` likewise runs probe-tui without and with its writer thread; with a writer thread, add
+``--blocks`` (blocks of ``--steps`` steps alternate, the thread drained inside the captured block's time), since
+single interleaved steps would let the thread's writing slow the next bare step instead. For probe-tui the step's end
+is timed too: on the training thread (statistics to the host, the hand-over, and without a writer thread the
+write and commit) and the store write with its commit alone, medians in ms.
 """
 
 import argparse
@@ -55,6 +67,23 @@ PRESETS: Dict[str, Dict[str, Any]] = {
              "batch": 2},
 }
 TOOLS = ("msprobe", "probe-tui")
+
+
+def disk_write_mb_s(folder: str, total_mb: int = 256, block_mb: int = 4) -> Tuple[float, float]:
+    """(MB/s into the page cache, MB/s through fdatasync) of sequential 4 MiB writes into ``folder``."""
+    block = os.urandom(block_mb << 20)
+    path = Path(tempfile.mkstemp(prefix="side-by-side-dd-", dir=folder)[1])
+    try:
+        with open(path, "wb", buffering=0) as f:
+            t0 = time.perf_counter()
+            for _ in range(total_mb // block_mb):
+                f.write(block)
+            t1 = time.perf_counter()
+            os.fdatasync(f.fileno())
+            t2 = time.perf_counter()
+        return total_mb / (t1 - t0), total_mb / (t2 - t0)
+    finally:
+        path.unlink()
 
 
 def msprobe_config(mode: str, dump_path: str) -> Dict[str, Any]:
@@ -105,24 +134,50 @@ def _peak_rss_mb() -> float:
     return peak_rss_mb()
 
 
-def _msprobe_records(dump: Path) -> Tuple[int, int]:
-    """(records, files) of msprobe's finished step folders under ``dump``, which are then removed (a tensor dump
-    writes ~0.5 GB a step on the default preset)."""
-    records = files = 0
+def _msprobe_records(dump: Path) -> Tuple[int, int, int]:
+    """(records, files, bytes) of msprobe's finished step folders under ``dump``, which are then removed (a tensor
+    dump writes ~0.5 GB a step on the default preset)."""
+    records = files = nbytes = 0
     for step_dir in [p for p in dump.glob("step*") if p.is_dir()]:
         for path in step_dir.rglob("*"):
             if path.is_file():
                 files += 1
+                nbytes += path.stat().st_size
                 if path.name == "dump.json":
                     try:
                         records += len(json.loads(path.read_text()).get("data", {}))
                     except (OSError, ValueError):
                         pass
         shutil.rmtree(step_dir, ignore_errors=True)
-    return records, files
+    return records, files, nbytes
 
 
-def worker(tool: str, preset: str, mode: str, rounds: int, steps: int, warmup: int) -> Dict[str, Any]:
+def _time_step_ends() -> Dict[str, List[float]]:
+    """Wrap probe-tui's step end (training thread) and store write (``DumpSink._write``) to time them."""
+    from engines.capture import session as capture_session
+    from engines.capture import sink as capture_sink
+
+    times: Dict[str, List[float]] = {"step_end": [], "write": []}
+
+    def timed(owner: Any, name: str, key: str) -> None:
+        fn = getattr(owner, name)
+
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            t0 = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                times[key].append(time.perf_counter() - t0)
+
+        setattr(owner, name, wrapper)
+
+    timed(capture_session.CaptureSession, "_write_step", "step_end")
+    timed(capture_sink.DumpSink, "_write", "write")
+    return times
+
+
+def worker(tool: str, preset: str, mode: str, rounds: int, steps: int, warmup: int,
+           memory_budget: Optional[str] = None, async_dump: bool = False, blocks: bool = False) -> Dict[str, Any]:
     import torch
 
     torch.set_num_threads(1)
@@ -136,13 +191,20 @@ def worker(tool: str, preset: str, mode: str, rounds: int, steps: int, warmup: i
         rss0 = _peak_rss_mb()
         cfg_path = tmp / "config.json"
         dump = tmp / "dump"
-        cfg_path.write_text(json.dumps(msprobe_config(mode, str(dump))))
+        cfg = msprobe_config(mode, str(dump))
+        ends: Dict[str, List[float]] = {}
+        if tool == "probe-tui":
+            if memory_budget:
+                cfg["output"] = {"memory_budget": memory_budget}
+            cfg["async_dump"] = async_dump
+            ends = _time_step_ends()
+        cfg_path.write_text(json.dumps(cfg))
         if tool == "msprobe":
             from msprobe.pytorch import PrecisionDebugger
         else:
             from probe_tui.debugger import PrecisionDebugger  # type: ignore[no-redef]
         debugger = PrecisionDebugger(config_path=str(cfg_path))
-        records = files = instrumented = 0
+        records = files = nbytes = instrumented = 0
 
         def captured() -> None:
             debugger.start(work.model)
@@ -152,33 +214,56 @@ def worker(tool: str, preset: str, mode: str, rounds: int, steps: int, warmup: i
 
         ratios: List[float] = []
         added: List[float] = []
+        def drained() -> None:  # a writer thread's steps written, inside the block's time
+            sink = getattr(getattr(getattr(debugger, "runner", None), "session", None), "sink", None)
+            if hasattr(sink, "drain"):
+                sink.drain()
+
+        def block(fn: Any, last: Any = None) -> Any:
+            def run() -> None:
+                for _ in range(steps):
+                    fn()
+                if last is not None:
+                    last()
+            return run
+
         for _ in range(rounds):
             base_t: List[float] = []
             arm_t: List[float] = []
-            for i in range(warmup + steps):
-                for fn, times in ((bare.step, base_t), (captured, arm_t)):
+            pairs = ((block(bare.step), base_t), (block(captured, drained), arm_t)) if blocks else \
+                ((bare.step, base_t), (captured, arm_t))
+            for i in range(warmup + (1 if blocks else steps)):
+                for fn, times in pairs:
                     t0 = time.perf_counter()
                     fn()
                     if i >= warmup:
-                        times.append(time.perf_counter() - t0)
-                instrumented += 1
+                        times.append((time.perf_counter() - t0) / (steps if blocks else 1))
+                instrumented += steps if blocks else 1
                 if tool == "msprobe":
-                    r, f = _msprobe_records(dump)
-                    records, files = records + r, files + f
+                    r, f, b = _msprobe_records(dump)
+                    records, files, nbytes = records + r, files + f, nbytes + b
             ratios.append(statistics.median(arm_t) / statistics.median(base_t))
             added.append(statistics.median(arm_t) - statistics.median(base_t))
             base_s = statistics.median(base_t)
         if tool == "probe-tui":
             summary = debugger.close()
             records = int(summary.get("records", 0))
-            files = sum(1 for p in dump.rglob("*") if p.is_file())
+            written = [p for p in dump.rglob("*") if p.is_file()]
+            files = len(written)
+            nbytes = sum(p.stat().st_size for p in written)
         rss_growth = _peak_rss_mb() - rss0
         per_step = records / instrumented if instrumented else 0.0
+        mb_step = nbytes / max(instrumented, 1) / 1e6
+        added_s = statistics.median(added)
         return {"tool": tool, "preset": preset, "mode": mode, "ratio": statistics.median(ratios),
                 "ratio_min": min(ratios), "ratio_max": max(ratios), "base_ms": base_s * 1e3,
                 "records_per_step": per_step, "files_per_step": files / max(instrumented, 1),
-                "us_per_record": statistics.median(added) / per_step * 1e6 if per_step else None,
-                "rss_growth_mb": rss_growth}
+                "us_per_record": added_s / per_step * 1e6 if per_step else None,
+                "rss_growth_mb": rss_growth, "mb_per_step": mb_step,
+                "write_mb_s": mb_step / added_s if added_s > 0 else None, "memory_budget": memory_budget,
+                "async_dump": async_dump,
+                "step_end_ms": statistics.median(ends["step_end"]) * 1e3 if ends.get("step_end") else None,
+                "write_ms": statistics.median(ends["write"]) * 1e3 if ends.get("write") else None}
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
@@ -202,9 +287,16 @@ def msprobe_python() -> Tuple[Optional[str], str]:
 
 
 def run_worker(python: str, tool: str, preset: str, mode: str, rounds: int, steps: int, warmup: int,
-               timeout: float) -> Dict[str, Any]:
+               timeout: float, memory_budget: Optional[str] = None, async_dump: bool = False,
+               blocks: bool = False) -> Dict[str, Any]:
     cmd = [python, str(Path(__file__).resolve()), "--worker", tool, "--preset", preset, "--modes", mode,
            "--rounds", str(rounds), "--steps", str(steps), "--warmup", str(warmup)]
+    if memory_budget:
+        cmd += ["--memory-budget", memory_budget]
+    if async_dump:
+        cmd += ["--async-dump", "on"]
+    if blocks:
+        cmd += ["--blocks"]
     env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
     try:
         done = subprocess.run(cmd, capture_output=True, timeout=timeout, cwd=tempfile.gettempdir(), env=env)
@@ -248,20 +340,20 @@ def format_table(results: Dict[str, Dict[str, Dict[str, Dict[str, Any]]]], prese
 
 def format_details(results: Dict[str, Dict[str, Dict[str, Dict[str, Any]]]], presets: List[str],
                    modes: List[str]) -> List[str]:
-    lines = ["| preset | mode | tool | ratio (spread) | µs/record | records/step | files/step | peak RSS growth |",
-             "|---|---|---|---|---|---|---|---|"]
+    lines = ["| preset | mode | tool | ratio (spread) | µs/record | records/step | files/step | peak RSS growth "
+             "| MB/step | MB/s written | step end / write (ms) |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     for p in presets:
         for mode in modes:
-            for tool in TOOLS:
-                r = results.get(p, {}).get(mode, {}).get(tool)
-                if r is None:
-                    continue
+            for tool, r in results.get(p, {}).get(mode, {}).items():  # msprobe, probe-tui, then other budgets
                 if "error" in r:
-                    lines.append("| %s | %s | %s | failed: %s | | | | |" % (p, mode, tool, r["error"]))
+                    lines.append("| %s | %s | %s | failed: %s | | | | | | | |" % (p, mode, tool, r["error"]))
                     continue
-                lines.append("| %s | %s | %s | %.2f× (%.2f–%.2f) | %s | %.0f | %.1f | %.0f MB |" % (
+                ends = "" if r.get("step_end_ms") is None else "%.2f / %s" % (
+                    r["step_end_ms"], _fmt(r.get("write_ms"), "%.2f"))
+                lines.append("| %s | %s | %s | %.2f× (%.2f–%.2f) | %s | %.0f | %.1f | %.0f MB | %s | %s | %s |" % (
                     p, mode, tool, r["ratio"], r["ratio_min"], r["ratio_max"], _fmt(r["us_per_record"], "%.0f"),
-                    r["records_per_step"], r["files_per_step"], r["rss_growth_mb"]))
+                    r["records_per_step"], r["files_per_step"], r["rss_growth_mb"],
+                    _fmt(r.get("mb_per_step"), "%.1f"), _fmt(r.get("write_mb_s"), "%.0f"), ends))
     return lines
 
 
@@ -283,6 +375,13 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--quick", action="store_true", help="a smoke run: 1 round, 2 steps (tiny: 5)")
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds per worker process")
     parser.add_argument("--json", help="also write the figures to this JSON file")
+    parser.add_argument("--memory-budget", default="",
+                        help="probe-tui's output.memory_budget, or several (comma-separated: one run each)")
+    parser.add_argument("--blocks", action="store_true",
+                        help="alternate blocks of --steps steps (a writer thread drained inside its block) instead of "
+                             "single steps: a writer thread's work then counts against the captured steps")
+    parser.add_argument("--async-dump", default="off",
+                        help="probe-tui's async_dump: off, on, or off,on (one run each)")
     parser.add_argument("--worker", choices=TOOLS, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
@@ -291,7 +390,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         parser.error("--modes: unknown mode %r" % unknown[0])
     if args.worker:
         sys.path.insert(0, str(ROOT))
-        out = worker(args.worker, args.preset, modes[0], args.rounds, args.steps or 1, args.warmup)
+        out = worker(args.worker, args.preset, modes[0], args.rounds, args.steps or 1, args.warmup,
+                     args.memory_budget or None, args.async_dump == "on", args.blocks)
         print(MARK + json.dumps(out), flush=True)
         return 0
     rounds = 1 if args.quick else args.rounds
@@ -300,7 +400,13 @@ def main(argv: Optional[List[str]] = None) -> int:
     if ms_python is None:
         print("msprobe: skipped (%s)" % why, flush=True)
     pythons = {"msprobe": ms_python, "probe-tui": sys.executable}
+    budgets: List[Optional[str]] = [b.strip() for b in args.memory_budget.split(",") if b.strip()] or [None]
+    asyncs = [a.strip() == "on" for a in args.async_dump.split(",") if a.strip()] or [False]
+    variants = [(b, a) for b in budgets for a in asyncs]
     print("load before: " + uptime(), flush=True)
+    disk = [disk_write_mb_s(tempfile.gettempdir())]
+    print("disk (%s): %.0f MB/s to the page cache, %.0f MB/s through fdatasync" % (
+        (tempfile.gettempdir(),) + disk[0]), flush=True)
     results: Dict[str, Dict[str, Dict[str, Dict[str, Any]]]] = {}
     for preset in presets:
         for mode in modes:
@@ -308,13 +414,19 @@ def main(argv: Optional[List[str]] = None) -> int:
                                    (5 if preset == "default" else 30))
             if MODES[mode][0] == "tensor" and not args.steps:
                 steps = max(2, steps // 2)
-            for tool in TOOLS:
+            for tool, (budget, async_dump) in [(t, v) for t in TOOLS
+                                               for v in (variants if t == "probe-tui" else [(None, False)])]:
                 python = pythons[tool]
                 if python is None:
                     continue
-                got = run_worker(python, tool, preset, mode, rounds, steps, args.warmup, args.timeout)
-                results.setdefault(preset, {}).setdefault(mode, {})[tool] = got
-                print("  %s %s %s: %s" % (preset, mode, tool, got.get("error") or "%.2f×, %s µs/record" % (
+                label = tool
+                if tool == "probe-tui" and (budget, async_dump) != variants[0]:
+                    label += "".join([", memory_budget %s" % budget if len(budgets) > 1 else "",
+                                      ", async_dump %s" % ("on" if async_dump else "off") if len(asyncs) > 1 else ""])
+                got = run_worker(python, tool, preset, mode, rounds, steps, args.warmup, args.timeout, budget,
+                                 async_dump, args.blocks)
+                results.setdefault(preset, {}).setdefault(mode, {})[label] = got
+                print("  %s %s %s: %s" % (preset, mode, label, got.get("error") or "%.2f×, %s µs/record" % (
                     got["ratio"], _fmt(got["us_per_record"], "%.0f"))), flush=True)
     print()
     print("\n".join(format_table(results, presets, modes)))
@@ -324,6 +436,16 @@ def main(argv: Optional[List[str]] = None) -> int:
         "%s %.1f ms" % (p, statistics.median(r["base_ms"] for m in results.get(p, {}).values() for r in m.values()
                                              if "base_ms" in r))
         for p in presets if any("base_ms" in r for m in results.get(p, {}).values() for r in m.values())))
+    disk.append(disk_write_mb_s(tempfile.gettempdir()))
+    print("disk after: %.0f MB/s to the page cache, %.0f MB/s through fdatasync" % disk[-1])
+    sync_mb_s = statistics.median([d[1] for d in disk])
+    for p in presets:
+        for mode in modes:
+            for tool, r in results.get(p, {}).get(mode, {}).items():
+                if MODES[mode][0] == "tensor" and r.get("write_mb_s"):
+                    print("%s %s %s: the dump wrote %.0f MB/s of added time, %.0f %% of the disk's %.0f MB/s "
+                          "(fdatasync)" % (p, mode, tool, r["write_mb_s"], 100 * r["write_mb_s"] / sync_mb_s,
+                                           sync_mb_s))
     print("load after: " + uptime(), flush=True)
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2))

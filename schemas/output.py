@@ -1,4 +1,5 @@
-"""How a run writes its HDF5 store: compression, a disk budget, and the store mode (docs/FORMAT.md)."""
+"""How a run writes its HDF5 store: compression, a disk budget, a memory budget for full tensors, and the store
+mode (docs/FORMAT.md)."""
 
 from typing import Any, Dict, Literal, Optional
 
@@ -23,6 +24,11 @@ class OutputSpec(ConfigModel):
               '(powers of 1000) or "512MiB" (powers of 1024). Checked before each step is written: a step whose '
               'tensors would pass it keeps its statistics and drops its tensors (the run says so); when even '
               'statistics no longer fit, the dump stops and training goes on. Unset: unlimited.')
+    memory_budget: SizeBytes = field(
+        None, 'The most bytes of full-tensor host copies (the tensor task, tensor_list) a rank holds before they '
+              'are written: a step whose copies pass it writes them into the store as it goes (visible at the '
+              'step\'s end, as always), so peak extra memory stays near this budget. A number or a string such '
+              'as "64MiB". Unset: 16 MiB.', advanced=True)
     store_mode: Literal["auto", "swmr", "per_step"] = field(
         "auto", "How the store is written while the run goes on: swmr (one file, readable live), per_step (one "
                 "file a step, closed then announced; for NFS/Lustre where HDF5 locking fails), auto (swmr, or "

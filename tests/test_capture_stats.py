@@ -81,6 +81,22 @@ def test_nonfinite_counts(batched):
     assert list(cols.counts[f]) == [0, 0, 0]
 
 
+@pytest.mark.parametrize("precision", ["low", "high"])
+def test_host_float_path_equals_the_batched_path_bit_for_bit(precision):
+    """The CPU's float fast path (values read at once) and the accelerators' batched path run the same kernels:
+    large tensors (amax + amin), non-contiguous views, half types, non-finite values, all bit-equal."""
+    torch.manual_seed(2)
+    big = torch.randn(64, 512) * 7
+    tensors = [big, big.t(), big[:, ::3], (torch.randn(3000) * 50).half(), (torch.randn(20000) * 50).bfloat16(),
+               torch.randn(40000, dtype=torch.float64), torch.tensor([[1.0, float("nan")], [float("inf"), -2.0]]),
+               torch.tensor([float("-inf"), 1.0]), torch.empty(0, 5)]
+    _, host = _finish(tensors, False, precision=precision)
+    _, batched = _finish(tensors, True, precision=precision)
+    for got, want in ((host.stats, batched.stats), (host.counts, batched.counts), (host.valid, batched.valid)):
+        assert got.tobytes() == want.tobytes()
+    assert list(host.counts[6]) == [1, 1, 0] and list(host.counts[7]) == [0, 0, 1]
+
+
 def test_precision_high_accumulates_half_types_in_float32():
     torch.manual_seed(1)
     t = (torch.randn(4096) * 300).to(torch.bfloat16)

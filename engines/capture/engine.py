@@ -74,6 +74,10 @@ class _CountingSink:
         # Row sizes as the store writes them: ~19 numeric columns of 8 bytes and four interned strings a row.
         self.bytes += data + rows * 160 + records * 96 + sum(len(str(a)) for a in payload.buffer.rec_args)
 
+    def spill(self, data: Any, into: Any) -> None:
+        """A step's full tensors handed over early (output.memory_budget): counted, not kept."""
+        self.bytes += sum(int(a.nbytes) for a, _ in data.values())
+
     def close(self, status: str = "finished") -> None:
         return None
 

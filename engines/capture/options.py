@@ -10,6 +10,8 @@ TASKS = ("statistics", "tensor")
 LEVELS = ("L0", "L1", "mix", "debug")
 SUMMARY_MODES = ("statistics", "md5", "xor", "hash")
 DATA_MODES = ("all", "forward", "backward", "input", "output")
+#: Bytes of full-tensor host copies a step holds before they are written into the store (``output.memory_budget``).
+DEFAULT_MEMORY_BUDGET = 16 << 20
 
 
 @dataclasses.dataclass
@@ -31,6 +33,7 @@ class CaptureOptions:
     compression: str = "none"
     compression_level: Optional[int] = None
     disk_budget: Optional[int] = None
+    memory_budget: int = DEFAULT_MEMORY_BUDGET
     store_mode: str = "auto"
     dump_path: str = "./probe_dump"
     stack_depth: int = 48
@@ -103,6 +106,7 @@ class CaptureOptions:
             compression=field_of(output, "compression", "none") or "none",
             compression_level=field_of(output, "compression_level", None),
             disk_budget=field_of(output, "disk_budget", None),
+            memory_budget=int(field_of(output, "memory_budget", None) or DEFAULT_MEMORY_BUDGET),
             store_mode=field_of(output, "store_mode", "auto") or "auto",
             dump_path=str(field_of(job, "dump_path", "./probe_dump") or "./probe_dump"),
         )

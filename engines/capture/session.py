@@ -14,7 +14,7 @@ otherwise (overflow_check, free_benchmark) plugs its processor in (``plug``: ``e
 """
 
 import logging
-from typing import Any, Callable, List, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 from engines.capture import naming
 from engines.capture.filters import CaptureFilter
@@ -22,7 +22,7 @@ from engines.capture.flatten import Walkers
 from engines.capture.options import CaptureOptions
 from engines.capture.processor import CallProcessor, hot_path_overrides
 from engines.capture.records import StepBuffer
-from engines.capture.sink import StepPayload
+from engines.capture.sink import SpilledTensors, StepPayload
 from engines.capture.stacks import StackTable
 from engines.capture.summary import CaptureSummary
 
@@ -83,6 +83,7 @@ class CaptureSession:
         self.custom_apis: Any = None  # CustomApis of register_custom_api
         self.dump_window: Any = None  # the module_dump in effect
         self.processor = CallProcessor()  # statistics and tensor: the session's own processing
+        self._spilled: Optional[SpilledTensors] = None  # the step's full tensors written early (memory_budget)
 
     def plug(self, processor: CallProcessor) -> "CaptureSession":
         """Process each call with ``processor`` (a task's part: ``engines.capture.processor``); returns self."""
@@ -402,6 +403,32 @@ class CaptureSession:
                     self.summary.failed("finishing %s" % pending.name, exc)
         self.pending_backward = []
 
+    def _open_sink(self) -> bool:
+        """The rank's sink, created at the first write (the rank is known by then); False when there is none."""
+        if self.sink is None:
+            if self.sink_factory is None:
+                return False
+            self.rank = self.rank if self._fixed_rank is not None else self.detect_rank()
+            try:
+                self.sink = self.sink_factory(self.rank)
+            except Exception as exc:  # e.g. a read-only dump path: report it, never stop training
+                self._store_not_opened(exc)
+                self.sink_factory = None
+                return False
+        return True
+
+    def spill_tensors(self, data: Dict[int, Any]) -> None:
+        """The entries' hook when a step's full-tensor copies pass ``output.memory_budget``: they are written now
+        (``DumpSink.spill``) and referenced by the step's rows at its end."""
+        spill = getattr(self.sink, "spill", None) if self._open_sink() else None
+        if spill is None:
+            return
+        if self._spilled is None:
+            self._spilled = SpilledTensors(self.step)
+        spill(data, self._spilled)
+        if getattr(self.sink, "budget_reached", False):
+            self.entries.saving_stopped = True
+
     def flush(self) -> None:
         """Complete pending backward records and hand the step to the sink (between the processor's hooks)."""
         self.processor.before_flush()
@@ -414,6 +441,7 @@ class CaptureSession:
             buffer = self.buffer
             if buffer.num_records == 0:
                 self.entries.clear()
+                self._spilled = None
                 return
             try:
                 entries = self.entries.finish()
@@ -422,21 +450,15 @@ class CaptureSession:
                 self.summary.failed("computing step %d statistics" % self.step, exc)
                 self.entries.clear()
                 self.buffer = StepBuffer()
+                self._spilled = None
                 return
             self.entries.clear()
             self.buffer = StepBuffer()
+            spilled, self._spilled = self._spilled, None
             payload = StepPayload(self.step, buffer, entries, host_data, self.stacks.drain_new(),
-                                  self.modules.take_new_modules(), self.partial)
-            if self.sink is None:
-                if self.sink_factory is None:
-                    return
-                self.rank = self.rank if self._fixed_rank is not None else self.detect_rank()
-                try:
-                    self.sink = self.sink_factory(self.rank)
-                except Exception as exc:  # e.g. a read-only dump path: report it, never stop training
-                    self._store_not_opened(exc)
-                    self.sink_factory = None
-                    return
+                                  self.modules.take_new_modules(), self.partial, spilled)
+            if not self._open_sink():
+                return
             try:
                 self.sink.write(payload)
             except Exception as exc:

@@ -3,6 +3,10 @@
 One ``DumpWriter`` per rank (``engines.store``); one batch of appends per step and a ``commit_step`` at its end, so
 a killed process leaves every committed step readable. With ``async_dump`` the step is handed to a writer thread
 (at most two steps in flight, so memory stays bounded) and training goes on while it is written.
+
+Full tensors need not wait for the step's end: when a step's host copies pass ``output.memory_budget`` the
+session hands them over early (``spill``) and they go into the pools at once; like any write before a commit
+they stay invisible until the step's commit row, so a killed run still shows only completed steps.
 """
 
 import queue
@@ -15,15 +19,29 @@ from engines.capture.records import EntryColumns, StepBuffer
 from engines.capture.summary import CaptureSummary
 
 
+class SpilledTensors:
+    """Full tensors of the step in progress already in the pools (``output.memory_budget``): entry -> its
+    ``TensorRef``, filled by whoever writes (the writer thread with ``async_dump``) before the step's payload."""
+
+    __slots__ = ("step", "refs", "nbytes")
+
+    def __init__(self, step: int) -> None:
+        self.step = step
+        self.refs: Dict[int, Any] = {}
+        self.nbytes = 0  # store bytes they took (counted into their step's bytes)
+
+
 class StepPayload:
     """Everything the writer needs for one step (the session hands it over and starts a fresh buffer)."""
 
-    __slots__ = ("step", "buffer", "entries", "host_data", "stacks", "modules", "partial")
+    __slots__ = ("step", "buffer", "entries", "host_data", "stacks", "modules", "partial", "spilled")
 
     def __init__(self, step: int, buffer: StepBuffer, entries: EntryColumns,
                  host_data: Dict[int, Tuple[np.ndarray, str]], stacks: List[Tuple[int, List[str]]],
-                 modules: List[Tuple[str, str, str]], partial: Optional[str] = None) -> None:
+                 modules: List[Tuple[str, str, str]], partial: Optional[str] = None,
+                 spilled: Optional[SpilledTensors] = None) -> None:
         self.partial = partial  # the run ended during this step ("stopped", "failed"): its records are incomplete
+        self.spilled = spilled  # the step's tensors written before its end
         self.step = step
         self.buffer = buffer
         self.entries = entries
@@ -61,6 +79,27 @@ class DumpSink:
         else:
             self._queue.put(payload)
 
+    def spill(self, data: Dict[int, Tuple[np.ndarray, str]], into: SpilledTensors) -> None:
+        """Write full tensors of the step in progress now (their refs land in ``into``, read at the step's end)."""
+        if self._queue is None:
+            self._spill(data, into)
+        else:
+            self._queue.put(_Spill(data, into))
+
+    def _spill(self, data: Dict[int, Tuple[np.ndarray, str]], into: SpilledTensors) -> None:
+        w = self.writer
+        self._step = into.step
+        if self.stopped or self.budget_reached or not self._tensors_fit(into.step, data, {}):
+            self.budget_reached = True
+            return
+        before = w.bytes_written
+        for e, (arr, dtype_name) in data.items():
+            ref = w.put_tensor(arr, dtype_name)
+            if ref is None:  # the store stopped (it said so through _on_stop)
+                break
+            into.refs[e] = ref
+        into.nbytes += w.bytes_written - before
+
     def _run(self) -> None:
         assert self._queue is not None
         while True:
@@ -69,6 +108,13 @@ class DumpSink:
                 return
             if isinstance(payload, _Marker):
                 payload.event.set()
+                continue
+            if isinstance(payload, _Spill):
+                try:
+                    self._spill(payload.data, payload.into)
+                except BaseException as exc:  # reported on close; training is never interrupted
+                    self._error = exc
+                    self.summary.failed("writing step %d" % payload.into.step, exc)
                 continue
             try:
                 self._write(payload)
@@ -81,19 +127,18 @@ class DumpSink:
         self.budget_reached = True
         self.summary.note("the dump stopped at step %d: %s; training continues" % (self._step, message))
 
-    def _tensors_fit(self, payload: StepPayload) -> bool:
-        """Under a disk budget, full tensors stop before the step that would pass it, so that statistics go on;
-        the store itself stops the step whose rows do not fit."""
+    def _tensors_fit(self, step: int, host_data: Dict[int, Tuple[np.ndarray, str]], rows: Dict[str, int]) -> bool:
+        """Under a disk budget, full tensors stop before the step (or the part of a step written early) that
+        would pass it, so that statistics go on; the store itself stops the step whose rows do not fit."""
         store = getattr(self.writer, "store", None)
-        if store is None or store.disk_budget is None or not payload.host_data:
+        if store is None or store.disk_budget is None or not host_data:
             return True
         elements: Dict[str, int] = {}
-        for arr, _ in payload.host_data.values():
+        for arr, _ in host_data.values():
             elements[arr.dtype.name] = elements.get(arr.dtype.name, 0) + int(arr.size)
-        rows = {"records": payload.buffer.num_records, "tensors": payload.buffer.num_rows}
         if store.fits_budget(rows, elements):
             return True
-        self.summary.note("disk budget reached at step %d: tensor dumping stopped, statistics go on" % payload.step)
+        self.summary.note("disk budget reached at step %d: tensor dumping stopped, statistics go on" % step)
         return False
 
     def _write(self, payload: StepPayload) -> None:
@@ -104,7 +149,14 @@ class DumpSink:
         before = w.bytes_written
         entries = payload.entries
         stored = 0
-        if not self.budget_reached and not self._tensors_fit(payload):
+        if payload.spilled is not None:
+            for e, ref in payload.spilled.refs.items():
+                entries.pool[e] = ref.pool
+                entries.offset[e] = ref.offset
+                entries.numel[e] = ref.numel
+            before -= payload.spilled.nbytes
+        counts = {"records": payload.buffer.num_records, "tensors": payload.buffer.num_rows}
+        if not self.budget_reached and not self._tensors_fit(payload.step, payload.host_data, counts):
             self.budget_reached = True
         for e, (arr, dtype_name) in payload.host_data.items():
             if self.budget_reached:
@@ -162,6 +214,12 @@ class DumpSink:
 class _Marker:
     def __init__(self, event: threading.Event) -> None:
         self.event = event
+
+
+class _Spill:
+    def __init__(self, data: Dict[int, Tuple[np.ndarray, str]], into: SpilledTensors) -> None:
+        self.data = data
+        self.into = into
 
 
 def dump_sink_factory(rank_dir: Callable[[int], Any], options: Any, meta: Dict[str, Any], summary: CaptureSummary,

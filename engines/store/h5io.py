@@ -1,7 +1,7 @@
 """Thin h5py helpers: opening files with or without file locking, creating extendible datasets."""
 
 import os
-from typing import Any, Optional, Tuple
+from typing import Any, Dict, Optional, Tuple
 
 import h5py
 import numpy as np
@@ -66,18 +66,35 @@ def create_extendible(group: h5py.Group, name: str, dtype: DTypeLike, *, width: 
                                 **compression)
 
 
+# Memory dataspaces by shape: a step appends the same number of rows to every column of a table, and creating
+# the space is a fifth of an append's cost. Bounded: cleared when it grows past _SPACES_MAX shapes.
+_SPACES: Dict[Tuple[int, ...], Any] = {}
+_SPACES_MAX = 256
+
+
+def _memory_space(shape: Tuple[int, ...]) -> Any:
+    space = _SPACES.get(shape)
+    if space is None:
+        if len(_SPACES) >= _SPACES_MAX:
+            _SPACES.clear()
+        space = _SPACES[shape] = h5py.h5s.create_simple(shape)
+    return space
+
+
 class Growing:
     """A dataset being appended to, with its row count kept here rather than asked of HDF5 each time, and
     written through h5py's low-level calls: a per-step commit appends to dozens of columns, and the
     high-level ``resize`` + slice assignment costs tens of microseconds each in selection bookkeeping."""
 
-    __slots__ = ("dset", "rows", "tail", "dtype")
+    __slots__ = ("dset", "rows", "tail", "dtype", "chunk_rows")
 
     def __init__(self, dset: h5py.Dataset):
         self.dset = dset
         self.rows = dset.shape[0]
         self.tail = tuple(dset.shape[1:])
         self.dtype = dset.dtype
+        chunks = dset.chunks  # fixed at creation; h5py asks HDF5 anew on each read (~10 us)
+        self.chunk_rows = int(chunks[0]) if chunks else max(1, self.rows)
 
     def append(self, values: np.ndarray) -> None:
         n = len(values)
@@ -91,5 +108,5 @@ class Growing:
         dsid.set_extent((start + n,) + self.tail)
         fspace = dsid.get_space()
         fspace.select_hyperslab((start,) + (0,) * len(self.tail), (n,) + self.tail)
-        dsid.write(h5py.h5s.create_simple(values.shape), fspace, values)
+        dsid.write(_memory_space(values.shape), fspace, values)
         self.rows = start + n

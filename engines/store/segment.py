@@ -193,7 +193,7 @@ class SegmentFile:
 
     def extents(self) -> Dict[str, Tuple[int, int]]:
         """``{dataset path: (rows, rows a chunk)}`` of the datasets appended to so far."""
-        return {path: (g.rows, int(g.dset.chunks[0])) for path, g in self._growing.items()}
+        return {path: (g.rows, g.chunk_rows) for path, g in self._growing.items()}
 
     def size_on_disk(self) -> Optional[int]:
         try:

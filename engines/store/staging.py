@@ -30,6 +30,20 @@ class StringTable:
             self._ids[value] = sid
         return sid
 
+    def intern_batch(self, values: Sequence[Any], where: str) -> np.ndarray:
+        """Ids of a batch of ``str`` values: the run's names repeat step after step, so the known ones are looked
+        up in one pass at C speed and only new (or non-str) values take the per-value path."""
+        try:
+            ids: List[Any] = list(map(self._ids.get, values))
+        except TypeError:  # an unhashable value (a list): the per-value path says what is wrong with it
+            ids = [None] * len(values)
+        if None in ids:
+            for i, sid in enumerate(ids):
+                if sid is None:
+                    v = values[i]
+                    ids[i] = self.intern(v if type(v) is str else _text(where, v, False))
+        return np.array(ids, dtype=np.int64)
+
     def add(self, value: str) -> int:
         return self._new(value)
 
@@ -127,6 +141,8 @@ def _batch_length(spec: TableSpec, columns: Dict[str, Any]) -> int:
 def _convert(table: str, col: Column, value: Any, n: int, strings: StringTable) -> np.ndarray:
     where = f"table {table!r} column {col.name!r}"
     if col.dtype == STR:
+        if _is_batch(value):
+            return strings.intern_batch(value.tolist() if isinstance(value, np.ndarray) else value, where)
         return _text_ids(where, value, n, strings.intern, as_json=False)
     if col.dtype == JSON:
         return _text_ids(where, value, n, strings.add, as_json=True)

@@ -10,7 +10,7 @@ request its CRC32/xhash, and for the tensor task a private host copy for the sto
 import weakref
 import zlib
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Dict, List, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Set, Tuple
 
 import numpy as np
 import torch
@@ -39,6 +39,10 @@ class TensorEntries(StepEntries):
     def __init__(self, options: CaptureOptions, summary: CaptureSummary, force_batched: bool = False) -> None:
         self.force_batched = force_batched
         self._pool: Optional[ThreadPoolExecutor] = None
+        # Full-tensor copies held this step pass this many bytes: they go to ``spill`` (the session's hook that
+        # writes them now) before the next copy is kept (output.memory_budget).
+        self.memory_budget = options.memory_budget
+        self.spill: Optional[Callable[[Dict[int, Tuple[np.ndarray, str]]], None]] = None
         super().__init__(options, summary,
                          StatsBatch(high_precision=options.precision == "high", force_batched=force_batched))
 
@@ -47,6 +51,12 @@ class TensorEntries(StepEntries):
         self.device_sums: Dict[int, Tuple[torch.Tensor, int, str, Tuple[int, ...]]] = {}
         self.nbytes: Dict[int, int] = {}
         self.device_copies = False
+        self.held_bytes = 0  # bytes of the host copies in host_data
+        self.spilled: Set[int] = set()  # entries whose copies were handed to ``spill`` this step
+
+    def take_host_data(self) -> Dict[int, Tuple[np.ndarray, str]]:
+        self.held_bytes = 0
+        return super().take_host_data()
 
     # -- capture ---------------------------------------------------------------------------------------------
     def entry(self, t: torch.Tensor, save: bool = False, fresh: bool = False) -> int:
@@ -94,10 +104,27 @@ class TensorEntries(StepEntries):
         return e
 
     def _save(self, e: int, t: torch.Tensor) -> None:
+        if e in self.spilled:  # already written this step
+            return
         arr, name = host_copy(t)
         if not t.is_cpu:
             self.device_copies = True
+        if self.spill is not None and self.host_data and self.held_bytes + arr.nbytes > self.memory_budget:
+            self._spill()
         self.host_data[e] = (arr, name)
+        self.held_bytes += arr.nbytes
+
+    def _spill(self) -> None:
+        """Hand the copies held so far to the store now: peak memory stays near the budget, not a step's data."""
+        assert self.spill is not None
+        if self.device_copies:
+            synchronize()  # the non-blocking copies must land before the writer reads them
+        data = self.take_host_data()
+        self.spilled.update(data)
+        try:
+            self.spill(data)
+        except Exception as exc:  # never break training: these tensors are lost, their rows keep statistics
+            self.summary.failed("writing tensors early", exc)
 
     def _hash(self, e: int, t: torch.Tensor) -> None:
         shape = tuple(t.shape)

@@ -70,6 +70,7 @@ class TorchCaptureSession(CaptureSession):
                  force_batched: bool = False, force_dispatch: bool = False) -> None:
         super().__init__(options, sink_factory, summary=summary, rank=rank)
         self.entries = TensorEntries(options, self.summary, force_batched=force_batched)
+        self.entries.spill = self.spill_tensors
         self.recompute_counter = naming.CallCounter()
         self.api_infos: Dict[Any, Any] = {}
         self.api_capture = ApiCapture(self)

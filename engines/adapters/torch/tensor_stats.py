@@ -26,13 +26,14 @@ from engines.capture.records import VALID_MAX, VALID_MIN, VALID_NORM, VALID_STAT
 
 _HALF = (torch.float16, torch.bfloat16)
 _FLOAT_FAST_MINMAX = (torch.float32, torch.float64)
+_FLOAT_HOST = frozenset((torch.float32, torch.float64, torch.float16, torch.bfloat16))
+_norm = torch.linalg.vector_norm
 _FP8 = tuple(getattr(torch, n) for n in ("float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz",
                                          "float8_e8m0fnu") if hasattr(torch, n))
 _INF = float("inf")
 
 # Below this many elements one aminmax kernel beats amax + amin for float32/float64 (measured on CPU).
 _AMINMAX_BELOW = 16384
-
 
 
 class UnsupportedTensor(Exception):
@@ -66,12 +67,15 @@ class StatsBatch(StatsBatchBase):
 
     def add(self, entry: int, t: torch.Tensor) -> None:
         """Summarise tensor ``t`` (already detached and summarisable) as ``entry``."""
+        dtype = t.dtype
+        if dtype in _FLOAT_HOST and not self.force_batched and t.is_cpu and t.dim():
+            self._add_host_float(entry, t, dtype)
+            return
         numel = t.numel()
         row = new_row(numel)
         self.host[entry] = row
         if numel == 0:
             return
-        dtype = t.dtype
         if dtype is torch.bool:
             row[5] = VALID_MAX | VALID_MIN
             self._put(entry, row, MAX, t.any())
@@ -114,6 +118,33 @@ class StatsBatch(StatsBatchBase):
         self._put(entry, row, MIN, t.amin())
         self._put(entry, row, SUM, t.sum(dtype=torch.int64))
         self._put(entry, row, NORM, torch.linalg.vector_norm(t.double()))
+
+    def _add_host_float(self, entry: int, t: torch.Tensor, dtype: torch.dtype) -> None:
+        """The common case, a float tensor of at least one dimension on the CPU: the same kernels as ``add``'s
+        general path (so the same values), read at once into the row, with no per-value dispatch."""
+        numel = t.numel()
+        if numel == 0:
+            self.host[entry] = new_row(0)
+            return
+        if dtype in _FLOAT_FAST_MINMAX and numel >= _AMINMAX_BELOW:
+            mx = t.amax().item()
+            mn = t.amin().item()
+        else:
+            lo, hi = torch.aminmax(t)
+            mx = hi.item()
+            mn = lo.item()
+        if self.high and dtype in _HALF:
+            s = t.sum(dtype=torch.float32).item()
+            n = _norm(t, dtype=torch.float32).item()
+        else:
+            s = t.sum().item()
+            n = _norm(t).item()
+        row = [mx, mn, s, n, numel, VALID_STATS, 0, 0, 0]
+        if not math.isfinite(s):  # the sum tells whether there is anything to count
+            row[6] = int(torch.isnan(t).sum())
+            row[7] = int(torch.isposinf(t).sum())
+            row[8] = int(torch.isneginf(t).sum())
+        self.host[entry] = row
 
     # -- internals -------------------------------------------------------------------------------------------
     def _batched(self, value: torch.Tensor) -> bool:
