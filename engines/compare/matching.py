@@ -11,6 +11,7 @@ from typing import Dict, List, Tuple
 
 import numpy as np
 
+from engines.compare import kernel_map, ms_pt_names
 from engines.compare.dtypes import dtype_class, dtype_compatible
 from engines.compare.dunders import align_msprobe_dunders
 from engines.compare.fuzzy import align_records, fuzzy_record_key
@@ -67,10 +68,27 @@ def fuzzy_pairs(t_rows: RowTable, g_rows: RowTable, t_keys: np.ndarray, g_keys: 
     return out
 
 
+def kernels_as_apis(t_rows: RowTable, g_rows: RowTable, opts: KeyOptions) -> Tuple[RowTable, RowTable]:
+    """A graph-mode kernel dump against API records: the kernels named as the API records they stand for
+    (engines/compare/kernel_map.py), for building the keys. Unchanged when both sides, or neither, hold kernels,
+    or a data mapping names the rows."""
+    if opts.data_mapping or opts.layer_mapping is not None:
+        return t_rows, g_rows
+    t_k, g_k = kernel_map.has_kernels(t_rows), kernel_map.has_kernels(g_rows)
+    if t_k == g_k:
+        return t_rows, g_rows
+    if t_k:
+        user = {e["ms_api"]: e["pt_api"] for e in (opts.api_mapping or [])}
+        to_golden = (lambda api: ms_pt_names.map_api(api, user)) if opts.map_mindspore else (lambda api: api)
+        return kernel_map.renamed_kernels(t_rows, g_rows, to_golden), g_rows
+    return t_rows, kernel_map.renamed_kernels(g_rows, t_rows, lambda api: api)
+
+
 def match_rows(t_rows: RowTable, g_rows: RowTable, opts: KeyOptions, *, fuzzy: bool = False,
                cross_framework: bool = False) -> Match:
-    t_keys = side_keys(t_rows, opts, is_target=True)
-    g_keys = side_keys(g_rows, opts, is_target=False)
+    t_named, g_named = kernels_as_apis(t_rows, g_rows, opts)
+    t_keys = side_keys(t_named, opts, is_target=True)
+    g_keys = side_keys(g_named, opts, is_target=False)
     if opts.msprobe_side and not opts.data_mapping and opts.layer_mapping is None:
         if opts.msprobe_side == "golden":
             g_keys = align_msprobe_dunders(t_rows, t_keys, g_rows, g_keys)
