@@ -82,3 +82,12 @@ def test_jit_function_calling_the_model_and_jit_of_a_cell_are_named(tmp_path, mo
     notes = " ".join(meta["summary"]["capture"]["notes"])
     assert what + " and everything it calls" in notes and "compiled with jit" in notes, notes
     assert "nothing was captured" in run.stdout + run.stderr
+
+
+def test_a_jit_optimizer_is_not_named(tmp_path):
+    # the demo's AdamW (mindspore.experimental.optim, not an nn.Optimizer) runs its update through jit's
+    # executor: the update is not the model's computation, so no note (before, "cell AdamW (ms.jit(cell) ...)")
+    from test_mindspore_support import run_demo
+
+    _dump, summary, _result = run_demo(tmp_path, {"preset": "tiny", "steps": 1}, level="L1")
+    assert summary.records > 0 and not summary.not_captured and not summary.notes, summary.notes

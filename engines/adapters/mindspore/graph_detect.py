@@ -65,7 +65,7 @@ def jit_target(executor: Any) -> Optional[str]:
     try:
         fn, obj = executor.fn, executor.obj
         if obj is not None and isinstance(obj, ms.nn.Cell):
-            if isinstance(obj, ms.nn.Optimizer):
+            if any(c.__name__ == "Optimizer" for c in type(obj).__mro__):  # nn's and experimental.optim's
                 return None
             return "cell %s (ms.jit(cell) called directly) and everything it calls" % type(obj).__name__
         if str(getattr(fn, "__module__", "") or "").startswith("mindspore"):
