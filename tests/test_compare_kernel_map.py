@@ -3,9 +3,15 @@ in call order, element counts agreeing; expanded kernels, extra inputs and backw
 
 import json
 
+import numpy as np
+import pytest
 from test_compare_matching import pairs, rows_of, tensor
 
 from engines.compare.mapping import KeyOptions
+from engines.compare.piece import PieceSettings, compare_piece
+from engines.compare.tensor_metrics import ST_OK, ST_SHAPE
+from engines.compare.verdicts import ERROR, PASS, F
+from engines.dumps.msprobe.tensors import MsprobeTensorSpec
 
 
 def kernels(entries):
@@ -51,3 +57,77 @@ def test_kernels_pair_with_pytorch_names_through_the_mindspore_mapping_and_as_th
     assert got["MintFunctional.softmax.0.forward.output.0"] == "Kernel.Softmax.0.forward.output.0"
     both, _ = pairs(t, t)  # two kernel dumps: names as they are
     assert both["Kernel.Softmax.0.forward.output.0"] == "Kernel.Softmax.0.forward.output.0"
+
+
+def _folded_pair():
+    """A graph-mode dump whose Softmax kernel takes a folded ``[16, 96]`` where the API record has ``[2, 8, 96]``
+    (same elements), and whose Add kernel's bias is ``[96]`` where the API's is ``[2, 8, 96]`` (other elements)."""
+    flat, full, bias = tensor((16, 96)), tensor((2, 8, 96)), tensor((96,))
+    t = kernels([("Kernel.Softmax.0.forward", "Default/Softmax-op0", [flat], [flat]),
+                 ("Kernel.Add.0.forward", "Default/Add-op0", [flat, bias], [flat])])
+    g = rows_of([("MintFunctional.softmax.0.forward", [full], [full]),
+                 ("Tensor.add.0.forward", [full, full], [full])])
+    return t, g
+
+
+def _by_name(cols):
+    return {name: i for i, name in enumerate(cols["target_name"].tolist())}
+
+
+def test_a_kernel_layout_mindspore_folded_compares_as_values_and_other_element_counts_stay_errors():
+    t, g = _folded_pair()
+    cols, _ = compare_piece(t, g, None, None, PieceSettings(mode="statistics"))
+    at = _by_name(cols)
+    for name in ("Kernel.Softmax.0.forward.input.0", "Kernel.Softmax.0.forward.output.0",
+                 "Kernel.Add.0.forward.input.0", "Kernel.Add.0.forward.output.0"):
+        i = at[name]
+        assert cols["matched"][i], name
+        assert not int(cols["flags"][i]) & F["shape differs"], name
+        assert cols["status"][i] != ST_SHAPE and cols["verdict"][i] == PASS, name
+        assert cols["rel_err"][i] == 0.0, name  # the statistics were compared
+        assert "layout" in cols["reasons"][i], name  # the row says the layouts differ
+    bias = at["Kernel.Add.0.forward.input.1"]  # [96] against [2, 8, 96]: not the same tensor
+    assert cols["matched"][bias] and int(cols["flags"][bias]) & F["shape differs"]
+    assert cols["verdict"][bias] == ERROR
+
+
+def test_the_shape_rule_of_api_records_is_unchanged():
+    g = rows_of([("MintFunctional.softmax.0.forward", [tensor((2, 8, 96))], [tensor((2, 8, 96))])])
+    t = rows_of([("MintFunctional.softmax.0.forward", [tensor((16, 96))], [tensor((16, 96))])])
+    cols, _ = compare_piece(t, g, None, None, PieceSettings(mode="statistics"))
+    assert all(int(f) & F["shape differs"] for f in cols["flags"])
+    assert (cols["verdict"] == ERROR).all()
+
+
+def test_a_folded_kernel_tensor_is_compared_flattened(tmp_path):
+    t, g = _folded_pair()
+    rng = np.random.default_rng(0)
+    files = []
+    for side, rows in (("t", t), ("g", g)):
+        (tmp_path / side).mkdir()
+        data = np.full(len(rows), -1, dtype=np.int64)
+        for i, shape in enumerate(rows.shape.tolist()):
+            data[i] = i
+            if side == "t":
+                files.append("r%d.npy" % i)
+            dims = json.loads(shape)
+            np.save(tmp_path / side / ("r%d.npy" % i), rng.standard_normal(int(np.prod(dims))).astype(np.float32)
+                    .reshape(dims))
+        rows.data = data
+    # the golden side holds the target's values in its own layout, except the bias (a [96] tensor there)
+    for i, shape in enumerate(g.shape.tolist()):
+        x = np.load(tmp_path / "t" / ("r%d.npy" % i))
+        if x.size == int(np.prod(json.loads(shape))):
+            np.save(tmp_path / "g" / ("r%d.npy" % i), x.reshape(json.loads(shape)))
+    spec_t = MsprobeTensorSpec(str(tmp_path / "t"), tuple(files))
+    spec_g = MsprobeTensorSpec(str(tmp_path / "g"), tuple(files))
+    cols, _ = compare_piece(t, g, spec_t, spec_g, PieceSettings(mode="tensor", workers=1))
+    at = _by_name(cols)
+    for name in ("Kernel.Softmax.0.forward.input.0", "Kernel.Softmax.0.forward.output.0",
+                 "Kernel.Add.0.forward.output.0"):
+        i = at[name]
+        assert cols["status"][i] == ST_OK, name
+        assert cols["cosine"][i] == pytest.approx(1.0) and cols["max_abs_err"][i] == 0.0, name
+        assert cols["verdict"][i] == PASS, name
+    bias = at["Kernel.Add.0.forward.input.1"]
+    assert cols["status"][bias] == ST_SHAPE and cols["verdict"][bias] == ERROR

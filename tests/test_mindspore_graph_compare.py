@@ -80,13 +80,15 @@ def test_graph_mode_kernels_pair_with_the_pynative_apis_row_for_row(dumps):
         assert pairs["Kernel.BatchMatMul.%d.forward.output.0" % k] == "Tensor.matmul.%d.forward.output.0" % k
     assert len(pairs) > 90
     matched = res["matched"].astype(bool)
-    # the same computation: statistics agree to float32 noise; the only errors are layouts graph mode folds
-    # (a reshape's [16, 96] where PyNative passes [2, 8, 96]), with equal values
+    # the same computation: statistics agree to float32 noise; layouts graph mode folds (a reshape's [16, 96] where
+    # PyNative passes [2, 8, 96]) are compared as values, with a note, not reported as shape errors
     for col in ("max", "min", "mean", "norm"):
         t, g = res["t_" + col][matched], res["g_" + col][matched]
         assert np.allclose(t, g, rtol=1e-5, atol=1e-6, equal_nan=True), col
-    errors = matched & (res["verdict"] == ERROR)
-    assert all(int(f) & F["shape differs"] for f in res["flags"][errors])
+    assert not (matched & (res["verdict"] == ERROR)).any()
+    assert not any(int(f) & F["shape differs"] for f in res["flags"][matched])
+    folded = [i for i, r in enumerate(res["reasons"].tolist()) if "layouts differ" in str(r)]
+    assert len(folded) >= 11 and all(res["target_shape"][i] != res["golden_shape"][i] for i in folded)
     # kernels with no API of their own (a linear's expansion, gelu's pieces, every backward kernel) are reported
     # unmatched, not dropped
     names = set(res["target_name"].tolist())

@@ -7,7 +7,7 @@ Result: for every target row the golden row index or -1. Golden-only rows are co
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Dict, List, Tuple
+from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 
@@ -25,6 +25,8 @@ class Match:
     fuzzy: np.ndarray  # bool: paired by alignment with a different name
     gated: np.ndarray  # bool: names matched but dtypes of incompatible classes (golden treated as unmatched)
     golden_only: np.ndarray  # golden row indices no target row took
+    # bool: a graph-mode kernel paired with an API record (engines/compare/kernel_map.py); None: no such row
+    kernel_paired: Optional[np.ndarray] = None
 
 
 def exact_pairs(t_keys: np.ndarray, g_keys: np.ndarray) -> np.ndarray:
@@ -114,4 +116,16 @@ def match_rows(t_rows: RowTable, g_rows: RowTable, opts: KeyOptions, *, fuzzy: b
         gi = np.where(gated, -1, gi)
     taken = np.zeros(len(g_rows), dtype=bool)
     taken[gi[gi >= 0]] = True
-    return Match(golden_index=gi, fuzzy=renamed, gated=gated, golden_only=np.flatnonzero(~taken))
+    return Match(golden_index=gi, fuzzy=renamed, gated=gated, golden_only=np.flatnonzero(~taken),
+                 kernel_paired=_kernel_paired(gi, t_rows, t_named, g_rows, g_named))
+
+
+def _kernel_paired(gi: np.ndarray, t_rows: RowTable, t_named: RowTable, g_rows: RowTable, g_named: RowTable
+                   ) -> Optional[np.ndarray]:
+    """Rows paired through a kernel renamed as an API record (on either side); None when no kernel was."""
+    if t_named is t_rows and g_named is g_rows:
+        return None
+    hit = np.flatnonzero(gi >= 0)
+    out = np.zeros(len(t_rows), dtype=bool)
+    out[hit] = (t_named.record[hit] != t_rows.record[hit]) | (g_named.record[gi[hit]] != g_rows.record[gi[hit]])
+    return out
