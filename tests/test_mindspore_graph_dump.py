@@ -163,3 +163,30 @@ def test_l2_statistics_summary_counts_the_masks_rows_as_not_produced(tmp_path):
     line = meta["summary"]["non_finite"]
     # the causal mask's -inf: masked_fill's dumped scalar fill, its output and the softmax reading it
     assert line != "none" and "produced" not in line, line
+
+
+def test_l2_steps_of_a_pynative_run_with_jit_graphs_are_training_steps(tmp_path):
+    # the jit MLP's forward, its backward and the SGD update are three graphs with their own iteration
+    # counters (the last two one ahead of the first): each training step holds all three, also when one step
+    # is selected (before, step 0 held the forward alone, and a selected step 1 held step 0's kernels)
+    squares = {}
+    for label, step in (("all", None), ("one", [1])):
+        fields = {"step": step} if step else {}
+        (tmp_path / label).mkdir()
+        run, meta, folder = _run_l2(tmp_path / label, {"script": SCRIPT, "args": ["jit"]}, **fields)
+        assert run.returncode == 0, run.stderr[-2000:]
+        dump = Dump(folder / "rank0")
+        assert dump.steps() == (step or [0, 1])
+        for s in dump.steps():
+            names = dump.names(s)
+            assert "Kernel.Erf.0.forward" in names and any(n.endswith(".backward") for n in names)
+            assert "Kernel.SGD.0.forward" in names  # the update that closes the step
+            assert len(names) == len(set(names))
+            # the backward of this step's forward: gelu's gradient reads x**2 of this step's forward
+            square = dump.rows("Kernel.Pow.0.forward", s)["output.0"]["norm"]
+            backward_inputs = [row["norm"] for n in names if n.endswith(".backward")
+                               for slot, row in dump.rows(n, s).items() if slot.startswith("input.")]
+            assert square in backward_inputs
+            squares[(label, s)] = square
+        dump.close()
+    assert squares[("one", 1)] == squares[("all", 1)] != squares[("all", 0)]

@@ -71,3 +71,23 @@ def test_jit_cell_is_named_and_the_rest_is_captured(tmp_path):
     assert sorted(inside) == ["Cell.net.blocks.1.mlp.fc1.Linear.parameters_grad.0",
                               "Cell.net.blocks.1.mlp.fc2.Linear.parameters_grad.0"]
     dump.close()
+
+
+@pytest.mark.parametrize("mode, what", [("jitfn", "jit function train_step"),
+                                        ("jitcell", "cell TrainOneStepCell (ms.jit(cell) called directly)")])
+def test_jit_function_calling_the_model_and_jit_of_a_cell_are_named(tmp_path, mode, what):
+    # neither passes through Cell.__call__ (the cells are parsed into the graph): seen at jit's executor
+    run, meta, _folder = _run(tmp_path, mode, "mix")
+    assert run.returncode == EXIT_NOT_CAPTURED, run.stderr[-2000:]
+    notes = " ".join(meta["summary"]["capture"]["notes"])
+    assert what + " and everything it calls" in notes and "compiled with jit" in notes, notes
+    assert "nothing was captured" in run.stdout + run.stderr
+
+
+def test_a_jit_optimizer_is_not_named(tmp_path):
+    # the demo's AdamW (mindspore.experimental.optim, not an nn.Optimizer) runs its update through jit's
+    # executor: the update is not the model's computation, so no note (before, "cell AdamW (ms.jit(cell) ...)")
+    from test_mindspore_support import run_demo
+
+    _dump, summary, _result = run_demo(tmp_path, {"preset": "tiny", "steps": 1}, level="L1")
+    assert summary.records > 0 and not summary.not_captured and not summary.notes, summary.notes

@@ -14,6 +14,7 @@ with an identical fingerprint (vectorised: one sort, one binary search). Two fin
 
 from __future__ import annotations
 
+import math
 from typing import Dict, List, Optional, Tuple
 
 import numpy as np
@@ -100,7 +101,8 @@ def target_only_regions(cols: Dict[str, np.ndarray], record_codes: np.ndarray, p
     ``candidate_rows``: matched input rows whose producer is an unmatched row. Returns, per region, (record codes
     in the region, input error (largest error of the matched outputs feeding it), output error (largest error of
     the matched inputs it feeds), those consumer rows). ``rel``: each row's error (default ``rel_err``);
-    ``feed``: the error a matched output row carries into the region (default its ``rel``).
+    ``feed``: the error a matched output row carries into the region (default its ``rel``). The input error is
+    NaN when no matched output feeds the region (its inputs were not dumped, or came from nowhere in the dump).
     """
     if not candidate_rows.size:
         return []
@@ -116,7 +118,7 @@ def target_only_regions(cols: Dict[str, np.ndarray], record_codes: np.ndarray, p
         start = int(record_codes[producer[i]])
         rid = region_of.get(start)
         if rid is None:
-            members, in_err, stack = set(), 0.0, [start]
+            members, in_err, stack, fed = set(), 0.0, [start], False
             while stack:
                 rec = stack.pop()
                 if rec in members:
@@ -127,6 +129,7 @@ def target_only_regions(cols: Dict[str, np.ndarray], record_codes: np.ndarray, p
                     if p < 0:
                         continue
                     if matched[p]:
+                        fed = True
                         e = feed[p]
                         if e == e:
                             in_err = max(in_err, float(e))
@@ -135,7 +138,7 @@ def target_only_regions(cols: Dict[str, np.ndarray], record_codes: np.ndarray, p
             rid = len(regions)
             for rec in members:
                 region_of.setdefault(rec, rid)
-            regions.append((members, in_err, 0.0, []))
+            regions.append((members, in_err if fed else math.nan, 0.0, []))
         members, in_err, out_err, consumers = regions[rid]
         e = rel[i]
         if e == e:

@@ -7,10 +7,11 @@ Result: for every target row the golden row index or -1. Golden-only rows are co
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Dict, List, Tuple
+from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 
+from engines.compare import kernel_map, ms_pt_names
 from engines.compare.dtypes import dtype_class, dtype_compatible
 from engines.compare.dunders import align_msprobe_dunders
 from engines.compare.fuzzy import align_records, fuzzy_record_key
@@ -24,6 +25,8 @@ class Match:
     fuzzy: np.ndarray  # bool: paired by alignment with a different name
     gated: np.ndarray  # bool: names matched but dtypes of incompatible classes (golden treated as unmatched)
     golden_only: np.ndarray  # golden row indices no target row took
+    # bool: a graph-mode kernel paired with an API record (engines/compare/kernel_map.py); None: no such row
+    kernel_paired: Optional[np.ndarray] = None
 
 
 def exact_pairs(t_keys: np.ndarray, g_keys: np.ndarray) -> np.ndarray:
@@ -67,10 +70,27 @@ def fuzzy_pairs(t_rows: RowTable, g_rows: RowTable, t_keys: np.ndarray, g_keys: 
     return out
 
 
+def kernels_as_apis(t_rows: RowTable, g_rows: RowTable, opts: KeyOptions) -> Tuple[RowTable, RowTable]:
+    """A graph-mode kernel dump against API records: the kernels named as the API records they stand for
+    (engines/compare/kernel_map.py), for building the keys. Unchanged when both sides, or neither, hold kernels,
+    or a data mapping names the rows."""
+    if opts.data_mapping or opts.layer_mapping is not None:
+        return t_rows, g_rows
+    t_k, g_k = kernel_map.has_kernels(t_rows), kernel_map.has_kernels(g_rows)
+    if t_k == g_k:
+        return t_rows, g_rows
+    if t_k:
+        user = {e["ms_api"]: e["pt_api"] for e in (opts.api_mapping or [])}
+        to_golden = (lambda api: ms_pt_names.map_api(api, user)) if opts.map_mindspore else (lambda api: api)
+        return kernel_map.renamed_kernels(t_rows, g_rows, to_golden), g_rows
+    return t_rows, kernel_map.renamed_kernels(g_rows, t_rows, lambda api: api)
+
+
 def match_rows(t_rows: RowTable, g_rows: RowTable, opts: KeyOptions, *, fuzzy: bool = False,
                cross_framework: bool = False) -> Match:
-    t_keys = side_keys(t_rows, opts, is_target=True)
-    g_keys = side_keys(g_rows, opts, is_target=False)
+    t_named, g_named = kernels_as_apis(t_rows, g_rows, opts)
+    t_keys = side_keys(t_named, opts, is_target=True)
+    g_keys = side_keys(g_named, opts, is_target=False)
     if opts.msprobe_side and not opts.data_mapping and opts.layer_mapping is None:
         if opts.msprobe_side == "golden":
             g_keys = align_msprobe_dunders(t_rows, t_keys, g_rows, g_keys)
@@ -96,4 +116,16 @@ def match_rows(t_rows: RowTable, g_rows: RowTable, opts: KeyOptions, *, fuzzy: b
         gi = np.where(gated, -1, gi)
     taken = np.zeros(len(g_rows), dtype=bool)
     taken[gi[gi >= 0]] = True
-    return Match(golden_index=gi, fuzzy=renamed, gated=gated, golden_only=np.flatnonzero(~taken))
+    return Match(golden_index=gi, fuzzy=renamed, gated=gated, golden_only=np.flatnonzero(~taken),
+                 kernel_paired=_kernel_paired(gi, t_rows, t_named, g_rows, g_named))
+
+
+def _kernel_paired(gi: np.ndarray, t_rows: RowTable, t_named: RowTable, g_rows: RowTable, g_named: RowTable
+                   ) -> Optional[np.ndarray]:
+    """Rows paired through a kernel renamed as an API record (on either side); None when no kernel was."""
+    if t_named is t_rows and g_named is g_rows:
+        return None
+    hit = np.flatnonzero(gi >= 0)
+    out = np.zeros(len(t_rows), dtype=bool)
+    out[hit] = (t_named.record[hit] != t_rows.record[hit]) | (g_named.record[gi[hit]] != g_rows.record[gi[hit]])
+    return out

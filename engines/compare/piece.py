@@ -120,6 +120,8 @@ def compare_piece(t: RowTable, g: RowTable, t_spec: Optional[TensorSpec], g_spec
     flags[match.fuzzy] |= F["fuzzy match"]
     tensor = t.is_tensor & matched
     shape_diff = tensor & (t.shape != cols["golden_shape"])
+    layout_notes = _folded_layouts(t, g, gi, shape_diff, match)
+    shape_diff &= layout_notes == ""
     flags[shape_diff] |= F["shape differs"]
     status[shape_diff] = ST_SHAPE
     t_dtype, g_dtype = neutral_dtypes(t.dtype), neutral_dtypes(cols["golden_dtype"])  # Float32 == torch.float32
@@ -172,12 +174,28 @@ def compare_piece(t: RowTable, g: RowTable, t_spec: Optional[TensorSpec], g_spec
     verdict, flags, reasons = verdicts.judge(cols, st.thresholds, st.mode)
     cols["verdict"] = verdict
     cols["flags"] = flags
-    for i in np.flatnonzero(messages != ""):
-        reasons[i] = (reasons[i] + "; " if reasons[i] else "") + messages[i]
+    for extra in (layout_notes, messages):
+        for i in np.flatnonzero(extra != ""):
+            reasons[i] = (reasons[i] + "; " if reasons[i] else "") + extra[i]
     cols["reasons"] = reasons
     if st.highlight == "classic":
         _classic(cols, st.mode == "tensor")
     return cols, match
+
+
+def _folded_layouts(t: RowTable, g: RowTable, gi: np.ndarray, shape_diff: np.ndarray, match: Match) -> np.ndarray:
+    """A note for each row whose shapes differ but which is one tensor in two layouts: a graph-mode kernel paired
+    with an API record holding as many elements (MindSpore folds ``[2, 8, 96]`` into ``[16, 96]`` for its
+    kernels). Such a row is compared as values (statistics; tensors flattened), not as a shape error. API records
+    against API records keep the shape rule. "" elsewhere."""
+    notes = np.full(shape_diff.shape[0], "", dtype=object)
+    if match.kernel_paired is None:
+        return notes
+    rows = np.flatnonzero(shape_diff & match.kernel_paired)
+    for i in rows[(t.numel[rows] >= 0) & (t.numel[rows] == g.numel[gi[rows]])].tolist():
+        notes[i] = "layouts differ ({} against {}: a graph-mode kernel's), compared as values".format(
+            t.shape[i], g.shape[gi[i]])
+    return notes
 
 
 def _data_names(t_names: np.ndarray, g_names: np.ndarray) -> np.ndarray:

@@ -414,9 +414,11 @@ def _tensor_rows(reader: Any, step: int) -> Dict[str, np.ndarray]:
 
 
 def _args_with_defaults(recs: Dict[str, np.ndarray]) -> Dict[str, str]:
-    """Records whose ``args`` carry the defaults of the keyword arguments they changed (docs/CAPTURE.md): compare
+    """Records whose ``args`` carry the defaults of the keyword arguments they changed (docs/CAPTURE.md), and the
+    graph-mode kernels' scopes (engines/compare/kernel_map.py pairs kernels with APIs by them): compare
     checks a keyword argument the golden record lacks against that default."""
-    return {name: a for name, a in zip(recs["name"].tolist(), recs["args"].tolist()) if a and '"defaults"' in a}
+    return {name: a for name, a in zip(recs["name"].tolist(), recs["args"].tolist())
+            if a and ('"defaults"' in a or (name.startswith("Kernel.") and '"scope"' in a))}
 
 
 def _scalar_rows(recs: Dict[str, np.ndarray], stacks: np.ndarray, rank: int, step: int) -> RowTable:

@@ -19,7 +19,13 @@ from mindspore import nn
 from engines.adapters.mindspore import flatten
 from engines.adapters.mindspore.api_capture import CURRENT
 from engines.adapters.mindspore.backward_capture import attach, input_edge
-from engines.adapters.mindspore.graph_detect import graph_reason
+from engines.adapters.mindspore.graph_detect import (
+    JIT_FUNCTION,
+    graph_reason,
+    in_graph_mode,
+    install_jit_watch,
+    jit_target,
+)
 from engines.capture import naming
 from engines.capture.backward import PendingBackward
 from engines.capture.modules import ModuleFrame, ModuleTree
@@ -83,6 +89,17 @@ def _call_compiled(s: Any, cell: Any, reason: str, args: tuple, kwargs: Dict[str
 _call.__wrapped__ = _ORIGINAL_CALL  # type: ignore[attr-defined]
 
 
+def _jit_called(executor: Any) -> None:
+    """A compiled call made outside any cell the capture wraps (a jitted function calling the model,
+    ``ms.jit(cell)`` called directly): named in the notes (graph_detect)."""
+    s = CURRENT.session
+    if s is None or s.busy_depth or in_graph_mode():
+        return  # inside a compiled cell already named, or a GRAPH_MODE run (named at its cell)
+    what = jit_target(executor)
+    if what is not None:
+        s.not_captured(what, JIT_FUNCTION)
+
+
 class CellCapture(ModuleTree):
     prefix = PREFIX_CELL
     walkers = flatten.WALKERS
@@ -91,17 +108,23 @@ class CellCapture(ModuleTree):
     def __init__(self, session: Any) -> None:
         super().__init__(session)
         self.installed = False
+        self._unwatch: Optional[Callable[[], None]] = None
 
     # -- installation ----------------------------------------------------------------------------------------
     def install(self) -> None:
         if not self.installed:
             nn.Cell.__call__ = _call
             self.installed = True
+        if self._unwatch is None:
+            self._unwatch = install_jit_watch(_jit_called)
 
     def uninstall(self) -> None:
         if self.installed:
             nn.Cell.__call__ = _ORIGINAL_CALL
             self.installed = False
+        if self._unwatch is not None:
+            self._unwatch()
+            self._unwatch = None
         self.frames = []
 
     # -- what the neutral tree asks ----------------------------------------------------------------------------

@@ -22,12 +22,18 @@ _CELL = re.compile(r"^(?P<attr>[^-]+)-(?P<cls>[A-Za-z_]\w*)$")
 _WRAPPERS = frozenset(("network", "_backbone", "_network"))
 
 
+def dump_iterations(steps: Sequence[int]) -> List[int]:
+    """MindSpore iterations that hold the training steps ``steps``: each step and the next (in PyNative the
+    graphs after the first count one ahead of it: ``graph_records.training_steps``)."""
+    return sorted({int(s) for s in steps} | {int(s) + 1 for s in steps})
+
+
 def write_config(folder: str, net_name: str = "Net", steps: Sequence[int] = ()) -> str:
-    """An e2e tensor dump of every kernel into ``folder/raw``, at the iterations ``steps`` (all when empty);
-    returns the config's path, the value of ``MINDSPORE_DUMP_CONFIG`` (read when the first graph compiles, so set
-    it before)."""
+    """An e2e tensor dump of every kernel into ``folder/raw``, at the iterations that hold the training steps
+    ``steps`` (:func:`dump_iterations`; all when empty); returns the config's path, the value of
+    ``MINDSPORE_DUMP_CONFIG`` (read when the first graph compiles, so set it before)."""
     os.makedirs(folder, exist_ok=True)
-    iteration = "|".join(str(int(s)) for s in sorted(set(steps))) or "all"
+    iteration = "|".join(str(i) for i in dump_iterations(steps)) or "all"
     config = {"common_dump_settings": {"op_debug_mode": 0, "dump_mode": 0, "path": os.path.abspath(
         os.path.join(folder, "raw")), "net_name": net_name, "iteration": iteration, "saved_data": "tensor",
         "input_output": 0, "kernels": [], "support_device": list(range(8))},

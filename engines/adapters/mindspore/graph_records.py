@@ -116,27 +116,54 @@ def write_step(writer: Any, step: int, ks: Sequence[Kernel], *, save_tensors: bo
     return len(ks), len(cols["record"])
 
 
+def training_steps(runs: Sequence[Tuple[int, int, int, List[Kernel]]]) -> List[Tuple[int, List[Kernel]]]:
+    """(training step, kernels) of each graph run (first timestamp, graph id, iteration, kernels), in the order
+    they ran. One graph (GRAPH_MODE): its iteration is the step. Several (``@jit`` functions in PyNative: a jit
+    cell's forward, its backward, the optimizer's update, each with its own iteration counter, the others one
+    ahead of the first): the graph compiled first (the lowest id: the one that opens every step) numbers the
+    steps by its iteration, and every run belongs to the step of the last opening run before it (runs before the
+    first opening run dumped belong to an earlier step, not selected: left out)."""
+    ordered = sorted(runs, key=lambda r: (r[0], r[1]))
+    graphs = {r[1] for r in runs}
+    if len(graphs) <= 1:
+        return [(it, ks) for _ts, _g, it, ks in sorted(runs, key=lambda r: (r[2], r[0]))]
+    opening = min(graphs)
+    out: List[Tuple[int, List[Kernel]]] = []
+    current: Optional[int] = None
+    for _ts, graph, it, ks in ordered:
+        if graph == opening:
+            current = it
+        if current is not None:
+            out.append((current, ks))
+    return out
+
+
 def grouped_steps(raw: str, steps: Optional[Set[int]] = None) -> List[Tuple[Tuple[int, int], List[Kernel]]]:
-    """((rank, iteration), kernels) of every dumped iteration of ``raw``, the kernels of every graph that ran at
-    that iteration, graph by graph; by rank, then iteration."""
+    """((rank, training step), kernels) of every dumped step of ``raw`` (:func:`training_steps`), the kernels of
+    every graph run of the step in the order they ran; by rank, then step."""
     import os
 
-    grouped: Dict[Tuple[int, int], List[Kernel]] = {}
+    runs: Dict[int, List[Tuple[int, int, int, List[Kernel]]]] = {}
     scopes: Dict[int, Dict[str, str]] = {}
-    for rank, _graph, it, folder in iterations(raw):
-        if steps is not None and it not in steps:
-            continue
+    for rank, graph, it, folder in iterations(raw):
         if rank not in scopes:
             scopes[rank] = execution_order(os.path.join(raw, "rank_%d" % rank))
-        grouped.setdefault((rank, it), []).extend(kernels(folder, scopes[rank]))
+        ks = kernels(folder, scopes[rank])
+        if ks:
+            runs.setdefault(rank, []).append((min(k.first_ts for k in ks), graph, it, ks))
+    grouped: Dict[Tuple[int, int], List[Kernel]] = {}
+    for rank, rank_runs in runs.items():
+        for step, ks in training_steps(rank_runs):
+            if steps is None or step in steps:
+                grouped.setdefault((rank, step), []).extend(ks)
     return sorted(grouped.items())
 
 
 def convert(raw: str, writer_for_rank: Any, *, save_tensors: bool = False, high: bool = False,
             steps: Optional[Set[int]] = None, highlights: Any = None) -> Dict[int, Dict[int, Tuple[int, int]]]:
-    """Every dumped iteration of ``raw`` (``graph_kernels.write_config``'s ``raw`` folder) written as a step:
-    ``writer_for_rank(rank)`` gives the rank's ``DumpWriter``. The iteration number is the step (the kernels of
-    every graph that ran at that iteration, graph by graph). Returns {rank: {step: (records, rows)}}."""
+    """Every dumped training step of ``raw`` (``graph_kernels.write_config``'s ``raw`` folder, steps as
+    :func:`training_steps` aligns the graphs' iterations) written as a step: ``writer_for_rank(rank)`` gives the
+    rank's ``DumpWriter``. Returns {rank: {step: (records, rows)}}."""
     done: Dict[int, Dict[int, Tuple[int, int]]] = {}
     seen: Dict[int, Set[str]] = {}
     for (rank, it), ks in grouped_steps(raw, steps):
