@@ -135,6 +135,11 @@ def _colour_of(widget, word: str, lines: int = 40):
     return None
 
 
+def _colours_of(widget, lines: int = 40) -> set:
+    return {segment.style.color for y in range(min(lines, widget.size.height)) for segment in widget.render_line(y)
+            if segment.style is not None and segment.style.color is not None}
+
+
 @pilot_test
 async def test_a_theme_switch_recolours_the_text_already_on_screen(tmp_path):
     """Role colours were resolved when a view built its text: after a switch to a light theme the compare counts
@@ -159,12 +164,17 @@ async def test_a_theme_switch_recolours_the_text_already_on_screen(tmp_path):
         await wait_until(pilot, lambda: _colour_of(counts, "error") is not None, what="the counts drawn")
         dark = theme_colours(app, app.theme)
         assert _colour_of(counts, "error") == dark["error"]
+        detail = screen.query_one("#detail-body", Static)  # the row's detail, drawn in a worker
+        await wait_until(pilot, lambda: set(dark.values()) & _colours_of(detail), what="the detail drawn")
         app.theme = "textual-light"
         light = theme_colours(app, "textual-light")
         assert light["error"] != dark["error"]
         await wait_until(pilot, lambda: _colour_of(counts, "error") == light["error"],
                          what="the counts in the light theme's error colour")
         assert _colour_of(counts, "warning") == light["warning"]
+        await wait_until(pilot, lambda: not (set(dark.values()) - set(light.values())) & _colours_of(detail),
+                         what="no dark-theme role colour left in the detail")
+        assert set(light.values()) & _colours_of(detail)
         runs = home.query_one("#runs", DataTable)
         status = runs.get_row_at(0)[2]  # the home screen below: its rows were coloured when listed
         assert status.plain == "compare result" and status.style.color == light["accent"], status.style

@@ -5,7 +5,8 @@ theme (palette, ``app.theme``) what was already drawn kept the old theme's colou
 switch :func:`recolour_app` walks every screen of the stack and swaps, in the Rich text the widgets hold, each
 colour of the old theme's roles for the same role's colour in the new theme:
 
-- ``Static`` (and ``Label``) content: a ``Text``, or a Rich ``Table``, ``Group``, ``Padding`` or ``Panel`` of them;
+- ``Static`` (and ``Label``) content: a ``Text``, or a Rich ``Table``, ``Group``, ``Padding`` or ``Panel`` of them,
+  or the lines of a pre-rendered detail (``widgets/detail_pane.py``);
 - ``DataTable`` cells (and a ``FindTable``'s full row list, which its search refills from);
 - ``Tree`` node labels;
 - widgets that draw their colours at render time (``VirtualTable``, ``MetricChart``) drop their line caches and
@@ -21,6 +22,7 @@ from rich.color import Color as RichColor
 from rich.console import Group
 from rich.padding import Padding
 from rich.panel import Panel
+from rich.segment import Segment
 from rich.style import Style
 from rich.table import Table
 from rich.text import Span, Text
@@ -29,6 +31,7 @@ from textual.widget import Widget
 from textual.widgets import DataTable, Static, Tree
 
 from probe_tui.app.styles import theme_colours
+from probe_tui.app.widgets.detail_pane import Prerendered
 
 ColourMap = Dict[RichColor, RichColor]
 
@@ -70,6 +73,14 @@ def recolour_renderable(renderable: Any, mapping: ColourMap) -> bool:
     """Swap the colours of a Text or of the Texts inside a Rich Table, Group, Padding or Panel."""
     if isinstance(renderable, Text):
         return recolour_text(renderable, mapping)
+    if isinstance(renderable, Prerendered):  # its lines, and what they were drawn from (a resize draws it again)
+        changed = recolour_renderable(renderable.source, mapping)
+        for line in renderable.lines:
+            for n, segment in enumerate(line):
+                style = recolour_style(segment.style, mapping)
+                if style is not segment.style:
+                    line[n], changed = Segment(segment.text, style, segment.control), True
+        return changed
     parts: Iterable[Any] = ()
     if isinstance(renderable, Table):
         parts = [cell for column in renderable.columns for cell in column._cells]
