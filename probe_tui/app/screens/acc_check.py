@@ -211,6 +211,8 @@ class AccCheckScreen(ResultScreen):
 
     def _select(self, n: int) -> None:
         assert self.result is not None
+        if self.shown[n] is self.selected:  # already shown (a refill, then its cursor's highlight)
+            return
         self.selected = self.shown[n]
         outs = self.result.outputs.get(str(self.selected["name"]), [])
         self.query_one("#ac-detail-body", DetailPane).show(api_detail(self.selected, outs))
