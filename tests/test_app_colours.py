@@ -124,3 +124,59 @@ async def test_a_warning_and_an_error_render_in_different_colours(tmp_path, them
             variables = app.get_css_variables()
             assert colours["E"].triplet.hex.lower() == variables["text-error"].lower()[:7]
             assert colours["W"].triplet.hex.lower() == variables["text-warning"].lower()[:7]
+
+
+def _colour_of(widget, word: str, lines: int = 40):
+    """The colour ``word`` is drawn in by ``widget`` (its rendered lines), None when it is not drawn."""
+    for y in range(min(lines, widget.size.height or lines)):
+        for segment in widget.render_line(y):
+            if word in segment.text and segment.style is not None:
+                return segment.style.color
+    return None
+
+
+def _colours_of(widget, lines: int = 40) -> set:
+    return {segment.style.color for y in range(min(lines, widget.size.height)) for segment in widget.render_line(y)
+            if segment.style is not None and segment.style.color is not None}
+
+
+@pilot_test
+async def test_a_theme_switch_recolours_the_text_already_on_screen(tmp_path):
+    """Role colours were resolved when a view built its text: after a switch to a light theme the compare counts
+    (a Static), and the status of a run on the home screen below it (a table cell), kept the dark theme's
+    colours until their view redrew."""
+    from textual.widgets import DataTable
+
+    from probe_tui.app.screens.compare import CompareScreen
+    from probe_tui.app.screens.home import HomeScreen
+    from probe_tui.app.styles import theme_colours
+    from tests.app_pilot import make_compare_result
+
+    result = make_compare_result(tmp_path / "cmp")
+    app = ProbeApp(tmp_path, root_label="~/exp")
+    async with app.run_test(size=(120, 40)) as pilot:
+        home = await wait_until(pilot, lambda: isinstance(app.screen, HomeScreen) and app.screen.scanned
+                                and app.screen)
+        app.open_path(result)
+        screen = await wait_until(pilot, lambda: isinstance(app.screen, CompareScreen) and app.screen.data
+                                  is not None and app.screen)
+        counts = screen.query_one("#cmp-counts", Static)
+        await wait_until(pilot, lambda: _colour_of(counts, "error") is not None, what="the counts drawn")
+        dark = theme_colours(app, app.theme)
+        assert _colour_of(counts, "error") == dark["error"]
+        detail = screen.query_one("#detail-body", Static)  # the row's detail, drawn in a worker
+        await wait_until(pilot, lambda: set(dark.values()) & _colours_of(detail), what="the detail drawn")
+        app.theme = "textual-light"
+        light = theme_colours(app, "textual-light")
+        assert light["error"] != dark["error"]
+        await wait_until(pilot, lambda: _colour_of(counts, "error") == light["error"],
+                         what="the counts in the light theme's error colour")
+        assert _colour_of(counts, "warning") == light["warning"]
+        await wait_until(pilot, lambda: not (set(dark.values()) - set(light.values())) & _colours_of(detail),
+                         what="no dark-theme role colour left in the detail")
+        assert set(light.values()) & _colours_of(detail)
+        runs = home.query_one("#runs", DataTable)
+        status = runs.get_row_at(0)[2]  # the home screen below: its rows were coloured when listed
+        assert status.plain == "compare result" and status.style.color == light["accent"], status.style
+        for text in (cells[2] for _key, cells in runs.source):  # and so is every row a search brings back
+            assert text.style.color == light["accent"]

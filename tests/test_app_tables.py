@@ -94,3 +94,28 @@ def test_help_of_a_screen_with_tables_lists_the_table_keys():
 
     assert [str(t.title) for t in help_tables("monitor")] == ["Live monitor", SCOPE_TITLES["table"], "Everywhere"]
     assert [str(t.title) for t in help_tables("acccheck")] == ["acc_check result", SCOPE_TITLES["table"], "Everywhere"]
+
+
+@pilot_test
+async def test_tab_then_x_typed_at_once_runs_the_config(tmp_path):
+    """Keys that arrive together (a loaded machine, a fast typist) act in order: tab moves to the configs table
+    before the next key is read, so x runs the config rather than complaining that no config is selected."""
+    from textual import events
+
+    from tests.app_pilot import make_compare_result
+
+    make_compare_result(tmp_path / "cmp")  # a run row: home focuses the runs table
+    shutil.copy(SAMPLES / "statistics.json", tmp_path / "statistics.json")
+    app = ProbeApp(tmp_path, root_label="~/exp")
+    started = []
+    app.start_run = started.append  # type: ignore[method-assign]
+    async with app.run_test(size=(120, 40)) as pilot:
+        await wait_until(pilot, lambda: isinstance(app.screen, HomeScreen) and app.screen.scanned)
+        runs = app.screen.query_one("#runs", DataTable)
+        await wait_until(pilot, lambda: runs.has_focus)
+        for key, char in (("tab", "\t"), ("x", "x")):  # both queued before the app reads the first
+            event = events.Key(key, char)
+            event.set_sender(app)
+            app._driver.send_message(event)
+        await wait_until(pilot, lambda: started, what="x ran the config tab moved to")
+        assert started == [tmp_path / "statistics.json"]

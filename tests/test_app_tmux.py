@@ -131,9 +131,11 @@ def test_new_user_finds_the_injected_fault_and_watches_the_monitor(tmp_path):
         term.wait_for("records ·")
         term.send("Escape")
         term.wait_for("Runs and dumps · 3 rows")
-        time.sleep(1)  # the home screen looks again on its return: let it settle before the next keys
+        # No pause: tab and x act in order however fast they come (home moves the focus before reading the next
+        # key) and whatever the look for runs home starts on its return does (it keeps the focus and the row).
         term.send("Tab")  # to the configs: the monitor config
         term.send("x")
+        term.wait_for("Run · monitor_live.json")
         term.wait_for("o opens the live monitor", timeout=120)
         term.send("o")
         screen = term.wait_for("● live", timeout=60)

@@ -12,6 +12,7 @@ from textual.actions import SkipAction
 from textual.app import App, SystemCommand
 from textual.message import Message
 from textual.screen import Screen
+from textual.theme import Theme
 from textual.widgets import DataTable
 from textual.worker import get_current_worker
 
@@ -75,12 +76,16 @@ class ProbeApp(App):
         self.user_keymap: Dict[str, str] = {}
         self.ranks_chosen: Dict[str, Optional[int]] = {}
         """The rank each run's views show (``probe_tui.app.ranks``): run folder -> rank, None for every rank."""
+        self.drawn_theme = ""
+        """The theme the text on screen was coloured for (``probe_tui.app.recolour``)."""
 
     def on_mount(self) -> None:
         from probe_tui.app.screens.home import HomeScreen
         from probe_tui.app.themes import apply_terminal_theme
 
         apply_terminal_theme(self)
+        self.drawn_theme = self.theme
+        self.theme_changed_signal.subscribe(self, self._theme_switched)
         self.user_keymap, problems = load_keymap(keymap_path())
         if self.user_keymap:
             self.set_keymap(self.user_keymap)
@@ -89,6 +94,13 @@ class ProbeApp(App):
         self.push_screen(HomeScreen())
         if self.start_path is not None:
             self.call_later(self.open_path, self.start_path)
+
+    def _theme_switched(self, theme: Theme) -> None:
+        """Text already on screen takes the new theme's role colours (not only what is drawn from now on)."""
+        from probe_tui.app.recolour import recolour_app
+
+        old, self.drawn_theme = self.drawn_theme, theme.name
+        recolour_app(self, old, theme.name)
 
     def on_resize(self, event: events.Resize) -> None:
         self.set_class(event.size.width < 81, "narrow")

@@ -7,7 +7,8 @@ $text-warning, ``success`` $text-success, ``info`` and ``heading`` $text-primary
 cyan and magenta; on a light theme the darker text shades that read on a light background.
 
 A spec is resolved when the text is built (the screens build their text when they draw or update), against the
-active app's current theme; outside an app (a unit test of a renderable) the ``textual-dark`` colours apply.
+active app's current theme; outside an app (a unit test of a renderable) the ``textual-dark`` colours apply. A theme
+switch recolours the text already on screen (``probe_tui/app/recolour.py``).
 """
 
 from typing import Dict, Optional, Tuple, Union
@@ -34,12 +35,23 @@ def _running_app() -> Optional[App]:
 
 
 def _theme_colours(app: Optional[App]) -> Dict[str, RichColor]:
-    name = app.theme if app is not None else FALLBACK_THEME
-    if name not in _colours:
-        if app is None:
+    if app is None:
+        if FALLBACK_THEME not in _colours:
             app = App()
             app.theme = FALLBACK_THEME
-        variables = app.get_css_variables()
+            theme_colours(app, FALLBACK_THEME)
+        return _colours[FALLBACK_THEME]
+    return theme_colours(app, app.theme)
+
+
+def theme_colours(app: App, name: str) -> Dict[str, RichColor]:
+    """Role -> colour of ``app``'s theme ``name`` (any registered theme, not only the current one), computed as
+    Textual computes the theme's CSS variables."""
+    if name not in _colours:
+        theme = app.get_theme(name)
+        if theme is None:
+            raise KeyError(name)
+        variables = {**app.get_theme_variable_defaults(), **theme.to_color_system().generate(), **theme.variables}
         _colours[name] = {role: Color.parse(variables[var]).rich_color for role, var in ROLE_VARIABLES.items()}
     return _colours[name]
 

@@ -21,6 +21,7 @@ from probe_tui.app.screens.base import ResultScreen
 from probe_tui.app.screens.path_prompt import relative_text
 from probe_tui.app.styles import themed
 from probe_tui.app.tables import fill_table
+from probe_tui.app.widgets.detail_pane import DetailPane
 from probe_tui.app.widgets.find_table import FindTable, row_index
 from probe_tui.app.widgets.key_footer import KeyFooter
 from probe_tui.formatting import number_text
@@ -149,7 +150,7 @@ class AccCheckScreen(ResultScreen):
                     ("errors", self._status_is("error")), ("warnings", self._status_is("warning")),
                     ("not passed", self._not_passed)])
             with VerticalScroll(id="ac-detail"):
-                yield Static("", id="ac-detail-body")
+                yield DetailPane("", id="ac-detail-body")
         yield KeyFooter()
 
     def _status_is(self, status: str):
@@ -191,7 +192,7 @@ class AccCheckScreen(ResultScreen):
             self._select(int(str(table.ordered_rows[0].key.value)))
         else:
             self.selected = None
-            self.query_one("#ac-detail-body", Static).update(Text(
+            self.query_one("#ac-detail-body", DetailPane).show(Text(
                 "The check judged no API." if not self.shown else "No API matches the search or filter.",
                 style="italic"))
 
@@ -205,14 +206,16 @@ class AccCheckScreen(ResultScreen):
     def _found(self, event: FindTable.Found) -> None:
         if not event.table.row_count and self.shown:
             self.selected = None
-            self.query_one("#ac-detail-body", Static).update(Text("No API matches the search or filter.",
+            self.query_one("#ac-detail-body", DetailPane).show(Text("No API matches the search or filter.",
                                                                   style="italic"))
 
     def _select(self, n: int) -> None:
         assert self.result is not None
+        if self.shown[n] is self.selected:  # already shown (a refill, then its cursor's highlight)
+            return
         self.selected = self.shown[n]
         outs = self.result.outputs.get(str(self.selected["name"]), [])
-        self.query_one("#ac-detail-body", Static).update(api_detail(self.selected, outs))
+        self.query_one("#ac-detail-body", DetailPane).show(api_detail(self.selected, outs))
 
     def action_sort_status(self) -> None:
         self._sort("status")

@@ -33,6 +33,7 @@ from probe_tui.app.screens.compare_rows import (
 )
 from probe_tui.app.screens.path_prompt import relative_text
 from probe_tui.app.styles import themed
+from probe_tui.app.widgets.detail_pane import DetailPane, prerender
 from probe_tui.app.widgets.key_footer import KeyFooter
 from probe_tui.app.widgets.rank_bar import RankBar
 from probe_tui.app.widgets.result_tree import NodeRef, ResultTree
@@ -59,9 +60,9 @@ class CompareScreen(CompareRanks, AppScreen):
             self.view, self.keep_row, self.error = view, keep_row, error
 
     class DetailReady(Message):
-        def __init__(self, key: Any, renderable: Any) -> None:
+        def __init__(self, key: Any, renderable: Any, shown: Any) -> None:
             super().__init__()
-            self.key, self.renderable = key, renderable
+            self.key, self.renderable, self.shown = key, renderable, shown  # shown: drawn for the pane
 
     class DivergenceReady(Message):
         def __init__(self, table: Dict[str, Any]) -> None:
@@ -109,7 +110,7 @@ class CompareScreen(CompareRanks, AppScreen):
                 with TabPane("3 Model tree", id=TABS["tree"]):
                     yield ResultTree(id="tree")
             with VerticalScroll(id="cmp-detail"):
-                yield Static("", id="detail-body")
+                yield DetailPane("", id="detail-body")
         yield Input(placeholder="search names: text, a glob (*.softmax.*) or re:regex; enter applies, empty clears",
                     id="cmp-search")
         yield KeyFooter()
@@ -278,10 +279,11 @@ class CompareScreen(CompareRanks, AppScreen):
         self._detail_key = key
         if self._detail_timer is not None:
             self._detail_timer.stop()
-        self._detail_timer = self.set_timer(DETAIL_DELAY_S, lambda: self._load_detail(key))
+        room = self.query_one("#detail-body", DetailPane).room()
+        self._detail_timer = self.set_timer(DETAIL_DELAY_S, lambda: self._load_detail(key, room))
 
     @work(thread=True, exclusive=True, group="cmp-detail", exit_on_error=False)
-    def _load_detail(self, key: Any) -> None:
+    def _load_detail(self, key: Any, room: Any) -> None:
         data = self.data
         kind = key[0]
         if kind == "row":
@@ -298,13 +300,13 @@ class CompareScreen(CompareRanks, AppScreen):
             row = data.row(first) if 0 <= first < data.n_rows else None
             columns = {c: v[node] for c, v in index.columns.items()}
             renderable = node_detail(columns, index.name(node), row, data.mode)
-        self.post_message(self.DetailReady(key, renderable))
+        self.post_message(self.DetailReady(key, renderable, prerender(renderable, room)))
 
     @on(DetailReady)
     def _detail_ready(self, message: "CompareScreen.DetailReady") -> None:
         if message.key == self._detail_key:
             self.detail_renderable = message.renderable
-            self.query_one("#detail-body", Static).update(message.renderable)
+            self.query_one("#detail-body", DetailPane).show(message.shown)
 
     # ---- divergence and tree ------------------------------------------------------------------------------
     @work(thread=True, exclusive=True, group="cmp-divergence", exit_on_error=False)

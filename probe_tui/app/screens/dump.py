@@ -24,6 +24,7 @@ from probe_tui.app.screens.base import AppScreen
 from probe_tui.app.screens.dump_detail import dump_detail, piece_detail, record_detail, tensor_detail
 from probe_tui.app.screens.path_prompt import relative_text
 from probe_tui.app.styles import themed
+from probe_tui.app.widgets.detail_pane import DetailPane
 from probe_tui.app.widgets.dump_tree import DumpRef, DumpTree
 from probe_tui.app.widgets.key_footer import KeyFooter
 from probe_tui.app.widgets.rank_bar import RankBar
@@ -82,7 +83,7 @@ class DumpScreen(RankSelector, AppScreen):
         with Horizontal(id="dump-body"):
             yield DumpTree(id="dump-tree")
             with VerticalScroll(id="dump-detail"):
-                yield Static(Text("Reading the dump…", style="italic"), id="dump-detail-body")
+                yield DetailPane(Text("Reading the dump…", style="italic"), id="dump-detail-body")
         yield Label("", id="dump-status")
         yield Input(id="dump-input")
         yield KeyFooter()
@@ -340,7 +341,7 @@ class DumpScreen(RankSelector, AppScreen):
     # ---- detail -------------------------------------------------------------------------------------------
     def _detail(self, renderable: Any) -> None:
         self.detail_renderable = renderable
-        self.query_one("#dump-detail-body", Static).update(renderable)
+        self.query_one("#dump-detail-body", DetailPane).show(renderable)
 
     @on(Tree.NodeHighlighted, "#dump-tree")
     def _highlighted(self, event: Tree.NodeHighlighted) -> None:

@@ -124,7 +124,7 @@ class HomeScreen(AppScreen):
             self._fill_configs()
             runs = self.query_one("#runs", DataTable)
             configs = self.query_one("#configs", DataTable)
-            if first or not (runs.has_focus or configs.has_focus):
+            if first or not (self.focused is runs or self.focused is configs):
                 # at once, not on the next idle (focus()): keys typed as soon as the listing shows go to it
                 self.set_focus(runs if self.runs or not self.configs else configs)
         for error in message.errors:
@@ -191,7 +191,7 @@ class HomeScreen(AppScreen):
         """("run", path) or ("config", path) for the focused table's row."""
         for table_id, kind in (("#runs", "run"), ("#configs", "config")):
             table = self.query_one(table_id, DataTable)
-            if table.has_focus and table.row_count:
+            if self.focused is table and table.row_count:  # set at once; has_focus follows on a message
                 key = self._selected_key(table)
                 if key is None:
                     return None
@@ -225,11 +225,13 @@ class HomeScreen(AppScreen):
     def action_switch_table(self) -> None:
         runs = self.query_one("#runs", DataTable)
         configs = self.query_one("#configs", DataTable)
-        target = configs if runs.has_focus else runs
+        target = configs if self.focused is runs else runs
         if not target.display:
             target = runs if target is configs else configs
         if target.display:
-            target.focus()
+            # at once, not on the next idle (focus()): a key read with this one (typed fast, a loaded machine)
+            # goes to the table tab moved to
+            self.set_focus(target)
 
     def action_open_selected(self) -> None:
         selection = self._selection()

@@ -1,0 +1,292 @@
+"""Does every key of every main view answer at once (< 100 ms)?
+
+    python benchmarks/app_key_speed.py [--keep DIR | --reuse DIR] [--size 120x40] [--only VIEW] [--profile VIEW]
+
+Makes realistic data the way a user does, in a work folder: the demo's three sample runs (``statistics.json``,
+``statistics_lowp.json``, ``compare.json``: two dumps and their compare result), ``tensor_lowp.json`` and
+``acc_check.json`` (an acc_check result), ``diagnose.json`` (a verdict), and a finished monitor run of 2,000 steps
+with a recurring spike (``app_idle_cpu.write_monitor_run``). Then opens each main view headless
+(``App.run_test``) — home, the compare browser (its results, first-divergence and tree tabs), the dump browser,
+the run summary, the monitor, the acc_check result, the diagnose verdict — and presses each of its bound keys and
+the navigation keys (down, pagedown, end, home, tab, enter, /, the filter and sort keys). A key is timed from the
+press to the app being idle again (its messages handled, its workers done, the detail of the row it lands on
+read, a repaint): wall time and the CPU time of the process (all threads), the pilot's own cost and the wait for
+the detail (the same for a key bound to nothing) taken off. A key that
+opens another screen or a search field is closed again (escape) untimed.
+
+Prints per view the median and the worst key, and the keys over 100 ms; ``--profile VIEW`` runs that view's keys
+under cProfile and prints the top functions. Run it at a load of about 1 (``uptime``); nothing is asserted.
+"""
+
+import argparse
+import asyncio
+import cProfile
+import io
+import os
+import pstats
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+SAMPLES = ROOT / "sample_configs"
+RUNS = ("statistics.json", "statistics_lowp.json", "compare.json", "tensor_lowp.json", "acc_check.json",
+        "diagnose.json")
+TARGET_MS = 100.0
+SETTLE_S = 0.15
+"""Longer than a view waits for the cursor to rest before it reads a detail; the same for the floor, taken off."""
+
+
+def make_data(work: Path) -> None:
+    """The sample runs, in ``work`` as a user would run them, and a finished monitor run."""
+    from app_idle_cpu import write_monitor_run
+
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
+    for sample in RUNS:
+        start = time.monotonic()
+        done = subprocess.run([sys.executable, "-m", "probe_tui", "--run", str(SAMPLES / sample)], cwd=work, env=env,
+                              capture_output=True, text=True, timeout=900)
+        if done.returncode != 0:
+            raise SystemExit("{} failed: {}".format(sample, done.stderr[-2000:]))
+        print("  ran {} in {:.1f} s".format(sample, time.monotonic() - start), flush=True)
+    write_monitor_run(work / "probe_dump" / "monitor_run", 2000)
+
+
+def newest(folder: Path, marker: str) -> Path:
+    """The newest run folder under ``folder`` that holds ``marker``."""
+    found = sorted((p.parent for p in folder.rglob(marker) if "latest" not in p.parts), key=lambda p: p.stat().st_mtime)
+    if not found:
+        raise SystemExit("no {} under {}".format(marker, folder))
+    return found[-1]
+
+
+class Timer:
+    """Press keys on a view and time each one until the app is idle again."""
+
+    def __init__(self, pilot: Any, floor_ms: Tuple[float, float] = (0.0, 0.0)) -> None:
+        self.pilot = pilot
+        self.floor = floor_ms
+        self.figures: List[Tuple[str, float, float]] = []
+
+    async def settle(self) -> None:
+        """Until the key's work is on screen: its workers, then what a view does once the cursor rests (the
+        detail panes wait ~80 ms for it), then their workers and a repaint."""
+        await self.pilot.app.workers.wait_for_complete()
+        await self.pilot.pause(SETTLE_S)
+        await self.pilot.app.workers.wait_for_complete()
+        await self.pilot.pause()
+
+    async def press(self, key: str) -> Tuple[float, float]:
+        app = self.pilot.app
+        wall, cpu = time.perf_counter(), time.process_time()
+        await self.pilot.press(key)
+        await self.settle()
+        ms = ((time.perf_counter() - wall) * 1000.0 - self.floor[0],
+              (time.process_time() - cpu) * 1000.0 - self.floor[1])
+        del app
+        return ms
+
+    async def keys(self, view: Any, keys: Sequence[str], label: str = "") -> None:
+        from textual.widgets import Input
+
+        app = self.pilot.app
+        for key in keys:
+            wall, cpu = await self.press(key)
+            self.figures.append(((label + " " if label else "") + key, wall, cpu))
+            for _ in range(5):  # back to the view: close what the key opened (untimed)
+                if app.screen is view and not isinstance(app.focused, Input):
+                    break
+                await self.pilot.press("escape")
+                await self.settle()
+
+
+async def until(pilot: Any, predicate: Callable[[], Any], timeout: float = 120.0) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise RuntimeError("the app did not get there in {:.0f} s".format(timeout))
+        await pilot.pause(0.02)
+
+
+NAV = ["down", "down", "pagedown", "pageup", "end", "home"]
+
+
+async def open_on(pilot: Any, path: Path, screen_type: type, ready: Callable[[Any], Any]) -> Any:
+    app = pilot.app
+    app.open_path(path)
+    screen = await until(pilot, lambda: isinstance(app.screen, screen_type) and app.screen.is_mounted and app.screen)
+    await until(pilot, lambda: ready(screen))
+    await app.workers.wait_for_complete()
+    await pilot.pause(0.3)
+    return screen
+
+
+async def view_home(pilot: Any, timer: Timer, work: Path) -> None:
+    from probe_tui.app.screens.home import HomeScreen
+
+    home = await until(pilot, lambda: isinstance(pilot.app.screen, HomeScreen) and pilot.app.screen.scanned
+                       and pilot.app.screen)
+    await timer.keys(home, NAV + ["tab", "down", "tab", "slash", "f", "r", "enter", "o"])
+
+
+async def view_compare(pilot: Any, timer: Timer, work: Path) -> None:
+    from probe_tui.app.screens.compare import CompareScreen
+
+    screen = await open_on(pilot, compare_folder(work), CompareScreen, lambda s: s.data is not None)
+    await timer.keys(screen, NAV + ["n", "n", "N", "f", "f", "s", "s", "r", "d", "d", "slash", "g", "enter"],
+                     "results")
+    await timer.keys(screen, ["2"] + NAV + ["enter"], "divergence")
+    await timer.keys(screen, ["3"] + NAV + ["enter", "down", "enter", "g"], "tree")
+    await timer.keys(screen, ["1"], "results")
+
+
+def compare_folder(work: Path) -> Path:
+    return newest(work / "probe_dump", "compare.h5")
+
+
+async def view_dump(pilot: Any, timer: Timer, work: Path) -> None:
+    from probe_tui.app.screens.dump import DumpScreen
+
+    run = newest(work / "probe_dump" / "demo_lowp", "run.json")
+    screen = await open_on(pilot, run, DumpScreen, lambda s: s.index is not None)
+    await timer.keys(screen, ["enter", "down", "enter", "down", "enter"] + NAV + ["f", "f", "slash", "n", "l", "l",
+                                                                                    "i"])
+
+
+async def view_summary(pilot: Any, timer: Timer, work: Path) -> None:
+    from probe_tui.app.screens.summary import RunSummaryScreen
+
+    app = pilot.app
+    run = newest(work / "probe_dump" / "demo_lowp", "run.json")
+    app.open_path(run, kind="run")
+    screen = await until(pilot, lambda: isinstance(app.screen, RunSummaryScreen) and app.screen.summary is not None
+                         and app.screen)
+    await app.workers.wait_for_complete()
+    await timer.keys(screen, NAV + ["tab", "down"])
+
+
+async def view_monitor(pilot: Any, timer: Timer, work: Path) -> None:
+    from probe_tui.app.screens.monitor import MonitorScreen
+
+    screen = await open_on(pilot, work / "probe_dump" / "monitor_run", MonitorScreen,
+                           lambda s: s.status == "finished" and s.shown_alerts > 0)
+    await timer.keys(screen, ["plus", "left_square_bracket", "right_square_bracket", "minus", "l", "l", "0", "space",
+                              "space", "s"])
+    await timer.keys(screen, ["a"] + NAV + ["o", "o", "o", "enter", "slash", "f"], "alerts")
+
+
+async def view_acc_check(pilot: Any, timer: Timer, work: Path) -> None:
+    from probe_tui.app.screens.acc_check import AccCheckScreen
+
+    screen = await open_on(pilot, acc_check_folder(work), AccCheckScreen, lambda s: getattr(s, "result", None) is not None)
+    await timer.keys(screen, NAV + ["e", "s", "slash", "f", "f", "enter", "tab"])
+
+
+def acc_check_folder(work: Path) -> Path:
+    return newest(work / "probe_dump", "acc_check.h5")
+
+
+async def view_diagnose(pilot: Any, timer: Timer, work: Path) -> None:
+    from probe_tui.app.screens.diagnose import DiagnoseScreen
+
+    verdict = newest(work / "probe_dump" / "diagnose", "verdict.json")
+    screen = await open_on(pilot, verdict, DiagnoseScreen, lambda s: True)
+    await timer.keys(screen, NAV + ["tab", "down", "c"])
+
+
+VIEWS = {"home": view_home, "compare": view_compare, "dump": view_dump, "summary": view_summary,
+         "monitor": view_monitor, "acc_check": view_acc_check, "diagnose": view_diagnose}
+
+
+async def measure(work: Path, size: Tuple[int, int], only: Sequence[str], profile: Optional[str]) -> Dict[str, Any]:
+    from probe_tui.app.app import ProbeApp
+    from probe_tui.app.screens.home import HomeScreen
+
+    app = ProbeApp(work, root_label="~/bench")
+    results: Dict[str, Any] = {}
+    async with app.run_test(size=size) as pilot:
+        home = await until(pilot, lambda: isinstance(app.screen, HomeScreen) and app.screen.scanned and app.screen)
+        floor = Timer(pilot)
+        await floor.keys(home, ["f12"] * 9)
+        base = (statistics.median(f[1] for f in floor.figures), statistics.median(f[2] for f in floor.figures))
+        results["floor"] = base
+        for name, view in VIEWS.items():
+            if only and name not in only:
+                continue
+            timer = Timer(pilot, base)
+            profiler = cProfile.Profile() if name == profile else None
+            if profiler is not None:
+                profiler.enable()
+            await view(pilot, timer, work)
+            if profiler is not None:
+                profiler.disable()
+                out = io.StringIO()
+                pstats.Stats(profiler, stream=out).sort_stats("cumulative").print_stats(45)
+                results["profile"] = out.getvalue()
+            results[name] = timer.figures
+            while app.screen is not home:
+                await pilot.press("escape")
+                await timer.settle()
+    return results
+
+
+def report(results: Dict[str, Any]) -> None:
+    wall, cpu = results["floor"]
+    print("  floor (a key bound to nothing, taken off below): {:.1f} ms wall, {:.1f} ms CPU".format(wall, cpu))
+    for name in VIEWS:
+        figures = results.get(name)
+        if not figures:
+            continue
+        walls = [f[1] for f in figures]
+        cpus = [f[2] for f in figures]
+        worst = max(figures, key=lambda f: f[1])
+        slow = ", ".join("{} {:.0f}/{:.0f}".format(*f) for f in figures if f[1] > TARGET_MS or f[2] > TARGET_MS / 2)
+        print("  {:<10} {:>3} keys  wall median {:6.1f} worst {:6.1f} ms ({})  CPU median {:6.1f} worst {:6.1f} ms"
+              .format(name, len(figures), statistics.median(walls), worst[1], worst[0], statistics.median(cpus),
+                      max(cpus)))
+        if slow:
+            print("             over {:.0f} ms wall or {:.0f} ms CPU (wall/CPU): {}".format(TARGET_MS, TARGET_MS / 2, slow))
+    if "profile" in results:
+        print(results["profile"])
+
+
+def main(argv: Sequence[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--keep", type=Path, help="make the data in DIR and keep it")
+    parser.add_argument("--reuse", type=Path, help="use the data --keep made in DIR")
+    parser.add_argument("--size", default="120x40")
+    parser.add_argument("--only", action="append", default=[], choices=sorted(VIEWS))
+    parser.add_argument("--profile", choices=sorted(VIEWS))
+    args = parser.parse_args(argv)
+    size = tuple(int(n) for n in args.size.split("x"))
+    tmp = None
+    if args.reuse is not None:
+        work = args.reuse
+    else:
+        work = args.keep or Path(tempfile.mkdtemp(prefix="probe-tui-keys-"))
+        tmp = None if args.keep else work
+        work.mkdir(parents=True, exist_ok=True)
+        print("making the data in {}".format(work), flush=True)
+        make_data(work)
+    print("load average {:.2f} {:.2f} {:.2f}; {}x{}".format(*os.getloadavg(), *size), flush=True)
+    try:
+        report(asyncio.run(measure(work, size, args.only, args.profile)))  # type: ignore[arg-type]
+    finally:
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))

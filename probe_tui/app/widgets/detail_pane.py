@@ -1,0 +1,91 @@
+"""A detail pane whose text is drawn off the UI thread.
+
+A row's detail (a few Rich tables: statistics, dtypes, metrics) is drawn twice by Textual on each update: once to
+measure its height, once to paint it; on the compare browser that was most of what a cursor move cost. The screen's
+worker draws it once instead (:func:`prerender`, at the pane's width) and the pane shows the lines
+(:class:`Prerendered`); the UI thread only copies segments. :meth:`DetailPane.show` updates without a screen
+layout when the pane's box stays (``in_place.update_in_place``). When the pane's width changes (a resize, the
+narrow layout), the lines drawn for the old width are drawn again from the original renderable.
+"""
+
+import io
+from typing import Any, List, Optional, Tuple
+
+from rich.console import Console, ConsoleOptions, RenderableType, RenderResult
+from rich.measure import Measurement
+from rich.segment import Segment
+from textual.containers import ScrollableContainer
+from textual.widgets import Static
+
+from probe_tui.app.widgets.in_place import update_in_place
+
+
+class Prerendered:
+    """``source`` drawn at ``width`` columns: its lines of segments; ``fits``: what it was drawn for (the pane's
+    width without a scrollbar and its height)."""
+
+    def __init__(self, source: RenderableType, width: int, lines: List[List[Segment]],
+                 fits: Tuple[int, int] = (0, 0)) -> None:
+        self.source, self.width, self.lines, self.fits = source, width, lines, fits
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        newline = Segment.line()
+        for line in self.lines:
+            yield from line
+            yield newline
+
+    def __rich_measure__(self, console: Console, options: ConsoleOptions) -> Measurement:
+        return Measurement(self.width, self.width)
+
+
+def _draw(renderable: RenderableType, width: int) -> List[List[Segment]]:
+    width = max(1, width)
+    console = Console(width=width, file=io.StringIO(), force_terminal=True, color_system="truecolor",
+                      legacy_windows=False, highlight=False)
+    return console.render_lines(renderable, console.options.update(width=width, highlight=False), pad=False)
+
+
+def prerender(renderable: RenderableType, room: Optional[Tuple[int, int, int]]) -> Any:
+    """Draw ``renderable`` (any thread: a console of its own) for a pane of ``room`` (``DetailPane.room``: width
+    without a scrollbar, height, scrollbar width): narrower by the scrollbar when it is taller than the pane.
+    Without a room (the pane not laid out yet) the renderable itself."""
+    if room is None:
+        return renderable
+    width, height, gutter = room
+    lines = _draw(renderable, width)
+    if len(lines) > height and gutter:
+        width -= gutter
+        lines = _draw(renderable, width)
+    return Prerendered(renderable, width, lines, (room[0], room[1]))
+
+
+class DetailPane(Static):
+    """A Static in a scrolling pane, for a detail that changes with the cursor: :meth:`show` a renderable,
+    pre-rendered (:func:`prerender` with :meth:`room`) or not."""
+
+    def room(self) -> Optional[Tuple[int, int, int]]:
+        """(width without a scrollbar, height, scrollbar width) of the pane; None before the first layout."""
+        pane = self.parent
+        width = self.content_size.width
+        if width <= 0 or not isinstance(pane, ScrollableContainer):
+            return None
+        gutter = pane.styles.scrollbar_size_vertical if pane.styles.overflow_y != "hidden" else 0
+        if pane.show_vertical_scrollbar:
+            width += gutter
+        return width, pane.scrollable_content_region.height, gutter
+
+    def show(self, content: Any) -> None:
+        if isinstance(content, Prerendered):
+            room = self.room()
+            if room is None or content.fits != room[:2]:
+                content = content.source  # drawn for another size of the pane
+        update_in_place(self, content)
+
+    def on_resize(self) -> None:
+        # once the layout settles: a scrollbar that comes or goes resizes the pane twice (its height, its width)
+        self.call_after_refresh(self._check_width)
+
+    def _check_width(self) -> None:
+        content = self.content
+        if isinstance(content, Prerendered) and content.width != self.content_size.width:
+            self.update(content.source)
