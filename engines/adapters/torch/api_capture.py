@@ -9,7 +9,7 @@ them), outputs after; the backward side is observed on the autograd graph (``bac
 
 import os
 import sys
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 import torch
 import torch.utils.data
@@ -74,18 +74,21 @@ try:
 except (AttributeError, RuntimeError):  # an older torch: its data loading is recorded
     _RF_ENTER = _RF_EXIT = None
 DATA_LOADING_REGION = "enumerate(DataLoader)"
+OUTPUT_0 = "output.0"
 
 
 _DATA_PACKAGE = os.path.dirname(os.path.abspath(torch.utils.data.__file__)) + os.sep
-_data_code: Dict[Any, bool] = {}
+# id(code) -> (code, is it torch's data package): keyed by id, a code object's own hash reads its bytecode
+# (~0.5 us a call); the code object is held, so its id stays its own
+_data_code: Dict[int, Tuple[Any, bool]] = {}
 
 
 def _called_by_data_loading(code: Any) -> bool:
     """Whether the calling code is torch's data package (a DataLoader iterator seeding itself, its sampler)."""
-    found = _data_code.get(code)
+    found = _data_code.get(id(code))
     if found is None:
-        found = _data_code[code] = os.path.abspath(code.co_filename).startswith(_DATA_PACKAGE)
-    return found
+        found = _data_code[id(code)] = (code, os.path.abspath(code.co_filename).startswith(_DATA_PACKAGE))
+    return found[1]
 
 
 class CaptureFunctionMode(TorchFunctionMode):
@@ -150,7 +153,10 @@ class ApiCapture(ApiRecords):
         s = self.session
         s.busy_depth += 1
         try:
-            pre = self.safe_before(info, args, kwargs, collective)
+            pre = self.before(info, args, kwargs, collective)
+        except Exception as exc:  # never break training: the call runs unrecorded (``safe_before``)
+            s.summary.failed("capture of %s" % info.base, exc)
+            pre = None
         finally:
             s.busy_depth -= 1
         s.api_depth += 1
@@ -167,7 +173,10 @@ class ApiCapture(ApiRecords):
             try:
                 if collective is not None and info.functional:
                     self._wait(info, out)
-                self.safe_after(info, pre, args, kwargs, out)
+                self.after(info, pre, args, kwargs, out)
+            except Exception as exc:  # never break training: the call's rows are taken back (``safe_after``)
+                s.summary.failed("capture of %s" % info.base, exc)
+                s.rollback(pre[0], pre[1])
             finally:
                 s.busy_depth -= 1
         return out
@@ -199,8 +208,12 @@ class ApiCapture(ApiRecords):
         return attach(pending, edges, outputs, seq, want_inputs=want_inputs, want_outputs=want_outputs)
 
     def _outputs(self, info: Any, out: Any, args: tuple, kwargs: Dict[str, Any]):
+        if not info.distributed:
+            if type(out) is torch.Tensor or type(out) is torch.nn.Parameter:  # the usual result
+                return [(OUTPUT_0, out)], False
+            return flatten.output_tensors(out), False
         outputs = flatten.output_tensors(out)
-        if not info.distributed or info.functional:
+        if info.functional:
             return outputs, False
         # Collectives write into their arguments: the result is the arguments after the call.
         post: List = []

@@ -69,10 +69,13 @@ class TensorEntries(StepEntries):
                 return e
         e = self.n
         self.n += 1
-        local, dist = local_view(t)  # a DTensor's local shard, an AsyncCollectiveTensor's result
+        if type(t) is torch.Tensor or type(t) is torch.nn.Parameter:  # what local_view returns as it is
+            local = t
+        else:
+            local, dist = local_view(t)  # a DTensor's local shard, an AsyncCollectiveTensor's result
+            if dist:
+                self.dist[e] = dist
         self.meta.append(meta_of(local))
-        if dist:
-            self.dist[e] = dist
         try:
             base = summarisable(local.detach())
         except UnsupportedTensor as exc:
