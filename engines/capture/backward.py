@@ -170,7 +170,7 @@ def find_boundary(out_nodes: NodePairs, match_all: Callable[[Any, int], Optional
     """``(the call's only node or None, its boundary edges)``: one node whose edges all reach inputs is the
     whole call (``single_node_edges``); else ``walk_boundary``. With ``memo``, a call with one output node
     leaves its frontier there (keyed by ``id`` of that node), so an enclosing module's walk skips its inside."""
-    def match(node: Any, nr: int) -> Optional[str]:
+    def match(node: Any, nr: int) -> "Optional[str]":  # quoted: not evaluated at every call
         slots = match_all(node, nr)
         return slots[0] if slots else None
 

@@ -197,11 +197,9 @@ class ApiCapture(ApiRecords):
         # A non-reentrant checkpoint re-run only rebuilds saved tensors; its graph is thrown away.
         return torch.is_grad_enabled() and not (flags and not self.session.last_recompute_reentrant)
 
-    def input_edge(self, slot: str, t: Any) -> Any:
-        return input_edge(slot, t)
-
-    def _sequence_mark(self) -> int:
-        return sequence_mark()
+    # the functions themselves (no method frame around them: each runs for every captured call or input)
+    input_edge = staticmethod(input_edge)  # type: ignore[assignment]
+    _sequence_mark = staticmethod(sequence_mark)  # type: ignore[assignment]
 
     def _attach(self, pending: PendingBackward, edges: List, outputs: List, seq: int, want_inputs: bool,
                 want_outputs: bool) -> bool:

@@ -94,7 +94,7 @@ def attach(pending: PendingBackward, input_edges: List[InputEdge], outputs: List
             by_node.setdefault((id(fn), nr), []).append(slot)
             keep_alive.append(fn)
 
-    def match_all(node: Any, nr: int) -> Optional[List[str]]:
+    def match_all(node: Any, nr: int) -> "Optional[List[str]]":  # quoted: not evaluated at every call
         if _is_accumulate(node):
             var = getattr(node, "variable", None)
             return by_leaf.get(id(var)) if var is not None else None
