@@ -67,6 +67,15 @@ class ApiRecords:
     def _is_tensor(self, value: Any) -> bool:
         return isinstance(value, self.tensor_type)
 
+    def pause(self) -> Any:
+        """Take the call interception off while a hook of the tool works (module and backward hooks run with it
+        installed; the tensor operations of their statistics would each be offered to it only to be passed
+        through). Returns what ``resume`` puts back (None: nothing was taken off)."""
+        return None
+
+    def resume(self, token: Any) -> None:
+        return None
+
     # -- forward ---------------------------------------------------------------------------------------------
     def safe_before(self, info: Any, args: tuple, kwargs: Dict[str, Any],
                     collective: Optional[Dict[str, Any]] = None) -> Optional[Pre]:

@@ -252,11 +252,18 @@ def _fire(pending: PendingBackward, deliver: Callable[..., None], *grads: Any) -
         return None
     try:
         session.busy_depth += 1  # what ``with session.busy()`` does, without its two calls
+        # the tool's own tensor work is not offered to the call interception (``ApiRecords.pause``; a task that
+        # brings its own interception, free_benchmark's, may have none)
+        api = session.api_capture
+        pause = getattr(api, "pause", None)
+        paused = pause() if pause is not None else None
         try:
             if pending.decided and pending.admitted or pending.decide():
                 deliver(pending, *grads)
             pending.hook_fired()
         finally:
+            if paused is not None:
+                api.resume(paused)
             session.busy_depth -= 1
     except Exception as exc:  # never break training
         session.summary.failed("backward hook of %s" % pending.name, exc)

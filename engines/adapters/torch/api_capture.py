@@ -24,6 +24,12 @@ from engines.capture.api import ApiRecords
 from engines.capture.backward import PendingBackward
 
 _current_graph_task_id = getattr(torch._C, "_current_graph_task_id", None)
+# torch's function-mode stack (what TorchFunctionMode.__enter__/__exit__ push and pop)
+_stack_len = getattr(torch._C, "_len_torch_function_stack", None)
+_stack_at = getattr(torch._C, "_get_function_stack_at", None)
+_stack_pop = getattr(torch._C, "_pop_torch_function_stack", None)
+_stack_push = getattr(torch._C, "_push_on_torch_function_stack", None)
+_CAN_PAUSE = None not in (_stack_len, _stack_at, _stack_pop, _stack_push)
 
 
 def _is_compiling_fn():
@@ -181,6 +187,12 @@ class ApiCapture(ApiRecords):
                 s.busy_depth -= 1
         return out
 
+    def pause(self) -> Any:
+        return pause_mode(self.session.fmode)
+
+    def resume(self, token: Any) -> None:
+        resume_mode(token)
+
     def _wait(self, info: ApiInfo, out: Any) -> None:
         try:
             wait_functional(out)
@@ -235,6 +247,25 @@ def resolve_info(func: Any, selector: Any) -> Any:
     prefix, api = name
     captured = selector.admits(prefix + "." + api)
     return ApiInfo(prefix, api, captured, defaults_of(func) if captured else None, is_functional(func))
+
+
+def pause_mode(mode: Any) -> Any:
+    """Take our function mode off torch's stack while a module or backward hook of the tool works, when it is
+    on top (a mode pushed after it is left alone, and ours with it): each torch call of the hook's statistics
+    would otherwise pass through ``__torch_function__`` only to be handed on, several microseconds each.
+    Returns what ``resume_mode`` pushes back (None: nothing was taken off)."""
+    if mode is None or not _CAN_PAUSE:
+        return None
+    n = _stack_len()
+    if n == 0 or _stack_at(n - 1) is not mode:
+        return None
+    _stack_pop()
+    return mode
+
+
+def resume_mode(token: Any) -> None:
+    if token is not None:
+        _stack_push(token)
 
 
 def _is_async_work(out: Any) -> bool:
