@@ -109,6 +109,9 @@ class CaptureFunctionMode(TorchFunctionMode):
         if kwargs is None:
             kwargs = {}
         s = self.session
+        info = s.api_infos.get(func)
+        if info is False and func is not _RF_ENTER and func is not _RF_EXIT and not s.armed:
+            return func(*args, **kwargs)  # never recorded (metadata calls, property getters), whatever the state
         if s.busy_depth or not s.running or is_compiling():
             if self._loading and func is _RF_EXIT and args and args[0] is self._loading[-1]:
                 self._loading.pop()
@@ -121,7 +124,6 @@ class CaptureFunctionMode(TorchFunctionMode):
                     s.note_uninitialised(out)
                 return out
             return func(*args, **kwargs)
-        info = s.api_infos.get(func)
         if info is None:
             info = s.api_info(func)
         if info is False:
