@@ -17,8 +17,8 @@ import cProfile
 import json
 import pstats
 import shutil
-import sys
 import statistics as st
+import sys
 import tempfile
 import time
 from pathlib import Path

@@ -102,11 +102,13 @@ class Walkers:
             out_kwargs: Dict[str, Any] = {}
             if kwargs:
                 for k, v in kwargs.items():
-                    slot = kw_slots.get(k)
-                    if slot is None:
+                    known = kw_slots.get(k)
+                    if known is None:
                         slot = "input.%s" % k
                         if type(k) is str:
                             kw_slots[k] = slot
+                    else:
+                        slot = known
                     if isinstance(v, tensor_type):
                         rows.append((slot, v))
                         out_kwargs[str(k)] = {"tensor": slot}

@@ -21,7 +21,6 @@ from engines.adapters.torch.backward_capture import attach, input_edge, sequence
 from engines.adapters.torch.collectives import is_functional, wait_functional
 from engines.capture import naming
 from engines.capture.api import ApiRecords
-from engines.capture.backward import PendingBackward
 
 _current_graph_task_id = getattr(torch._C, "_current_graph_task_id", None)
 # torch's function-mode stack (what TorchFunctionMode.__enter__/__exit__ push and pop)
@@ -214,10 +213,8 @@ class ApiCapture(ApiRecords):
     # the functions themselves (no method frame around them: each runs for every captured call or input)
     input_edge = staticmethod(input_edge)  # type: ignore[assignment]
     _sequence_mark = staticmethod(sequence_mark)  # type: ignore[assignment]
+    _attach = staticmethod(attach)  # type: ignore[assignment]  # (pending, edges, outputs, seq, inputs, outputs)
 
-    def _attach(self, pending: PendingBackward, edges: List, outputs: List, seq: int, want_inputs: bool,
-                want_outputs: bool) -> bool:
-        return attach(pending, edges, outputs, seq, want_inputs=want_inputs, want_outputs=want_outputs)
 
     def _outputs(self, info: Any, out: Any, args: tuple, kwargs: Dict[str, Any]):
         if not info.distributed:
