@@ -51,17 +51,23 @@ def phase_of(filename: str) -> str:
     return "other probe-tui"
 
 
-def by_phase(stats: pstats.Stats) -> Dict[str, float]:
-    """Seconds per phase: own time of our functions, builtins' and torch's own time split over their callers."""
-    out: Dict[str, float] = {}
+def by_phase(stats: pstats.Stats) -> Dict[str, Tuple[float, float]]:
+    """(seconds, calls) per phase: own time and calls of our functions, builtins' and torch's split over their
+    callers."""
+    out: Dict[str, Tuple[float, float]] = {}
+
+    def add(phase: str, secs: float, calls: float) -> None:
+        t, c = out.get(phase, (0.0, 0.0))
+        out[phase] = (t + secs, c + calls)
+
     raw: Dict[Any, Any] = stats.stats  # type: ignore[attr-defined]
-    for func, (_cc, _nc, tt, _ct, callers) in raw.items():
+    for func, (_cc, nc, tt, _ct, callers) in raw.items():
         phase = phase_of(func[0])
         if phase != OTHER or not callers:
-            out[phase] = out.get(phase, 0.0) + tt
+            add(phase, tt, nc)
             continue
         for caller, info in callers.items():
-            out[phase_of(caller[0])] = out.get(phase_of(caller[0]), 0.0) + info[2]
+            add(phase_of(caller[0]), info[2], info[1])
     return out
 
 
@@ -123,14 +129,16 @@ def main(argv: Any = None) -> int:
             print("without the profiler, %d step pairs: %.1f µs added per record (wall), %.1f µs (CPU)"
                   % (len(wall), st.median(wall) / records * 1e6, st.median(cpu) / records * 1e6))
         phases = by_phase(s_arm)
-        bare_other = sum(by_phase(s_bare).values())
-        print("\n| phase | µs per record | share of the added time |\n|---|---|---|")
+        bare_secs, bare_calls = (sum(v) for v in zip(*by_phase(s_bare).values()))
+        print("\n| phase | µs per record | share of the added time | calls per record |\n|---|---|---|---|")
         added = t_arm - t_bare
-        for name, secs in sorted(phases.items(), key=lambda kv: -kv[1]):
+        for name, (secs, ncalls) in sorted(phases.items(), key=lambda kv: -kv[1][0]):
             if name == OTHER:
-                secs -= bare_other  # what the bare step costs anyway
+                secs -= bare_secs  # what the bare step costs anyway
+                ncalls -= bare_calls
                 name = OTHER + " (beyond the bare step)"
-            print("| %s | %.1f | %.0f %% |" % (name, secs / n * 1e6, 100 * secs / args.steps / added))
+            print("| %s | %.1f | %.0f %% | %.1f |" % (name, secs / n * 1e6, 100 * secs / args.steps / added,
+                                                     ncalls / n))
         print("\n| function | calls per record | own µs per record | phase |\n|---|---|---|---|")
         raw: Dict[Any, Any] = s_arm.stats  # type: ignore[attr-defined]
         top = sorted(raw.items(), key=lambda kv: -kv[1][2])[:args.top]
