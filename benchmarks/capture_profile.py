@@ -1,12 +1,15 @@
 """Where a captured record's time goes: cProfile over probe-tui statistics steps on issue 21's tiny preset.
 
-    python benchmarks/capture_profile.py [--steps 20] [--mode "statistics L1"] [--top 20]
+    python benchmarks/capture_profile.py [--steps 20] [--mode "statistics L1"] [--top 20] [--timing 200]
 
 The same config.json and PrecisionDebugger calls as benchmarks/side_by_side.py, in this process, torch on one
 thread. Profiles ``steps`` instrumented steps and as many bare steps of an identical model, then prints microseconds
 per record by phase (each function's own time; a builtin or torch function's time goes to the phase of whichever
 of our functions called it, else to "model, torch") and the top functions by own time. cProfile adds its own cost
-to every Python call, so the absolute figures run high; the shares are what to read.
+to every Python call, so the absolute figures run high; the shares are what to read. Also printed: Python
+function calls per record (cProfile's count, instrumented minus bare: deterministic, unlike the timings) and, with
+``--timing N``, N more interleaved step pairs without the profiler: median microseconds added per record, wall and
+process CPU time.
 """
 
 import argparse
@@ -14,8 +17,10 @@ import cProfile
 import json
 import pstats
 import shutil
+import statistics as st
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any, Dict, List, Tuple
 
@@ -46,17 +51,23 @@ def phase_of(filename: str) -> str:
     return "other probe-tui"
 
 
-def by_phase(stats: pstats.Stats) -> Dict[str, float]:
-    """Seconds per phase: own time of our functions, builtins' and torch's own time split over their callers."""
-    out: Dict[str, float] = {}
+def by_phase(stats: pstats.Stats) -> Dict[str, Tuple[float, float]]:
+    """(seconds, calls) per phase: own time and calls of our functions, builtins' and torch's split over their
+    callers."""
+    out: Dict[str, Tuple[float, float]] = {}
+
+    def add(phase: str, secs: float, calls: float) -> None:
+        t, c = out.get(phase, (0.0, 0.0))
+        out[phase] = (t + secs, c + calls)
+
     raw: Dict[Any, Any] = stats.stats  # type: ignore[attr-defined]
-    for func, (_cc, _nc, tt, _ct, callers) in raw.items():
+    for func, (_cc, nc, tt, _ct, callers) in raw.items():
         phase = phase_of(func[0])
         if phase != OTHER or not callers:
-            out[phase] = out.get(phase, 0.0) + tt
+            add(phase, tt, nc)
             continue
         for caller, info in callers.items():
-            out[phase_of(caller[0])] = out.get(phase_of(caller[0]), 0.0) + info[2]
+            add(phase_of(caller[0]), info[2], info[1])
     return out
 
 
@@ -66,6 +77,7 @@ def main(argv: Any = None) -> int:
     parser.add_argument("--mode", default="statistics L1", choices=list(MODES))
     parser.add_argument("--preset", default="tiny", choices=list(PRESETS))
     parser.add_argument("--top", type=int, default=20)
+    parser.add_argument("--timing", type=int, default=0, help="step pairs timed without the profiler")
     args = parser.parse_args(argv)
     import torch
 
@@ -92,8 +104,18 @@ def main(argv: Any = None) -> int:
         for _ in range(args.steps):
             prof_bare.runcall(bare.step)
             prof_arm.runcall(captured)
+        wall: List[float] = []
+        cpu: List[float] = []
+        for _ in range(args.timing):
+            pair = []
+            for fn in (bare.step, captured):
+                w0, c0 = time.perf_counter(), time.process_time()
+                fn()
+                pair.append((time.perf_counter() - w0, time.process_time() - c0))
+            wall.append(pair[1][0] - pair[0][0])
+            cpu.append(pair[1][1] - pair[0][1])
         summary = debugger.close()
-        records = int(summary.get("records", 0)) / (args.steps + 3)
+        records = int(summary.get("records", 0)) / (args.steps + 3 + args.timing)
         s_bare, s_arm = pstats.Stats(prof_bare), pstats.Stats(prof_arm)
         t_bare = s_bare.total_tt / args.steps  # type: ignore[attr-defined]
         t_arm = s_arm.total_tt / args.steps  # type: ignore[attr-defined]
@@ -101,15 +123,22 @@ def main(argv: Any = None) -> int:
         print("%s %s, %d profiled steps: bare %.1f ms, instrumented %.1f ms a step (under cProfile), %.0f records a "
               "step, %.0f µs added per record" % (args.preset, args.mode, args.steps, t_bare * 1e3, t_arm * 1e3,
                                                  records, (t_arm - t_bare) / records * 1e6))
+        calls = (s_arm.total_calls - s_bare.total_calls) / n  # type: ignore[attr-defined]
+        print("Python function calls per record (cProfile, instrumented minus bare): %.1f" % calls)
+        if wall:
+            print("without the profiler, %d step pairs: %.1f µs added per record (wall), %.1f µs (CPU)"
+                  % (len(wall), st.median(wall) / records * 1e6, st.median(cpu) / records * 1e6))
         phases = by_phase(s_arm)
-        bare_other = sum(by_phase(s_bare).values())
-        print("\n| phase | µs per record | share of the added time |\n|---|---|---|")
+        bare_secs, bare_calls = (sum(v) for v in zip(*by_phase(s_bare).values()))
+        print("\n| phase | µs per record | share of the added time | calls per record |\n|---|---|---|---|")
         added = t_arm - t_bare
-        for name, secs in sorted(phases.items(), key=lambda kv: -kv[1]):
+        for name, (secs, ncalls) in sorted(phases.items(), key=lambda kv: -kv[1][0]):
             if name == OTHER:
-                secs -= bare_other  # what the bare step costs anyway
+                secs -= bare_secs  # what the bare step costs anyway
+                ncalls -= bare_calls
                 name = OTHER + " (beyond the bare step)"
-            print("| %s | %.1f | %.0f %% |" % (name, secs / n * 1e6, 100 * secs / args.steps / added))
+            print("| %s | %.1f | %.0f %% | %.1f |" % (name, secs / n * 1e6, 100 * secs / args.steps / added,
+                                                     ncalls / n))
         print("\n| function | calls per record | own µs per record | phase |\n|---|---|---|---|")
         raw: Dict[Any, Any] = s_arm.stats  # type: ignore[attr-defined]
         top = sorted(raw.items(), key=lambda kv: -kv[1][2])[:args.top]

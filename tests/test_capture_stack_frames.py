@@ -83,3 +83,61 @@ def test_tool_paths():
     assert not is_tool_path("/home/me/train.py")
     frames = ["File /a/probe_tui/cli.py, line 3, in main,\n x()", "File /home/me/train.py, line 9, in <module>,\n y()"]
     assert user_frames(frames) == frames[1:]
+
+
+# -- the stack table's reuse of the previous call's frame (engines/capture/stacks.py) ----------------------------
+
+def _two_lines(table):
+    first = table.current(0)
+    second = table.current(0)
+    return first, second
+
+
+def _via_a(table):
+    return _two_lines(table)
+
+
+def _via_b(table):
+    return _two_lines(table)
+
+
+def test_stack_ids_follow_the_line_and_the_callers():
+    from engines.capture.stacks import StackTable
+
+    table = StackTable()
+    runs = []
+    for _ in range(2):
+        runs.append((_via_a(table), _via_b(table)))
+    (a1, a2), (b1, b2) = runs[0]
+    assert len({a1, a2, b1, b2}) == 4  # two lines, two callers
+    assert runs[1] == runs[0]  # new runs of the same functions from the same places: the same stacks
+    lines = [int(table.frames(sid)[1].split(", line ")[1].split(",")[0]) for sid in (a1, b1)]
+    assert lines[0] != lines[1]  # the caller's frame is in each stack, each at its own line
+
+
+def _resumed(table):
+    while True:
+        yield table.current(0)
+
+
+def _resume_from_a(gen):
+    return next(gen)
+
+
+def _resume_from_b(gen):
+    return next(gen)
+
+
+def test_a_generator_resumed_from_another_caller_gets_that_callers_stack():
+    from engines.capture.stacks import StackTable
+
+    table = StackTable()
+    gen = _resumed(table)
+    seen = []
+    for _ in range(2):
+        seen.append((_resume_from_a(gen), _resume_from_b(gen)))
+    from_a, from_b = seen[0]
+    assert from_a != from_b
+    assert "_resume_from_a" in " ".join(table.frames(from_a))
+    assert "_resume_from_b" in " ".join(table.frames(from_b))
+    assert seen[1] == seen[0]

@@ -38,6 +38,7 @@ class ApiRecords:
 
     def __init__(self, session: Any) -> None:
         self.session = session
+        self._save_all: Optional[bool] = None  # task tensor: every record saves its tensors (read at first use)
 
     # -- what the adapter brings -----------------------------------------------------------------------------
     def _call_flags(self) -> int:
@@ -66,6 +67,15 @@ class ApiRecords:
     def _is_tensor(self, value: Any) -> bool:
         return isinstance(value, self.tensor_type)
 
+    def pause(self) -> Any:
+        """Take the call interception off while a hook of the tool works (module and backward hooks run with it
+        installed; the tensor operations of their statistics would each be offered to it only to be passed
+        through). Returns what ``resume`` puts back (None: nothing was taken off)."""
+        return None
+
+    def resume(self, token: Any) -> None:
+        return None
+
     # -- forward ---------------------------------------------------------------------------------------------
     def safe_before(self, info: Any, args: tuple, kwargs: Dict[str, Any],
                     collective: Optional[Dict[str, Any]] = None) -> Optional[Pre]:
@@ -87,16 +97,23 @@ class ApiRecords:
     def before(self, info: Any, args: tuple, kwargs: Dict[str, Any],
                collective: Optional[Dict[str, Any]] = None) -> Optional[Pre]:
         """Name the call, record its inputs (the session is busy) and take its input edges; None: nothing to do.
-        ``collective``: what a collective call is (its op, group, ... in ``args["collective"]``, docs/FORMAT.md)."""
+        ``collective``: what a collective call is (its op, group, ... in ``args["collective"]``, docs/FORMAT.md).
+
+        The per-call path: what a session fixed at its start (the filters, data_mode, whether tensors are saved)
+        is read from attributes, not asked through calls."""
         s = self.session
         flags = self._call_flags()
-        counter = s.recompute_counter if flags & naming.FLAG_RECOMPUTED else s.api_counter
-        index = counter.next(info.base)
-        name = "%s.%d.forward" % (info.base, index)
-        frame = s.module_frame()
+        counts = (s.recompute_counter if flags & naming.FLAG_RECOMPUTED else s.api_counter).counts
+        base = info.base
+        index = counts.get(base, 0)
+        counts[base] = index + 1
+        name = "%s.%d.forward" % (base, index)
+        frames = s.modules.frames
+        frame = frames[-1] if frames else None
         listed_parent = frame is not None and frame.listed
-        reason = s.filter.record_reason(name, listed_parent)
-        dm = s.filter.data_mode
+        filt = s.filter
+        reason = None if filt.plain else filt.record_reason(name, listed_parent)
+        dm = filt.data_mode
         if reason is None and not dm.forward:  # data_mode backward: no forward record, not even its arguments
             reason = REASON_DATA_MODE
         want_bwd = (dm.backward and self._backward_possible(flags)
@@ -105,12 +122,13 @@ class ApiRecords:
             s.summary.skipped(reason)
             if not want_bwd:
                 return None
-        marks = s.buffer_marks()
+        buffer = s.buffer
+        marks0, marks1 = len(buffer.rec_name), len(buffer.row_slot)
         edges: List = []
         record = -1
         stack = s.stacks.current(self.stack_skip) if s.keep_stacks else -1
         parent = frame.name if frame is not None else ""
-        save = s.saves(name)
+        save = self._saves(name)
         walkers = self.walkers
         rows: List[Tuple[str, Any]] = []
         if reason is None:
@@ -118,29 +136,42 @@ class ApiRecords:
             rec_kwargs = kwargs
             if kwargs and info.defaults is not None:
                 rec_kwargs, kept_defaults = split_kwargs(kwargs, info.defaults, self._is_tensor)
-            skeleton = walkers.walk_call(args, rec_kwargs, lambda slot, t: rows.append((slot, t)))
+            skeleton = walkers.call_rows(args, rec_kwargs, rows)
             if kept_defaults is not None:
                 skeleton["defaults"] = {k: walkers.walk(v, "", None) for k, v in kept_defaults.items()}
             if collective is not None:
                 skeleton["collective"] = collective
-            record = s.buffer.add_record(name, naming.KIND_API, naming.DIRECTION_FORWARD, parent, stack,
-                                         skeleton, flags)
-            if dm.forward and dm.input:
-                written = kwargs.get(OUT_KWARG) is not None
-                for slot, t in rows:
-                    if written and _is_out_slot(slot):
-                        continue  # read after the call (the module docstring)
-                    s.add_row(record, slot, t, save)
+            record = buffer.add_record(name, naming.KIND_API, naming.DIRECTION_FORWARD, parent, stack,
+                                       skeleton, flags)
+            if rows and dm.forward and dm.input:
+                add_row = s.add_row
+                if kwargs and kwargs.get(OUT_KWARG) is not None:
+                    for slot, t in rows:
+                        if not _is_out_slot(slot):  # an out= buffer is read after the call (the docstring)
+                            add_row(record, slot, t, save)
+                else:
+                    for slot, t in rows:
+                        add_row(record, slot, t, save)
         else:
-            walkers.walk_call(args, kwargs, lambda slot, t: rows.append((slot, t)))
+            walkers.call_rows(args, kwargs, rows)
+        seq = -1
         if want_bwd:
             input_edge = self.input_edge
             for slot, t in rows:
                 e = input_edge(slot, t)
                 if e is not None:
                     edges.append(e)
-        seq = self._sequence_mark() if want_bwd else -1
-        return (marks[0], marks[1], record, name, parent, stack, flags, edges, seq, want_bwd, save)
+            seq = self._sequence_mark()
+        return (marks0, marks1, record, name, parent, stack, flags, edges, seq, want_bwd, save)
+
+    def _saves(self, name: str) -> bool:
+        """The session's ``saves(name)`` (task tensor, statistics with ``tensor_list``), without the calls."""
+        s = self.session
+        if s.entries.saving_stopped:
+            return False
+        if self._save_all is None:
+            self._save_all = bool(s.options.saves_tensors)
+        return self._save_all or (bool(s.filter.tensor_list) and s.filter.saves_tensor_of(name))
 
     def after(self, info: Any, pre: Pre, args: tuple, kwargs: Dict[str, Any], out: Any) -> None:
         """Record the outputs (the session is busy) and attach the backward hooks."""
@@ -151,17 +182,19 @@ class ApiRecords:
         if record >= 0:
             if not isinstance(out, self.tensor_type):
                 s.buffer.rec_args[record]["output"] = self.walkers.walk_output(out, None)
-            if dm.forward and dm.input and kwargs.get(OUT_KWARG) is not None:
+            if kwargs and dm.forward and dm.input and kwargs.get(OUT_KWARG) is not None:
                 written: List[Tuple[str, Any]] = []
                 self.walkers.tensors_in(kwargs[OUT_KWARG], OUT_SLOT, written)
                 for slot, t in written:
                     s.add_row(record, slot, t, save)
             if dm.forward and dm.output:
+                add_row = s.add_row
                 for slot, t in outputs:
-                    s.add_row(record, slot, t, save, fresh=fresh)
+                    add_row(record, slot, t, save, fresh=fresh)
             s.record_done(record)
         if want_bwd and outputs:
-            pending = PendingBackward(s, naming.backward_of(name), naming.KIND_API, parent, stack,
+            # name is "<base>.<index>.forward": its backward record swaps the last word
+            pending = PendingBackward(s, name[:-7] + "backward", naming.KIND_API, parent, stack,
                                       flags & ~naming.FLAG_RECOMPUTED)
             if self._attach(pending, edges, outputs, seq, dm.output, dm.input):
                 s.pending_backward.append(pending)

@@ -37,7 +37,7 @@ class PendingBackward:
         self.name = name
         self.kind = kind
         # The enclosing module's backward record (msprobe's construct maps backward to backward).
-        self.parent = naming.backward_of(parent) if parent else ""
+        self.parent = _backward_name(parent) if parent else ""
         self.stack = stack
         self.flags = flags
         self.expected = 0
@@ -86,6 +86,18 @@ class PendingBackward:
             self.session.backward_row(self, "output" + slot[len("input"):], total)
         self.acc = {}
         self.session.finish_backward(self)
+
+
+_BACKWARD_NAMES: Dict[str, str] = {}  # parent forward name -> its backward name (many calls share a parent)
+
+
+def _backward_name(forward_name: str) -> str:
+    name = _BACKWARD_NAMES.get(forward_name)
+    if name is None:
+        if len(_BACKWARD_NAMES) > 100000:  # indices restart every step: the names repeat, but keep it bounded
+            _BACKWARD_NAMES.clear()
+        name = _BACKWARD_NAMES[forward_name] = naming.backward_of(forward_name)
+    return name
 
 
 # -- finding the edges that leave a call --------------------------------------------------------------------
@@ -158,7 +170,7 @@ def find_boundary(out_nodes: NodePairs, match_all: Callable[[Any, int], Optional
     """``(the call's only node or None, its boundary edges)``: one node whose edges all reach inputs is the
     whole call (``single_node_edges``); else ``walk_boundary``. With ``memo``, a call with one output node
     leaves its frontier there (keyed by ``id`` of that node), so an enclosing module's walk skips its inside."""
-    def match(node: Any, nr: int) -> Optional[str]:
+    def match(node: Any, nr: int) -> "Optional[str]":  # quoted: not evaluated at every call
         slots = match_all(node, nr)
         return slots[0] if slots else None
 
@@ -239,10 +251,20 @@ def _fire(pending: PendingBackward, deliver: Callable[..., None], *grads: Any) -
     if pending.done or not session.backward_open():
         return None
     try:
-        with session.busy():
-            if pending.decide():
+        session.busy_depth += 1  # what ``with session.busy()`` does, without its two calls
+        # the tool's own tensor work is not offered to the call interception (``ApiRecords.pause``; a task that
+        # brings its own interception, free_benchmark's, may have none)
+        api = session.api_capture
+        pause = getattr(api, "pause", None)
+        paused = pause() if pause is not None else None
+        try:
+            if pending.decided and pending.admitted or pending.decide():
                 deliver(pending, *grads)
             pending.hook_fired()
+        finally:
+            if paused is not None:
+                api.resume(paused)
+            session.busy_depth -= 1
     except Exception as exc:  # never break training
         session.summary.failed("backward hook of %s" % pending.name, exc)
         pending.flags |= naming.FLAG_PARTIAL

@@ -110,6 +110,8 @@ class CaptureFilter:
         self.list_patterns = tuple(options.list_patterns)
         self.apis = ApiSelector(options.api_allow, options.api_deny)
         self.tensor_list = tuple(options.tensor_list)
+        # no scope and no list: ``record_reason`` is None for every record (the per-call path skips the call)
+        self.plain = not self.scope.active and not self.list_patterns
 
     def rank_selected(self, rank: int) -> bool:
         return not self.ranks or rank in self.ranks

@@ -15,6 +15,13 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 Visitor = Callable[[str, Any], None]
 MAX_DEPTH = 32
+N_SLOTS = 64  # positional slot names made once
+# Scalars that are their own skeleton (what ``walk`` returns unchanged; a subclass such as an IntEnum goes there).
+PLAIN = frozenset((bool, int, str))
+
+
+def _appender(rows: List) -> Visitor:
+    return lambda slot, t: rows.append((slot, t))
 
 
 def no_framework_objects(obj: Any) -> None:
@@ -22,11 +29,14 @@ def no_framework_objects(obj: Any) -> None:
 
 
 class Walkers:
-    """``walk``, ``walk_call``, ``walk_output``, ``tensors_in`` and ``output_tensors`` for one tensor type."""
+    """``walk``, ``walk_call`` (``call_rows``), ``walk_output``, ``tensors_in`` and ``output_tensors`` for one
+    tensor type."""
 
     def __init__(self, tensor_type: Any, describe: Callable[[Any], Any] = no_framework_objects,
                  sizes: Tuple[type, ...] = ()) -> None:
         is_size = sizes if sizes else None
+        arg_slots = ["input.%d" % i for i in range(N_SLOTS)]
+        kw_slots: Dict[str, str] = {}
 
         def walk(obj: Any, slot: str, visit: Optional[Visitor], depth: int = 0) -> Any:
             """JSON-ready skeleton of ``obj``; ``visit(slot, tensor)`` for every tensor inside (when given)."""
@@ -72,6 +82,44 @@ class Walkers:
             out_kwargs = {str(k): walk(v, "input.%s" % k, visit) for k, v in kwargs.items()} if kwargs else {}
             return {"args": out_args, "kwargs": out_kwargs}
 
+        def call_rows(args: tuple, kwargs: Dict[str, Any], rows: List) -> Dict[str, Any]:
+            """``walk_call`` with every ``(slot, tensor)`` appended to ``rows``: the per-call path. A top-level
+            tensor or plain scalar (the usual argument) is handled here with its slot name made once."""
+            visit: Optional[Visitor] = None
+            out_args: List[Any] = []
+            add = out_args.append
+            for i, a in enumerate(args):
+                if isinstance(a, tensor_type):
+                    slot = arg_slots[i] if i < N_SLOTS else "input.%d" % i
+                    rows.append((slot, a))
+                    add({"tensor": slot})
+                elif a is None or type(a) in PLAIN:
+                    add(a)
+                else:
+                    if visit is None:
+                        visit = _appender(rows)
+                    add(walk(a, arg_slots[i] if i < N_SLOTS else "input.%d" % i, visit))
+            out_kwargs: Dict[str, Any] = {}
+            if kwargs:
+                for k, v in kwargs.items():
+                    known = kw_slots.get(k)
+                    if known is None:
+                        slot = "input.%s" % k
+                        if type(k) is str:
+                            kw_slots[k] = slot
+                    else:
+                        slot = known
+                    if isinstance(v, tensor_type):
+                        rows.append((slot, v))
+                        out_kwargs[str(k)] = {"tensor": slot}
+                    elif v is None or type(v) in PLAIN:
+                        out_kwargs[str(k)] = v
+                    else:
+                        if visit is None:
+                            visit = _appender(rows)
+                        out_kwargs[str(k)] = walk(v, slot, visit)
+            return {"args": out_args, "kwargs": out_kwargs}
+
         def walk_output(out: Any, visit: Optional[Visitor]) -> Any:
             """Skeleton of a result: a single tensor is ``output.0``; tuples and lists number their items."""
             if isinstance(out, (tuple, list)) and not (is_size is not None and isinstance(out, is_size)):
@@ -102,6 +150,7 @@ class Walkers:
 
         self.walk = walk
         self.walk_call = walk_call
+        self.call_rows = call_rows
         self.walk_output = walk_output
         self.tensors_in = tensors_in
         self.output_tensors = output_tensors

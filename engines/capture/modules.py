@@ -177,12 +177,13 @@ class ModuleTree:
         counter = s.recompute_counter if flags & naming.FLAG_RECOMPUTED else s.module_counter
         index = counter.next(path + "\0" + cls)
         name = self.record_name(path, cls, index)
-        frame = ModuleFrame(module, name, listed_parent or s.filter.listed(name))
+        filt = s.filter
+        frame = ModuleFrame(module, name, listed_parent or (bool(filt.list_patterns) and filt.listed(name)))
         frame.flags = flags
         frame.parent = parent_name(self.frames)
         self.frames.append(frame)
-        reason = s.filter.record_reason(name, listed_parent)
-        dm = s.filter.data_mode
+        reason = None if filt.plain else filt.record_reason(name, listed_parent)
+        dm = filt.data_mode
         if reason is None and not dm.forward:  # data_mode backward: no forward record, not even its arguments
             reason = REASON_DATA_MODE
         frame.want_bwd = (dm.backward and self._backward_possible(flags)
@@ -191,17 +192,18 @@ class ModuleTree:
             s.summary.skipped(reason)
         frame.stack = s.stacks.current(0) if s.keep_stacks else -1
         rows: List = []
-        skeleton = self.walkers.walk_call(args, kwargs, lambda slot, t: rows.append((slot, t)))
+        skeleton = self.walkers.call_rows(args, kwargs, rows)
         if reason is None:
-            frame.save = s.saves(name)
-            frame.record = s.buffer.add_record(name, naming.KIND_MODULE, naming.DIRECTION_FORWARD, frame.parent,
-                                               frame.stack, skeleton, flags)
+            frame.save = save = s.saves(name)
+            frame.record = record = s.buffer.add_record(name, naming.KIND_MODULE, naming.DIRECTION_FORWARD,
+                                                        frame.parent, frame.stack, skeleton, flags)
             if dm.forward and dm.input:
+                add_row = s.add_row
                 for slot, t in rows:
-                    s.add_row(frame.record, slot, t, frame.save)
+                    add_row(record, slot, t, save)
                 for pname, p in self._parameters(module).items():
                     if p is not None:
-                        s.add_row(frame.record, "parameters." + pname, p, frame.save)
+                        add_row(record, "parameters." + pname, p, save)
         if frame.want_bwd:
             self._take_edges(frame, rows)
             self._inputs_taken(frame)

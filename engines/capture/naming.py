@@ -116,23 +116,28 @@ def is_module_name(name: str) -> bool:
 
 
 class CallCounter:
-    """Per-name call indices within one step: ``next(key)`` returns 0, 1, 2, ... and ``reset()`` starts over."""
+    """Per-name call indices within one step: ``next(key)`` returns 0, 1, 2, ... and ``reset()`` starts over.
+    ``counts`` (name -> calls so far) is public: the per-call path reads and bumps it inline."""
 
-    __slots__ = ("_counts",)
+    __slots__ = ("counts",)
 
     def __init__(self) -> None:
-        self._counts: Dict[str, int] = {}
+        self.counts: Dict[str, int] = {}
+
+    @property
+    def _counts(self) -> Dict[str, int]:
+        return self.counts
 
     def next(self, key: str) -> int:
-        n = self._counts.get(key, 0)
-        self._counts[key] = n + 1
+        n = self.counts.get(key, 0)
+        self.counts[key] = n + 1
         return n
 
     def peek(self, key: str) -> int:
-        return self._counts.get(key, 0)
+        return self.counts.get(key, 0)
 
     def reset(self) -> None:
-        self._counts.clear()
+        self.counts.clear()
 
 
 # Wrapper components that data-parallel and checkpoint wrappers put into module paths. msprobe users compare a

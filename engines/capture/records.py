@@ -191,10 +191,14 @@ class StepBatch:
         return len(self.tensors["slot"])
 
 
+# One encoder for every record: ``json.dumps`` with options builds a new encoder on each call.
+_ENCODE = json.JSONEncoder(separators=(",", ":"), allow_nan=True, default=str).encode
+
+
 def encode_args(args: Any) -> str:
     if args is None:
         return ""
     try:
-        return json.dumps(args, separators=(",", ":"), allow_nan=True, default=str)
+        return _ENCODE(args)
     except (TypeError, ValueError):
         return json.dumps(str(args))

@@ -4,6 +4,7 @@ Walking ``sys._getframe`` and keying on ``(code object, line)`` costs a few micr
 stack (file, line, function, source line) is produced only the first time that stack is seen.
 """
 
+import inspect
 import linecache
 import os
 import sys
@@ -13,6 +14,8 @@ from typing import Dict, List, Optional, Sequence, Tuple  # noqa: F401
 from engines.dumps.stack_frames import is_tool_path
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
+# code flags of frames that can be suspended and resumed by another caller (generators, coroutines)
+_RESUMABLE = inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR | inspect.CO_ITERABLE_COROUTINE
 
 # Frames of the tool itself and of torch's dispatch plumbing say nothing about the user's call site.
 _DEFAULT_SKIP_SUFFIXES = (
@@ -39,41 +42,99 @@ class StackTable:
         self._ids: Dict[Tuple, int] = {}
         self._frames: List[List[str]] = []
         self._new: List[int] = []
-        self._skip: Dict[object, bool] = {}
+        # id(code) -> code object, of the tool's frames (skipped) and of the user's (kept); holding the code
+        # objects keeps their ids theirs
+        self._tool: Dict[int, CodeType] = {}
+        self._codes: Dict[int, CodeType] = {}
+        # the innermost user frame of the previous call, the key part of its callers, its line -> stack id
+        self._last_frame: Optional[FrameType] = None
+        self._last_outer: Tuple[int, ...] = ()
+        self._last_sids: Dict[int, int] = {}
 
     def current(self, skip: int = 1) -> int:
         """Id of the caller's stack (innermost frame first), skipping tool frames.
 
-        The key is the flat tuple (code, last instruction offset, code, offset, ...): no per-frame objects and no
+        The key is the flat tuple (id of code, last instruction offset, ...): no per-frame objects and no
         line-number lookups on the hot path; line numbers are worked out only for a stack seen the first time.
+        Code objects are keyed by ``id``: hashing a code object hashes its bytecode and constants (~0.5 us, twice
+        a frame before); the table keeps every code object it has seen, so an id is never reused for another.
+
+        Consecutive calls usually come from the same function run (a ``forward`` making ten operator calls):
+        while the innermost user frame is the very frame object of the previous call, everything above it is
+        unchanged (its callers are suspended in the call to it), so the stack is known from its current line
+        alone. That frame is held until the next call comes from another one (or the step ends); generator and
+        coroutine frames, which can be resumed from another caller, are never reused this way.
         """
         frame: Optional[FrameType]
         try:
             frame = sys._getframe(skip + 1)
         except ValueError:
             return -1
+        tool = self._tool
+        user = self._codes
+        while frame is not None:  # the tool's frames above the caller
+            code = frame.f_code
+            cid = id(code)
+            if cid in tool:
+                frame = frame.f_back
+                continue
+            if cid not in user:
+                if _is_tool_file(code.co_filename):
+                    tool[cid] = code
+                    frame = frame.f_back
+                    continue
+                user[cid] = code
+            break
+        if frame is None or self.depth <= 0:
+            return self._intern(())
+        lasti = frame.f_lasti
+        if frame is self._last_frame:
+            sid = self._last_sids.get(lasti)
+            if sid is None:
+                sid = self._last_sids[lasti] = self._intern((cid, lasti) + self._last_outer)
+            return sid
+        outer = self._walk(frame.f_back, self.depth - 1)
+        sid = self._intern((cid, lasti) + outer)
+        if frame.f_code.co_flags & _RESUMABLE:
+            self._last_frame = None
+        else:
+            self._last_frame = frame
+            self._last_outer = outer
+            self._last_sids = {lasti: sid}
+        return sid
+
+    def _walk(self, frame: Optional[FrameType], depth: int) -> Tuple[int, ...]:
+        """The key part of ``frame`` and its callers: up to ``depth`` user frames."""
         key: list = []
         append = key.append
-        skipmap = self._skip
-        get = skipmap.get
-        depth = self.depth
+        tool = self._tool
+        user = self._codes
         n = 0
         while frame is not None and n < depth:
             code = frame.f_code
-            drop = get(code)
-            if drop is None:
-                drop = skipmap[code] = _is_tool_file(code.co_filename)
-            if not drop:
-                append(code)
-                append(frame.f_lasti)
-                n += 1
+            cid = id(code)
+            if cid in tool:
+                frame = frame.f_back
+                continue
+            if cid not in user:
+                if _is_tool_file(code.co_filename):
+                    tool[cid] = code
+                    frame = frame.f_back
+                    continue
+                user[cid] = code
+            append(cid)
+            append(frame.f_lasti)
+            n += 1
             frame = frame.f_back
-        tkey = tuple(key)
+        return tuple(key)
+
+    def _intern(self, tkey: Tuple[int, ...]) -> int:
         sid = self._ids.get(tkey)
         if sid is None:
             sid = len(self._frames)
             self._ids[tkey] = sid
-            self._frames.append(_format(tkey))
+            user = self._codes
+            self._frames.append(_format(tuple(user[c] if i % 2 == 0 else c for i, c in enumerate(tkey))))
             self._new.append(sid)
         return sid
 
@@ -81,8 +142,10 @@ class StackTable:
         return self._frames[sid]
 
     def drain_new(self) -> List[Tuple[int, List[str]]]:
+        """The stacks first seen since the last call (at step end: the frame held for reuse is let go too)."""
         new = [(sid, self._frames[sid]) for sid in self._new]
         self._new = []
+        self._last_frame = None
         return new
 
     def __len__(self) -> int:

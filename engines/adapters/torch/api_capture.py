@@ -9,7 +9,7 @@ them), outputs after; the backward side is observed on the autograd graph (``bac
 
 import os
 import sys
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 import torch
 import torch.utils.data
@@ -21,9 +21,14 @@ from engines.adapters.torch.backward_capture import attach, input_edge, sequence
 from engines.adapters.torch.collectives import is_functional, wait_functional
 from engines.capture import naming
 from engines.capture.api import ApiRecords
-from engines.capture.backward import PendingBackward
 
 _current_graph_task_id = getattr(torch._C, "_current_graph_task_id", None)
+# torch's function-mode stack (what TorchFunctionMode.__enter__/__exit__ push and pop)
+_stack_len = getattr(torch._C, "_len_torch_function_stack", None)
+_stack_at = getattr(torch._C, "_get_function_stack_at", None)
+_stack_pop = getattr(torch._C, "_pop_torch_function_stack", None)
+_stack_push = getattr(torch._C, "_push_on_torch_function_stack", None)
+_CAN_PAUSE = None not in (_stack_len, _stack_at, _stack_pop, _stack_push)
 
 
 def _is_compiling_fn():
@@ -74,18 +79,21 @@ try:
 except (AttributeError, RuntimeError):  # an older torch: its data loading is recorded
     _RF_ENTER = _RF_EXIT = None
 DATA_LOADING_REGION = "enumerate(DataLoader)"
+OUTPUT_0 = "output.0"
 
 
 _DATA_PACKAGE = os.path.dirname(os.path.abspath(torch.utils.data.__file__)) + os.sep
-_data_code: Dict[Any, bool] = {}
+# id(code) -> (code, is it torch's data package): keyed by id, a code object's own hash reads its bytecode
+# (~0.5 us a call); the code object is held, so its id stays its own
+_data_code: Dict[int, Tuple[Any, bool]] = {}
 
 
 def _called_by_data_loading(code: Any) -> bool:
     """Whether the calling code is torch's data package (a DataLoader iterator seeding itself, its sampler)."""
-    found = _data_code.get(code)
+    found = _data_code.get(id(code))
     if found is None:
-        found = _data_code[code] = os.path.abspath(code.co_filename).startswith(_DATA_PACKAGE)
-    return found
+        found = _data_code[id(code)] = (code, os.path.abspath(code.co_filename).startswith(_DATA_PACKAGE))
+    return found[1]
 
 
 class CaptureFunctionMode(TorchFunctionMode):
@@ -100,6 +108,9 @@ class CaptureFunctionMode(TorchFunctionMode):
         if kwargs is None:
             kwargs = {}
         s = self.session
+        info = s.api_infos.get(func)
+        if info is False and func is not _RF_ENTER and func is not _RF_EXIT and not s.armed:
+            return func(*args, **kwargs)  # never recorded (metadata calls, property getters), whatever the state
         if s.busy_depth or not s.running or is_compiling():
             if self._loading and func is _RF_EXIT and args and args[0] is self._loading[-1]:
                 self._loading.pop()
@@ -112,7 +123,6 @@ class CaptureFunctionMode(TorchFunctionMode):
                     s.note_uninitialised(out)
                 return out
             return func(*args, **kwargs)
-        info = s.api_infos.get(func)
         if info is None:
             info = s.api_info(func)
         if info is False:
@@ -150,7 +160,10 @@ class ApiCapture(ApiRecords):
         s = self.session
         s.busy_depth += 1
         try:
-            pre = self.safe_before(info, args, kwargs, collective)
+            pre = self.before(info, args, kwargs, collective)
+        except Exception as exc:  # never break training: the call runs unrecorded (``safe_before``)
+            s.summary.failed("capture of %s" % info.base, exc)
+            pre = None
         finally:
             s.busy_depth -= 1
         s.api_depth += 1
@@ -167,10 +180,19 @@ class ApiCapture(ApiRecords):
             try:
                 if collective is not None and info.functional:
                     self._wait(info, out)
-                self.safe_after(info, pre, args, kwargs, out)
+                self.after(info, pre, args, kwargs, out)
+            except Exception as exc:  # never break training: the call's rows are taken back (``safe_after``)
+                s.summary.failed("capture of %s" % info.base, exc)
+                s.rollback(pre[0], pre[1])
             finally:
                 s.busy_depth -= 1
         return out
+
+    def pause(self) -> Any:
+        return pause_mode(self.session.fmode)
+
+    def resume(self, token: Any) -> None:
+        resume_mode(token)
 
     def _wait(self, info: ApiInfo, out: Any) -> None:
         try:
@@ -188,19 +210,19 @@ class ApiCapture(ApiRecords):
         # A non-reentrant checkpoint re-run only rebuilds saved tensors; its graph is thrown away.
         return torch.is_grad_enabled() and not (flags and not self.session.last_recompute_reentrant)
 
-    def input_edge(self, slot: str, t: Any) -> Any:
-        return input_edge(slot, t)
+    # the functions themselves (no method frame around them: each runs for every captured call or input)
+    input_edge = staticmethod(input_edge)  # type: ignore[assignment]
+    _sequence_mark = staticmethod(sequence_mark)  # type: ignore[assignment]
+    _attach = staticmethod(attach)  # type: ignore[assignment]  # (pending, edges, outputs, seq, inputs, outputs)
 
-    def _sequence_mark(self) -> int:
-        return sequence_mark()
-
-    def _attach(self, pending: PendingBackward, edges: List, outputs: List, seq: int, want_inputs: bool,
-                want_outputs: bool) -> bool:
-        return attach(pending, edges, outputs, seq, want_inputs=want_inputs, want_outputs=want_outputs)
 
     def _outputs(self, info: Any, out: Any, args: tuple, kwargs: Dict[str, Any]):
+        if not info.distributed:
+            if type(out) is torch.Tensor or type(out) is torch.nn.Parameter:  # the usual result
+                return [(OUTPUT_0, out)], False
+            return flatten.output_tensors(out), False
         outputs = flatten.output_tensors(out)
-        if not info.distributed or info.functional:
+        if info.functional:
             return outputs, False
         # Collectives write into their arguments: the result is the arguments after the call.
         post: List = []
@@ -224,6 +246,25 @@ def resolve_info(func: Any, selector: Any) -> Any:
     prefix, api = name
     captured = selector.admits(prefix + "." + api)
     return ApiInfo(prefix, api, captured, defaults_of(func) if captured else None, is_functional(func))
+
+
+def pause_mode(mode: Any) -> Any:
+    """Take our function mode off torch's stack while a module or backward hook of the tool works, when it is
+    on top (a mode pushed after it is left alone, and ours with it): each torch call of the hook's statistics
+    would otherwise pass through ``__torch_function__`` only to be handed on, several microseconds each.
+    Returns what ``resume_mode`` pushes back (None: nothing was taken off)."""
+    if mode is None or not _CAN_PAUSE:
+        return None
+    n = _stack_len()
+    if n == 0 or _stack_at(n - 1) is not mode:
+        return None
+    _stack_pop()
+    return mode
+
+
+def resume_mode(token: Any) -> None:
+    if token is not None:
+        _stack_push(token)
 
 
 def _is_async_work(out: Any) -> bool:

@@ -94,14 +94,17 @@ def attach(pending: PendingBackward, input_edges: List[InputEdge], outputs: List
             by_node.setdefault((id(fn), nr), []).append(slot)
             keep_alive.append(fn)
 
-    def match_all(node: Any, nr: int) -> Optional[List[str]]:
-        if _is_accumulate(node):
+    accumulate = _ACCUMULATE  # ``_is_accumulate`` inline: these run for every edge of the walk
+
+    def match_all(node: Any, nr: int) -> "Optional[List[str]]":  # quoted: not evaluated at every call
+        if type(node) is accumulate:
             var = getattr(node, "variable", None)
             return by_leaf.get(id(var)) if var is not None else None
         return by_node.get((id(node), nr))
 
     single, boundary = find_boundary(out_nodes, match_all, id,
-                                     lambda node: _is_accumulate(node) or node._sequence_nr() < seq_before, memo)
+                                     lambda node: type(node) is accumulate or node._sequence_nr() < seq_before,
+                                     memo)
     return install_hooks(pending, out_nodes, boundary, single, id(single), want_inputs, want_outputs, keep_alive)
 
 

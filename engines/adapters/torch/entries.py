@@ -26,6 +26,8 @@ from engines.capture.summary import CaptureSummary
 
 # Below this many bytes a hash is computed inline: a thread hand-off costs more.
 INLINE_HASH_BYTES = 1 << 16
+# (dtype, shape) -> the row's (dtype name, shape JSON, "cpu") of a CPU tensor: the same few shapes recur all step
+_CPU_META: Dict[Tuple[torch.dtype, torch.Size], Tuple[str, str, str]] = {}
 
 
 def _hash_job(arr: np.ndarray, dtype_name: str, shape: Tuple[int, ...], crc: bool, xhash: bool):
@@ -49,7 +51,6 @@ class TensorEntries(StepEntries):
     def clear(self) -> None:
         super().clear()
         self.device_sums: Dict[int, Tuple[torch.Tensor, int, str, Tuple[int, ...]]] = {}
-        self.nbytes: Dict[int, int] = {}
         self.device_copies = False
         self.held_bytes = 0  # bytes of the host copies in host_data
         self.spilled: Set[int] = set()  # entries whose copies were handed to ``spill`` this step
@@ -79,19 +80,29 @@ class TensorEntries(StepEntries):
                 return e
         e = self.n
         self.n += 1
-        local, dist = local_view(t)  # a DTensor's local shard, an AsyncCollectiveTensor's result
-        self.meta.append(meta_of(local))
-        if dist:
-            self.dist[e] = dist
+        if type(t) is torch.Tensor or type(t) is torch.nn.Parameter:  # what local_view returns as it is
+            local = t
+        else:
+            local, dist = local_view(t)  # a DTensor's local shard, an AsyncCollectiveTensor's result
+            if dist:
+                self.dist[e] = dist
+        if local.is_cpu:  # (dtype, shape, device) text made once per dtype and shape
+            mkey = (local.dtype, local.shape)
+            meta = _CPU_META.get(mkey)
+            if meta is None:
+                if len(_CPU_META) > 4096:
+                    _CPU_META.clear()
+                meta = _CPU_META[mkey] = meta_of(local)
+            self.meta.append(meta)
+        else:
+            self.meta.append(meta_of(local))
         try:
             base = summarisable(local.detach())
         except UnsupportedTensor as exc:
             self.summary.unsupported(str(exc))
             return e
         self.stats.add(e, base)
-        numel = base.numel()
-        self.numels[e] = numel
-        self.nbytes[e] = numel * base.element_size()
+        self.numels[e] = base.numel()
         if save and not self.saving_stopped:
             self._save(e, base)
         if self.want_crc or self.want_xhash:

@@ -13,7 +13,7 @@ import torch
 from torch.nn.modules import module as nn_module
 
 from engines.adapters.torch import flatten
-from engines.adapters.torch.api_capture import is_compiling
+from engines.adapters.torch.api_capture import is_compiling, pause_mode, resume_mode
 from engines.adapters.torch.backward_capture import attach, input_edge, sequence_mark
 from engines.capture import naming
 from engines.capture.backward import PendingBackward
@@ -94,11 +94,13 @@ class ModuleCapture(ModuleTree):
             return None
         try:
             s.busy_depth += 1
+            paused = pause_mode(s.fmode)
             try:
                 if type(module).__name__ == _COMPILED:
                     s.summary.note(COMPILED_NOTE)
                 self.enter(module, args, {})
             finally:
+                resume_mode(paused)
                 s.busy_depth -= 1
         except Exception as exc:
             s.summary.failed("forward pre-hook of %s" % type(module).__name__, exc)
@@ -117,9 +119,11 @@ class ModuleCapture(ModuleTree):
         kwargs, output = rest
         try:
             s.busy_depth += 1
+            paused = pause_mode(s.fmode)
             try:
                 self.exit(frame, kwargs or {}, output)
             finally:
+                resume_mode(paused)
                 s.busy_depth -= 1
         except Exception as exc:
             s.summary.failed("forward hook of %s" % frame.name, exc)
@@ -150,6 +154,7 @@ class ModuleCapture(ModuleTree):
             return
         try:
             s.busy_depth += 1
+            paused = pause_mode(s.fmode)
             try:
                 grad = getattr(param, "main_grad", None)
                 if grad is None:
@@ -158,6 +163,7 @@ class ModuleCapture(ModuleTree):
                     return
                 self.param_grad(id(param), grad)
             finally:
+                resume_mode(paused)
                 s.busy_depth -= 1
         except Exception as exc:
             s.summary.failed("parameter-gradient hook", exc)
