@@ -20,8 +20,9 @@ from probe_tui.app.form.fields import FieldRow
 from probe_tui.app.form.sections import make_row
 from probe_tui.app.form.values import split_path
 
-STEP_LINES = 20
-"""About how many lines of rows one build step mounts (each step lays the form out again: not too many)."""
+STEP_LINES = 30
+"""About how many lines of rows one build step mounts (each step lays the whole form out again: not too many,
+and not so many that a key waits long for a step to end)."""
 
 
 class ModelForm(Vertical):
@@ -83,12 +84,18 @@ class ModelForm(Vertical):
         return bool(self._pending) or (self.line_budget is not None and not self._composed)
 
     async def build_more(self) -> bool:
-        """Mount the next row waiting; answers whether more wait."""
+        """Mount the next rows waiting, about ``STEP_LINES`` lines of them (a big section hands its own form what
+        is left: it comes in several steps); answers whether more wait."""
         if self._pending and self.is_attached:
-            part = self._pending.pop(0)
-            if isinstance(part, FieldRow):
-                part.grant_lines(STEP_LINES)  # a big section comes in several steps
-            await self.mount(part)
+            parts: List[Widget] = []
+            left = STEP_LINES
+            while self._pending and left > 0:
+                part = self._pending.pop(0)
+                if isinstance(part, FieldRow):
+                    part.grant_lines(left)
+                left -= estimated_lines(part)
+                parts.append(part)
+            await self.mount_all(parts)
         return bool(self._pending)
 
     async def build_all(self) -> None:
