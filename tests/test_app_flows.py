@@ -42,6 +42,7 @@ async def builder_up(pilot) -> BuilderScreen:
     app = pilot.app
     await wait_until(pilot, lambda: isinstance(app.screen, BuilderScreen) and app.screen.is_mounted
                      and bool(app.screen.query("#form")), what="the config builder")
+    await wait_until(pilot, lambda: not app.screen.building, what="the whole form mounted")
     await pilot.pause()
     return app.screen
 

@@ -283,7 +283,9 @@ async def test_an_optional_section_is_switched_on_and_off():
         fault = _row(app, "target.fault")
         assert "fault" not in form.collect()["target"]
         fault.query_one(Switch).value = True
-        await wait_until(pilot, lambda: form.collect()["target"].get("fault") == {})
+        # the section's fields are mounted when it is first set
+        await wait_until(pilot, lambda: form.collect()["target"].get("fault") == {}
+                         and _row(app, "target.fault.layer").ready())
         _row(app, "target.fault.layer").query_one(Input).value = "2"
         await wait_until(pilot, lambda: form.collect()["target"].get("fault") == {"layer": 2})
         fault.query_one(Switch).value = False
@@ -365,7 +367,7 @@ async def _open_builder(app, pilot, data, path=None):
     await wait_until(pilot, lambda: isinstance(app.screen, HomeScreen))
     app.open_builder(data, path=path)
     await wait_until(pilot, lambda: isinstance(app.screen, BuilderScreen) and app.screen.is_mounted
-                     and bool(app.screen.query("#form")))
+                     and bool(app.screen.query("#form")) and not app.screen.building)
     await pilot.pause()
     return app.screen
 

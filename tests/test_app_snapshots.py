@@ -67,6 +67,10 @@ async def settle(pilot, condition=None, timeout=20.0):
     deadline = loop.time() + timeout
     await pilot.pause()
     await pilot.app.workers.wait_for_complete()
+    while getattr(pilot.app.screen, "building", False):  # the config builder mounts its form a screenful a step
+        if loop.time() > deadline:
+            raise AssertionError("the builder's form was not built")
+        await pilot.pause(0.05)
     while condition is not None and not condition(pilot.app):
         if loop.time() > deadline:
             raise AssertionError("screen did not reach the expected state")

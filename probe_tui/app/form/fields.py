@@ -6,13 +6,13 @@ the schema's defaults apply. Rows keep references to the widgets they create, so
 walks no DOM queries (a form has hundreds of widgets and is collected on every keystroke).
 """
 
-from typing import Any, Dict, Iterator, List, Optional, Tuple
+from typing import Any, Iterator, List, Optional, Tuple
 
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
 from textual.message import Message
 from textual.widget import Widget
-from textual.widgets import Button, Collapsible, Input, Label, Select, Static, Switch
+from textual.widgets import Input, Label, Select, Static, Switch
 
 from probe_tui.app.form import spec as S
 from probe_tui.app.form import values as V
@@ -67,6 +67,18 @@ class FieldRow(Vertical):
     def compose_footer(self) -> ComposeResult:
         yield self.compose_note()
 
+    def estimated_lines(self) -> int:
+        """About how many lines the row takes (the form mounts a first screenful before the rest)."""
+        return 2
+
+    def grant_lines(self, lines: int) -> None:
+        """The row is composed with about ``lines`` lines left on screen: a row with nested forms hands them
+        what is left after its own lines (the rest of their rows is mounted after the first frame)."""
+
+    def child_forms(self) -> List[Any]:
+        """The forms nested in this row (sections, the chosen variant, list items)."""
+        return []
+
     def ready(self) -> bool:
         """Whether the controls are mounted (nested rows are built after their parent)."""
         return self.control is not None and self.control.is_mounted
@@ -75,8 +87,12 @@ class FieldRow(Vertical):
         """``(present, value)``: whether the config gets this key, and its value. A row whose controls are not
         mounted yet answers with the value it was given."""
         if not self.ready():
-            return self.initially_present and self.initial_value is not None, self.initial_value
+            return self._collect_unmounted()
         return self._collect()
+
+    def _collect_unmounted(self) -> Tuple[bool, Any]:
+        """What :meth:`_collect` answers once the row is mounted with its initial value, without mounting it."""
+        return self.initially_present and self.initial_value is not None, self.initial_value
 
     def _collect(self) -> Tuple[bool, Any]:
         raise NotImplementedError
@@ -132,7 +148,7 @@ class FieldRow(Vertical):
         return head + ("\n" + self.spec.description if self.spec.description else "")
 
 
-def _on_off(value: bool, on: str = "on", off: str = "off") -> str:
+def on_off(value: bool, on: str = "on", off: str = "off") -> str:
     return f" {on}" if value else f" {off}"
 
 
@@ -150,7 +166,7 @@ class SwitchRow(FieldRow):
     def compose(self) -> ComposeResult:
         value = bool(self.initial_value) if self.initially_present else bool(self.spec.default is True)
         self.control = Switch(value=value, classes="field-control")
-        self._state = Label(_on_off(value), classes="switch-state")
+        self._state = Label(on_off(value), classes="switch-state")
         with Horizontal(classes="field-line"):
             yield self.compose_label()
             yield self.control
@@ -159,7 +175,7 @@ class SwitchRow(FieldRow):
 
     def on_switch_changed(self, event: Switch.Changed) -> None:
         event.stop()
-        self._state.update(_on_off(event.value))
+        self._state.update(on_off(event.value))
         self.edited()
 
     def _collect(self) -> Tuple[bool, Any]:
@@ -265,205 +281,3 @@ class InputRow(FieldRow):
             return True, text
         self._set_local_error(None)
         return True, value
-
-
-def _model_form(owner: FieldRow, model: type, data: Dict[str, Any], path: Tuple[str, ...], classes: str = "") -> Any:
-    from probe_tui.app.form.model_form import ModelForm
-
-    form = ModelForm(model, data, path, classes=classes)
-    form.owner_row = owner
-    return form
-
-
-class SectionRow(FieldRow):
-    """A nested model. Optional ones have an on/off switch; the rest are a collapsible section."""
-
-    def __init__(self, spec: S.FieldSpec, path: Tuple[str, ...], value: Any, present: bool) -> None:
-        super().__init__(spec, path, value, present)
-        self.add_class("section-row")
-        data = value if isinstance(value, dict) else {}
-        self.form = _model_form(self, spec.model, data, path)
-
-    def compose(self) -> ComposeResult:
-        if self.spec.optional:
-            on = self.initially_present and self.initial_value is not None
-            self.control = Switch(value=on, classes="field-control section-switch")
-            self._state = Label(_on_off(on, "set", "not set"), classes="switch-state")
-            with Horizontal(classes="field-line"):
-                yield self.compose_label()
-                yield self.control
-                yield self._state
-            yield from self.compose_footer()
-            self.form.display = on
-            self.form.add_class("section-body")
-            yield self.form
-        else:
-            self.control = Collapsible(title=self.spec.name, collapsed=False, classes="section")
-            with self.control:
-                if self.spec.description:
-                    yield Static(self.spec.description, classes="section-doc", markup=False)
-                yield self.compose_note(doc=False)
-                yield self.form
-
-    def ready(self) -> bool:
-        return self.control is not None and self.control.is_mounted
-
-    def focus_control(self) -> None:
-        if isinstance(self.control, Switch):
-            self.control.focus()
-        else:
-            for row in self.form.rows.values():
-                if row.ready():
-                    row.focus_control()
-                    return
-
-    def on_switch_changed(self, event: Switch.Changed) -> None:
-        if event.switch is self.control:
-            event.stop()
-            self.form.display = event.value
-            self._state.update(_on_off(event.value, "set", "not set"))
-            self.edited()
-
-    def child_rows(self) -> Iterator[FieldRow]:
-        return iter(self.form.rows.values())
-
-    def _collect(self) -> Tuple[bool, Any]:
-        if isinstance(self.control, Switch) and not self.control.value:
-            return False, None
-        return True, self.form.collect()
-
-
-class UnionRow(FieldRow):
-    """A choice of variants (models), then the form of the chosen one."""
-
-    def __init__(self, spec: S.FieldSpec, path: Tuple[str, ...], value: Any, present: bool) -> None:
-        super().__init__(spec, path, value, present)
-        self.form: Optional[Any] = None
-
-    def _initial_variant(self) -> Optional[str]:
-        data = self.initial_value if self.initially_present else self.spec.default
-        if isinstance(data, dict) and self.spec.discriminator and self.spec.discriminator in data:
-            label = str(data[self.spec.discriminator])
-            if label in self.spec.variants:
-                return label
-        if self.spec.optional and not self.initially_present:
-            return None
-        return next(iter(self.spec.variants))
-
-    def compose(self) -> ComposeResult:
-        variant = self._initial_variant()
-        options = [(label, label) for label in self.spec.variants]
-        self.control = Select(options, value=variant if variant else Select.NULL, allow_blank=self.spec.optional,
-                              compact=True, prompt="(not set)", classes="field-control variant-select")
-        with Horizontal(classes="field-line"):
-            yield self.compose_label()
-            yield self.control
-        yield from self.compose_footer()
-        data = self.initial_value if isinstance(self.initial_value, dict) else {}
-        self._body = Vertical(classes="section-body variant-body")
-        if variant:
-            self.form = _model_form(self, self.spec.variants[variant], data, self.path_parts)
-            self._body.compose_add_child(self.form)
-        yield self._body
-
-    async def on_select_changed(self, event: Select.Changed) -> None:
-        if event.select is not self.control:
-            return
-        event.stop()
-        carried: Dict[str, Any] = self.form.collect() if self.form is not None else {}
-        await self._body.remove_children()
-        self.form = None
-        if event.value is not Select.NULL:
-            model = self.spec.variants[str(event.value)]
-            names = [s.name for s in S.describe_model(model)]
-            keep = {k: v for k, v in carried.items() if k in names and k != self.spec.discriminator}
-            self.form = _model_form(self, model, keep, self.path_parts)
-            await self._body.mount(self.form)
-        self.edited()
-
-    def child_rows(self) -> Iterator[FieldRow]:
-        return iter(self.form.rows.values()) if self.form is not None else iter(())
-
-    def _collect(self) -> Tuple[bool, Any]:
-        if self.form is None:
-            return False, None
-        return True, self.form.collect()
-
-
-class ModelListRow(FieldRow):
-    """A list of nested models: each item its own section, with add and remove buttons."""
-
-    def __init__(self, spec: S.FieldSpec, path: Tuple[str, ...], value: Any, present: bool) -> None:
-        super().__init__(spec, path, value, present)
-        self.add_class("section-row")
-        self.items: List[Tuple[Collapsible, Any, Button]] = []
-
-    def compose(self) -> ComposeResult:
-        items = self.initial_value if self.initially_present and isinstance(self.initial_value, list) else []
-        self.control = Button(f"Add {self.spec.name} item", compact=True, classes="field-control list-add")
-        with Horizontal(classes="field-line"):
-            yield self.compose_label()
-            yield self.control
-        yield from self.compose_footer()
-        self._body = Vertical(classes="section-body list-body")
-        for item in items:
-            self._body.compose_add_child(self._item(item if isinstance(item, dict) else {}))
-        yield self._body
-
-    def _item(self, data: Dict[str, Any]) -> Widget:
-        index = len(self.items)
-        form = _model_form(self, self.spec.model, data, self.path_parts + (f"[{index}]",), classes="item-form")
-        remove = Button("Remove item", compact=True, classes="list-remove")
-        box = Collapsible(form, remove, title=f"{self.spec.name}[{index}]", collapsed=False, classes="list-item")
-        self.items.append((box, form, remove))
-        return box
-
-    async def on_button_pressed(self, event: Button.Pressed) -> None:
-        if event.button is self.control:
-            event.stop()
-            box = self._item({})
-            await self._body.mount(box)
-            self.items[-1][1].focus_first()
-        else:
-            index = next((n for n, (_, _, remove) in enumerate(self.items) if remove is event.button), None)
-            if index is None:
-                return
-            event.stop()
-            values = [form.collect() for _, form, _ in self.items]
-            del values[index]
-            await self._body.remove_children()
-            self.items = []
-            await self._body.mount_all([self._item(v) for v in values])
-            self.control.focus()
-        self.edited()
-
-    def child_rows(self) -> Iterator[FieldRow]:
-        for _, form, _ in self.items:
-            yield from form.rows.values()
-
-    def _collect(self) -> Tuple[bool, Any]:
-        values = [form.collect() for _, form, _ in self.items]
-        if values or self.initially_present:
-            return True, values
-        return False, None
-
-
-ROW_CLASSES = {
-    S.BOOL: SwitchRow,
-    S.CHOICE: ChoiceRow,
-    S.SCALAR: InputRow,
-    S.SCALAR_LIST: InputRow,
-    S.JSON: InputRow,
-    S.MODEL: SectionRow,
-    S.UNION: UnionRow,
-    S.MODEL_LIST: ModelListRow,
-}
-
-
-def make_row(spec: S.FieldSpec, path: Tuple[str, ...], data: Dict[str, Any]) -> FieldRow:
-    present = spec.name in data
-    if spec.kind == S.BOOL and spec.optional:
-        # A switch has no "not set" state: an optional bool (None means something of its own) is a choice of
-        # (not set) / true / false, so that an unset field stays out of the config.
-        return ChoiceRow(spec, path, data.get(spec.name), present, choices=(True, False))
-    return ROW_CLASSES[spec.kind](spec, path, data.get(spec.name), present)

@@ -1,22 +1,27 @@
 """The config builder: choose a task, edit the generated form, see errors live at their fields, save, run."""
 
 import json
-from functools import partial
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Set, Tuple
+from typing import Any, Dict, List, Optional, Set
 
 from rich.text import Text
 from textual import events, on
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.reactive import Reactive
 from textual.widget import Widget
 from textual.widgets import Collapsible, Label, Select, Static
 
 from probe_tui.app.actions import bindings_for
 from probe_tui.app.config_backend import Issue, Validation, task_of, write_json_atomic
 from probe_tui.app.form.fields import FieldRow
-from probe_tui.app.form.model_form import ModelForm, all_rows, folds_above, place_issues
+from probe_tui.app.form.model_form import (
+    ModelForm,
+    all_rows,
+    place_issues,
+)
 from probe_tui.app.screens.base import AppScreen
+from probe_tui.app.screens.builder_build import FormBuild
 from probe_tui.app.screens.path_prompt import PathPrompt, relative_text
 from probe_tui.app.styles import themed
 from probe_tui.app.widgets.key_footer import KeyFooter
@@ -24,8 +29,12 @@ from probe_tui.app.widgets.key_footer import KeyFooter
 VALIDATE_DELAY_S = 0.2
 
 
-class BuilderScreen(AppScreen):
+class BuilderScreen(FormBuild, AppScreen):
     """Edits one config. ``data`` is a config dict (native or msprobe shape); ``path`` is where it saves."""
+
+    focused: Reactive[Optional[Widget]] = Reactive(None, repaint=False)
+    """As Textual's, without repainting the whole screen on each focus change (a Tab drew all of the form
+    again): the widgets that gain and lose the focus restyle and repaint themselves."""
 
     SCOPE = "builder"
     CSS_PATH = "builder.tcss"
@@ -51,6 +60,9 @@ class BuilderScreen(AppScreen):
         self._timer = None
         self._advanced_open = False
         self._current_row: Optional[FieldRow] = None
+        self._edits = 0
+        """Edits made at the focused field since the form was built (controls report their first value as they
+        mount: those do not count); the baseline is taken again when the build ends before any."""
         self._holder = Vertical(classes="form-holder")
         """Holds the form shown (``replace_form`` builds the next one in another holder)."""
 
@@ -88,7 +100,7 @@ class BuilderScreen(AppScreen):
             yield Static("", id="validity")
         with VerticalScroll(id="form-scroll", can_focus=False):
             yield Static("", id="issues")
-            self._holder = Vertical(ModelForm(tasks[task], self.initial_data, id="form"), classes="form-holder")
+            self._holder = Vertical(self._new_form(tasks[task], self.initial_data), classes="form-holder")
             yield self._holder
         yield Static("", id="field-help")
         yield KeyFooter()
@@ -97,12 +109,12 @@ class BuilderScreen(AppScreen):
         self.validate_now()
         self._baseline = self._snapshot()
         self._show_help(None)
-        self.call_after_refresh(self._after_first_layout)
+        self.call_after_refresh(self._build_step, self.form)
 
-    def _after_first_layout(self) -> None:
-        """Nested sections are composed after the screen: validate again so every error reaches its field."""
-        self.validate_now()
-        self._baseline = self._snapshot()
+    def _new_form(self, model: type, data: Dict[str, Any]) -> ModelForm:
+        """A form that mounts a screenful of rows first and the rest after the first frame (``_build_step``)."""
+        self._edits = 0
+        return ModelForm(model, data, id="form", line_budget=max(16, self.app.size.height - 7))
 
     def _title_text(self) -> Text:
         where = relative_text(self.path, self.app.root) if self.path else "not saved yet"
@@ -135,6 +147,9 @@ class BuilderScreen(AppScreen):
 
     @on(FieldRow.Edited)
     def _edited(self, event: FieldRow.Edited) -> None:
+        focused = self.focused
+        if focused is not None and (focused is event.row or event.row in focused.ancestors):
+            self._edits += 1
         self._schedule_validation()
 
     def _schedule_validation(self) -> None:
@@ -211,20 +226,20 @@ class BuilderScreen(AppScreen):
         # The new form is built in a hidden holder beside the old one, so the screen keeps a form until the new
         # one is ready (it was blank for seconds); the old one leaves in the frame the new one shows.
         old = self._holder
-        holder = Vertical(ModelForm(tasks[task], data, id="form"), classes="form-holder")
+        holder = Vertical(self._new_form(tasks[task], data), classes="form-holder")
         holder.display = False
         await self.query_one("#form-scroll", VerticalScroll).mount(holder, after=old)
+        self._holder = holder
         with self.app.batch_update():
             await old.remove()
             holder.display = True
-        self._holder = holder
         self._current_row = None
         selector = self.query_one("#task", Select)
         if selector.value != task:
             with selector.prevent(Select.Changed):
                 selector.value = task
         self.validate_now()
-        self.call_after_refresh(self.validate_now)
+        self.call_after_refresh(self._build_step, self.form)
 
     # ---- help bar -----------------------------------------------------------------------------------------
     def on_descendant_focus(self, event: events.DescendantFocus) -> None:
@@ -281,32 +296,7 @@ class BuilderScreen(AppScreen):
         if node in rows:
             current = rows.index(node)
         row = rows[(current + 1) % len(rows)] if current is not None else rows[0]
-        await self._reveal(row)
-        row.focus_control()
-        row.scroll_visible()
-
-    def palette_entries(self) -> List[Tuple[str, str, Callable[[], Any]]]:
-        """The command palette's "go to a field" entries: every field of the form, advanced ones too."""
-        out: List[Tuple[str, str, Callable[[], Any]]] = []
-        for row in all_rows(self.form):
-            doc = row.doc_line
-            out.append((f"Field: {row.path}", doc or "Go to this field.", partial(self.call_later, self.jump_to, row)))
-        return out
-
-    async def jump_to(self, row: FieldRow) -> None:
-        """Unfold what hides ``row``, focus its control and scroll it into view."""
-        await self._reveal(row)
-        self.call_after_refresh(self._focus_row, row)
-
-    @staticmethod
-    def _focus_row(row: FieldRow) -> None:
-        row.focus_control()
-        row.scroll_visible()
-
-    async def _reveal(self, row: FieldRow) -> None:
-        """Mount and unfold the advanced sections that hold ``row``, from the outside in."""
-        for form in folds_above(row):
-            await form.unfold_advanced()
+        self._focus_row(await self._reveal(row))
 
     async def action_toggle_advanced(self) -> None:
         self._advanced_open = not self._advanced_open
