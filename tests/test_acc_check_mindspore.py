@@ -70,11 +70,11 @@ def test_fp32_mindspore_dump_has_no_false_positive(fp32_dump, tmp_path):
     for name in ("MintFunctional.linear.0", "MintFunctional.softmax.0", "Functional.gelu.0", "Tensor.split.0",
                  "Functional.cross_entropy.0", "Tensor.matmul.0"):
         assert (rows[name]["Forward Test Success"], rows[name]["Backward Test Success"]) == ("pass", "pass"), name
-    assert outcome.summary["passed"] >= len(rows) - 5
-    # primitives are listed with the reason, never passed
+    # every call replays and passes, the LayerNorm primitive too: rebuilt from its recorded init attributes
+    assert outcome.summary["passed"] == len(rows)
     layer_norms = [r for n, r in rows.items() if n.startswith("Primitive.LayerNorm.")]
-    assert layer_norms and all(r["Forward Test Success"] == "SKIP" and "attributes" in r["Message"]
-                               for r in layer_norms)
+    assert len(layer_norms) == 5 and all((r["Forward Test Success"], r["Backward Test Success"]) == ("pass", "pass")
+                                         for r in layer_norms)
     details = {d["API Name"]: d for d in _details(tmp_path / "out")}
     linear_w = details["MintFunctional.linear.0.backward.output.1"]  # the weight's gradient
     assert (linear_w["Bench Dtype"], linear_w["DEVICE Dtype"]) == ("mindspore.float64", "mindspore.float32")
@@ -216,3 +216,47 @@ def test_a_tensor_operator_replays_as_called_not_reflected(api, expected):
     _, outs, _ = acc_replay.replay_forward("Tensor.%s.0.forward" % api, args, saved)
     assert np.allclose(outs["output.0"], expected(x.astype(np.float64), y.astype(np.float64)), rtol=1e-12)
     assert "__r" not in acc_replay.callable_expression("Tensor.%s.0.forward" % api)
+
+
+def _layer_norm_saved(rng):
+    x = rng.standard_normal((2, 3, 8)).astype(np.float32)
+    g = rng.uniform(0.5, 1.5, 8).astype(np.float32)
+    b = rng.standard_normal(8).astype(np.float32)
+    return x, g, b, {"input.0": (x, "mindspore.float32", [2, 3, 8]), "input.1": (g, "mindspore.float32", [8]),
+                     "input.2": (b, "mindspore.float32", [8])}
+
+
+def test_a_primitive_replays_with_its_recorded_init_attributes():
+    """A ``Primitive.*`` record's ``args`` carries ``primitive.init_attrs``; the replay builds the primitive with
+    them (an epsilon of 0.5 here, far from LayerNorm's default, so a default-built one would not match)."""
+    from engines.adapters.mindspore import acc_replay
+
+    x, g, b, saved = _layer_norm_saved(np.random.default_rng(0))
+    attrs = {"begin_norm_axis": -1, "begin_params_axis": -1, "epsilon": 0.5}
+    args = json.dumps({"args": [{"tensor": "input.0"}, {"tensor": "input.1"}, {"tensor": "input.2"}], "kwargs": {},
+                       "primitive": {"class": "LayerNorm", "init_attrs": attrs}})
+    ref, outs, _ = acc_replay.replay_forward("Primitive.LayerNorm.0.forward", args, saved)
+    x64 = x.astype(np.float64)
+    mean = x64.mean(-1, keepdims=True)
+    var = x64.var(-1, keepdims=True)
+    assert ref == "float64"
+    # MindSpore 2.10's CPU LayerNorm computes in float32 inside, also for float64 inputs: float32-close, not closer
+    assert np.allclose(outs["output.0"], (x64 - mean) / np.sqrt(var + 0.5) * g + b, rtol=0, atol=1e-6)
+    assert not np.allclose(outs["output.0"], (x64 - mean) / np.sqrt(var + 1e-7) * g + b, rtol=0, atol=1e-2)
+    # a record naming another class than the table has, or attributes that are not plain values: not replayed
+    bad = json.dumps({"args": [{"tensor": "input.0"}], "kwargs": {},
+                      "primitive": {"class": "TensorDump", "init_attrs": {}}})
+    with pytest.raises(acc_replay.ReplayError):
+        acc_replay.replay_forward("Primitive.TensorDump.0.forward", bad, saved)
+
+
+def test_a_primitive_record_without_init_attributes_is_still_skipped():
+    """Dumps written before the attributes were recorded: the same SKIP reason as before."""
+    from engines.acc_check import cases
+
+    old = json.dumps({"args": [{"tensor": "input.0"}], "kwargs": {}})
+    assert "attributes" in cases.skip_reason("Primitive", "LayerNorm", old)
+    assert "attributes" in cases.skip_reason("Primitive", "LayerNorm", "")
+    new = json.dumps({"args": [], "kwargs": {}, "primitive": {"class": "LayerNorm", "init_attrs": {"epsilon": 1e-5}}})
+    assert cases.skip_reason("Primitive", "LayerNorm", new) == ""
+    assert "random" in cases.skip_reason("Primitive", "StandardNormal", new.replace("LayerNorm", "StandardNormal"))

@@ -2,6 +2,8 @@
 statistics equal to values computed here from a reference step kept by MindSpore's own cell hooks."""
 
 
+import json
+
 import pytest
 
 pytestmark = pytest.mark.mindspore
@@ -105,6 +107,10 @@ def test_l1_statistics_equal_the_reference(reference, dumps):
     assert_stats_equal(ln["output.0"], values(seen["ln_f"]["output"]))
     args = dump.record("Primitive.LayerNorm.4.forward")["args"]
     assert '"tensor":"input.0"' in args
+    # the primitive's construction attributes, for a replay (docs/FORMAT.md "API records")
+    prim = json.loads(args)["primitive"]
+    assert prim["class"] == "LayerNorm"
+    assert prim["init_attrs"] == {"begin_norm_axis": -1, "begin_params_axis": -1, "epsilon": 1e-5}
     softmax = dump.record("MintFunctional.softmax.0.forward")["args"]
     assert '"dim":-1' in softmax  # non-tensor arguments kept for replay
 

@@ -45,7 +45,10 @@ def test_injected_softmax_is_the_only_failing_api_and_training_is_unchanged(tmp_
     assert (linear["dtype"], linear["bench_dtype"]) == ("mindspore.float32", "mindspore.float64")
     softmax = next(r for r in rows if r["api"] == "Demo.naive_softmax")
     assert (softmax["dtype"], softmax["bench_dtype"]) == ("mindspore.bfloat16", "mindspore.float32")
-    assert "attributes" in online["not_checked"]["Primitive.LayerNorm"]
+    # the LayerNorm primitive is re-run as the object it is (its attributes need no record), and passes
+    assert "Primitive.LayerNorm" not in online["not_checked"]
+    layer_norms = [r for r in rows if r["api"] == "Primitive.LayerNorm"]
+    assert layer_norms and {r["status"] for r in layer_norms} == {"pass"}
     assert online["not_checked"]["Tensor.to"].startswith("not a computation")
 
 

@@ -30,6 +30,13 @@ NOT_COMPUTE = frozenset(("to", "type", "float", "double", "half", "bfloat16", "i
                          "empty_with_format", "copy_", "detach", "clone", "numpy", "item", "tolist", "data_ptr",
                          "__setitem__", "requires_grad_", "retain_grad", "register_hook", "backward", "astype"))
 NOT_SAVED = "tensors not saved (a statistics dump?): "
+# MindSpore primitive class names (CamelCase) that draw random numbers, or do no arithmetic.
+_RANDOM_PRIMITIVE_WORDS = ("Random", "Dropout", "StandardNormal", "StandardLaplace", "UniformInt", "UniformReal",
+                           "CandidateSampler", "Multinomial", "Poisson", "Shuffle", "Bernoulli", "RandInt", "Randperm",
+                           "Generator")
+_RANDOM_PRIMITIVES = frozenset(("Normal", "Uniform", "Gamma", "Laplace"))
+_NOT_COMPUTE_PRIMITIVES = frozenset(("Cast", "Identity", "Zeros", "Ones", "ZerosLike", "OnesLike", "Fill", "Fills",
+                                     "Reshape", "Depend", "Load", "TensorDump", "Print"))
 _COLLECTIVE_PREFIXES = ("Distributed", "Mint_distributed", "MintDistributed", "Comm")
 _RECORD = re.compile(r"^(?P<base>.+)\.(?P<index>\d+)\.(?P<direction>forward|backward)$")
 
@@ -74,11 +81,37 @@ def short_api(record: str) -> Tuple[str, str]:
     return prefix, api.rsplit(".", 1)[-1]
 
 
-def skip_reason(prefix: str, api: str, args_json: str) -> str:
+def random_primitive(name: str) -> bool:
+    """A MindSpore primitive class name that draws random numbers (``StandardNormal``, ``DropoutGenMask``...)."""
+    return name in _RANDOM_PRIMITIVES or any(word in name for word in _RANDOM_PRIMITIVE_WORDS)
+
+
+def primitive_attrs_recorded(args_json: str) -> bool:
+    """Whether a ``Primitive.*`` record's ``args`` carries the primitive's ``init_attrs`` (docs/FORMAT.md); dumps
+    written before they were recorded do not."""
+    if not args_json or '"primitive"' not in args_json:
+        return False
+    try:
+        skel = json.loads(args_json)
+    except ValueError:
+        return False
+    entry = skel.get("primitive") if isinstance(skel, dict) else None
+    return isinstance(entry, dict) and isinstance(entry.get("init_attrs"), dict)
+
+
+def skip_reason(prefix: str, api: str, args_json: str, live: bool = False) -> str:
+    """Why a call is not replayed ("" when it is); ``live``: the call's own objects are at hand (the online check
+    re-runs the primitive object itself, so its attributes need no record)."""
     if prefix in _COLLECTIVE_PREFIXES:
         return "collective: its result needs the other ranks"
     if prefix == "Primitive":
-        return "MindSpore primitive: its attributes (LayerNorm's epsilon and axes...) are not recorded"
+        if random_primitive(api):
+            return "random op: the dump keeps no RNG state to replay it"
+        if api in _NOT_COMPUTE_PRIMITIVES:
+            return "not a computation (cast, copy or allocation)"
+        if not live and not primitive_attrs_recorded(args_json):
+            return "MindSpore primitive: its attributes (LayerNorm's epsilon and axes...) are not recorded"
+        return ""
     if api in INPLACE_VIEWS:
         return "in-place view op: it changes a tensor's view, not its values"
     if api in NOT_COMPUTE:

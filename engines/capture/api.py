@@ -78,10 +78,11 @@ class ApiRecords:
 
     # -- forward ---------------------------------------------------------------------------------------------
     def safe_before(self, info: Any, args: tuple, kwargs: Dict[str, Any],
-                    collective: Optional[Dict[str, Any]] = None) -> Optional[Pre]:
+                    collective: Optional[Dict[str, Any]] = None,
+                    extra: Optional[Dict[str, Any]] = None) -> Optional[Pre]:
         """``before``; a failure is reported and the call runs unrecorded (None)."""
         try:
-            return self.before(info, args, kwargs, collective)
+            return self.before(info, args, kwargs, collective, extra)
         except Exception as exc:  # never break training
             self.session.summary.failed("capture of %s" % info.base, exc)
             return None
@@ -95,9 +96,11 @@ class ApiRecords:
             self.session.rollback(pre[0], pre[1])
 
     def before(self, info: Any, args: tuple, kwargs: Dict[str, Any],
-               collective: Optional[Dict[str, Any]] = None) -> Optional[Pre]:
+               collective: Optional[Dict[str, Any]] = None,
+               extra: Optional[Dict[str, Any]] = None) -> Optional[Pre]:
         """Name the call, record its inputs (the session is busy) and take its input edges; None: nothing to do.
-        ``collective``: what a collective call is (its op, group, ... in ``args["collective"]``, docs/FORMAT.md).
+        ``collective``: what a collective call is (its op, group, ... in ``args["collective"]``, docs/FORMAT.md);
+        ``extra``: more keys of the record's ``args`` (a MindSpore primitive's ``primitive``, docs/FORMAT.md).
 
         The per-call path: what a session fixed at its start (the filters, data_mode, whether tensors are saved)
         is read from attributes, not asked through calls."""
@@ -141,6 +144,8 @@ class ApiRecords:
                 skeleton["defaults"] = {k: walkers.walk(v, "", None) for k, v in kept_defaults.items()}
             if collective is not None:
                 skeleton["collective"] = collective
+            if extra:
+                skeleton.update(extra)
             record = buffer.add_record(name, naming.KIND_API, naming.DIRECTION_FORWARD, parent, stack,
                                        skeleton, flags)
             if rows and dm.forward and dm.input:

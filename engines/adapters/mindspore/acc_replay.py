@@ -6,8 +6,9 @@ seeded with the recorded output gradients.
 The callable comes from the capture's own API table only (``replay_table``, as analyze-overflow); the arguments
 from the record's ``args`` skeleton. A call without a float64 CPU kernel (MindSpore 2.10: fast_gelu, relu6,
 histc, diff, ...: ``benchmarks/mindspore_float64_kernels.py``) is replayed with a float32 reference instead, and
-its rows say so (reference dtype ``mindspore.float32``). Primitive calls are not replayed: their attributes
-(LayerNorm's epsilon and axes) are not recorded.
+its rows say so (reference dtype ``mindspore.float32``). A ``Primitive.*`` call is replayed with a primitive built
+from the class and ``init_attrs`` its record keeps (``primitive_attrs``); dumps written before those were recorded
+list it as not replayed.
 """
 
 from typing import Any, Callable, Dict, List, Optional, Tuple
@@ -17,7 +18,7 @@ import numpy as np
 from mindspore import Tensor
 
 from engines.acc_check.standards import short_dtype
-from engines.adapters.mindspore import api_table
+from engines.adapters.mindspore import api_table, primitive_attrs
 from engines.adapters.mindspore import overflow_replay as ovr
 from engines.overflow import replay as rp
 from engines.overflow.replay import ReplayError  # noqa: F401 (this module's interface)
@@ -86,7 +87,11 @@ def to_numpy(value: Any) -> Any:
     return value
 
 
-def _callable(name: str) -> Callable:
+def _callable(name: str, args_json: str = "") -> Callable:
+    prefix, api = rp.split_api_name(name)
+    if prefix == api_table.PREFIX_PRIMITIVE:
+        prim: Callable = primitive_attrs.rebuild(api, args_json, _value)
+        return prim
     return ovr.resolve_callable(name)
 
 
@@ -102,7 +107,7 @@ def replay_forward(name: str, args_json: str, saved: Saved, grads: Optional[Save
     """(reference dtype, {output slot: value}, {input slot: its gradient}) of the call ``name``; ``grads`` maps the
     forward output slots to the recorded gradients flowing into them, ``want`` the input slots whose gradients are
     asked. A call that fails in float64 is run in float32 (no float64 kernel); ``autocast`` is PyTorch's only."""
-    func = _callable(name)
+    func = _callable(name, args_json)
     tensors = {slot: _tensor(*v) for slot, v in saved.items()}
     ref = reference_dtype([str(t.dtype) for t in tensors.values() if t.dtype in _FLOATING])
     try:
@@ -169,7 +174,7 @@ def _run(name: str, func: Callable, args_json: str, tensors: Dict[str, Tensor], 
 def run_as_saved(name: str, args_json: str, saved: Saved) -> Dict[str, Any]:
     """{output slot: value} of the call run as recorded (its own dtypes) on this machine's CPU: the device under
     test when the inputs were generated from a statistics dump."""
-    func = _callable(name)
+    func = _callable(name, args_json)
     tensors = {slot: _tensor(*v) for slot, v in saved.items()}
     args, kwargs = rp.build_call(args_json, tensors, _value, "output")
     with ovr.no_grad():
@@ -193,8 +198,10 @@ _NAMESPACES = {"Functional": "mindspore.ops.%s", "Mint": "mindspore.mint.%s",
 def callable_expression(name: str) -> str:
     """The Python expression a reproduction script calls for the record ``name`` (checked against the capture's
     API table first: a name it does not replay is a ``ReplayError``)."""
-    func = _callable(name)
     prefix, api = rp.split_api_name(name)
+    if prefix == api_table.PREFIX_PRIMITIVE:
+        raise ReplayError("%s: reproduction scripts for primitives are not written yet" % name)
+    func = _callable(name)
     pattern = _NAMESPACES.get(prefix)
     if pattern is not None:
         return pattern % api

@@ -19,7 +19,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from mindspore import Tensor
 
-from engines.adapters.mindspore import api_table, flatten
+from engines.adapters.mindspore import api_table, flatten, primitive_attrs
 from engines.adapters.mindspore.backward_capture import attach, input_edge
 from engines.capture import naming
 from engines.capture.api import ApiRecords
@@ -82,7 +82,9 @@ def _primitive_wrapper(original: Callable) -> Callable:
         info = s.api_capture.primitive_info(prim)
         if info is None or not info.captured:
             return original(prim, *args, **kwargs)
-        return s.api_capture.call(info, lambda *a, **k: original(prim, *a, **k), args, kwargs)
+        bound = lambda *a, **k: original(prim, *a, **k)  # noqa: E731
+        bound.__probe_tui_primitive__ = prim  # type: ignore[attr-defined]  # its init_attrs go in the record
+        return s.api_capture.call(info, bound, args, kwargs)
 
     __call__.__wrapped__ = original  # type: ignore[attr-defined]
     __call__.__probe_tui_api__ = api_table.PREFIX_PRIMITIVE  # type: ignore[attr-defined]
@@ -197,7 +199,7 @@ class ApiCapture(ApiRecords):
             info.defaults = signature_defaults(func)
         s.busy_depth += 1
         try:
-            pre = self.safe_before(info, args, kwargs)
+            pre = self.safe_before(info, args, kwargs, None, self._primitive_record(info, func))
             try:
                 out = func(*args, **kwargs)
             except BaseException:
@@ -211,6 +213,17 @@ class ApiCapture(ApiRecords):
         finally:
             s.busy_depth -= 1
         return out
+
+    def _primitive_record(self, info: ApiInfo, func: Callable) -> Optional[Dict[str, Any]]:
+        """A primitive call's ``{"primitive": {class, init_attrs}}`` for its record's ``args`` (docs/FORMAT.md)."""
+        prim = getattr(func, "__probe_tui_primitive__", None)
+        if prim is None or info.prefix != api_table.PREFIX_PRIMITIVE:
+            return None
+        try:
+            return primitive_attrs.record_of(prim)
+        except Exception as exc:  # never break training: the record goes without them
+            self.session.summary.failed("the attributes of %s" % info.base, exc)
+            return None
 
     # -- what the neutral record assembly asks -----------------------------------------------------------------
     def input_edge(self, slot: str, t: Any) -> Any:

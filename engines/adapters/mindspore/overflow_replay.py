@@ -6,7 +6,7 @@ capture's own API table, never an attribute lookup (``replay_table``: ``Mint.exp
 ``Functional.gelu`` -> ``mindspore.ops.gelu``, ``MintFunctional.softmax`` -> ``mindspore.mint.nn.functional.softmax``,
 ``Tensor.add`` -> ``mindspore.Tensor.add``, ``Demo.x`` -> the demo's operators); the record's ``args`` skeleton gives the arguments. The call runs twice outside any gradient graph:
 with the tensors as saved, and with every floating tensor and floating dtype argument raised to the replay dtype.
-Primitive calls are not replayed (a primitive's attributes, such as LayerNorm's epsilon, are not recorded).
+Primitive calls are not replayed here (acc_check rebuilds them from their recorded attributes: ``acc_replay``).
 """
 
 from typing import Any, Callable, Dict, List, Optional, Tuple

@@ -64,7 +64,7 @@ def is_compute(obj: Any, prefix: str, api: str) -> bool:
 def resolve(prefix: str, api: str) -> Callable:
     """The callable a replay runs for ``prefix.api``; ``NotReplayable`` when there is none."""
     if prefix == api_table.PREFIX_PRIMITIVE:
-        raise NotReplayable("primitives are not replayed (their attributes are not recorded)")
+        raise NotReplayable("primitives are not replayed here (acc_check replays them from their recorded attributes)")
     if prefix in (naming.PREFIX_DISTRIBUTED, api_table.PREFIX_MINT_DISTRIBUTED):
         raise NotReplayable("collectives are not replayed")
     found = _named_callables().get((prefix, api))
