@@ -68,12 +68,36 @@ def test_every_dumped_kernel_is_a_record_with_its_tensors(graph_dump):
     parents = set(dump._records["parent"])
     assert "Cell.net.blocks.0.ln1.LayerNorm.forward.0" in parents
     assert "Cell.net.blocks.0.attn.qkv.Linear.backward.0" in parents
-    # the kernels MindSpore expands inline (mint's linear: Expand/_Dense/MatMul) lose their cell scope
-    assert dump.record("Kernel.MatMul.0.forward", 0)["parent"] == ""
+    # the kernels MindSpore expands inline (mint's linear: Expand/_Dense/MatMul) are under their cell too
+    assert dump.record("Kernel.MatMul.0.forward", 0)["parent"] == "Cell.net.blocks.0.attn.qkv.Linear.forward.0"
     assert "Cell.net.blocks.1.ln2.LayerNorm.forward.0" in parents and "Cell.net.ln_f.LayerNorm.forward.0" in parents
     modules = dump.reader.modules()
     tree = dict(zip(modules["name"], modules["parent"]))
     assert tree["net.blocks.1.ln2"] == "net.blocks.1" and tree["net.blocks"] == "net" and tree["net"] == ""
+
+
+def test_every_kernel_whose_scope_names_a_cell_is_parented_to_it(graph_dump):
+    """MindSpore names the kernels it expands inline ``Expand/_Dense/MatMul-op0`` (no cell): the graph's IR places
+    them; a kernel a file names but the execution order lists under another number keeps its cell scope."""
+    _raw, _done, dump = graph_dump
+    recs = dump._records
+    steps = np.asarray(recs["step"])
+    orphans = []
+    matmul_parents = []
+    for i in np.flatnonzero(steps == 0).tolist():
+        name, parent = str(recs["name"][i]), str(recs["parent"][i])
+        scope = json.loads(recs["args"][i])["scope"]
+        if name.startswith("Kernel.Parameter."):  # the graph's inputs and parameters, not kernels
+            continue
+        if scope.startswith("Expand/") or ("net-DemoGPT" in scope and not parent):
+            orphans.append(scope)
+        if name.startswith("Kernel.MatMul.") and name.endswith(".forward"):
+            matmul_parents.append(parent)
+    assert orphans == []
+    # the 9 Linear layers' MatMul (mint's linear, expanded: Expand/_Dense) each under its Linear
+    assert len(matmul_parents) == 9 and all(p.endswith(".Linear.forward.0") for p in matmul_parents)
+    assert "Cell.net.blocks.1.mlp.fc2.Linear.forward.0" in matmul_parents
+    assert "Cell.net.head.Linear.forward.0" in matmul_parents
 
 
 def test_statistics_and_tensors_equal_the_kernels_values(graph_dump):
@@ -90,7 +114,8 @@ def test_statistics_and_tensors_equal_the_kernels_values(graph_dump):
     for i in range(len(t["record"])):
         row = {k: v[i] for k, v in t.items()}
         r = int(np.nonzero(records["row"] == row["record"])[0][0])
-        scope = json.loads(records["args"][r])["scope"].replace("/", "_")
+        args = json.loads(records["args"][r])
+        scope = args.get("dumped_as") or args["scope"].replace("/", "_")
         op = str(records["name"][r]).split(".")[1]
         path, dtype = by_scope[(int(records["step"][r]), op, scope, str(row["slot"]))]
         arr = np.load(path)

@@ -81,8 +81,10 @@ def _candidates(record: str, scope: str) -> Tuple[str, ...]:
     entry = KERNEL_APIS.get(op)
     if entry is None:
         return ()
-    if scope.startswith("Expand/"):
-        expansion = scope.split("/")[1] if scope.count("/") >= 2 else ""
+    parts = scope.split("/")[:-1]  # ``Expand/_Dense/MatMul-op0``, or under its cell: ``.../qkv-Linear/Expand/...``
+    if "Expand" in parts:
+        at = parts.index("Expand") + 1
+        expansion = parts[at] if at < len(parts) else ""
         if expansion not in ONE_KERNEL_EXPANSIONS:
             return ()
     return entry[0]
