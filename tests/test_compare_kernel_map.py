@@ -131,3 +131,40 @@ def test_a_folded_kernel_tensor_is_compared_flattened(tmp_path):
         assert cols["verdict"][i] == PASS, name
     bias = at["Kernel.Add.0.forward.input.1"]
     assert cols["status"][bias] == ST_SHAPE and cols["verdict"][bias] == ERROR
+
+
+def test_backward_kernels_computing_one_apis_gradient_pair_with_its_backward_records_in_backward_order():
+    x, w, d = tensor((2, 8, 4)), tensor((4,)), tensor((2, 8, 4))
+    flat = tensor((16, 4))
+    grad = "Gradients/Default/net-Net/ln-LayerNorm/Grad_LayerNorm/"
+    t = kernels([("Kernel.LayerNorm.0.forward", "Default/net-Net/ln-LayerNorm/LayerNorm-op0", [x, w, w], [x]),
+                 ("Kernel.LayerNorm.1.forward", "Default/net-Net/ln-LayerNorm/LayerNorm-op1", [x, w, w], [x]),
+                 # the backward runs in reverse: the second LayerNorm's gradient first
+                 ("Kernel.LayerNormGrad.0.backward", grad + "LayerNormGrad-op0", [flat, flat, w, w, w],
+                  [flat, w, w]),
+                 ("Kernel.Mul.0.backward", "Gradients/Default/net-Net/Grad_Mul/Mul-op0", [d, d], [d]),
+                 ("Kernel.LayerNormGrad.1.backward", grad + "LayerNormGrad-op1", [flat, flat, w, w, w],
+                  [flat, w, w]),
+                 ("Kernel.Concat.0.backward", "Gradients/Default/net-Net/Grad_Split/Concat-op0", [d, d], [x]),
+                 ("Kernel.UnsortedSegmentSum.0.backward", "Gradients/Default/net-Net/emb-Embedding/Grad_Gather/"
+                  "UnsortedSegmentSum-op0", [flat, tensor((16,))], [tensor((10, 4))])])
+    g = rows_of([("Primitive.LayerNorm.0.forward", [x, w, w], [x]),
+                 ("Primitive.LayerNorm.1.forward", [x, w, w], [x]),
+                 ("Primitive.LayerNorm.1.backward", [d], [d, w, w]),
+                 ("Tensor.mul.0.backward", [d], [d, d]),
+                 ("Primitive.LayerNorm.0.backward", [d], [d, w, w]),
+                 ("Tensor.split.0.backward", [d, d], [x]),
+                 ("Functional.gather.0.backward", [d], [tensor((10, 4))])])
+    got, _ = pairs(t, g)
+    # LayerNormGrad (x, dy, variance, mean, gamma) -> (dx, dgamma, dbeta): dy is the API's incoming gradient
+    assert got["Kernel.LayerNormGrad.0.backward.input.1"] == "Primitive.LayerNorm.1.backward.input.0"
+    for k in range(3):
+        assert got["Kernel.LayerNormGrad.0.backward.output.%d" % k] == "Primitive.LayerNorm.1.backward.output.%d" % k
+    assert got["Kernel.LayerNormGrad.1.backward.output.0"] == "Primitive.LayerNorm.0.backward.output.0"
+    assert got["Kernel.LayerNormGrad.0.backward.input.0"] is None  # the forward input it re-reads: no gradient
+    assert got["Kernel.Concat.0.backward.input.1"] == "Tensor.split.0.backward.input.1"
+    assert got["Kernel.Concat.0.backward.output.0"] == "Tensor.split.0.backward.output.0"
+    assert got["Kernel.UnsortedSegmentSum.0.backward.output.0"] == "Functional.gather.0.backward.output.0"
+    # a gradient MindSpore computes with kernels of its own (not one per API call) stays unmatched
+    assert got["Kernel.Mul.0.backward.output.0"] is None
+    assert got["Kernel.LayerNorm.0.forward.output.0"] == "Primitive.LayerNorm.0.forward.output.0"

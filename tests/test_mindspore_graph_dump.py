@@ -68,12 +68,36 @@ def test_every_dumped_kernel_is_a_record_with_its_tensors(graph_dump):
     parents = set(dump._records["parent"])
     assert "Cell.net.blocks.0.ln1.LayerNorm.forward.0" in parents
     assert "Cell.net.blocks.0.attn.qkv.Linear.backward.0" in parents
-    # the kernels MindSpore expands inline (mint's linear: Expand/_Dense/MatMul) lose their cell scope
-    assert dump.record("Kernel.MatMul.0.forward", 0)["parent"] == ""
+    # the kernels MindSpore expands inline (mint's linear: Expand/_Dense/MatMul) are under their cell too
+    assert dump.record("Kernel.MatMul.0.forward", 0)["parent"] == "Cell.net.blocks.0.attn.qkv.Linear.forward.0"
     assert "Cell.net.blocks.1.ln2.LayerNorm.forward.0" in parents and "Cell.net.ln_f.LayerNorm.forward.0" in parents
     modules = dump.reader.modules()
     tree = dict(zip(modules["name"], modules["parent"]))
     assert tree["net.blocks.1.ln2"] == "net.blocks.1" and tree["net.blocks"] == "net" and tree["net"] == ""
+
+
+def test_every_kernel_whose_scope_names_a_cell_is_parented_to_it(graph_dump):
+    """MindSpore names the kernels it expands inline ``Expand/_Dense/MatMul-op0`` (no cell): the graph's IR places
+    them; a kernel a file names but the execution order lists under another number keeps its cell scope."""
+    _raw, _done, dump = graph_dump
+    recs = dump._records
+    steps = np.asarray(recs["step"])
+    orphans = []
+    matmul_parents = []
+    for i in np.flatnonzero(steps == 0).tolist():
+        name, parent = str(recs["name"][i]), str(recs["parent"][i])
+        scope = json.loads(recs["args"][i])["scope"]
+        if name.startswith("Kernel.Parameter."):  # the graph's inputs and parameters, not kernels
+            continue
+        if scope.startswith("Expand/") or ("net-DemoGPT" in scope and not parent):
+            orphans.append(scope)
+        if name.startswith("Kernel.MatMul.") and name.endswith(".forward"):
+            matmul_parents.append(parent)
+    assert orphans == []
+    # the 9 Linear layers' MatMul (mint's linear, expanded: Expand/_Dense) each under its Linear
+    assert len(matmul_parents) == 9 and all(p.endswith(".Linear.forward.0") for p in matmul_parents)
+    assert "Cell.net.blocks.1.mlp.fc2.Linear.forward.0" in matmul_parents
+    assert "Cell.net.head.Linear.forward.0" in matmul_parents
 
 
 def test_statistics_and_tensors_equal_the_kernels_values(graph_dump):
@@ -90,7 +114,8 @@ def test_statistics_and_tensors_equal_the_kernels_values(graph_dump):
     for i in range(len(t["record"])):
         row = {k: v[i] for k, v in t.items()}
         r = int(np.nonzero(records["row"] == row["record"])[0][0])
-        scope = json.loads(records["args"][r])["scope"].replace("/", "_")
+        args = json.loads(records["args"][r])
+        scope = args.get("dumped_as") or args["scope"].replace("/", "_")
         op = str(records["name"][r]).split(".")[1]
         path, dtype = by_scope[(int(records["step"][r]), op, scope, str(row["slot"]))]
         arr = np.load(path)
@@ -182,11 +207,11 @@ def test_l2_steps_of_a_pynative_run_with_jit_graphs_are_training_steps(tmp_path)
             assert "Kernel.Erf.0.forward" in names and any(n.endswith(".backward") for n in names)
             assert "Kernel.SGD.0.forward" in names  # the update that closes the step
             assert len(names) == len(set(names))
-            # the backward of this step's forward: gelu's gradient reads x**2 of this step's forward
-            square = dump.rows("Kernel.Pow.0.forward", s)["output.0"]["norm"]
-            backward_inputs = [row["norm"] for n in names if n.endswith(".backward")
-                               for slot, row in dump.rows(n, s).items() if slot.startswith("input.")]
-            assert square in backward_inputs
+            # the backward of this step's forward: gelu's gradient (its x**2, a kernel MindSpore expands in the
+            # backward graph: Kernel.Pow.0.backward, placed under Gradients/ from the IR) reads the input of this
+            # step's forward Erf
+            square = dump.rows("Kernel.Erf.0.forward", s)["input.0"]["norm"]
+            assert dump.rows("Kernel.Pow.0.backward", s)["input.0"]["norm"] == square
             squares[(label, s)] = square
         dump.close()
     assert squares[("one", 1)] == squares[("all", 1)] != squares[("all", 0)]

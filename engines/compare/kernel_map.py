@@ -11,7 +11,10 @@ MatMul, an Add and a Reshape, none of them the linear's output) pairs only where
 (:data:`ONE_KERNEL_EXPANSIONS`). The paired kernel takes the API record's name and its tensors the API's slots
 (:data:`KERNEL_APIS`' argument maps); everything else keeps its ``Kernel`` name, so it is reported unmatched
 rather than dropped: the expanded and fused kernels, the kernel's extra inputs (a LayerNorm kernel's axes and
-epsilon), and every backward kernel (MindSpore's gradient kernels are not one per API call).
+epsilon). Backward kernels pair the same way where one kernel computes an API call's whole gradient
+(:data:`BACKWARD_KERNEL_APIS`: ``LayerNormGrad`` is ``Primitive.LayerNorm``'s backward), against the backward
+API records in the order the backward ran, with both element counts known; the other gradient kernels
+(MindSpore's own, not one per API call: a linear's two MatMuls, softmax's expanded gradient) stay unmatched.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from engines.dumps.names import parse_record
-from engines.dumps.rows import DIR_FORWARD, KIND_API, RowTable
+from engines.dumps.rows import DIR_BACKWARD, DIR_FORWARD, KIND_API, RowTable
 
 KERNEL_PREFIX = "Kernel."
 UNMAPPED = ".kernel"  # appended to a kernel slot no API argument stands for: it matches nothing
@@ -59,6 +62,15 @@ KERNEL_APIS: Dict[str, Tuple[Tuple[str, ...], Dict[int, int], Optional[Dict[int,
     "ReduceMean": (("Tensor.mean", "Mint.mean", "Functional.reduce_mean"), {0: 0}, {0: 0}),
     "Cast": (("Tensor.astype", "Tensor.to", "Tensor.float", "Tensor.half", "Functional.cast"), {0: 0}, {0: 0}),
 }
+# backward kernels that compute one API call's whole gradient, against that API's backward record (its inputs
+# the gradients of the call's outputs, its outputs those of the call's inputs): LayerNormGrad reads (x, dy,
+# variance, mean, gamma) and gives (dx, dgamma, dbeta); split's gradient is the Concat of its outputs' gradients;
+# an embedding lookup's (gather's) is an UnsortedSegmentSum of the output's gradient
+BACKWARD_KERNEL_APIS: Dict[str, Tuple[Tuple[str, ...], Dict[int, int], Optional[Dict[int, int]]]] = {
+    "LayerNormGrad": (("Primitive.LayerNorm",), {1: 0}, {0: 0, 1: 1, 2: 2}),
+    "Concat": (("Tensor.split", "Functional.split", "Mint.split"), {i: i for i in range(64)}, {0: 0}),
+    "UnsortedSegmentSum": (("Functional.gather",), {0: 0}, {0: 0}),
+}
 # MindSpore's ``Expand/<_Api>/...`` scopes whose expansion is a single kernel: that kernel is the API call
 ONE_KERNEL_EXPANSIONS = frozenset(("_MatMulExt", "_Muls", "_Mul", "_MaskedFillScalar", "_MaskedFill", "_SumExt",
                                    "_Softmax", "_Exp", "_AddExt", "_SubExt", "_Div"))
@@ -76,13 +88,20 @@ def _scope(args: Dict[str, str], record: str) -> str:
     return text[at + len(marker):text.find('"', at + len(marker))] if at >= 0 else ""
 
 
-def _candidates(record: str, scope: str) -> Tuple[str, ...]:
+def _entry(record: str) -> Optional[Tuple[Tuple[str, ...], Dict[int, int], Optional[Dict[int, int]]]]:
+    """The kernel's op type's entry of :data:`KERNEL_APIS` (forward) or :data:`BACKWARD_KERNEL_APIS`."""
     op = record[len(KERNEL_PREFIX):].split(".", 1)[0]
-    entry = KERNEL_APIS.get(op)
+    return (BACKWARD_KERNEL_APIS if record.endswith(".backward") else KERNEL_APIS).get(op)
+
+
+def _candidates(record: str, scope: str) -> Tuple[str, ...]:
+    entry = _entry(record)
     if entry is None:
         return ()
-    if scope.startswith("Expand/"):
-        expansion = scope.split("/")[1] if scope.count("/") >= 2 else ""
+    parts = scope.split("/")[:-1]  # ``Expand/_Dense/MatMul-op0``, or under its cell: ``.../qkv-Linear/Expand/...``
+    if "Expand" in parts:
+        at = parts.index("Expand") + 1
+        expansion = parts[at] if at < len(parts) else ""
         if expansion not in ONE_KERNEL_EXPANSIONS:
             return ()
     return entry[0]
@@ -96,12 +115,15 @@ def _first_output_numel(rows: RowTable) -> Dict[str, int]:
     return out
 
 
-def _align(kernels: Sequence[Tuple[str, Tuple[str, ...], int]], apis: Sequence[Tuple[str, str, int]]
-           ) -> List[Tuple[int, int]]:
+def _align(kernels: Sequence[Tuple[str, Tuple[str, ...], int]], apis: Sequence[Tuple[str, str, int]],
+           known: bool = False) -> List[Tuple[int, int]]:
     """(kernel index, api index) pairs of the longest common subsequence; entries align when the API's (mapped)
-    name is one of the kernel's and their first outputs' element counts agree (or one is unknown)."""
+    name is one of the kernel's and their first outputs' element counts agree (or one is unknown, unless
+    ``known``)."""
 
     def fits(k: Tuple[str, Tuple[str, ...], int], a: Tuple[str, str, int]) -> bool:
+        if known and (k[2] < 0 or a[2] < 0):
+            return False
         return a[1] in k[1] and (k[2] < 0 or a[2] < 0 or k[2] == a[2])
 
     n, m = len(kernels), len(apis)
@@ -151,29 +173,43 @@ def _slot(slot: str, entry: Tuple[Tuple[str, ...], Dict[int, int], Optional[Dict
 def kernel_names(kernel_rows: RowTable, other_rows: RowTable, to_other: Callable[[str], str]) -> Dict[str, str]:
     """Kernel record -> the API record name it stands for (on the kernel side's naming: ``to_other`` maps such
     an API name to the other side's, as compare's keys will), for the kernels that pair with an API record."""
+    out: Dict[str, str] = {}
+    for direction in (DIR_FORWARD, DIR_BACKWARD):
+        out.update(_direction_names(kernel_rows, other_rows, to_other, direction))
+    return out
+
+
+def _direction_names(kernel_rows: RowTable, other_rows: RowTable, to_other: Callable[[str], str],
+                     direction: int) -> Dict[str, str]:
+    """:func:`kernel_names` of one direction: the forward kernels against the forward API records in call order,
+    the backward ones against the backward records in the order the backward ran (both sides record it as it
+    runs: the reverse of the calls)."""
     args = kernel_rows.args
     numel_k, numel_o = _first_output_numel(kernel_rows), _first_output_numel(other_rows)
     kernels: List[Tuple[str, Tuple[str, ...], int]] = []
     for record in kernel_rows.record_order():
         rec = parse_record(record)
-        if not record.startswith(KERNEL_PREFIX) or rec.kind != KIND_API or rec.direction != DIR_FORWARD:
+        if not record.startswith(KERNEL_PREFIX) or rec.kind != KIND_API or rec.direction != direction:
             continue
         cands = _candidates(record, _scope(args, record))
         if cands:
             kernels.append((record, tuple(to_other(c) for c in cands), numel_k.get(record, -1)))
     apis: List[Tuple[str, str, int]] = []
-    for record in other_rows.record_order():
+    for record in other_rows.record_order() if kernels else []:
         rec = parse_record(record)
-        if rec.kind == KIND_API and rec.direction == DIR_FORWARD and rec.index is not None \
+        if rec.kind == KIND_API and rec.direction == direction and rec.index is not None \
                 and not record.startswith(KERNEL_PREFIX):
             apis.append((record, rec.base, numel_o.get(record, -1)))
     out: Dict[str, str] = {}
-    for i, j in _align(kernels, apis):
+    suffix = "forward" if direction == DIR_FORWARD else "backward"
+    # backward: both counts known (the compiler orders independent gradients its own way, so where the two runs
+    # differ only the element counts keep two gradients of one API apart)
+    for i, j in _align(kernels, apis, known=direction == DIR_BACKWARD):
         record, cands, _ = kernels[i]
-        api = apis[j][1]
-        op = record[len(KERNEL_PREFIX):].split(".", 1)[0]
-        ms_name = KERNEL_APIS[op][0][cands.index(api)]
-        out[record] = "%s.%d.forward" % (ms_name, parse_record(apis[j][0]).index or 0)
+        entry = _entry(record)
+        assert entry is not None  # a kernel with candidates has an entry
+        ms_name = entry[0][cands.index(apis[j][1])]
+        out[record] = "%s.%d.%s" % (ms_name, parse_record(apis[j][0]).index or 0, suffix)
     return out
 
 
@@ -190,8 +226,10 @@ def renamed_kernels(kernel_rows: RowTable, other_rows: RowTable, to_other: Calla
         new = names.get(record)
         if new is None:
             continue
-        op = record[len(KERNEL_PREFIX):].split(".", 1)[0]
+        entry = _entry(record)
+        if entry is None:
+            continue
         records[i] = new
-        slots[i] = _slot(slot, KERNEL_APIS[op])
+        slots[i] = _slot(slot, entry)
         full[i] = new + "." + slots[i]
     return dataclasses.replace(kernel_rows, record=records, slot=slots, name=full)

@@ -57,10 +57,16 @@ class Kernel:
     scope: str  # the '/' form where the execution order knows it, else the file's '_' form
     first_ts: int
     tensors: List[KernelTensor] = field(default_factory=list)
+    dumped_as: str = ""  # the file's '_' scope where ``scope`` is not its '/' form (a kernel placed in its cell)
 
     @property
     def backward(self) -> bool:
         return self.scope.startswith("Gradients")
+
+    @property
+    def args(self) -> Dict[str, str]:
+        """The record's ``args``: the scope, and the name the dump gave it where that differs."""
+        return {"scope": self.scope, "dumped_as": self.dumped_as} if self.dumped_as else {"scope": self.scope}
 
     def cells(self) -> List[Tuple[str, str]]:
         """(attribute, class) of each cell in the scope, outermost first, wrappers dropped."""
@@ -86,14 +92,17 @@ def parse_name(name: str) -> Optional[Tuple[str, str, int, str, str]]:
     return head[0], ".".join(head[1:]), ts, "%s.%d" % (parts[-5], index), parts[-2]
 
 
-def execution_order(rank_dir: str) -> Dict[str, str]:
-    """'_' form -> '/' form of every kernel's full scope name, from the execution-order files."""
+def execution_order(rank_dir: str, graph: Optional[int] = None) -> Dict[str, str]:
+    """'_' form -> '/' form of every kernel's full scope name, from the execution-order files (graph ``graph``'s
+    alone when given)."""
     names: Dict[str, str] = {}
     folder = os.path.join(rank_dir, "execution_order")
     if not os.path.isdir(folder):
         return names
     for fname in sorted(os.listdir(folder)):
         if not fname.startswith("ms_execution_order_graph_"):
+            continue
+        if graph is not None and fname != "ms_execution_order_graph_%d.csv" % graph:
             continue
         with open(os.path.join(folder, fname)) as f:
             for line in f.read().splitlines()[1:]:
@@ -121,6 +130,33 @@ def iterations(raw: str) -> Iterator[Tuple[int, int, int, str]]:
         yield rank, graph_id, iteration, folder
 
 
+def graph_scope_names(rank_dir: str, graph: int) -> Dict[str, str]:
+    """'_' form -> '/' form of graph ``graph``'s kernels (:func:`execution_order`), the kernels MindSpore expanded
+    (``Expand/...``, no cell) placed under their cell's scope from the graph's IR (``graph_scopes``)."""
+    from engines.adapters.mindspore.graph_scopes import graph_scopes
+
+    names = execution_order(rank_dir, graph)
+    placed = graph_scopes(rank_dir, graph)
+    return {key: placed.get(full, full) for key, full in names.items()}
+
+
+def scope_name(name: str, scopes: Dict[str, str]) -> str:
+    """The '/' form of a file's '_' scope: the execution order's, else the longest cell scope of the execution
+    order that the name starts with (kernels some dumps name but the execution order lists under another
+    number: ``..._dropout-Dropout_Generator-op0``), else the name as it is."""
+    if name in scopes:
+        return scopes[name]
+    best = ""
+    for full in scopes.values():
+        cell = full.rsplit("/", 1)[0]
+        while cell and len(cell) > len(best):
+            if name.startswith(cell.replace("/", "_") + "_"):
+                best = cell
+                break
+            cell = cell.rsplit("/", 1)[0] if "/" in cell else ""
+    return best + "/" + name[len(best) + 1:] if best else name
+
+
 def kernels(folder: str, scopes: Dict[str, str]) -> List[Kernel]:
     """The kernels of one iteration folder, in the order they ran (their first tensor's timestamp)."""
     by_key: Dict[Tuple[str, str], Kernel] = {}
@@ -131,7 +167,9 @@ def kernels(folder: str, scopes: Dict[str, str]) -> List[Kernel]:
         op_type, scope, ts, slot, dtype = parsed
         k = by_key.get((op_type, scope))
         if k is None:
-            k = by_key[(op_type, scope)] = Kernel(op_type, scopes.get(scope, scope), ts)
+            placed = scope_name(scope, scopes)
+            k = by_key[(op_type, scope)] = Kernel(op_type, placed, ts,
+                                                  dumped_as="" if placed.replace("/", "_") == scope else scope)
         k.first_ts = min(k.first_ts, ts)
         k.tensors.append(KernelTensor(slot, os.path.join(folder, fname), dtype))
     out = sorted(by_key.values(), key=lambda k: (k.first_ts, k.scope))

@@ -16,7 +16,7 @@ from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
 
 import numpy as np
 
-from engines.adapters.mindspore.graph_kernels import Kernel, execution_order, iterations, kernels
+from engines.adapters.mindspore.graph_kernels import Kernel, graph_scope_names, iterations, kernels
 from engines.adapters.mindspore.tensor_stats import host_row
 from engines.capture.entries import stats_columns
 from engines.store.dump_schema import Direction, RecordKind
@@ -75,7 +75,7 @@ def write_step(writer: Any, step: int, ks: Sequence[Kernel], *, save_tensors: bo
         dirs.append(int(Direction.BACKWARD if k.backward else Direction.FORWARD))
         parent, modules = kernel_parent(k)
         parents.append(parent)
-        args.append(json.dumps({"scope": k.scope}))
+        args.append(json.dumps(k.args))
         for m in modules:
             if m[0] not in seen_modules:
                 seen_modules.add(m[0])
@@ -144,11 +144,11 @@ def grouped_steps(raw: str, steps: Optional[Set[int]] = None) -> List[Tuple[Tupl
     import os
 
     runs: Dict[int, List[Tuple[int, int, int, List[Kernel]]]] = {}
-    scopes: Dict[int, Dict[str, str]] = {}
+    scopes: Dict[Tuple[int, int], Dict[str, str]] = {}
     for rank, graph, it, folder in iterations(raw):
-        if rank not in scopes:
-            scopes[rank] = execution_order(os.path.join(raw, "rank_%d" % rank))
-        ks = kernels(folder, scopes[rank])
+        if (rank, graph) not in scopes:
+            scopes[(rank, graph)] = graph_scope_names(os.path.join(raw, "rank_%d" % rank), graph)
+        ks = kernels(folder, scopes[(rank, graph)])
         if ks:
             runs.setdefault(rank, []).append((min(k.first_ts for k in ks), graph, it, ks))
     grouped: Dict[Tuple[int, int], List[Kernel]] = {}
