@@ -33,10 +33,12 @@ def test_details_show_failures():
     bench = _bench()
     results = {"tiny": {"tensor L1": {"probe-tui": {"error": "boom"}, "msprobe": {
         "ratio": 3.0, "ratio_min": 2.5, "ratio_max": 3.5, "us_per_record": 12.34, "records_per_step": 400.0,
-        "files_per_step": 3.0, "rss_growth_mb": 41.0}}}}
+        "files_per_step": 3.0, "rss_growth_mb": 41.0, "mb_per_step": 12.5, "write_mb_s": 150.0,
+        "step_end_ms": 4.5, "write_ms": 2.25}}}}
     lines = bench.format_details(results, ["tiny"], ["tensor L1"])
-    assert "| tiny | tensor L1 | msprobe | 3.00× (2.50–3.50) | 12 | 400 | 3.0 | 41 MB |" in lines
-    assert "| tiny | tensor L1 | probe-tui | failed: boom | | | | |" in lines
+    assert lines[0].endswith("| MB/step | MB/s written | step end / write (ms) |")
+    assert "| tiny | tensor L1 | msprobe | 3.00× (2.50–3.50) | 12 | 400 | 3.0 | 41 MB | 12.5 | 150 | 4.50 / 2.25 |" in lines
+    assert "| tiny | tensor L1 | probe-tui | failed: boom | | | | | | | |" in lines
 
 
 def test_msprobe_skipped_without_its_python(monkeypatch):
