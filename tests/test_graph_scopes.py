@@ -2,8 +2,8 @@
 graph's IR dump, and file scopes the execution order lists under another number (no MindSpore needed: the IR and
 names are written here in the form MindSpore 2.10 writes them)."""
 
-from engines.adapters.mindspore.graph_kernels import scope_name
-from engines.adapters.mindspore.graph_scopes import expanded_scopes, read_ir
+from engines.adapters.mindspore.graph_kernels import Kernel, scope_name
+from engines.adapters.mindspore.graph_scopes import expanded_scopes, graph_root, read_ir
 
 NET = "Default/network-WithLoss/net-Net"
 F_TOP = "/x/cell_wrapper.py:423~438, 4~19/    def construct(self, *inputs):/"
@@ -71,3 +71,47 @@ def test_a_file_scope_missing_from_the_execution_order_keeps_its_cell():
     name = (NET + "/drop-Dropout/Generator-op0").replace("/", "_")
     assert scope_name(name, scopes) == NET + "/drop-Dropout/Generator-op0"
     assert scope_name("Parameter#0", scopes) == "Parameter#0"
+
+
+def _jit_ir(tmp_path, loads):
+    """A @jit cell's graph (scopes start at the jitted cell: ``Default/fc1-Linear``), the construct's source."""
+    source = tmp_path / "model.py"
+    source.write_text("class Block:\n    pass\n\n\nclass MLP:\n    def construct(self, x):\n        return x\n")
+    lines = ["# Total params: %d" % len(loads)]
+    lines += ["%%para%d_%s: <Ref[Tensor[Float32]], (4, 4), ref_key=%s, is_parameter>  :  has_default" % (i + 1, p, p)
+              for i, (p, _scope) in enumerate(loads)]
+    lines += ["subgraph @kernel_graph0() {"]
+    for i, (_p, scope) in enumerate(loads):
+        lines += ["  %%%d(CNode_%d) = Load(%%para%d_Parameter_%d, UMonad[U])" % (i, i, i + 1, 60 + i),
+                  "      : (<Ref[Tensor[Float32]], (4, 4)>, <UMonad, NoShape>) -> (<Tensor[Float32], (4, 4)>)",
+                  "      # Fullname with scope: (%s)" % scope]
+    lines += _node(len(loads), "Erf", "Default/Erf-op0", ("%s:6~7, 4~8/    def construct(self, x):/" % source,
+                                                          F_DENSE))
+    lines += ["}"]
+    path = tmp_path / "jit.ir"
+    path.write_text("\n".join(lines) + "\n")
+    return str(path)
+
+
+def test_a_jit_cells_graph_is_rooted_at_its_path_from_the_parameter_names(tmp_path):
+    # the jitted cell's scopes start at it (Default/fc1-Linear): the parameters it loads give its model path
+    ir = _jit_ir(tmp_path, [("net.blocks.1.mlp.fc1.weight", "Default/fc1-Linear/Load-op0"),
+                            ("net.blocks.1.mlp.fc2.bias", "Default/fc2-Linear/Load-op1"),
+                            ("net.blocks.1.mlp.scale", "Default/Load-op2")])
+    assert graph_root(ir) == [("net", ""), ("blocks", ""), ("1", ""), ("mlp", "MLP")]
+    # a kernel's cells (its record's parent: graph_records.kernel_parent) start with that path
+    kernel = Kernel("MatMul", "Default/fc1-Linear/Expand/_Dense/MatMul-op0", 0, root=graph_root(ir))
+    assert kernel.cells() == graph_root(ir) + [("fc1", "Linear")]
+    assert Kernel("Erf", "Default/Erf-op0", 0, root=graph_root(ir)).cells()[-1] == ("mlp", "MLP")
+
+
+def test_a_whole_model_graph_or_an_update_has_no_root(tmp_path):
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    # GRAPH_MODE: the scopes start at the model's root, the names agree with them
+    whole = _jit_ir(tmp_path / "a", [("net.blocks.0.ln1.weight", NET + "/blocks-CellList/0-Block/ln1-LayerNorm/L")])
+    assert graph_root(whole) == []
+    # an optimizer's update loads every parameter at its top: no one path
+    update = _jit_ir(tmp_path / "b", [("net.blocks.0.ln1.weight", "Default/Load-op0"),
+                                      ("net.head.weight", "Default/Load-op1")])
+    assert graph_root(update) == []

@@ -159,6 +159,45 @@ def test_l2_captures_the_jit_graphs_of_a_pynative_run(tmp_path):
     dump.close()
 
 
+def test_l2_kernels_of_a_jit_cell_are_under_its_path_in_the_model(tmp_path):
+    # a @jit cell's graph scopes start at that cell (Default/fc1-Linear for the jit MLP's fc1): its kernels are
+    # parented under the cell's full path, as the PyNative records of the same run name it (before: Cell.fc1...,
+    # and the MLP's own kernels at the root)
+    (tmp_path / "l2").mkdir()
+    run, _meta, folder = _run_l2(tmp_path / "l2", {"script": SCRIPT, "args": ["jit"]}, step=[0])
+    assert run.returncode == 0, run.stderr[-2000:]
+    dump = Dump(folder / "rank0")
+    recs = dump._records
+    # at the root: the SGD update's graph (the optimizer, no cell) and the Parameter files (not kernels)
+    update = ("Kernel.Parameter.", "Kernel.SGD.", "Kernel.AssignAdd.")
+    root = sorted({(str(n), str(a)) for n, a, p in zip(recs["name"], recs["args"], recs["parent"])
+                   if not p and not str(n).startswith(update)})
+    parents = [str(p) for p in recs["parent"] if p]
+    modules = dump.reader.modules()
+    tree = dict(zip(modules["name"], modules["parent"]))
+    classes = dict(zip(modules["name"], modules["cls"]))
+    dump.close()
+    (tmp_path / "l0").mkdir()
+    run, _meta, folder = _run_l2(tmp_path / "l0", {"script": SCRIPT, "args": ["jit"]}, level="L0", step=[0])
+    assert run.returncode == 0, run.stderr[-2000:]
+    pynative = Dump(folder / "rank0")
+    pynative_classes = dict(zip(pynative.reader.modules()["name"], pynative.reader.modules()["cls"]))
+    pynative_names = set(pynative.names())
+    pynative.close()
+    assert root == [], root
+    assert parents and all(p.startswith("Cell.net.blocks.1.mlp.") for p in parents), sorted(set(parents))
+    assert "Cell.net.blocks.1.mlp.fc1.Linear.forward.0" in parents
+    assert "Cell.net.blocks.1.mlp.MLP.forward.0" in parents  # gelu's kernels: the MLP's own
+    assert "Cell.net.blocks.1.mlp.MLP.backward.0" in parents
+    # the cells as PyNative names them: the same paths and classes (fc1's gradient record: Cell.<path>.<class>)
+    assert "Cell.net.blocks.1.mlp.fc1.Linear.parameters_grad.0" in pynative_names
+    paths = {p[len("Cell."):].rsplit(".", 3)[0] for p in parents}
+    assert paths <= set(pynative_classes), paths - set(pynative_classes)
+    assert all(classes[p] == pynative_classes[p] for p in paths)
+    assert tree["net.blocks.1.mlp.fc1"] == "net.blocks.1.mlp" and tree["net.blocks.1.mlp"] == "net.blocks.1"
+    assert classes["net.blocks.1.mlp"] == "MLP" and tree["net"] == ""
+
+
 def test_msprobe_l2_tensor_config_keeps_the_selected_step_and_its_tensors(tmp_path):
     run, meta, folder = _run_l2(tmp_path, {"script": SCRIPT, "args": ["graph"]}, "ms_static_l2_tensor.json",
                                 step=[1])

@@ -13,13 +13,10 @@ the cells (``blocks-CellList/0-Block/mlp-MLP``: ``{attribute}-{Class}``); backwa
 
 import json
 import os
-import re
 from dataclasses import dataclass, field
 from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 
-_CELL = re.compile(r"^(?P<attr>[^-]+)-(?P<cls>[A-Za-z_]\w*)$")
-# the training wrappers' components (cell_capture drops the same ones from PyNative names)
-_WRAPPERS = frozenset(("network", "_backbone", "_network"))
+from engines.adapters.mindspore.graph_scopes import graph_scopes, scope_cells
 
 
 def dump_iterations(steps: Sequence[int]) -> List[int]:
@@ -58,6 +55,8 @@ class Kernel:
     first_ts: int
     tensors: List[KernelTensor] = field(default_factory=list)
     dumped_as: str = ""  # the file's '_' scope where ``scope`` is not its '/' form (a kernel placed in its cell)
+    # (attribute, class) of the model path above the graph's top cell: a ``@jit`` cell's (graph_scopes.jit_root)
+    root: List[Tuple[str, str]] = field(default_factory=list)
 
     @property
     def backward(self) -> bool:
@@ -69,13 +68,9 @@ class Kernel:
         return {"scope": self.scope, "dumped_as": self.dumped_as} if self.dumped_as else {"scope": self.scope}
 
     def cells(self) -> List[Tuple[str, str]]:
-        """(attribute, class) of each cell in the scope, outermost first, wrappers dropped."""
-        out = []
-        for part in self.scope.split("/")[:-1]:
-            m = _CELL.match(part)
-            if m and m.group("attr") not in _WRAPPERS:
-                out.append((m.group("attr"), m.group("cls")))
-        return out
+        """(attribute, class) of each cell in the scope, outermost first, wrappers dropped; a ``@jit`` cell's graph
+        starts at that cell: its model path (``root``) comes first."""
+        return list(self.root) + scope_cells(self.scope)
 
 
 def parse_name(name: str) -> Optional[Tuple[str, str, int, str, str]]:
@@ -133,8 +128,6 @@ def iterations(raw: str) -> Iterator[Tuple[int, int, int, str]]:
 def graph_scope_names(rank_dir: str, graph: int) -> Dict[str, str]:
     """'_' form -> '/' form of graph ``graph``'s kernels (:func:`execution_order`), the kernels MindSpore expanded
     (``Expand/...``, no cell) placed under their cell's scope from the graph's IR (``graph_scopes``)."""
-    from engines.adapters.mindspore.graph_scopes import graph_scopes
-
     names = execution_order(rank_dir, graph)
     placed = graph_scopes(rank_dir, graph)
     return {key: placed.get(full, full) for key, full in names.items()}

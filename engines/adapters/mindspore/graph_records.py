@@ -5,8 +5,9 @@ refused on the CPU), tensors stored with the tensor task.
 Names follow the API records' form, with the prefix ``Kernel``: ``Kernel.{Op}.{N}.{forward|backward}``, ``N``
 counting the kernels of one type and direction in the step in the order they ran; ``parent`` is the cell the
 kernel's scope names, as the PyNative capture names it (``Cell.net.blocks.0.mlp.fc1.Linear.forward.0``: the
-graph's top cell is the root and the training wrappers' attributes are dropped, as at L0), and ``args`` holds
-the full scope.
+graph's top cell is the root and the training wrappers' attributes are dropped, as at L0; a ``@jit`` cell's graph
+starts at that cell, so its model path, read from the parameter names its IR loads, comes first), and ``args``
+holds the full scope.
 The cells go into the ``modules`` table, so the model tree is the graph's construct tree.
 """
 
@@ -17,6 +18,7 @@ from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
 import numpy as np
 
 from engines.adapters.mindspore.graph_kernels import Kernel, graph_scope_names, iterations, kernels
+from engines.adapters.mindspore.graph_scopes import jit_root
 from engines.adapters.mindspore.tensor_stats import host_row
 from engines.capture.entries import stats_columns
 from engines.store.dump_schema import Direction, RecordKind
@@ -145,10 +147,15 @@ def grouped_steps(raw: str, steps: Optional[Set[int]] = None) -> List[Tuple[Tupl
 
     runs: Dict[int, List[Tuple[int, int, int, List[Kernel]]]] = {}
     scopes: Dict[Tuple[int, int], Dict[str, str]] = {}
+    roots: Dict[Tuple[int, int], List[Tuple[str, str]]] = {}
     for rank, graph, it, folder in iterations(raw):
         if (rank, graph) not in scopes:
-            scopes[(rank, graph)] = graph_scope_names(os.path.join(raw, "rank_%d" % rank), graph)
+            rank_dir = os.path.join(raw, "rank_%d" % rank)
+            scopes[(rank, graph)] = graph_scope_names(rank_dir, graph)
+            roots[(rank, graph)] = jit_root(rank_dir, graph)
         ks = kernels(folder, scopes[(rank, graph)])
+        for k in ks:
+            k.root = roots[(rank, graph)]
         if ks:
             runs.setdefault(rank, []).append((min(k.first_ts for k in ks), graph, it, ks))
     grouped: Dict[Tuple[int, int], List[Kernel]] = {}

@@ -26,6 +26,19 @@ _HEADER = re.compile(r"^\s*%(?P<id>\d+)\(.*?\) = [\w.]+\((?P<args>.*)$")
 _SUBGRAPH = re.compile(r"^subgraph @")
 _BACKWARD_MARK = "# Corresponding forward node candidate:"
 EXPAND = "Expand/"
+CELL = re.compile(r"^(?P<attr>[^-]+)-(?P<cls>[A-Za-z_]\w*)$")  # a scope's cell: ``{attribute}-{Class}``
+# the training wrappers' components (cell_capture drops the same ones from PyNative names)
+WRAPPERS = frozenset(("network", "_backbone", "_network"))
+
+
+def scope_cells(scope: str) -> List[Tuple[str, str]]:
+    """(attribute, class) of each cell in a full scope name, outermost first, wrappers dropped."""
+    out = []
+    for part in scope.split("/")[:-1]:
+        m = CELL.match(part)
+        if m and m.group("attr") not in WRAPPERS:
+            out.append((m.group("attr"), m.group("cls")))
+    return out
 
 
 @dataclass
@@ -175,3 +188,94 @@ def graph_scopes(rank_dir: str, graph: int) -> Dict[str, str]:
         return expanded_scopes(read_ir(path)) if os.path.isfile(path) else {}
     except (OSError, ValueError):
         return {}
+
+
+_PARAM = re.compile(r"^%para(?P<n>\d+)_.*?ref_key=(?P<key>[^,>\s]+), is_parameter")
+_LOAD = re.compile(r"^\s*%\d+\(.*?\) = Load\(%para(?P<n>\d+)_")
+_FRAME_AT = re.compile(r"^(?P<file>.+?):(?P<line>\d+)")
+_CLASS = re.compile(r"^\s*class\s+(?P<cls>[A-Za-z_]\w*)")
+
+
+def _local_path(scope: str) -> str:
+    """The cells of a scope below the graph's top cell, dotted (``Default/fc1-Linear/Load-op0`` -> ``fc1``)."""
+    return ".".join(attr for attr, _cls in scope_cells(scope))
+
+
+def _prefix(param: str, local: str) -> Optional[str]:
+    """The model path above the graph's top cell that the full parameter name ``param`` gives, loaded in the
+    graph's cell ``local`` ("" for the top cell itself); None where the name does not end in that cell."""
+    head, _dot, _leaf = param.rpartition(".")
+    if not _dot:
+        return None
+    if not local:
+        return head
+    if head == local:
+        return ""
+    return head[: -len(local) - 1] if head.endswith("." + local) else None
+
+
+def _class_at(frame: str) -> str:
+    """The class whose method starts at the frame (``<file>:<line>...``): the last ``class`` line above it in
+    the source file; "" where it cannot be read."""
+    m = _FRAME_AT.match(frame)
+    if m is None:
+        return ""
+    try:
+        with open(m.group("file"), errors="replace") as f:
+            lines = f.read().splitlines()[: int(m.group("line"))]
+    except (OSError, ValueError):
+        return ""
+    for line in reversed(lines):
+        c = _CLASS.match(line)
+        if c:
+            return c.group("cls")
+    return ""
+
+
+def graph_root(path: str) -> List[Tuple[str, str]]:
+    """(attribute, class) of each cell on the model path of a ``@jit`` cell's graph (``net``, ``blocks``,
+    ``1``, ``mlp``), outermost first: the graph's scopes start at the jitted cell (``Default/fc1-Linear``) while
+    the parameters it loads keep their full names (``net.blocks.1.mlp.fc1.weight``), so the name minus the
+    loading cell's local path gives the jitted cell's path, when every parameter loaded in a cell agrees. Empty
+    for a graph of the whole model (the path is "") or where they disagree (an optimizer's update). The jitted
+    cell's class is read from the source of its ``construct`` (the outermost frame of its nodes); the classes
+    above it are not in the graph ("")."""
+    params: Dict[str, str] = {}
+    prefixes = set()
+    pending: Optional[str] = None
+    construct = ""
+    with open(path, errors="replace") as f:
+        for line in f:
+            p = _PARAM.match(line)
+            if p:
+                params[p.group("n")] = p.group("key")
+                continue
+            load = _LOAD.match(line)
+            if load:
+                pending = params.get(load.group("n"))
+                continue
+            s = _SCOPE.match(line)
+            if s:
+                if pending is not None:
+                    prefixes.add(_prefix(pending, _local_path(s.group("name"))))
+                pending = None
+                continue
+            fm = _FRAME.match(line)
+            if fm and not construct and _is_construct(fm.group("frame")):
+                construct = fm.group("frame")
+    if len(prefixes) != 1:
+        return []
+    prefix = prefixes.pop()
+    if not prefix:
+        return []
+    attrs = prefix.split(".")
+    return [(a, "") for a in attrs[:-1]] + [(attrs[-1], _class_at(construct) or "Cell")]
+
+
+def jit_root(rank_dir: str, graph: int) -> List[Tuple[str, str]]:
+    """:func:`graph_root` of graph ``graph``'s IR dump under ``rank_dir`` (empty when there is none)."""
+    path = os.path.join(rank_dir, "graphs", "ms_output_trace_code_graph_%d.ir" % graph)
+    try:
+        return graph_root(path) if os.path.isfile(path) else []
+    except (OSError, ValueError):
+        return []
