@@ -51,7 +51,9 @@ async def test_the_form_mounts_a_screenful_first_then_the_rest_unmodified(tmp_pa
         assert unset_optional  # the demo's faults: mounted when they are set
         shown = [r for r in rows if not folds_above(r) and not any(r.path.startswith(s.path + ".")
                                                                    for s in unset_optional)]
-        assert all(r.ready() for r in shown), [r.path for r in shown if not r.ready()]
+        # a row's own controls mount a moment after the row (its compose): wait for them, never forever
+        await wait_until(pilot, lambda: all(r.ready() for r in shown), timeout=30,
+                         what="every shown row's controls: %s" % [r.path for r in shown if not r.ready()])
         await pilot.pause()
         assert not builder.dirty
 
