@@ -11,19 +11,12 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 from textual import on, work
-from textual.app import ComposeResult
-from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.message import Message
-from textual.widgets import DataTable, Label, Static
 
 from probe_tui.app.actions import bindings_for
-from probe_tui.app.screens.base import ResultScreen
 from probe_tui.app.screens.path_prompt import relative_text
+from probe_tui.app.screens.status_table import StatusTableScreen
 from probe_tui.app.styles import themed
-from probe_tui.app.tables import fill_table
-from probe_tui.app.widgets.detail_pane import DetailPane
-from probe_tui.app.widgets.find_table import FindTable, row_index
-from probe_tui.app.widgets.key_footer import KeyFooter
 from probe_tui.formatting import number_text
 
 STATUS_ORDER = {"error": 0, "warning": 1, "SKIP": 2, "pass": 3}
@@ -116,15 +109,14 @@ def api_detail(api: Dict[str, Any], outputs: List[Dict[str, Any]]) -> Group:
     return Group(*parts)
 
 
-class AccCheckScreen(ResultScreen):
+class AccCheckScreen(StatusTableScreen):
     SCOPE = "acccheck"
-    CSS_PATH = "acc_check.tcss"
     BINDINGS = bindings_for("acccheck")
 
-    FOCUS = "#ac-apis"
-    VERDICT = "#ac-verdict"
     TITLE = "acc_check"
+    HEADING = "acc_check"
     READ_ERROR = "{path}: cannot read the acc_check result: {exc}"
+    COLUMNS = ("status", "max rel err", "API", "fwd", "bwd")
 
     class Reproduced(Message):
         def __init__(self, text: str, error: bool) -> None:
@@ -134,31 +126,7 @@ class AccCheckScreen(ResultScreen):
     def __init__(self, path: Path) -> None:
         super().__init__(path)
         self.result: Optional[AccCheckResult] = None
-        self.sort_by = "status"
-        self.shown: List[Dict[str, Any]] = []
-        self.selected: Optional[Dict[str, Any]] = None
         self.last_written: Optional[Tuple[Path, Path]] = None
-
-    def compose(self) -> ComposeResult:
-        yield Static(Text.assemble(("acc_check", "bold"), " · " + relative_text(self.path, self.app.root)),
-                     id="ac-title")
-        yield Static(Text("Reading the result…", style="italic"), id="ac-verdict")
-        with Horizontal(id="ac-body"):
-            with Vertical(id="ac-left"):
-                yield Label("", id="ac-table-title", classes="pane-title")
-                yield FindTable(id="ac-apis", counter="#ac-table-title", filters=[
-                    ("errors", self._status_is("error")), ("warnings", self._status_is("warning")),
-                    ("not passed", self._not_passed)])
-            with VerticalScroll(id="ac-detail"):
-                yield DetailPane("", id="ac-detail-body")
-        yield KeyFooter()
-
-    def _status_is(self, status: str):
-        """A filter on the row key (the row's place in ``self.shown``): the API's status is ``status``."""
-        return lambda key: self.shown[int(key)]["status"] == status
-
-    def _not_passed(self, key: str) -> bool:
-        return self.shown[int(key)]["status"] != "pass"
 
     def read(self) -> AccCheckResult:
         from engines.acc_check.results import read_result
@@ -170,63 +138,21 @@ class AccCheckScreen(ResultScreen):
         errors, warnings, skipped = result.count("error"), result.count("warning"), result.count("SKIP")
         verdict = "{} APIs checked: {} error, {} warning, {} not replayed, {} pass".format(
             len(result.apis), errors, warnings, skipped, result.count("pass"))
-        style = themed("bold error") if errors else themed("bold warning") if warnings else themed("bold success")
-        self.query_one("#ac-verdict", Static).update(Text(verdict, style=style))
-        self._fill()
+        self.show_verdict(verdict, errors, warnings)
 
-    def _fill(self) -> None:
+    def sorted_rows(self) -> List[Dict[str, Any]]:
         assert self.result is not None
-        self.shown = sort_apis(self.result.apis, self.sort_by)
-        rows = []
-        for n, a in enumerate(self.shown):
-            status = str(a["status"])
-            rows.append(([Text(status, style=themed(STATUS_STYLE.get(status, ""))), number_text(a["error"], 4),
-                          Text(str(a["name"]), style=themed("error") if status == "error" else ""),
-                          str(a["forward"]).strip() or "—", str(a["backward"]).strip() or "—"], str(n)))
-        table = self.query_one("#ac-apis", FindTable)
-        table.title = "APIs by {} · s status · e error".format("status" if self.sort_by == "status"
-                                                               else "error, largest first")
-        fill_table(table, ("status", "max rel err", "API", "fwd", "bwd"), rows, hide_when_empty=False)
-        if table.row_count:
-            table.move_cursor(row=0)
-            self._select(int(str(table.ordered_rows[0].key.value)))
-        else:
-            self.selected = None
-            self.query_one("#ac-detail-body", DetailPane).show(Text(
-                "The check judged no API." if not self.shown else "No API matches the search or filter.",
-                style="italic"))
+        return sort_apis(self.result.apis, self.sort_by)
 
-    @on(DataTable.RowHighlighted, "#ac-apis")
-    def _highlighted(self, event: DataTable.RowHighlighted) -> None:
-        n = row_index(event)  # the row's place in self.shown (the table may show a search's rows only)
-        if n is not None and 0 <= n < len(self.shown):
-            self._select(n)
+    def cells(self, a: Dict[str, Any]) -> List[Any]:
+        status = str(a["status"])
+        return [Text(status, style=themed(STATUS_STYLE.get(status, ""))), number_text(a["error"], 4),
+                Text(str(a["name"]), style=themed("error") if status == "error" else ""),
+                str(a["forward"]).strip() or "—", str(a["backward"]).strip() or "—"]
 
-    @on(FindTable.Found)
-    def _found(self, event: FindTable.Found) -> None:
-        if not event.table.row_count and self.shown:
-            self.selected = None
-            self.query_one("#ac-detail-body", DetailPane).show(Text("No API matches the search or filter.",
-                                                                  style="italic"))
-
-    def _select(self, n: int) -> None:
+    def detail(self, api: Dict[str, Any]) -> Group:
         assert self.result is not None
-        if self.shown[n] is self.selected:  # already shown (a refill, then its cursor's highlight)
-            return
-        self.selected = self.shown[n]
-        outs = self.result.outputs.get(str(self.selected["name"]), [])
-        self.query_one("#ac-detail-body", DetailPane).show(api_detail(self.selected, outs))
-
-    def action_sort_status(self) -> None:
-        self._sort("status")
-
-    def action_sort_error(self) -> None:
-        self._sort("error")
-
-    def _sort(self, by: str) -> None:
-        if self.result is not None and self.sort_by != by:
-            self.sort_by = by
-            self._fill()
+        return api_detail(api, self.result.outputs.get(str(api["name"]), []))
 
     def action_reproduce(self) -> None:
         if self.selected is None:
@@ -254,9 +180,3 @@ class AccCheckScreen(ResultScreen):
     def _reproduced(self, message: "AccCheckScreen.Reproduced") -> None:
         self.notify(message.text, severity="error" if message.error else "information", title="reproduce",
                     timeout=10)
-
-    def action_files(self) -> None:
-        self.app.open_path(self.path, kind="run")
-
-    def action_back(self) -> None:
-        self.dismiss()

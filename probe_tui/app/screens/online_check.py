@@ -13,19 +13,11 @@ from typing import Any, Dict, List, Optional
 from rich.console import Group
 from rich.table import Table
 from rich.text import Text
-from textual import on
-from textual.app import ComposeResult
-from textual.containers import Horizontal, Vertical, VerticalScroll
-from textual.widgets import DataTable, Label, Static
 
 from probe_tui.app.actions import bindings_for
 from probe_tui.app.screens.acc_check import DETAIL_METRICS, STATUS_ORDER, STATUS_STYLE, sort_apis
-from probe_tui.app.screens.base import ResultScreen
-from probe_tui.app.screens.path_prompt import relative_text
+from probe_tui.app.screens.status_table import StatusTableScreen
 from probe_tui.app.styles import themed
-from probe_tui.app.tables import fill_table
-from probe_tui.app.widgets.find_table import FindTable, row_index
-from probe_tui.app.widgets.key_footer import KeyFooter
 from probe_tui.formatting import number_text
 
 KIND = "online_check"
@@ -116,42 +108,20 @@ def call_detail(call: Dict[str, Any], outputs: List[Dict[str, Any]]) -> Group:
     return Group(*parts)
 
 
-class OnlineCheckScreen(ResultScreen):
+class OnlineCheckScreen(StatusTableScreen):
     SCOPE = "onlinecheck"
-    CSS_PATH = "acc_check.tcss"
     BINDINGS = bindings_for("onlinecheck")
 
-    FOCUS = "#ac-apis"
-    VERDICT = "#ac-verdict"
     TITLE = "online check"
+    HEADING = "online check"
+    READING = "Reading the online check…"
     READ_ERROR = "{path}: cannot read the online check: {exc}"
+    NOUN = "call"
+    COLUMNS = ("status", "call", "rel err", "step", "rank")
 
     def __init__(self, path: Path) -> None:
         super().__init__(path)
         self.result: Optional[OnlineCheckResult] = None
-        self.sort_by = "status"
-        self.shown: List[Dict[str, Any]] = []
-        self.selected: Optional[Dict[str, Any]] = None
-
-    def compose(self) -> ComposeResult:
-        yield Static(Text.assemble(("online check", "bold"), " · " + relative_text(self.path, self.app.root)),
-                     id="ac-title")
-        yield Static(Text("Reading the online check…", style="italic"), id="ac-verdict")
-        with Horizontal(id="ac-body"):
-            with Vertical(id="ac-left"):
-                yield Label("", id="ac-table-title", classes="pane-title")
-                yield FindTable(id="ac-apis", counter="#ac-table-title", filters=[
-                    ("errors", self._status_is("error")), ("warnings", self._status_is("warning")),
-                    ("not passed", self._not_passed)])
-            with VerticalScroll(id="ac-detail"):
-                yield Static("", id="ac-detail-body")
-        yield KeyFooter()
-
-    def _status_is(self, status: str):
-        return lambda key: self.shown[int(key)]["status"] == status
-
-    def _not_passed(self, key: str) -> bool:
-        return self.shown[int(key)]["status"] != "pass"
 
     def read(self) -> OnlineCheckResult:
         return read_online(self.path)
@@ -164,67 +134,21 @@ class OnlineCheckScreen(ResultScreen):
             len(result.calls), errors, warnings, result.count("pass"))
         if failing:
             verdict += " · failing: " + ", ".join(failing)
-        style = themed("bold error") if errors else themed("bold warning") if warnings else themed("bold success")
-        self.query_one("#ac-verdict", Static).update(Text(verdict, style=style))
-        self._fill()
+        self.show_verdict(verdict, errors, warnings)
 
-    def _fill(self) -> None:
+    def sorted_rows(self) -> List[Dict[str, Any]]:
         assert self.result is not None
-        self.shown = sort_apis(self.result.calls, self.sort_by)
-        rows = []
-        for n, c in enumerate(self.shown):
-            status = str(c["status"])
-            rows.append(([Text(status, style=themed(STATUS_STYLE.get(status, ""))),
-                          Text(c["name"], style=themed("error") if status == "error" else ""),
-                          number_text(c["error"], 4), str(c["step"]), str(c["rank"])], str(n)))
-        table = self.query_one("#ac-apis", FindTable)
-        table.title = "calls by {} · s status · e error".format("status" if self.sort_by == "status"
-                                                                else "error, largest first")
-        fill_table(table, ("status", "call", "rel err", "step", "rank"), rows, hide_when_empty=False)
-        if table.row_count:
-            table.move_cursor(row=0)
-            self._select(int(str(table.ordered_rows[0].key.value)))
-        else:
-            self._no_selection("The online check judged no call." if not self.shown
-                               else "No call matches the search or filter.")
+        return sort_apis(self.result.calls, self.sort_by)
 
-    def _no_selection(self, text: str) -> None:
-        self.selected = None
-        self.query_one("#ac-detail-body", Static).update(Text(text, style="italic"))
+    def cells(self, c: Dict[str, Any]) -> List[Any]:
+        status = str(c["status"])
+        return [Text(status, style=themed(STATUS_STYLE.get(status, ""))),
+                Text(c["name"], style=themed("error") if status == "error" else ""),
+                number_text(c["error"], 4), str(c["step"]), str(c["rank"])]
 
-    @on(DataTable.RowHighlighted, "#ac-apis")
-    def _highlighted(self, event: DataTable.RowHighlighted) -> None:
-        n = row_index(event)
-        if n is not None and 0 <= n < len(self.shown):
-            self._select(n)
-
-    @on(FindTable.Found)
-    def _found(self, event: FindTable.Found) -> None:
-        if not event.table.row_count and self.shown:
-            self._no_selection("No call matches the search or filter.")
-
-    def _select(self, n: int) -> None:
+    def detail(self, call: Dict[str, Any]) -> Group:
         assert self.result is not None
-        self.selected = self.shown[n]
-        self.query_one("#ac-detail-body", Static).update(
-            call_detail(self.selected, self.result.outputs.get(self.selected["key"], [])))
-
-    def action_sort_status(self) -> None:
-        self._sort("status")
-
-    def action_sort_error(self) -> None:
-        self._sort("error")
-
-    def _sort(self, by: str) -> None:
-        if self.result is not None and self.sort_by != by:
-            self.sort_by = by
-            self._fill()
+        return call_detail(call, self.result.outputs.get(call["key"], []))
 
     def action_open_dump(self) -> None:
         self.app.open_path(self.path, kind="dump")
-
-    def action_files(self) -> None:
-        self.app.open_path(self.path, kind="run")
-
-    def action_back(self) -> None:
-        self.dismiss()
