@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
-from textual.widgets import Input
+from textual.widgets import Input, Label
 
 import schemas
 from probe_tui.app.app import ProbeApp
@@ -76,8 +76,28 @@ async def settle(pilot, condition=None, timeout=20.0):
             raise AssertionError("screen did not reach the expected state")
         await pilot.pause(0.05)
     await pilot.pause()
+    while not table_counts_current(pilot.app):  # the "→ more columns" hint needs the table laid out first
+        if loop.time() > deadline:
+            raise AssertionError("a table's row count line was not brought up to date")
+        await pilot.pause(0.05)
     for widget in pilot.app.screen.query(Input):
         widget.cursor_blink = False
+
+
+def table_counts_current(app) -> bool:
+    """Every table's count line says what the table, as laid out now, holds (rows, filter, cut columns)."""
+    from probe_tui.app.widgets.find_table import FindTable
+
+    for table in app.screen.query(FindTable):
+        if table.counter is None or not table.size.width:
+            continue
+        try:
+            label = app.screen.query_one(table.counter, Label)
+        except Exception:
+            continue
+        if str(label.content) != (table.title + " · " if table.title else "") + table.count_text():
+            return False
+    return True
 
 
 def asyncio_loop():

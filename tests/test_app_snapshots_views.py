@@ -20,6 +20,7 @@ from tests.app_pilot import (
     make_rank_metrics,
     wait_until,
 )
+from tests.test_app_snapshots import table_counts_current
 
 SIZES = {"80x24": (80, 24), "120x40": (120, 40)}
 MSPROBE = Path(__file__).resolve().parent / "data" / "msprobe" / "real"
@@ -32,6 +33,8 @@ async def settle(pilot):
     await pilot.pause(0.3)
     await pilot.app.workers.wait_for_complete()
     await pilot.pause()
+    # the "→ more columns" hint needs the table laid out first (a loaded machine draws that a frame later)
+    await wait_until(pilot, lambda: table_counts_current(pilot.app), what="the tables' count lines up to date")
 
 
 async def open_on(pilot, path: Path, ready):
