@@ -90,23 +90,29 @@ def api_detail(api: Dict[str, Any], outputs: List[Dict[str, Any]]) -> Group:
     if api.get("message"):
         parts.append(Text(str(api["message"]), style="italic"))
     for out in outputs:
-        ostatus = str(out["status"])
-        parts.append(Text(""))
-        parts.append(Text.assemble((str(out["name"]), "bold"), "  ", (ostatus, themed(STATUS_STYLE.get(ostatus, "")))))
-        parts.append(Text("{} vs {} {} · {} standard".format(out.get("device_dtype", ""), out.get("bench_dtype", ""),
-                                                              out.get("shape", ""), out.get("standard", "") or "—"),
-                          style="dim"))
-        if out.get("message"):
-            parts.append(Text(str(out["message"]), style="italic"))
-        grid = Table.grid(padding=(0, 1))
-        grid.add_column(style="dim")
-        grid.add_column()
-        for key, label in DETAIL_METRICS:
-            if _finite(out.get(key)):
-                grid.add_row(label, number_text(float(out[key]), 6))
-        if grid.row_count:
-            parts.append(grid)
+        parts.extend(output_detail(out, str(out["name"]), out.get("device_dtype", "")))
     return Group(*parts)
+
+
+def output_detail(out: Dict[str, Any], name: str, device_dtype: Any) -> List[Any]:
+    """The detail lines of one judged output (an acc_check result's or the online check's): status, dtypes,
+    standard, reason and the metrics that were computed."""
+    ostatus = str(out["status"])
+    parts: List[Any] = [Text(""), Text.assemble((name, "bold"), "  ", (ostatus, themed(STATUS_STYLE.get(ostatus, "")))),
+                        Text("{} vs {} {} · {} standard".format(device_dtype, out.get("bench_dtype", ""),
+                                                                out.get("shape", ""), out.get("standard", "") or "—"),
+                             style="dim")]
+    if out.get("message"):
+        parts.append(Text(str(out["message"]), style="italic"))
+    grid = Table.grid(padding=(0, 1))
+    grid.add_column(style="dim")
+    grid.add_column()
+    for key, label in DETAIL_METRICS:
+        if _finite(out.get(key)):
+            grid.add_row(label, number_text(float(out[key]), 6))
+    if grid.row_count:
+        parts.append(grid)
+    return parts
 
 
 class AccCheckScreen(StatusTableScreen):

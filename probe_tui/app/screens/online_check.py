@@ -11,11 +11,10 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 from rich.console import Group
-from rich.table import Table
 from rich.text import Text
 
 from probe_tui.app.actions import bindings_for
-from probe_tui.app.screens.acc_check import DETAIL_METRICS, STATUS_ORDER, STATUS_STYLE, sort_apis
+from probe_tui.app.screens.acc_check import STATUS_ORDER, STATUS_STYLE, output_detail, sort_apis
 from probe_tui.app.screens.status_table import StatusTableScreen
 from probe_tui.app.styles import themed
 from probe_tui.formatting import number_text
@@ -89,22 +88,7 @@ def call_detail(call: Dict[str, Any], outputs: List[Dict[str, Any]]) -> Group:
         Text.assemble((status, themed(STATUS_STYLE.get(status, ""))), "  rank {} · step {} · {}".format(
             call["rank"], call["step"], "gradients w.r.t. its inputs" if backward else "its outputs"))]
     for out in outputs:
-        ostatus = str(out["status"])
-        parts.append(Text(""))
-        parts.append(Text.assemble((str(out["output"]), "bold"), "  ", (ostatus, themed(STATUS_STYLE.get(ostatus, "")))))
-        parts.append(Text("{} vs {} {} · {} standard".format(out.get("dtype", ""), out.get("bench_dtype", ""),
-                                                              out.get("shape", ""), out.get("standard", "") or "—"),
-                          style="dim"))
-        if out.get("message"):
-            parts.append(Text(str(out["message"]), style="italic"))
-        grid = Table.grid(padding=(0, 1))
-        grid.add_column(style="dim")
-        grid.add_column()
-        for key, label in DETAIL_METRICS:
-            if _finite(out.get(key)):
-                grid.add_row(label, number_text(float(out[key]), 6))
-        if grid.row_count:
-            parts.append(grid)
+        parts.extend(output_detail(out, str(out["output"]), out.get("dtype", "")))
     return Group(*parts)
 
 
