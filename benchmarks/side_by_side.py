@@ -1,6 +1,6 @@
 """msprobe and probe-tui side by side: the same msprobe config.json through each tool's PrecisionDebugger.
 
-    python benchmarks/side_by_side.py [--preset default|tiny|both] [--rounds 3] [--steps N] [--modes ...]
+    python benchmarks/side_by_side.py [--preset default|tiny|llama|both|all] [--rounds 3] [--steps N] [--modes ...]
                                       [--quick] [--json FILE] [--memory-budget SIZE[,SIZE...]]
                                       [--async-dump off|on|off,on]
 
@@ -18,7 +18,9 @@ gets module hooks.
 
 Presets (issue 21): default = the reference workload (docs/decisions/0021-reference-workload.md: 4 blocks,
 d 256, seq 64, batch 8); tiny = 2 blocks, d 32, 2 heads, MLP 64, vocab 100, seq 8, batch 2 (overhead-bound: how a
-tool behaves next to fast accelerator kernels).
+tool behaves next to fast accelerator kernels); llama = a tiny ``transformers`` LlamaForCausalLM (2 layers, hidden
+32, MLP 64, 4 heads, 2 KV heads, vocab 128, random weights; batch 2, seq 12: a real architecture's op mix, a few
+ms a step), run only when asked (``--preset llama`` or ``all``); it needs ``transformers`` in each tool's Python.
 
 Printed: the table of ratios with the overhead share ((probe-tui ratio - 1) / (msprobe ratio - 1)), then per
 tool, preset and mode: microseconds added per record (records counted from what the tool wrote: msprobe's
@@ -65,7 +67,10 @@ PRESETS: Dict[str, Dict[str, Any]] = {
     "default": {"preset": "default"},
     "tiny": {"preset": "tiny", "n_layer": 2, "d_model": 32, "n_head": 2, "d_mlp": 64, "vocab": 100, "seq": 8,
              "batch": 2},
+    "llama": {"vocab_size": 128, "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2,
+              "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 32},
 }
+PRESET_CHOICES = {"both": ["default", "tiny"], "all": ["default", "tiny", "llama"]}
 TOOLS = ("msprobe", "probe-tui")
 
 
@@ -128,6 +133,30 @@ class _Work:
         self.opt.step()
 
 
+class _LlamaWork:
+    """A tiny ``transformers`` LLaMA (random weights, eager attention), AdamW and one fixed batch of token ids."""
+
+    def __init__(self, knobs: Dict[str, Any]) -> None:
+        import torch
+        import transformers
+
+        config = transformers.LlamaConfig(**knobs)
+        config._attn_implementation = "eager"
+        self.model = transformers.LlamaForCausalLM(config)
+        self.model.train()
+        self.opt = torch.optim.AdamW(self.model.parameters(), lr=1e-3)
+        self.ids = torch.randint(0, knobs["vocab_size"], (2, 12), generator=torch.Generator().manual_seed(1))
+
+    def step(self) -> None:
+        self.opt.zero_grad()
+        self.model(input_ids=self.ids, labels=self.ids).loss.backward()
+        self.opt.step()
+
+
+def _work(preset: str) -> Any:
+    return (_LlamaWork if preset == "llama" else _Work)(PRESETS[preset])
+
+
 def _peak_rss_mb() -> float:
     from benchmarks._workload import peak_rss_mb  # the worker has the repository on its path
 
@@ -184,7 +213,7 @@ def worker(tool: str, preset: str, mode: str, rounds: int, steps: int, warmup: i
     tmp = Path(tempfile.mkdtemp(prefix="side-by-side-"))
     try:
         torch.manual_seed(0)
-        bare, work = _Work(PRESETS[preset]), _Work(PRESETS[preset])
+        bare, work = _work(preset), _work(preset)
         for _ in range(2):  # both copies warmed (AdamW's state allocated) before the baseline of peak memory
             bare.step()
             work.step()
@@ -366,7 +395,7 @@ def uptime() -> str:
 
 def main(argv: Optional[List[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    parser.add_argument("--preset", choices=("default", "tiny", "both"), default="both")
+    parser.add_argument("--preset", choices=tuple(PRESETS) + tuple(PRESET_CHOICES), default="both")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--steps", type=int, default=None,
                         help="measured pairs a round (default 5 on the default preset, 30 on tiny; tensor half)")
@@ -395,7 +424,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         print(MARK + json.dumps(out), flush=True)
         return 0
     rounds = 1 if args.quick else args.rounds
-    presets = ["default", "tiny"] if args.preset == "both" else [args.preset]
+    presets = PRESET_CHOICES.get(args.preset, [args.preset])
     ms_python, why = msprobe_python()
     if ms_python is None:
         print("msprobe: skipped (%s)" % why, flush=True)
@@ -411,7 +440,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     for preset in presets:
         for mode in modes:
             steps = args.steps or ((2 if preset == "default" else 5) if args.quick else
-                                   (5 if preset == "default" else 30))
+                                   (5 if preset == "default" else 30 if preset == "tiny" else 20))
             if MODES[mode][0] == "tensor" and not args.steps:
                 steps = max(2, steps // 2)
             for tool, (budget, async_dump) in [(t, v) for t in TOOLS

@@ -62,3 +62,13 @@ def test_config_loads_in_probe_tui(tmp_path, mode):
     assert (job.task, job.level) == (task, level)
     if task == "statistics":
         assert job.statistics.summary_mode == summary_mode
+
+
+def test_llama_preset_trains_a_real_llama():
+    bench = _bench()
+    work = bench._work("llama")
+    assert type(work.model).__name__ == "LlamaForCausalLM"
+    before = [p.detach().clone() for p in work.model.parameters()]
+    work.step()
+    assert any(not (a == p).all() for a, p in zip(before, work.model.parameters()))
+    assert bench.PRESET_CHOICES["all"] == ["default", "tiny", "llama"]
