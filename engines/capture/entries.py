@@ -125,8 +125,8 @@ class StepEntries:
         self.n = 0
         self.cache: Dict[int, Tuple] = {}
         # tensors an asynchronous collective writes into after its call returns (a recv buffer; by id, checked
-        # against a weak reference, ``is_volatile``): the
-        # backend's write leaves the version counter alone, so each sight of them this step is summarised anew
+        # against a weak reference: ``is_volatile``): the backend's write leaves the version counter alone, so
+        # each sight of them this step is summarised anew
         self.volatile: Volatile = {}
         self.stats.clear()
         self.host_data: Dict[int, Tuple[np.ndarray, str]] = {}
