@@ -238,6 +238,40 @@ def test_one_process_collectives_are_described_and_counted_per_group(tmp_path, m
         coll("Distributed.wait_tensor.0.forward")  # waiting is no collective
 
 
+def test_a_group_the_capture_saw_ends_with_the_scripts_destroy_process_group(tmp_path, monkeypatch):
+    """The capture outlives the script (``--run``): it must hold no process group, or the groups a script
+    destroys stay alive with their gloo threads until the interpreter exits, where a thread torn down while
+    running aborts the process ("terminate called without an active exception")."""
+    import gc
+    import weakref
+
+    import torch
+    import torch.distributed as dist
+    from dist_support import free_port
+    from test_capture_support import make_session
+
+    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
+    monkeypatch.setenv("MASTER_PORT", str(free_port()))
+    dist.init_process_group("gloo", rank=0, world_size=1)
+    s = make_session(tmp_path, level="L1")
+    try:
+        solo = dist.new_group([0])
+        s.start()
+        t = torch.ones(4)
+        dist.all_reduce(t, group=solo)  # an explicit group, as pipelining and FSDP2 pass theirs
+        dist.all_reduce(t, group=dist.group.WORLD)
+        dist.broadcast(t, src=0, group=solo, async_op=True).wait()
+        s.stop()
+        s.step_end()
+        groups = [weakref.ref(solo), weakref.ref(dist.group.WORLD)]
+        del solo
+    finally:
+        dist.destroy_process_group()
+    gc.collect()
+    assert [g() for g in groups] == [None, None]  # the session (still open) kept neither
+    s.close()
+
+
 # -- first divergence across ranks -----------------------------------------------------------------------------
 def test_a_divergence_received_through_an_all_reduce_points_back_to_its_rank():
     import numpy as np

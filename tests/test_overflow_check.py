@@ -306,3 +306,50 @@ def test_uninitialised_memory_allocated_before_recording_began_is_no_overflow(tm
         torch.use_deterministic_algorithms(False)
     first = found[0].first
     assert first.name == "Tensor.mul.0.forward" and first.origin_name == "produced", (first.name, first.reason)
+
+
+class _ReusedId(torch.nn.Module):
+    """An async collective's tensor dies and an uninitialised allocation takes its Python id (CPython reuses the
+    freed object's memory), as a pipeline stage frees the metadata tensors it sent during shape inference and then
+    allocates its receive buffers. Whether the next allocation gets that memory depends on what else was
+    allocated meanwhile, so the pattern is repeated until one does."""
+
+    def forward(self, x):
+        keep = []
+        for _ in range(50):
+            sent = torch.ones(4)
+            torch.distributed.all_reduce(sent, async_op=True).wait()  # async: ``sent`` is read anew at each sight
+            dead = id(sent)
+            del sent
+            for _ in range(200):
+                buf = torch.empty(4)  # NaN under deterministic algorithms
+                if id(buf) == dead:
+                    torch.relu(buf)  # computing on uninitialised memory: a mask
+                    return x * 1e4
+                keep.append(buf)
+        raise AssertionError("no allocation took a freed tensor's id")
+
+
+def test_a_dead_async_tensors_id_taken_by_uninitialised_memory_is_no_overflow(tmp_path, monkeypatch):
+    """CI failure (pipeline bed, under load): a receive buffer whose id had been a tensor an async collective used
+    earlier in the step was read anew at every sight, so it lost what its allocation said (uninitialised memory)
+    and its NaN was flagged: the step stopped the check (overflow_nums 1) and the next step was never checked."""
+    import socket
+
+    import torch.distributed as dist
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        monkeypatch.setenv("MASTER_PORT", str(sock.getsockname()[1]))
+    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
+    dist.init_process_group("gloo", rank=0, world_size=1)
+    torch.use_deterministic_algorithms(True)
+    try:
+        session, found = _session_run(lambda: _ReusedId()(torch.full((1,), 10.0, dtype=torch.float16)), tmp_path,
+                                      nums=1)
+    finally:
+        torch.use_deterministic_algorithms(False)
+        dist.destroy_process_group()
+    assert not session.summary.failure_detail
+    first = found[0].first
+    assert first.name == "Tensor.mul.0.forward" and first.origin_name == "produced", (first.name, first.reason)

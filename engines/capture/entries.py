@@ -7,7 +7,8 @@ the statistics rows turned into columns (``stats_columns``), and the columns of 
 """
 
 import math
-from typing import Any, Dict, List, Set, Tuple
+import weakref
+from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 
@@ -19,6 +20,28 @@ from engines.capture.summary import CaptureSummary
 MAX, MIN, SUM, NORM, NUMEL, VALID, NAN, POSINF, NEGINF = range(9)
 
 StatsColumns = Tuple[np.ndarray, np.ndarray, np.ndarray]  # (stats[n,4] = max,min,mean,norm; valid[n]; counts[n,3])
+
+
+Volatile = Dict[int, Optional[weakref.ref]]
+
+
+def mark_volatile(volatile: Volatile, t: Any) -> None:
+    """Remember ``t`` as written later by an asynchronous collective, under its id with a weak reference to it."""
+    try:
+        volatile[id(t)] = weakref.ref(t)
+    except TypeError:  # no weak references: known by its id alone
+        volatile[id(t)] = None
+
+
+def is_volatile(volatile: Volatile, key: int, t: Any) -> bool:
+    """Whether ``t`` (whose id is ``key``) is a tensor ``mark_volatile`` remembered. A tensor that died frees its
+    id for the next one (CPython reuses the memory of a freed object): the new tensor is not volatile, and
+    taking it for one would forget what its own history says (an overflow_check entry would lose the
+    "uninitialised memory" it was allocated as, and its NaN would be flagged)."""
+    if key not in volatile:
+        return False
+    ref = volatile[key]
+    return ref is None or ref() is t
 
 
 def new_row(numel: int) -> List[Any]:
@@ -101,9 +124,10 @@ class StepEntries:
     def clear(self) -> None:
         self.n = 0
         self.cache: Dict[int, Tuple] = {}
-        # ids of tensors an asynchronous collective writes into after its call returns (a recv buffer): the
-        # backend's write leaves the version counter alone, so each sight of them this step is summarised anew
-        self.volatile: Set[int] = set()
+        # tensors an asynchronous collective writes into after its call returns (a recv buffer; by id, checked
+        # against a weak reference: ``is_volatile``): the backend's write leaves the version counter alone, so
+        # each sight of them this step is summarised anew
+        self.volatile: Volatile = {}
         self.stats.clear()
         self.host_data: Dict[int, Tuple[np.ndarray, str]] = {}
         self.hashes: Dict[int, Any] = {}  # entry -> (crc, xhash), or the adapter's pending form of it
@@ -113,7 +137,7 @@ class StepEntries:
 
     def mark_volatile(self, t: Any) -> None:
         """``t`` changes without a version bump from now on (an async collective's buffer): never reuse its entry."""
-        self.volatile.add(id(t))
+        mark_volatile(self.volatile, t)
         self.cache.pop(id(t), None)
 
     def columns(self) -> EntryColumns:

@@ -23,6 +23,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 
+from engines.capture.entries import Volatile, mark_volatile
 from engines.capture.summary import CaptureSummary
 from engines.overflow import origin as og
 
@@ -48,7 +49,8 @@ class OverflowEntriesBase:
     def clear(self) -> None:
         self.n = 0
         self.cache: Dict[int, Tuple] = {}
-        self.volatile: set = set()  # ids an async collective writes later, unseen by the version counter
+        # the tensors an async collective writes later, unseen by the version counter (engines.capture.entries)
+        self.volatile: Volatile = {}
         self.meta: List[Tuple[str, str, str]] = []
         self.dist: Dict[int, str] = {}  # entry -> the dist JSON of a distributed tensor's local shard
         self.sums: List[float] = []  # finite test per entry: the sum, or nan while on the device
@@ -72,7 +74,7 @@ class OverflowEntriesBase:
     def mark_volatile(self, t: Any) -> None:
         """``t`` changes without a version bump from now on (an irecv's buffer): each sight is a new entry and
         what it held before is forgotten."""
-        self.volatile.add(id(t))
+        mark_volatile(self.volatile, t)
         self.cache.pop(id(t), None)
         self.remembered.pop(id(t), None)
 

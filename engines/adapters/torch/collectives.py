@@ -14,6 +14,7 @@ collectives of each group its rank had issued when it ran (``clock``), the link 
 """
 
 import inspect
+import weakref
 from typing import Any, Dict, List, Optional, Tuple
 
 import torch
@@ -84,7 +85,10 @@ class CollectiveTracker:
     def __init__(self) -> None:
         self.seq: Dict[str, int] = {}
         self.p2p: Dict[Tuple[str, str, int], int] = {}
-        self._groups: Dict[Any, GroupInfo] = {}
+        self._groups: Dict[Optional[str], GroupInfo] = {}  # by group name (None: the default group)
+        # by process group: id -> (weak reference, info). Never the group itself: a reference held here kept a
+        # gloo group's threads running after the script's ``destroy_process_group`` until the interpreter's exit
+        self._by_pg: Dict[int, Tuple[Any, GroupInfo]] = {}
         self._signatures: Dict[Any, Any] = {}
         self.base: Dict[str, int] = {}  # counts when the current step's order began
         self.base_total = 0
@@ -111,10 +115,15 @@ class CollectiveTracker:
     # -- groups ----------------------------------------------------------------------------------------------
     def group(self, pg: Any = None, name: Optional[str] = None) -> GroupInfo:
         """Key and global ranks of a process group (the default group for None), from the registry only."""
-        cache_key = name if name is not None else pg
-        got = self._groups.get(cache_key)
-        if got is not None:
-            return got
+        by_pg = name is None and pg is not None
+        if by_pg:
+            held = self._by_pg.get(id(pg))
+            if held is not None and held[0]() is pg:
+                return held[1]
+        else:
+            got = self._groups.get(name)
+            if got is not None:
+                return got
         import torch.distributed as dist
 
         if name is not None:
@@ -126,7 +135,13 @@ class CollectiveTracker:
         ranks = [int(r) for r in dist.get_process_group_ranks(pg)]
         key = str(getattr(pg, "group_name", "") or name or ",".join(map(str, ranks)))
         info = GroupInfo(key, ranks)
-        self._groups[cache_key] = info
+        if not by_pg:
+            self._groups[name] = info
+        else:
+            try:
+                self._by_pg[id(pg)] = (weakref.ref(pg), info)
+            except TypeError:  # a group that takes no weak reference is looked up each time
+                pass
         return info
 
     # -- one call --------------------------------------------------------------------------------------------

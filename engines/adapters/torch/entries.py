@@ -19,7 +19,7 @@ from engines.adapters.torch.subclasses import local_view
 from engines.adapters.torch.tensor_bytes import device_word_sum, host_copy, meta_of, synchronize
 from engines.adapters.torch.tensor_stats import StatsBatch, UnsupportedTensor, summarisable
 from engines.capture import xhash as xh
-from engines.capture.entries import StepEntries, put_hashes
+from engines.capture.entries import StepEntries, is_volatile, put_hashes
 from engines.capture.options import CaptureOptions
 from engines.capture.records import VALID_XHASH, EntryColumns
 from engines.capture.summary import CaptureSummary
@@ -68,7 +68,7 @@ class TensorEntries(StepEntries):
         except RuntimeError:  # inference tensors keep no version counter
             version = -1
             fresh = True
-        if key in self.volatile:
+        if self.volatile and is_volatile(self.volatile, key, t):
             version = -1
             fresh = True
         if not fresh:

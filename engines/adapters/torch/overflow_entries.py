@@ -22,6 +22,7 @@ import torch
 
 from engines.adapters.torch.subclasses import local_view
 from engines.adapters.torch.tensor_bytes import host_copy, meta_of, synchronize
+from engines.capture.entries import is_volatile
 from engines.capture.records import VALID_MAX, VALID_MEAN, VALID_MIN, VALID_NORM, EntryColumns
 from engines.overflow.entries import OverflowEntriesBase
 
@@ -51,7 +52,7 @@ class OverflowEntries(OverflowEntriesBase):
         except RuntimeError:
             version = -1
             fresh = True
-        if key in self.volatile:
+        if self.volatile and is_volatile(self.volatile, key, t):
             version = -1
             fresh = True
         if not fresh:
