@@ -10,11 +10,11 @@ which no 1.004 threshold can judge.
 
 Since the output's ratio is the largest over all chunks, it is ``max(max r, 1/min r)`` over the whole tensor (inf
 when any product ``a*b`` is below ``-tol^2``) whatever the chunks: ``tensor_ratio`` computes it in blocks of at
-most ``BLOCK`` elements, nine passes per block (no temporaries) in a workspace reused from call to call (``_workspace``: on the CPU a
-fresh buffer of a few MB costs its page faults on every call, as much as the passes themselves), and keeps three
-0-d device tensors per output (``Parts``: ``min(a*b)``, ``min r``, ``max r``). ``resolve`` finishes a step's worth
-at once, batched per device and dtype, with one transfer per device. ``chunk_ratio`` is the formula for one chunk
-as written, the reference the blocked path equals bit for bit (tests).
+most ``BLOCK`` elements, nine passes per block and no temporaries, in a workspace reused from call to call
+(``_workspace``: on the CPU a fresh buffer of a few MB costs its page faults on every call, as much as the passes
+themselves), and keeps three 0-d device tensors per output (``Parts``: ``min(a*b)``, ``min r``, ``max r``).
+``resolve`` finishes a step's worth at once, batched per device and dtype, with one transfer per device.
+``chunk_ratio`` is the formula for one chunk as written, the reference the blocked path equals bit for bit (tests).
 to_cpu is judged differently (msprobe's SingleCompare): ``single_compare``.
 """
 
@@ -117,12 +117,20 @@ def tensor_ratio(original: torch.Tensor, perturbed: torch.Tensor, tol: float) ->
     for start in range(0, n, size):
         stop = min(n, start + size)
         k = stop - start
-        both = buf[:2 * k]  # x and y side by side: abs and clamp in one call each; z for the products
+        both = buf[:2 * k]  # x and y side by side: one clamp for both; z for the products
         x, y, z = both[:k], both[k:], buf[2 * k:3 * k]
+        bb = b[start:stop]
         x.copy_(a[start:stop])
-        y.copy_(b[start:stop])
-        flip_min = torch.mul(x, y, out=z).amin()
-        both.abs_().clamp_(min=tol)
+        if bb.dtype is dt:  # |b| written straight into y: one pass over b fewer
+            torch.mul(x, bb, out=z)
+            torch.abs(bb, out=y)
+        else:
+            y.copy_(bb)
+            torch.mul(x, y, out=z)
+            y.abs_()
+        flip_min = z.amin()
+        x.abs_()
+        both.clamp_(min=tol)
         x.div_(y)
         torch.nan_to_num_(x, nan=1.0)
         lo, hi = torch.aminmax(x)
