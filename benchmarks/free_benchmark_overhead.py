@@ -6,7 +6,9 @@ Arms (forward stage unless said): a one-API list (``Demo.naive_softmax``, the de
 softmax, and ``matmul``) with improve_precision check; the whole network with improve_precision check and fix,
 add_noise, no_change; backward stage improve_precision on a one-API list (``linear``); with ``--preheat`` the
 preheat steps of the whole network. Targets: one-API list <= 2.5x, whole network forward improve_precision <= 5x
-(msprobe 8.3.3 on this machine: 10.0x whole network; on 7B models 9-14x). torch runs on one thread.
+(msprobe 8.3.3 on this machine: 10.0x whole network; on 7B models 9-14x); whole network check, every
+perturbation, <= 2x (issue 21; docs/FREE_BENCHMARK.md, "Figures", says where the time goes). torch runs on one
+thread.
 """
 
 import argparse

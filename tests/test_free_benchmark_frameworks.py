@@ -160,3 +160,26 @@ def test_a_call_on_a_distributed_tensor_is_not_re_run():
     assert checks.checked == 0 and checks.skipped[SKIP_SHARDED] == 1
     checks.call(fw.info, lambda t: t * 2, (x,), {})  # a plain tensor is still checked
     assert checks.checked == 1
+
+
+@pytest.mark.parametrize("deferred", [False, True])
+def test_add_noise_refusing_a_tiny_input_counts_the_call_as_skipped_and_writes_no_row(fw, deferred, monkeypatch):
+    """add_noise refuses an input with max(abs(x)) < eps (msprobe's rule). PyTorch on an accelerator decides it on
+    the device and reads the flag with the step's ratios (no host sync per call; ``deferred`` does so on the
+    CPU): the same outcome, counted when the step ends."""
+    if deferred:
+        if fw.framework != "pytorch":
+            pytest.skip("PyTorch defers the refusal")
+        from engines.adapters.torch import free_benchmark_perturb
+
+        monkeypatch.setattr(free_benchmark_perturb, "DEFER_REFUSAL_ON_CPU", True)
+    checks = build_session(partial(adapter_module, fw.framework), CaptureOptions(level="L1"),
+                           FreeBenchmarkOptions(pert_mode="add_noise"), rank=0).api_capture
+    tiny = fw.times(fw.single(), 1e-9)  # below float32's eps 1e-8
+    checks.call(fw.info, lambda t: fw.times(t, 2.0), (tiny,), {})
+    checks.call(fw.info, lambda t: fw.times(t, 2.0), (fw.single(),), {})
+    rows = checks.finish_step(0)
+    assert len(rows) == 1 and rows[0].consistent
+    assert dict(checks.skipped) == {"skipped: add_noise: maximum value is less than the minimum threshold": 1}
+    assert checks.checked == 1 + deferred  # deferred: the refused call was re-run, its row dropped
+    assert checks.refusals == [] and checks.finish_step(1) == []

@@ -150,3 +150,54 @@ def test_fix_casts_a_replacement_into_the_original_structure():
     assert same is out and out.tolist() == [3.0, 3.0] and out.grad_fn is not None
     with pytest.raises(ValueError):
         _cast_like((torch.ones(1),), [torch.ones(1), torch.ones(1)])
+
+
+def _reference(a, b, tol):
+    """The formula as written, one chunk: both sides in the work dtype, then ``chunk_ratio``."""
+    dt = cmp.work_dtype(b)
+    return float(cmp.chunk_ratio(a.detach().to(dt).reshape(-1), b.detach().to(dt).reshape(-1), tol))
+
+
+@pytest.mark.parametrize("block", [3, 64, 1 << 19])
+def test_the_blocked_comparison_equals_the_formula_bit_for_bit(monkeypatch, block):
+    """tensor_ratio works in blocks in a reused workspace and finishes the ratios per step (resolve): the same
+    ratios as the formula, for every dtype pair, with sign flips, NaN, inf and values under the tolerance."""
+    monkeypatch.setattr(cmp, "BLOCK", block)
+    gen = torch.Generator().manual_seed(7)
+    dtypes = [torch.float32, torch.bfloat16, torch.float16, torch.float64]
+    cases = []
+    for i in range(48):
+        b = torch.randn(200, generator=gen) * 10.0 ** torch.randint(-6, 3, (200,), generator=gen).float()
+        a = b * (1 + 1e-3 * torch.randn(200, generator=gen))
+        if i % 3 == 0:
+            a[5] = -a[5]
+        if i % 5 == 0:
+            a[-1] = float("nan")
+        if i % 7 == 0:
+            a[0], b[0] = float("inf"), float("inf")
+        if i % 11 == 0:
+            b[1] = float("-inf")
+        cases.append((a.to(dtypes[i % 4]), b.to(dtypes[(i // 4) % 4]), (1e-4, 1e-2, 1e-8)[i % 3]))
+    got = cmp.resolve([cmp.tensor_ratio(a, b, tol) for a, b, tol in cases] + [2.5])
+    want = [_reference(a, b, tol) for a, b, tol in cases] + [2.5]
+    assert [g if g == g else "nan" for g in got] == [w if w == w else "nan" for w in want]
+    assert math.inf in got and any(1.0 < g < math.inf for g in got)
+
+
+def test_the_workspace_made_in_inference_mode_serves_outside_it():
+    """The CPU workspace is kept between calls: made during an inference-mode forward it must still take the
+    in-place writes of a later training step (a tensor made in inference mode refuses them)."""
+    import threading
+
+    got = []
+
+    def run():  # a fresh thread: a fresh workspace
+        b = torch.tensor([1.0, 2.0, 4.0])
+        with torch.inference_mode():
+            got.append(_ratio(b * 1.5, b))
+        got.append(_ratio(b * 2.0, b))
+
+    t = threading.Thread(target=run)
+    t.start()
+    t.join()
+    assert got == [pytest.approx(1.5), pytest.approx(2.0)]

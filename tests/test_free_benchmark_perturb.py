@@ -144,3 +144,24 @@ def test_add_noise_matches_a_numpy_reference_in_float16():
     wide = x.astype(np.float64)
     expected = np.where(np.abs(wide) > 1e-3, (wide + 1e-6), wide).astype(np.float16)
     assert np.array_equal(y.view(np.int16), expected.view(np.int16))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16, torch.float64])
+def test_noise_on_large_tensors_picks_the_same_bits_as_where(dtype):
+    """From SELECT_BITS_FROM elements the noise is selected with integer operations instead of torch.where (much
+    cheaper on the CPU): the same bits, signed zeros, NaN, inf and values under the threshold included."""
+    from engines.adapters.torch.free_benchmark_perturb import SELECT_BITS_FROM, _select
+
+    gen = torch.Generator().manual_seed(3)
+    x = (torch.randn(SELECT_BITS_FROM + 17, generator=gen) * 0.05).to(dtype)
+    x[:7] = torch.tensor([-0.0, 0.0, float("inf"), -float("inf"), 1e-30, -1e-5, 3.0])
+    eps = {torch.float32: 1e-8, torch.bfloat16: 1e-4, torch.float16: 1e-6, torch.float64: 1e-16}[dtype]
+    ints = {2: torch.int16, 4: torch.int32, 8: torch.int64}[x.element_size()]
+    want = torch.where(x.abs() > eps ** 0.5, x + eps, x)
+    assert torch.equal(add_noise(x).view(ints), want.view(ints))
+    tiny = torch.finfo(dtype).tiny
+    flipped = (x.view(ints) ^ 1).view(dtype)
+    assert torch.equal(bit_noise(x).view(ints), torch.where(x.abs() > tiny, flipped, x).view(ints))
+    x[7:9] = torch.tensor([float("nan"), -float("nan")])  # (a NaN input cancels the noise: _select alone)
+    mask = torch.rand(x.shape, generator=gen) > 0.3
+    assert torch.equal(_select(mask, x + eps, x).view(ints), torch.where(mask, x + eps, x).view(ints))

@@ -15,7 +15,7 @@ that dtype).
 """
 
 from collections import Counter
-from typing import Any, Callable, Dict, FrozenSet, List, Optional, Tuple
+from typing import Any, Callable, Dict, FrozenSet, List, Optional, Sequence, Tuple
 
 from engines.free_benchmark import thresholds as th
 from engines.free_benchmark.framework import FrameworkOps
@@ -52,21 +52,34 @@ def is_random(api: str, args: tuple, kwargs: Dict[str, Any], random_apis: Frozen
 
 
 class Pending:
-    """A compared row whose ratio is still on the device."""
+    """A compared row whose ratio is still on the device (and maybe its call's refusal flag: ``Perturbed``)."""
 
-    __slots__ = ("row", "ratio", "strict")
+    __slots__ = ("row", "ratio", "strict", "refusal")
 
-    def __init__(self, row: CheckRow, ratio: Any, strict: bool = False) -> None:
+    def __init__(self, row: CheckRow, ratio: Any, strict: bool = False, refusal: Optional[Tuple[Any, str]] = None
+                 ) -> None:
         self.row = row
         self.ratio = ratio
         self.strict = strict  # the threshold is an inconsistent preheat sample's ratio: reaching it fails
+        self.refusal = refusal
 
 
-def judge(pending: List[Pending], resolve: Callable[[List[Any]], List[float]]) -> List[CheckRow]:
-    """The rows with their ratios on the host (``resolve``: one transfer) and their verdicts."""
-    values = resolve([p.ratio for p in pending])
+def judge(pending: List[Pending], resolve: Callable[[List[Any]], List[float]], skipped: Optional[Counter] = None,
+          refusals: Sequence[Tuple[Any, str]] = ()) -> List[CheckRow]:
+    """The rows with their ratios on the host (``resolve``: one transfer, the calls' refusal flags with them) and
+    their verdicts. The rows of a call its perturbation refused after all are dropped, the call counted in
+    ``skipped``."""
+    values = resolve([p.ratio for p in pending] + [flag for flag, _ in refusals])
+    refused = set()
+    for refusal, v in zip(refusals, values[len(pending):]):
+        if v:
+            refused.add(id(refusal))
+            if skipped is not None:
+                skipped["skipped: %s" % refusal[1]] += 1
     rows = []
     for p, v in zip(pending, values):
+        if p.refusal is not None and id(p.refusal) in refused:
+            continue
         p.row.ratio = v
         p.row.consistent = th.consistent(v, p.row.threshold) and not (p.strict and v >= p.row.threshold)
         rows.append(p.row)
@@ -86,6 +99,7 @@ class CallChecks:
         self.ops = ops
         self.backward = backward
         self.pending: List[Pending] = []
+        self.refusals: List[Tuple[Any, str]] = []  # the step's refusal flags still on the device (Perturbed)
         self.done: List[CheckRow] = []
         self.skipped: Counter = Counter()
         self.replaced: Counter = Counter()
@@ -173,12 +187,21 @@ class CallChecks:
         except Cancelled as exc:
             self.skipped["skipped: %s" % exc] += 1
             return None
+        refusal = p.refusal  # read with the step's ratios, or now when a preheat sample or fix needs it
+        if refusal is not None:
+            if sample or fb.fix:
+                if ops.resolve([refusal[0]])[0]:
+                    self.skipped["skipped: %s" % refusal[1]] += 1
+                    return None
+                refusal = None
+            else:
+                self.refusals.append(refusal)
         new = ops.rerun(func, p, fb.fix, context if fb.pert_mode in WHOLE_CALL_MODES else None)
         self.checked += 1
         if sample:
             self._preheat_sample(api, func, args, kwargs, out, new, out_dtype)
             return None
-        self._compare(name, api, items, ops.output_items(new), out_dtype, step)
+        self._compare(name, api, items, ops.output_items(new), out_dtype, step, refusal)
         if fb.fix:
             return self._replacement(api, out, new)
         return None
@@ -192,7 +215,8 @@ class CallChecks:
                 return learned, (api, out_dtype) in self.preheat.frozen
         return threshold, False
 
-    def _compare(self, name: str, api: str, items: List, new_items: List, out_dtype: str, step: int) -> None:
+    def _compare(self, name: str, api: str, items: List, new_items: List, out_dtype: str, step: int,
+                 refusal: Optional[Tuple[Any, str]] = None) -> None:
         fb, ops = self.fb, self.ops
         threshold, strict = self.threshold(api, out_dtype)
         for (i, a), (_, b) in zip(items, new_items):
@@ -204,14 +228,14 @@ class CallChecks:
                     self.done.append(row)
                     continue
                 tol = th.forward_abs_tol(str(b.dtype))
-                self.pending.append(Pending(row, ops.tensor_ratio(a, b, tol), strict))
+                self.pending.append(Pending(row, ops.tensor_ratio(a, b, tol), strict, refusal))
                 continue
             ratio = scalar_ratio(a, b)
             if ratio is None:
                 continue
             row = CheckRow(step, name, "forward", fb.pert_mode, fb.handler_type, i, type(a).__name__, "[]",
                            threshold=threshold, replaced=fb.fix)
-            self.pending.append(Pending(row, ratio, strict))
+            self.pending.append(Pending(row, ratio, strict, refusal))
 
     def _preheat_sample(self, api: str, func: Any, args: tuple, kwargs: Dict[str, Any], out: Any, new: Any,
                         out_dtype: str) -> None:
@@ -247,7 +271,8 @@ class CallChecks:
         if self.backward is not None:
             self.done.extend(self.backward.finish_step())
         pending, self.pending = self.pending, []
-        rows = list(self.done) + judge(pending, self.ops.resolve)
+        refusals, self.refusals = self.refusals, []
+        rows = list(self.done) + judge(pending, self.ops.resolve, self.skipped, refusals)
         self.done = []
         for r in rows:
             r.step = step

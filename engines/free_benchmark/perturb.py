@@ -20,15 +20,18 @@ class Cancelled(Exception):
 
 class Perturbed:
     """The perturbed call's arguments, whether anything changed, and the device the re-run happens on (to_cpu;
-    None: the call's own)."""
+    None: the call's own). ``refusal``: ``(flag, reason)`` when whether the mode applies is decided on the device
+    (add_noise's ``max(abs(x)) < eps``): the flag, a 0-d tensor, is read with the step's ratios, and a call it
+    refuses is counted as skipped then, its rows dropped (no host sync per call)."""
 
-    __slots__ = ("args", "kwargs", "changed", "device")
+    __slots__ = ("args", "kwargs", "changed", "device", "refusal")
 
     def __init__(self, args: tuple, kwargs: Dict[str, Any], changed: bool, device: Any = None) -> None:
         self.args = args
         self.kwargs = kwargs
         self.changed = changed
         self.device = device
+        self.refusal: Optional[Tuple[Any, str]] = None
 
 
 def first_eligible_index(args: tuple, is_tensor: Callable[[Any], bool], eligible: Callable[[Any], bool]

@@ -164,7 +164,7 @@ class TorchOps:
 
     def perturb(self, mode: str, args: tuple, kwargs: Dict[str, Any], index: int, lowered: Optional[torch.dtype],
                 keep_graph: bool) -> Perturbed:
-        return perturb(mode, args, kwargs, index, autocast_dtype=lowered, keep_graph=keep_graph)
+        return perturb(mode, args, kwargs, index, autocast_dtype=lowered, keep_graph=keep_graph, defer_refusal=True)
 
     def rerun(self, func: Any, perturbed: Perturbed, keep_graph: bool,
               context: Optional[Tuple[str, torch.dtype]]) -> Any:

@@ -8,19 +8,25 @@ The output's ratio is the largest over **all** chunks (msprobe keeps only the la
 bfloat16 sides are compared in float32: computed in bfloat16 the ratio itself would be rounded to 1 + k/128,
 which no 1.004 threshold can judge.
 
-Ratios stay 0-d device tensors until ``resolve`` moves a step's worth to the host at once.
+Since the output's ratio is the largest over all chunks, it is ``max(max r, 1/min r)`` over the whole tensor (inf
+when any product ``a*b`` is below ``-tol^2``) whatever the chunks: ``tensor_ratio`` computes it in blocks of at
+most ``BLOCK`` elements, nine passes per block and no temporaries, in a workspace reused from call to call
+(``_workspace``: on the CPU a fresh buffer of a few MB costs its page faults on every call, as much as the passes
+themselves), and keeps three 0-d device tensors per output (``Parts``: ``min(a*b)``, ``min r``, ``max r``).
+``resolve`` finishes a step's worth at once, batched per device and dtype, with one transfer per device.
+``chunk_ratio`` is the formula for one chunk as written, the reference the blocked path equals bit for bit (tests).
 to_cpu is judged differently (msprobe's SingleCompare): ``single_compare``.
 """
 
+import threading
 from typing import Any, Dict, List, Tuple, Union
 
 import torch
 
 from engines.free_benchmark import structure
 from engines.free_benchmark.metric import scalar_ratio  # noqa: F401 (this module's interface)
-from engines.free_benchmark.thresholds import chunk_count, to_cpu_limits
+from engines.free_benchmark.thresholds import to_cpu_limits
 
-Ratio = Union[float, torch.Tensor]
 _INF = float("inf")
 
 
@@ -47,8 +53,50 @@ def chunk_ratio(a: torch.Tensor, b: torch.Tensor, tol: float) -> torch.Tensor:
     return torch.where(flip, torch.full_like(ratio, _INF), ratio)
 
 
+#: elements per block of ``tensor_ratio`` (the CPU workspace holds three blocks of the work dtype: 6 MB in float32)
+BLOCK = 1 << 19
+
+
+class Parts:
+    """A tensor pair's ratio still on the device, as three 0-d tensors of the work dtype: the smallest product
+    ``a*b`` (a sign flip when below ``-tol^2``), the smallest and the largest ``r``. ``resolve`` finishes it."""
+
+    __slots__ = ("flip_min", "lo", "hi", "tol")
+
+    def __init__(self, flip_min: torch.Tensor, lo: torch.Tensor, hi: torch.Tensor, tol: float) -> None:
+        self.flip_min = flip_min
+        self.lo = lo
+        self.hi = hi
+        self.tol = tol
+
+
+Ratio = Union[float, torch.Tensor, Parts]
+_local = threading.local()
+
+
+def _workspace(dtype: torch.dtype, device: torch.device, n: int) -> torch.Tensor:
+    """``3n`` elements of ``dtype`` to compute in. On the CPU one buffer per thread and dtype, kept and grown to the
+    largest block seen (at most ``3 * BLOCK`` elements); on an accelerator the framework's caching allocator
+    serves a fresh one (which keeps it safe across streams)."""
+    if device.type != "cpu":
+        return torch.empty(3 * n, dtype=dtype, device=device)
+    buffers = getattr(_local, "buffers", None)
+    if buffers is None:
+        buffers = _local.buffers = {}
+    buf = buffers.get(dtype)
+    if buf is None or buf.numel() < 3 * n:
+        with torch.inference_mode(False):  # written in place later, inside inference mode or not
+            buf = buffers[dtype] = torch.empty(3 * n, dtype=dtype)
+    return buf
+
+
+def _flat(t: torch.Tensor) -> torch.Tensor:
+    t = t.detach()
+    return (torch.view_as_real(t) if t.is_complex() else t).reshape(-1)
+
+
 def tensor_ratio(original: torch.Tensor, perturbed: torch.Tensor, tol: float) -> Ratio:
-    """The ratio of one output tensor pair, max over all chunks."""
+    """The ratio of one output tensor pair over all its elements (``Parts``; a float when decided at once)."""
     if not (perturbed.is_floating_point() or perturbed.is_complex()):
         same = original.shape == perturbed.shape and bool(torch.equal(original.to(perturbed.device), perturbed))
         return 1.0 if same else _INF
@@ -57,32 +105,69 @@ def tensor_ratio(original: torch.Tensor, perturbed: torch.Tensor, tol: float) ->
     if perturbed.numel() == 0:
         return 1.0
     dt = work_dtype(perturbed)
-    b = perturbed.detach()
-    if b.is_complex():
-        b = torch.view_as_real(b)
-    a = original.detach()
-    if a.is_complex():
-        a = torch.view_as_real(a)
-    a = a.to(device=b.device, dtype=dt).reshape(-1)
-    b = b.to(dt).reshape(-1)
-    n = chunk_count(perturbed.numel() * perturbed.element_size())
-    if n == 1:
-        return chunk_ratio(a, b, tol)
-    return torch.stack([chunk_ratio(x, y, tol) for x, y in zip(a.chunk(n), b.chunk(n))]).amax()
+    a, b = _flat(original), _flat(perturbed)
+    if a.numel() != b.numel():
+        raise ValueError("a complex output compared with a real one")
+    if a.device != b.device:
+        a = a.to(b.device)
+    n = b.numel()
+    size = min(n, BLOCK)
+    buf = _workspace(dt, b.device, size)
+    parts = []
+    for start in range(0, n, size):
+        stop = min(n, start + size)
+        k = stop - start
+        both = buf[:2 * k]  # x and y side by side: one clamp for both; z for the products
+        x, y, z = both[:k], both[k:], buf[2 * k:3 * k]
+        bb = b[start:stop]
+        x.copy_(a[start:stop])
+        if bb.dtype is dt:  # |b| written straight into y: one pass over b fewer
+            torch.mul(x, bb, out=z)
+            torch.abs(bb, out=y)
+        else:
+            y.copy_(bb)
+            torch.mul(x, y, out=z)
+            y.abs_()
+        flip_min = z.amin()
+        x.abs_()
+        both.clamp_(min=tol)
+        x.div_(y)
+        torch.nan_to_num_(x, nan=1.0)
+        lo, hi = torch.aminmax(x)
+        parts.append((flip_min, lo, hi))
+    if len(parts) == 1:
+        return Parts(parts[0][0], parts[0][1], parts[0][2], tol)
+    mins, los, his = (torch.stack(p) for p in zip(*parts))
+    return Parts(mins.amin(), los.amin(), his.amax(), tol)
+
+
+def _finish(group: List[Parts]) -> torch.Tensor:
+    """The ratios of same-dtype, same-device ``Parts``: ``max(max r, 1/min r)``, inf for a sign flip."""
+    flip_min = torch.stack([p.flip_min for p in group])
+    lo = torch.stack([p.lo for p in group])
+    hi = torch.stack([p.hi for p in group])
+    limit = torch.tensor([-(p.tol * p.tol) for p in group], dtype=flip_min.dtype).to(flip_min.device)
+    ratio = torch.maximum(hi, torch.reciprocal(lo))
+    return ratio.masked_fill(flip_min < limit, _INF)
 
 
 def resolve(values: List[Ratio]) -> List[float]:
     """Host floats of a batch of ratios: one transfer per device."""
     out: List[float] = [0.0] * len(values)
-    by_device: Dict[Any, List[Tuple[int, torch.Tensor]]] = {}
+    tensors: Dict[Any, List[Tuple[List[int], torch.Tensor]]] = {}
+    groups: Dict[Tuple[Any, Any], List[Tuple[int, Parts]]] = {}
     for i, v in enumerate(values):
-        if isinstance(v, torch.Tensor):
-            by_device.setdefault(v.device, []).append((i, v))
+        if isinstance(v, Parts):
+            groups.setdefault((v.hi.device, v.hi.dtype), []).append((i, v))
+        elif isinstance(v, torch.Tensor):
+            tensors.setdefault(v.device, []).append(([i], v.reshape(1)))
         else:
             out[i] = float(v)
-    for pairs in by_device.values():
-        host = torch.stack([t.to(torch.float64) for _, t in pairs]).cpu().tolist()
-        for (i, _), h in zip(pairs, host):
+    for (device, _), pairs in groups.items():
+        tensors.setdefault(device, []).append(([i for i, _ in pairs], _finish([p for _, p in pairs])))
+    for batches in tensors.values():
+        host = torch.cat([t.to(torch.float64) for _, t in batches]).cpu().tolist()
+        for i, h in zip((i for idx, _ in batches for i in idx), host):
             out[i] = float(h)
     return out
 

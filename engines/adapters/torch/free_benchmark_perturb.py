@@ -14,7 +14,7 @@ first positional argument that is a tensor or a container; ``engines.free_benchm
 a reason, what it cannot perturb.
 """
 
-from typing import Any, Callable, Dict, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import torch
 
@@ -42,33 +42,62 @@ def first_eligible_index(args: tuple) -> Optional[int]:
     return neutral.first_eligible_index(args, _is_tensor, _eligible)
 
 
-def _noise_precheck(x: torch.Tensor, mode: str) -> float:
+#: read the refusal rule with the step's ratios on the CPU too (a CPU read is no sync, and a deferred refusal
+#: re-runs the call for nothing: off but for tests)
+DEFER_REFUSAL_ON_CPU = False
+
+
+def _noise_precheck(x: torch.Tensor, mode: str, refusals: Optional[List[Tuple[torch.Tensor, str]]] = None
+                    ) -> Tuple[float, torch.Tensor]:
+    """(eps, ``|x|``): the magnitudes serve the perturbation too (one pass fewer). With ``refusals``, on an
+    accelerator, the rule ``max(abs(x)) < eps`` is not read here (a host sync per call): its flag (a 0-d tensor)
+    and reason are appended, and the caller reads it with the step's ratios."""
     eps = epsilon(str(x.dtype))
     if eps is None:
         raise Cancelled("%s: dtype %s unsupported" % (mode, x.dtype))
     if x.numel() == 0:
         raise Cancelled("%s: empty tensor" % mode)
     try:
-        top = x.abs().max().item()
+        magnitude = x.abs()
+        top = magnitude.max()
     except RuntimeError:
-        top = x.float().abs().max().item()
-    if not top >= eps:
-        raise Cancelled("%s: maximum value is less than the minimum threshold" % mode)
-    return eps
+        magnitude = x.float().abs()
+        top = magnitude.max()
+    reason = "%s: maximum value is less than the minimum threshold" % mode
+    if refusals is not None and (x.device.type != "cpu" or DEFER_REFUSAL_ON_CPU):
+        refusals.append((torch.logical_not(top.double() >= eps), reason))  # compared in float64, as on the host
+    elif not top.item() >= eps:
+        raise Cancelled(reason)
+    return eps, magnitude
 
 
-def add_noise(x: torch.Tensor) -> torch.Tensor:
-    eps = _noise_precheck(x, "add_noise")
-    return torch.where(x.abs() > eps ** 0.5, x + eps, x)
+#: from this many elements ``_select`` picks bits with integer operations: ``torch.where`` on the CPU branches per
+#: element and costs ~6x as much on a mask that is mostly but not all true (what noise masks are)
+SELECT_BITS_FROM = 4096
 
 
-def bit_noise(x: torch.Tensor) -> torch.Tensor:
-    _noise_precheck(x, "bit_noise")
+def _select(mask: torch.Tensor, new: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """``torch.where(mask, new, x)`` bit for bit (``new`` is a fresh tensor of x's dtype and shape, used up)."""
+    view = _INT_VIEWS.get(x.dtype)
+    if view is None or x.numel() < SELECT_BITS_FROM or not (x.is_contiguous() and new.is_contiguous()) \
+            or new.shape != x.shape or mask.shape != x.shape:
+        return torch.where(mask, new, x)
+    bits = x.view(view)
+    return new.view(view).bitwise_xor_(bits).mul_(mask).bitwise_xor_(bits).view(x.dtype)
+
+
+def add_noise(x: torch.Tensor, refusals: Optional[List[Tuple[torch.Tensor, str]]] = None) -> torch.Tensor:
+    eps, magnitude = _noise_precheck(x, "add_noise", refusals)
+    return _select(magnitude > eps ** 0.5, x + eps, x)
+
+
+def bit_noise(x: torch.Tensor, refusals: Optional[List[Tuple[torch.Tensor, str]]] = None) -> torch.Tensor:
+    _, magnitude = _noise_precheck(x, "bit_noise", refusals)
     view = _INT_VIEWS.get(x.dtype)
     if view is None:
         raise Cancelled("bit_noise: dtype %s unsupported" % x.dtype)
     flipped = (x.contiguous().view(view) ^ 1).view(x.dtype)
-    return torch.where(x.abs() > torch.finfo(x.dtype).tiny, flipped, x)
+    return _select(magnitude > torch.finfo(x.dtype).tiny, flipped, x)
 
 
 def change_value(x: torch.Tensor) -> torch.Tensor:
@@ -103,8 +132,11 @@ def _map_tensors(obj: Any, fn: Callable[[torch.Tensor], torch.Tensor]) -> Any:
     return structure.map_tensors(obj, _is_tensor, fn)
 
 
+_NOISE = {"add_noise": add_noise, "bit_noise": bit_noise}
+
+
 def perturb(mode: str, args: tuple, kwargs: Dict[str, Any], index: int, autocast_dtype: Optional[torch.dtype] = None,
-            keep_graph: bool = False) -> Perturbed:
+            keep_graph: bool = False, defer_refusal: bool = False) -> Perturbed:
     """Perturbed arguments for ``mode``. ``index`` is the eligible argument (``first_eligible_index``).
 
     improve_precision when autocast lowered the call (the caller passes ``autocast_dtype`` then): its float32
@@ -112,7 +144,15 @@ def perturb(mode: str, args: tuple, kwargs: Dict[str, Any], index: int, autocast
     rounding, and the call counts as changed (it re-runs with autocast off). ``keep_graph`` (fix mode) keeps the
     perturbed tensors in the autograd graph and skips that rounding: the fix is the full float32 call."""
     whole = {"improve_precision": lambda a, k: _improve_precision(a, k, autocast_dtype, keep_graph), "to_cpu": _to_cpu}
-    return neutral.perturbed(mode, args, kwargs, index, _DETACHED, _eligible, whole)
+    if not (defer_refusal and mode in _NOISE):
+        return neutral.perturbed(mode, args, kwargs, index, _DETACHED, _eligible, whole)
+    # ``defer_refusal``: add_noise/bit_noise do not read max(abs(x)) on the host (``Perturbed.refusal``)
+    refusals: List[Tuple[torch.Tensor, str]] = []
+    noise = _NOISE[mode]
+    p = neutral.perturbed(mode, args, kwargs, index, {mode: lambda t: noise(t.detach(), refusals)}, _eligible, whole)
+    if refusals:
+        p.refusal = refusals[0]
+    return p
 
 
 def _improve_precision(args: tuple, kwargs: Dict[str, Any], autocast_dtype: Optional[torch.dtype],
