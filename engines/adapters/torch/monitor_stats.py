@@ -2,7 +2,7 @@
 
 ``StepMetrics`` collects 0-d device tensors during a step (activation hooks, the optimizer hooks) together with
 their series keys; ``collect()`` concatenates them and makes the step's single device-to-host copy. Nothing here
-calls ``.item()``.
+calls ``.item()`` on an accelerator tensor (on the CPU a read costs no sync, and ``tensor_metrics`` uses it).
 
 Definitions (docs/reference/msprobe-tasks.md §10.3): min / max as stored; mean and norm accumulated in float64 for activations and
 in float32 or wider for the bulk weight-gradient norms (``torch._foreach_norm``, one fused kernel for all
