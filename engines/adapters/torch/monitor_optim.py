@@ -9,7 +9,7 @@ need ``exp_avg`` / ``exp_avg_sq`` in the state (Adam, AdamW, and optimizers that
   the first step).
 """
 
-from typing import List, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import torch
 
@@ -36,16 +36,37 @@ def add_bulk(metrics: StepMetrics, tag: str, named: Sequence[Tuple[str, torch.Te
 
 
 def record_mg_direction(metrics: StepMetrics, optimizer, named: NamedParams) -> None:
+    names: List[str] = []
+    values: List[Optional[torch.Tensor]] = []  # None: no momentum yet (1.0)
+    grads, moms, slots = [], [], []
     for name, param in named:
         grad = grad_of(param)
         if grad is None:
             continue
         momentum = _state(optimizer, param, "exp_avg")
-        if momentum is None or grad.numel() == 0:
-            metrics.add_value("mg_direction", name, "value", 1.0)
-            continue
-        agree = (torch.sign(grad.detach()) * torch.sign(momentum)).sum(dtype=torch.float64) / grad.numel()
-        metrics.add_value("mg_direction", name, "value", (agree + 1.0) / 2.0)
+        names.append(name)
+        values.append(None)
+        if momentum is not None and grad.numel() > 0:
+            grads.append(grad.detach())
+            moms.append(momentum)
+            slots.append(len(values) - 1)
+    if not names:
+        return
+    if grads:  # the sign products of all parameters with one foreach call each (the same numbers one by one)
+        products = torch._foreach_sign(grads)
+        torch._foreach_mul_(products, torch._foreach_sign(moms))
+        for slot, grad, product in zip(slots, grads, products):
+            values[slot] = (_sign_sum(product) / grad.numel() + 1.0) / 2.0
+    one = torch.tensor(1.0, dtype=torch.float64)
+    metrics.add_values("mg_direction", names, "value", torch.stack([one if v is None else v for v in values]))
+
+
+def _sign_sum(product: torch.Tensor) -> torch.Tensor:
+    """The float64 sum of a tensor of -1, 0 and 1: exact in float32 while every partial sum is a float32 integer
+    (so the same number as ``sum(dtype=float64)``, which costs several times more on the CPU)."""
+    if product.numel() <= 1 << 24 and product.is_floating_point():
+        return product.sum(dtype=torch.float32).to(torch.float64)
+    return product.sum(dtype=torch.float64)
 
 
 def record_adam_state(metrics: StepMetrics, optimizer, named: NamedParams, ops, eps) -> None:
@@ -69,9 +90,11 @@ def _group_of(optimizer) -> dict:
 
 
 def record_update(metrics: StepMetrics, optimizer, named: NamedParams, ops, eps) -> None:
+    """Adam's update and update ratio; parameters that share the step count and hyper-parameters (normally all)
+    are computed together with foreach calls, element by element the same arithmetic as one at a time."""
     groups = _group_of(optimizer)
-    updates = []
-    ratios = []
+    batches: Dict[object, Tuple[tuple, List[int], list, list, list]] = {}
+    names: List[str] = []
     for name, param in named:
         m = _state(optimizer, param, "exp_avg")
         v = _state(optimizer, param, "exp_avg_sq")
@@ -84,15 +107,34 @@ def record_update(metrics: StepMetrics, optimizer, named: NamedParams, ops, eps)
         t = float(step.item()) if isinstance(step, torch.Tensor) and step.device.type == "cpu" else step
         if not isinstance(t, torch.Tensor):
             t = float(t)
-        correction1 = 1 - beta1 ** t
-        correction2 = 1 - beta2 ** t
-        adam_eps = float(group.get("eps", 1e-8))
-        update = (m / correction1) / ((v / correction2).sqrt() + adam_eps)
-        updates.append((name, update))
         lr = group.get("lr", 0.0)
         lr = float(lr) if not isinstance(lr, torch.Tensor) else lr
-        param_norm = torch.linalg.vector_norm(local_shard(param.detach()), dtype=torch.float64)
-        ratios.append((name, lr * torch.linalg.vector_norm(update, dtype=torch.float64) / param_norm))
-    add_bulk(metrics, "update", updates, ops, eps)
-    for name, ratio in ratios:
-        metrics.add_value("update_ratio", name, "value", ratio)
+        scalars = (1 - beta1 ** t, 1 - beta2 ** t, float(group.get("eps", 1e-8)), lr)
+        key = scalars if not any(isinstance(x, torch.Tensor) for x in scalars) else len(names)
+        batch = batches.setdefault(key, (scalars, [], [], [], []))
+        batch[1].append(len(names))
+        batch[2].append(m)
+        batch[3].append(v)
+        batch[4].append(local_shard(param.detach()))
+        names.append(name)
+    if not names:
+        return
+    updates: List[Optional[torch.Tensor]] = [None] * len(names)
+    ratios: List[Optional[torch.Tensor]] = [None] * len(names)
+    for (correction1, correction2, adam_eps, lr), slots, ms, vs, params in batches.values():
+        if isinstance(correction1, torch.Tensor):  # a device step counter: one parameter, plain arithmetic
+            batch_updates = [(m / correction1) / ((v / correction2).sqrt() + adam_eps) for m, v in zip(ms, vs)]
+        else:
+            batch_updates = torch._foreach_div(ms, correction1)
+            denominators = torch._foreach_div(vs, correction2)
+            torch._foreach_sqrt_(denominators)
+            torch._foreach_add_(denominators, adam_eps)
+            torch._foreach_div_(batch_updates, denominators)
+        update_norms = torch.stack(torch._foreach_norm(batch_updates, 2, dtype=torch.float64))
+        param_norms = torch.stack(torch._foreach_norm(params, 2, dtype=torch.float64))
+        batch_ratios = lr * update_norms / param_norms
+        for i, slot in enumerate(slots):
+            updates[slot] = batch_updates[i]
+            ratios[slot] = batch_ratios[i]
+    add_bulk(metrics, "update", list(zip(names, updates)), ops, eps)
+    metrics.add_values("update_ratio", names, "value", torch.stack(ratios))  # type: ignore[arg-type]

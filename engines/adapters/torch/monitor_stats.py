@@ -2,14 +2,16 @@
 
 ``StepMetrics`` collects 0-d device tensors during a step (activation hooks, the optimizer hooks) together with
 their series keys; ``collect()`` concatenates them and makes the step's single device-to-host copy. Nothing here
-calls ``.item()``.
+calls ``.item()`` on an accelerator tensor (on the CPU a read costs no sync, and ``tensor_metrics`` uses it).
 
 Definitions (docs/reference/msprobe-tasks.md §10.3): min / max as stored; mean and norm accumulated in float64 for activations and
 in float32 or wider for the bulk weight-gradient norms (``torch._foreach_norm``, one fused kernel for all
 parameters); zeros = fraction of ``|x| < eps``; nans / infs = counts; id = the value of a 0-dim tensor.
 """
 
-from typing import Dict, List, Optional, Sequence, Tuple
+import math
+import weakref
+from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import torch
@@ -20,7 +22,7 @@ _HAS_FOREACH_MAX = hasattr(torch, "_foreach_max")
 
 
 def _shape(t: torch.Tensor) -> str:
-    return "[" + ", ".join(str(int(s)) for s in t.shape) + "]"
+    return str(list(t.shape))
 
 
 def _real(x: torch.Tensor) -> torch.Tensor:
@@ -31,34 +33,70 @@ def _real(x: torch.Tensor) -> torch.Tensor:
     return x
 
 
+_EXACT_FLOAT32_COUNT = 1 << 24  # every integer up to this is a float32: a 0/1 sum below it is exact
+
+
+def _count(indicator: torch.Tensor, numel: int) -> torch.Tensor:
+    """The number of ones in a 0/1 float tensor, exactly (float32 while every partial sum is a float32 integer)."""
+    return indicator.sum(dtype=torch.float32 if numel <= _EXACT_FLOAT32_COUNT else torch.float64)
+
+
 def tensor_metrics(x: torch.Tensor, ops: Sequence[str], eps: float) -> torch.Tensor:
-    """A float64 device tensor with one value per op, in ``ops`` order (of the local shard of a DTensor)."""
+    """A float64 device tensor with one value per op, in ``ops`` order (of the local shard of a DTensor).
+
+    One float64 copy serves mean and norm, one ``|x|`` serves the counts, and each count writes its 0/1 test into
+    a float tensor and sums that (a comparison into a bool tensor and a bool sum cost several times more on the
+    CPU). On the CPU, where reading a value costs no device sync, finite min and max prove that there is no NaN
+    and no inf (both propagate NaN), so the two counts are skipped, and the values are gathered as host numbers.
+    Every value is the same number as ``x.mean(dtype=float64)``, ``vector_norm(x, dtype=float64)``,
+    ``(x.abs() < eps).sum() / numel`` (float32), ``isnan(x).sum()`` and ``isinf(x).sum()`` give
+    (tests/test_monitor_stats.py checks it bitwise).
+    """
     x = _real(local_shard(x.detach()))
     numel = x.numel()
     if numel == 0:
         return torch.full((len(ops),), float("nan"), dtype=torch.float64, device=x.device)
-    values: List[torch.Tensor] = []
-    lo = hi = None
+    on_cpu = x.device.type == "cpu"
+    values: List[Union[torch.Tensor, float]] = []
+    lo = hi = wide = magnitude = None
+    finite = False
+    if on_cpu and ("nans" in ops or "infs" in ops):
+        lo, hi = torch.aminmax(x)
+        finite = math.isfinite(lo.item()) and math.isfinite(hi.item())
     for op in ops:
         if op in ("min", "max"):
             if lo is None:
                 lo, hi = torch.aminmax(x)
             values.append(lo if op == "min" else hi)
-        elif op == "mean":
-            values.append(x.mean(dtype=torch.float64))
-        elif op == "norm":
-            values.append(torch.linalg.vector_norm(x, dtype=torch.float64))
-        elif op == "zeros":
-            values.append((x.abs() < eps).sum() / float(numel))
-        elif op == "nans":
-            values.append(torch.isnan(x).sum())
-        elif op == "infs":
-            values.append(torch.isinf(x).sum())
+        elif op in ("mean", "norm"):
+            if wide is None:
+                wide = x.to(torch.float64)
+            values.append(wide.mean() if op == "mean" else torch.linalg.vector_norm(wide))
+        elif op in ("zeros", "nans", "infs"):
+            if magnitude is None:
+                magnitude = x.abs()
+            values.append(0.0 if op != "zeros" and finite else _count_op(op, magnitude, numel))
         elif op == "id":
             values.append(x.reshape(()) if x.dim() == 0 else torch.tensor(float("nan"), device=x.device))
         else:
             raise ValueError(f"unknown monitor op {op!r}")
-    return torch.stack([v.to(torch.float64) for v in values])
+    if "zeros" in ops:  # last: it overwrites |x| with its 0/1 test
+        assert magnitude is not None
+        zeros = _count(magnitude.lt_(eps), numel)
+        values[ops.index("zeros")] = zeros.to(torch.float32) / float(numel)
+    if on_cpu:
+        return torch.tensor([float(v) for v in values], dtype=torch.float64)
+    return torch.stack(values).to(torch.float64)  # type: ignore[arg-type]  # stack promotes; every value is exact
+
+
+def _count_op(op: str, magnitude: torch.Tensor, numel: int) -> Union[torch.Tensor, float]:
+    """The NaN or inf count of ``|x|`` (a placeholder for ``zeros``, counted after them)."""
+    if op == "zeros":
+        return 0.0
+    scratch = torch.empty_like(magnitude)
+    if op == "nans":
+        return _count(torch.ne(magnitude, magnitude, out=scratch), numel)
+    return _count(torch.eq(magnitude, float("inf"), out=scratch), numel)
 
 
 def bulk_metrics(tensors: Sequence[torch.Tensor], ops: Sequence[str], eps: float) -> torch.Tensor:
@@ -70,7 +108,7 @@ def bulk_metrics(tensors: Sequence[torch.Tensor], ops: Sequence[str], eps: float
     plain = all(t.numel() > 0 for t in tensors)
     if "norm" in ops and plain:
         columns["norm"] = torch.stack(torch._foreach_norm(tensors, 2, dtype=torch.float32)).to(torch.float64)
-    if "max" in ops and plain and _HAS_FOREACH_MAX:
+    if "max" in ops and "min" not in ops and plain and _HAS_FOREACH_MAX:  # with min, aminmax gives max too
         columns["max"] = torch.stack([v.to(torch.float64) for v in torch._foreach_max(tensors)])
     rest = [op for op in ops if op not in columns]
     if rest:
@@ -85,6 +123,9 @@ class StepMetrics:
 
     def __init__(self):
         self._blocks: List[torch.Tensor] = []
+        # id(tensor) -> (weak reference, version, ops, eps, values): a tensor measured twice in a step (one
+        # module's output is the next one's input, and their gradients are one tensor) is measured once.
+        self._measured: Dict[int, Tuple[weakref.ref, int, Tuple[str, ...], float, torch.Tensor]] = {}
         self.keys: List[Tuple[str, str, str]] = []
         self.shapes: List[str] = []
         self.dtypes: List[str] = []
@@ -94,26 +135,48 @@ class StepMetrics:
 
     def add_tensor(self, tag: str, name: str, tensor: torch.Tensor, ops: Sequence[str], eps: float) -> None:
         tensor = local_shard(tensor)
-        self._add(tensor_metrics(tensor, ops, eps), [(tag, name, op) for op in ops], _shape(tensor), str(tensor.dtype))
+        values = self._measure(tensor, tuple(ops), eps)
+        self._add(values, [(tag, name, op) for op in ops], _shape(tensor), str(tensor.dtype))
+
+    def _measure(self, tensor: torch.Tensor, ops: Tuple[str, ...], eps: float) -> torch.Tensor:
+        """``tensor_metrics``, or the values of this very tensor measured earlier in the step and not changed
+        since (the same object, alive, with the same in-place version counter)."""
+        seen = self._measured.get(id(tensor))
+        version = tensor._version
+        if seen is not None and seen[0]() is tensor and seen[1] == version and seen[2] == ops and seen[3] == eps:
+            return seen[4]
+        values = tensor_metrics(tensor, ops, eps)
+        try:
+            self._measured[id(tensor)] = (weakref.ref(tensor), version, ops, eps, values)
+        except TypeError:  # a tensor type without weak references is measured every time
+            pass
+        return values
 
     def add_bulk(self, tag: str, names: Sequence[str], tensors: Sequence[torch.Tensor], ops: Sequence[str],
                  eps: float) -> torch.Tensor:
         """Metrics of many tensors at once; returns the ``(n, len(ops))`` device block."""
         tensors = [local_shard(t) for t in tensors]
         block = bulk_metrics(tensors, ops, eps)
-        keys = [(tag, name, op) for name in names for op in ops]
-        shapes = [_shape(t) for t in tensors for _ in ops]
-        dtypes = [str(t.dtype) for t in tensors for _ in ops]
+        width = len(ops)
         self._blocks.append(block.reshape(-1))
-        self.keys += keys
-        self.shapes += shapes
-        self.dtypes += dtypes
+        self.keys += [(tag, name, op) for name in names for op in ops]
+        for t in tensors:
+            self.shapes += [_shape(t)] * width
+            self.dtypes += [str(t.dtype)] * width
         return block
 
     def add_value(self, tag: str, name: str, metric: str, value) -> None:
         if not isinstance(value, torch.Tensor):
             value = torch.tensor(float(value), dtype=torch.float64)
         self._add(value.detach().reshape(1).to(torch.float64), [(tag, name, metric)], "[]", str(value.dtype))
+
+    def add_values(self, tag: str, names: Sequence[str], metric: str, values: torch.Tensor) -> None:
+        """One single value per name (a 1-d tensor, in ``names`` order), as ``add_value`` one by one would."""
+        values = values.detach().reshape(-1)
+        self._blocks.append(values.to(torch.float64))
+        self.keys += [(tag, name, metric) for name in names]
+        self.shapes += ["[]"] * len(names)
+        self.dtypes += [str(values.dtype)] * len(names)
 
     def _add(self, values: torch.Tensor, keys, shape: str, dtype: str) -> None:
         self._blocks.append(values)
