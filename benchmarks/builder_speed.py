@@ -49,6 +49,7 @@ class _Frames:
         self.count = 0
         self.condition: Optional[Callable[[], bool]] = None
         self.drawn_at: Optional[Tuple[float, float]] = None
+        self._drawn = asyncio.Event()
         original = app._display
 
         def display(screen: Any, renderable: Any) -> None:
@@ -58,16 +59,18 @@ class _Frames:
                 if self.condition is not None and self.condition():
                     self.drawn_at = (time.perf_counter(), time.process_time())
                     self.condition = None
+                    self._drawn.set()
 
         app._display = display
 
     def expect(self, condition: Callable[[], bool]) -> None:
         self.condition, self.drawn_at = condition, None
+        self._drawn.clear()
 
     async def drawn(self) -> Tuple[float, float]:
         """Wait for the frame :meth:`expect` asked for; its ``(wall, cpu)`` times."""
-        while self.drawn_at is None:
-            await asyncio.sleep(0.001)
+        await self._drawn.wait()  # not a polling loop: it would take CPU from what is measured
+        assert self.drawn_at is not None
         return self.drawn_at
 
     async def next_after(self, pilot: Any, count: int) -> None:
@@ -178,7 +181,7 @@ async def measure_builder(repeat: int, tabs: int) -> Dict[str, Any]:
                 await _settle(pilot)  # the builder's removal is not part of the next open
     out: Dict[str, Any] = {}
     for name, values in figures.items():
-        out[name] = {"median": round(statistics.median(values), 1), "max": round(max(values), 1),
+        out[name] = {"median": round(statistics.median(values), 1), "max": round(max(values), 1), "all": [round(v) for v in values],
                      "n": len(values)}
     return out
 
