@@ -5,8 +5,10 @@ answers :meth:`FieldRow.collect` with ``(present, value)``: absent values are le
 the schema's defaults apply. Rows keep references to the widgets they create, so collecting a form's values
 walks no DOM queries (a form has hundreds of widgets and is collected on every keystroke).
 
-A row draws its label itself (and a switch's "on"/"off" after the control): Textual spends a few milliseconds of
-CPU on each widget a form mounts, and a ``Horizontal`` with a ``Label`` per row were two of a row's four or five.
+A row draws its label (and a switch's "on"/"off" after the control) and the line of doc under the control itself:
+Textual spends a few milliseconds of CPU on each widget a form mounts, and a ``Horizontal``, a ``Label`` and a
+``Static`` per row were three of a row's four or five. A row gets a ``Static`` note (which wraps) once it has an
+error, and keeps it.
 """
 
 from typing import Any, Iterator, List, Optional, Tuple
@@ -31,9 +33,10 @@ class FieldRow(Vertical):
 
     The label (and what :meth:`line_after_control` answers, drawn after a control of ``control_width``
     columns) is drawn by the row on its first line, under no child: the control sits after it (its
-    ``margin-left`` in form.tcss), the note on the next line."""
+    ``margin-left`` in form.tcss); the doc line under it, in the control's ``margin-bottom``, until the row
+    has a note of its own (class ``-noted``: its first error)."""
 
-    COMPONENT_CLASSES = {"field-row--label", "field-row--after"}
+    COMPONENT_CLASSES = {"field-row--label", "field-row--after", "field-row--doc"}
     draws_label = True
     """Whether the row draws its label (a collapsible section shows its name in its title instead)."""
     control_width = 0
@@ -87,6 +90,12 @@ class FieldRow(Vertical):
         if after:
             label.append(" " * self.control_width)
             label.append(after, style=self.get_visual_style("field-row--after").rich_style)
+        doc = self.doc_line
+        if doc and self._note is None and not self.app.has_class("narrow"):
+            line = Text(doc, style=self.get_visual_style("field-row--doc").rich_style, no_wrap=True, end="")
+            line.truncate(max(1, self.size.width - width), overflow="ellipsis")
+            label.append("\n" + " " * width)
+            label.append_text(line)
         return label
 
     @property
@@ -99,7 +108,10 @@ class FieldRow(Vertical):
         return self._note
 
     def compose_footer(self) -> ComposeResult:
-        yield self.compose_note()
+        """The note under the control: drawn by the row (no widget) until the row has an error."""
+        if not self.draws_label or self.local_error or self.error:
+            yield self.compose_note()
+            self.add_class("-noted")
 
     def estimated_lines(self) -> int:
         """About how many lines the row takes (the form mounts a first screenful before the rest)."""
@@ -151,9 +163,21 @@ class FieldRow(Vertical):
 
     def _render_error(self) -> None:
         shown = self.local_error or self.error
+        if shown and self._note is None and self.control is not None:
+            self._add_note()
         if self._note is not None:
             self._note.update(shown or (self.doc_line if self._note_doc else ""))
         self.set_class(bool(shown), "-has-error")
+
+    def _add_note(self) -> None:
+        """The row's first error: a note widget under the control (it wraps a long message) from now on."""
+        if not self.control.is_attached:  # composed a moment ago: its children mount next
+            self.call_after_refresh(self._render_error)
+            return
+        note = self.compose_note()
+        self.mount(note, after=self.control)
+        self.add_class("-noted")
+        self.refresh()
 
     def _set_local_error(self, message: Optional[str]) -> None:
         if message == self.local_error:
