@@ -181,8 +181,10 @@ async def measure_builder(repeat: int, tabs: int) -> Dict[str, Any]:
                 await _settle(pilot)  # the builder's removal is not part of the next open
     out: Dict[str, Any] = {}
     for name, values in figures.items():
-        out[name] = {"median": round(statistics.median(values), 1), "max": round(max(values), 1), "all": [round(v) for v in values],
+        out[name] = {"median": round(statistics.median(values), 1), "max": round(max(values), 1),
                      "n": len(values)}
+        if len(values) <= 10:
+            out[name]["all"] = [round(v) for v in values]
     return out
 
 
