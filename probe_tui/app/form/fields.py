@@ -4,22 +4,42 @@ Every row knows its config path (``statistics.scope``) so that a validation issu
 answers :meth:`FieldRow.collect` with ``(present, value)``: absent values are left out of the config so that
 the schema's defaults apply. Rows keep references to the widgets they create, so collecting a form's values
 walks no DOM queries (a form has hundreds of widgets and is collected on every keystroke).
+
+A row draws its label (and a switch's "on"/"off" after the control) and the line of doc under the control itself:
+Textual spends a few milliseconds of CPU on each widget a form mounts, and a ``Horizontal``, a ``Label`` and a
+``Static`` per row were three of a row's four or five. A row gets a ``Static`` note (which wraps) once it has an
+error, and keeps it.
 """
 
 from typing import Any, Iterator, List, Optional, Tuple
 
-from textual.app import ComposeResult
-from textual.containers import Horizontal, Vertical
+from rich.text import Text
+from textual.app import ComposeResult, RenderResult
+from textual.containers import Vertical
 from textual.message import Message
 from textual.widget import Widget
-from textual.widgets import Input, Label, Select, Static, Switch
+from textual.widgets import Input, Select, Static, Switch
 
 from probe_tui.app.form import spec as S
 from probe_tui.app.form import values as V
 
+LABEL_WIDTH = 24
+"""Columns of a row's label (``NARROW_LABEL_WIDTH`` below 81 columns); the control starts after it (form.tcss)."""
+NARROW_LABEL_WIDTH = 18
+
 
 class FieldRow(Vertical):
-    """Base of every row: a label, the control(s), a one-line description and an error line."""
+    """Base of every row: a label, the control(s), a one-line description and an error line.
+
+    The label (and what :meth:`line_after_control` answers, drawn after a control of ``control_width``
+    columns) is drawn by the row on its first line, under no child: the control sits after it (its
+    ``margin-left`` in form.tcss); the doc line under it, in the control's ``margin-bottom``, until the row
+    has a note of its own (class ``-noted``: its first error)."""
+
+    COMPONENT_CLASSES = {"field-row--label", "field-row--after", "field-row--doc"}
+    draws_label = True
+    """Whether the row draws its label (a collapsible section shows its name in its title instead)."""
+    control_width = 0
 
     class Edited(Message):
         """A control of the row changed value (bubbles to the form and the screen)."""
@@ -52,8 +72,31 @@ class FieldRow(Vertical):
     def label_text(self) -> str:
         return self.spec.name + ("" if not self.spec.required else " *")
 
-    def compose_label(self) -> Label:
-        return Label(self.label_text(), classes="field-label")
+    def line_after_control(self) -> str:
+        """Text drawn after the control on the first line (a switch's state)."""
+        return ""
+
+    def label_width(self) -> int:
+        return NARROW_LABEL_WIDTH if self.app.has_class("narrow") else LABEL_WIDTH
+
+    def render(self) -> RenderResult:
+        if not self.draws_label:
+            return super().render()
+        width = self.label_width()
+        label = Text(self.label_text(), style=self.get_visual_style("field-row--label").rich_style,
+                     no_wrap=True, overflow="ellipsis", end="")
+        label.truncate(width, overflow="ellipsis", pad=True)
+        after = self.line_after_control()
+        if after:
+            label.append(" " * self.control_width)
+            label.append(after, style=self.get_visual_style("field-row--after").rich_style)
+        doc = self.doc_line
+        if doc and self._note is None and not self.app.has_class("narrow"):
+            line = Text(doc, style=self.get_visual_style("field-row--doc").rich_style, no_wrap=True, end="")
+            line.truncate(max(1, self.size.width - width), overflow="ellipsis")
+            label.append("\n" + " " * width)
+            label.append_text(line)
+        return label
 
     @property
     def doc_line(self) -> str:
@@ -65,7 +108,10 @@ class FieldRow(Vertical):
         return self._note
 
     def compose_footer(self) -> ComposeResult:
-        yield self.compose_note()
+        """The note under the control: drawn by the row (no widget) until the row has an error."""
+        if not self.draws_label or self.local_error or self.error:
+            yield self.compose_note()
+            self.add_class("-noted")
 
     def estimated_lines(self) -> int:
         """About how many lines the row takes (the form mounts a first screenful before the rest)."""
@@ -117,9 +163,21 @@ class FieldRow(Vertical):
 
     def _render_error(self) -> None:
         shown = self.local_error or self.error
+        if shown and self._note is None and self.control is not None:
+            self._add_note()
         if self._note is not None:
             self._note.update(shown or (self.doc_line if self._note_doc else ""))
         self.set_class(bool(shown), "-has-error")
+
+    def _add_note(self) -> None:
+        """The row's first error: a note widget under the control (it wraps a long message) from now on."""
+        if not self.control.is_attached:  # composed a moment ago: its children mount next
+            self.call_after_refresh(self._render_error)
+            return
+        note = self.compose_note()
+        self.mount(note, after=self.control)
+        self.add_class("-noted")
+        self.refresh()
 
     def _set_local_error(self, message: Optional[str]) -> None:
         if message == self.local_error:
@@ -162,20 +220,26 @@ def _join_path(parts: Tuple[str, ...]) -> str:
     return out
 
 
+SWITCH_WIDTH = 6
+"""Columns of a row's switch (form.tcss); its state is drawn after it."""
+
+
 class SwitchRow(FieldRow):
+    control_width = SWITCH_WIDTH
+
     def compose(self) -> ComposeResult:
         value = bool(self.initial_value) if self.initially_present else bool(self.spec.default is True)
         self.control = Switch(value=value, classes="field-control")
-        self._state = Label(on_off(value), classes="switch-state")
-        with Horizontal(classes="field-line"):
-            yield self.compose_label()
-            yield self.control
-            yield self._state
+        yield self.control
         yield from self.compose_footer()
+
+    def line_after_control(self) -> str:
+        value = self.control.value if self.control is not None else False
+        return on_off(bool(value))
 
     def on_switch_changed(self, event: Switch.Changed) -> None:
         event.stop()
-        self._state.update(on_off(event.value))
+        self.refresh()
         self.edited()
 
     def _collect(self) -> Tuple[bool, Any]:
@@ -206,9 +270,7 @@ class ChoiceRow(FieldRow):
             value = self.choices[0]
         self.control = Select(options, value=value, allow_blank=allow_blank, compact=True, prompt="(not set)",
                               classes="field-control")
-        with Horizontal(classes="field-line"):
-            yield self.compose_label()
-            yield self.control
+        yield self.control
         yield from self.compose_footer()
 
     def on_select_changed(self, event: Select.Changed) -> None:
@@ -250,9 +312,7 @@ class InputRow(FieldRow):
     def compose(self) -> ComposeResult:
         self.control = Input(self.initial_text(), placeholder=self.placeholder(), compact=True,
                              classes="field-control")
-        with Horizontal(classes="field-line"):
-            yield self.compose_label()
-            yield self.control
+        yield self.control
         yield from self.compose_footer()
 
     def on_input_changed(self, event: Input.Changed) -> None:

@@ -8,12 +8,12 @@ a row composed with a line budget hands its forms what is left of it (``grant_li
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 from textual.app import ComposeResult
-from textual.containers import Horizontal, Vertical
+from textual.containers import Vertical
 from textual.widget import Widget
-from textual.widgets import Button, Collapsible, Label, Select, Static, Switch
+from textual.widgets import Button, Collapsible, Select, Static, Switch
 
 from probe_tui.app.form import spec as S
-from probe_tui.app.form.fields import ChoiceRow, FieldRow, InputRow, SwitchRow, on_off
+from probe_tui.app.form.fields import SWITCH_WIDTH, ChoiceRow, FieldRow, InputRow, SwitchRow, on_off
 
 
 def _model_form(owner: FieldRow, model: type, data: Dict[str, Any], path: Tuple[str, ...], classes: str = "") -> Any:
@@ -27,9 +27,12 @@ def _model_form(owner: FieldRow, model: type, data: Dict[str, Any], path: Tuple[
 class SectionRow(FieldRow):
     """A nested model. Optional ones have an on/off switch; the rest are a collapsible section."""
 
+    control_width = SWITCH_WIDTH
+
     def __init__(self, spec: S.FieldSpec, path: Tuple[str, ...], value: Any, present: bool) -> None:
         super().__init__(spec, path, value, present)
         self.add_class("section-row")
+        self.draws_label = bool(spec.optional)
         data = value if isinstance(value, dict) else {}
         self.form = _model_form(self, spec.model, data, path)
         self.set_initially = bool(spec.optional and present and value is not None)
@@ -57,11 +60,7 @@ class SectionRow(FieldRow):
         if self.spec.optional:
             on = self.set_initially
             self.control = Switch(value=on, classes="field-control section-switch")
-            self._state = Label(on_off(on, "set", "not set"), classes="switch-state")
-            with Horizontal(classes="field-line"):
-                yield self.compose_label()
-                yield self.control
-                yield self._state
+            yield self.control
             yield from self.compose_footer()
             self.form.add_class("section-body")
             if on:
@@ -73,6 +72,9 @@ class SectionRow(FieldRow):
                     yield Static(self.spec.description, classes="section-doc", markup=False)
                 yield self.compose_note(doc=False)
                 yield self.form
+
+    def line_after_control(self) -> str:
+        return on_off(self.control.value, "set", "not set") if isinstance(self.control, Switch) else ""
 
     def ready(self) -> bool:
         return self.control is not None and self.control.is_mounted
@@ -92,7 +94,7 @@ class SectionRow(FieldRow):
             if event.value and not self.form.is_attached:
                 await self.mount(self.form)
             self.form.display = event.value
-            self._state.update(on_off(event.value, "set", "not set"))
+            self.refresh()
             self.edited()
 
     def child_rows(self) -> Iterator[FieldRow]:
@@ -144,9 +146,7 @@ class UnionRow(FieldRow):
         options = [(label, label) for label in self.spec.variants]
         self.control = Select(options, value=variant if variant else Select.NULL, allow_blank=self.spec.optional,
                               compact=True, prompt="(not set)", classes="field-control variant-select")
-        with Horizontal(classes="field-line"):
-            yield self.compose_label()
-            yield self.control
+        yield self.control
         yield from self.compose_footer()
         self._body = Vertical(classes="section-body variant-body")
         if self.form is not None:
@@ -206,9 +206,7 @@ class ModelListRow(FieldRow):
 
     def compose(self) -> ComposeResult:
         self.control = Button(f"Add {self.spec.name} item", compact=True, classes="field-control list-add")
-        with Horizontal(classes="field-line"):
-            yield self.compose_label()
-            yield self.control
+        yield self.control
         yield from self.compose_footer()
         self._body = Vertical(classes="section-body list-body")
         for box in self._initial_boxes:

@@ -4,6 +4,8 @@ frame (``probe_tui.app.form.model_form``); jumps to fields not mounted yet, and 
 from functools import partial
 from typing import Any, Callable, List, Optional, Tuple
 
+from textual import events
+from textual.geometry import Size
 from textual.screen import Screen
 from textual.widget import Widget
 
@@ -27,6 +29,9 @@ class FormBuild(Screen):
     _baseline: Optional[str]
     _edits: int
 
+    _shown = False
+    """Whether the screen has been shown once (its first ScreenResume handled)."""
+
     def validate_now(self) -> Any:
         raise NotImplementedError
 
@@ -35,6 +40,22 @@ class FormBuild(Screen):
 
     def _update_title(self) -> None:
         raise NotImplementedError
+
+    def _on_screen_resume(self, event: events.ScreenResume) -> None:
+        """Textual restyles every node of a screen as it resumes; the first time, each node was styled a moment
+        ago as it mounted (about 40 ms of CPU with a form's first screenful): that restyle is skipped."""
+        first = not self._shown
+        self._shown = True
+        event.prevent_default()  # Screen's handler runs here, once, with the event below
+        Screen._on_screen_resume(self, events.ScreenResume(refresh_styles=False) if first else event)
+
+    def _screen_resized(self, size: Size) -> None:
+        """Textual sends a screen a Resize after its first layout and lays the whole screen out again on it, at
+        the size it has just been laid out at (about 100 ms of CPU with the form): a layout at an unchanged size
+        is skipped (what changed meanwhile asks for its own layout)."""
+        if self._compositor.size == size and self.is_attached:
+            return
+        super()._screen_resized(size)
 
     @property
     def building(self) -> bool:
