@@ -1,6 +1,7 @@
 """Does every key of every main view answer at once (< 100 ms)?
 
     python benchmarks/app_key_speed.py [--keep DIR | --reuse DIR] [--size 120x40] [--only VIEW] [--profile VIEW]
+                                       [--profile-key LABEL] [--repeat N] [--every-key] [--idle S]
 
 Makes realistic data the way a user does, in a work folder: the demo's three sample runs (``statistics.json``,
 ``statistics_lowp.json``, ``compare.json``: two dumps and their compare result), ``tensor_lowp.json`` and
@@ -15,7 +16,10 @@ the detail (the same for a key bound to nothing) taken off. A key that
 opens another screen or a search field is closed again (escape) untimed.
 
 Prints per view the median and the worst key, and the keys over 100 ms; ``--profile VIEW`` runs that view's keys
-under cProfile and prints the top functions. Run it at a load of about 1 (``uptime``); nothing is asserted.
+under cProfile and prints the top functions, ``--profile-key LABEL`` one key alone (as the report names it:
+``"divergence 2"``); ``--repeat N`` passes over each view N times and takes each key's median (a shared machine's
+figures vary by a third from pass to pass); ``--every-key`` prints each key's figure; ``--idle S`` measures each
+view's CPU over S seconds of nothing pressed, after its keys (the target is < 1 % of a core). Run it at a load of about 1 (``uptime``); nothing is asserted.
 """
 
 import argparse
@@ -75,6 +79,9 @@ class Timer:
         self.pilot = pilot
         self.floor = floor_ms
         self.figures: List[Tuple[str, float, float]] = []
+        self.profile_keys: Sequence[str] = ()
+        """Labels of keys (``"divergence 2"``, ``"enter"``) to run under cProfile, one by one."""
+        self.profiles: List[str] = []
 
     async def settle(self) -> None:
         """Until the key's work is on screen: its workers, then what a view does once the cursor rests (the
@@ -99,8 +106,19 @@ class Timer:
 
         app = self.pilot.app
         for key in keys:
+            name = (label + " " if label else "") + key
+            profiler = cProfile.Profile() if name in self.profile_keys else None
+            if profiler is not None:
+                profiler.enable()
             wall, cpu = await self.press(key)
-            self.figures.append(((label + " " if label else "") + key, wall, cpu))
+            if profiler is not None:
+                profiler.disable()
+                out = io.StringIO()
+                stats = pstats.Stats(profiler, stream=out)
+                stats.sort_stats("cumulative").print_stats(40)
+                stats.sort_stats("tottime").print_stats(20)
+                self.profiles.append("---- {} ----\n{}".format(name, out.getvalue()))
+            self.figures.append((name, wall, cpu))
             for _ in range(5):  # back to the view: close what the key opened (untimed)
                 if app.screen is view and not isinstance(app.focused, Input):
                     break
@@ -209,7 +227,14 @@ VIEWS = {"home": view_home, "compare": view_compare, "dump": view_dump, "summary
          "monitor": view_monitor, "acc_check": view_acc_check, "diagnose": view_diagnose}
 
 
-async def measure(work: Path, size: Tuple[int, int], only: Sequence[str], profile: Optional[str]) -> Dict[str, Any]:
+def merge(runs: List[List[Tuple[str, float, float]]]) -> List[Tuple[str, float, float]]:
+    """Several passes over a view: each key's median wall and CPU (keys by their place in the pass)."""
+    return [(runs[0][n][0], statistics.median(r[n][1] for r in runs), statistics.median(r[n][2] for r in runs))
+            for n in range(min(len(r) for r in runs))]
+
+
+async def measure(work: Path, size: Tuple[int, int], only: Sequence[str], profile: Optional[str],
+                  profile_keys: Sequence[str] = (), repeat: int = 1, idle_s: float = 0.0) -> Dict[str, Any]:
     from probe_tui.app.app import ProbeApp
     from probe_tui.app.screens.home import HomeScreen
 
@@ -221,10 +246,11 @@ async def measure(work: Path, size: Tuple[int, int], only: Sequence[str], profil
         await floor.keys(home, ["f12"] * 9)
         base = (statistics.median(f[1] for f in floor.figures), statistics.median(f[2] for f in floor.figures))
         results["floor"] = base
-        for name, view in VIEWS.items():
+        for name, view in [(n, v) for _ in range(repeat) for n, v in VIEWS.items()]:
             if only and name not in only:
                 continue
             timer = Timer(pilot, base)
+            timer.profile_keys = profile_keys
             profiler = cProfile.Profile() if name == profile else None
             if profiler is not None:
                 profiler.enable()
@@ -234,14 +260,23 @@ async def measure(work: Path, size: Tuple[int, int], only: Sequence[str], profil
                 out = io.StringIO()
                 pstats.Stats(profiler, stream=out).sort_stats("cumulative").print_stats(45)
                 results["profile"] = out.getvalue()
-            results[name] = timer.figures
+            if idle_s > 0:  # nothing pressed: what the view costs while the user reads it
+                await pilot.pause(0.5)
+                cpu, wall = time.process_time(), time.monotonic()
+                await asyncio.sleep(idle_s)
+                results.setdefault("idle", {}).setdefault(name, []).append(
+                    100.0 * (time.process_time() - cpu) / (time.monotonic() - wall))
+            results.setdefault("passes", {}).setdefault(name, []).append(timer.figures)
+            results[name] = merge(results["passes"][name])
+            if timer.profiles:
+                results.setdefault("key_profiles", []).extend(timer.profiles)
             while app.screen is not home:
                 await pilot.press("escape")
                 await timer.settle()
     return results
 
 
-def report(results: Dict[str, Any]) -> None:
+def report(results: Dict[str, Any], every_key: bool = False) -> None:
     wall, cpu = results["floor"]
     print("  floor (a key bound to nothing, taken off below): {:.1f} ms wall, {:.1f} ms CPU".format(wall, cpu))
     for name in VIEWS:
@@ -257,8 +292,20 @@ def report(results: Dict[str, Any]) -> None:
                       max(cpus)))
         if slow:
             print("             over {:.0f} ms wall or {:.0f} ms CPU (wall/CPU): {}".format(TARGET_MS, TARGET_MS / 2, slow))
+    for name, values in results.get("idle", {}).items():
+        print("  {:<10} idle {:.2f} % of a core (over {} s, {} pass{})".format(
+            name, statistics.median(values), results.get("idle_s", 0), len(values), "es" if len(values) > 1 else ""))
+    if every_key:
+        print("  each key, CPU ms (wall ms):")
+        for name in VIEWS:
+            figures = results.get(name)
+            if figures:
+                print("  {:<10} ".format(name) + ", ".join("{} {:.0f} ({:.0f})".format(f[0], f[2], f[1])
+                                                       for f in figures))
     if "profile" in results:
         print(results["profile"])
+    for text in results.get("key_profiles", ()):
+        print(text)
 
 
 def main(argv: Sequence[str]) -> int:
@@ -268,6 +315,12 @@ def main(argv: Sequence[str]) -> int:
     parser.add_argument("--size", default="120x40")
     parser.add_argument("--only", action="append", default=[], choices=sorted(VIEWS))
     parser.add_argument("--profile", choices=sorted(VIEWS))
+    parser.add_argument("--repeat", type=int, default=1, help="pass over each view N times, each key's median")
+    parser.add_argument("--every-key", action="store_true", help="print each key's CPU ms (median of the passes)")
+    parser.add_argument("--idle", type=float, default=0.0, metavar="S",
+                        help="after a view's keys, its CPU over S s of nothing pressed (target < 1 %%)")
+    parser.add_argument("--profile-key", action="append", default=[], metavar="LABEL",
+                        help="run this key (as the report names it: 'divergence 2', 'enter') under cProfile alone")
     args = parser.parse_args(argv)
     size = tuple(int(n) for n in args.size.split("x"))
     tmp = None
@@ -281,7 +334,10 @@ def main(argv: Sequence[str]) -> int:
         make_data(work)
     print("load average {:.2f} {:.2f} {:.2f}; {}x{}".format(*os.getloadavg(), *size), flush=True)
     try:
-        report(asyncio.run(measure(work, size, args.only, args.profile)))  # type: ignore[arg-type]
+        results = asyncio.run(measure(work, size, args.only, args.profile, args.profile_key,  # type: ignore[arg-type]
+                                      max(1, args.repeat), args.idle))
+        results["idle_s"] = args.idle
+        report(results, args.every_key)
     finally:
         if tmp is not None:
             shutil.rmtree(tmp, ignore_errors=True)

@@ -238,3 +238,38 @@ async def test_the_status_says_when_columns_go_past_the_edge(tree_result):
             await screen.apply_view(search="")
             status = str(screen.query_one("#results-status").render())
             assert ("→ more columns" in status) is cut, status
+
+
+@pilot_test
+async def test_the_detail_drawn_in_the_worker_fits_the_pane_as_it_stays(tree_result):
+    """The detail pane keeps its scrollbar (one that came and went laid the screen out again): the detail the worker
+    draws is drawn for the width beside that scrollbar, so the pane shows those lines as they are. Drawn for the
+    width under the scrollbar, the pane drew the detail again on the UI thread (a repaint of the whole screen) on
+    each cursor move."""
+    from probe_tui.app.widgets.detail_pane import DetailPane, Prerendered
+
+    for size in ((120, 40), (80, 24)):
+        app = ProbeApp(tree_result.parent, root_label="~/exp")
+        async with app.run_test(size=size) as pilot:
+            screen = await open_view(pilot, tree_result, CompareScreen)
+            await wait_until(pilot, lambda: loaded(pilot.app))
+            pane = screen.query_one("#detail-body", DetailPane)
+            for key in ("down", "n", "end"):  # short details and one taller than the pane
+                row = screen.current_row()
+                await pilot.press(key)
+                await wait_until(pilot, _detail_shown(screen, pane, row), what="the row's detail shown")
+                await pilot.pause(0.1)  # a redraw for another width comes after a refresh
+                assert isinstance(pane.content, Prerendered), (size, key)
+                assert pane.content.width == pane.content_size.width, (size, key)
+                assert pane.parent.show_vertical_scrollbar
+
+
+def _detail_shown(screen, pane, row):
+    """A test that the cursor left ``row`` and its new row's detail, drawn in the worker, is in the pane."""
+    from probe_tui.app.widgets.detail_pane import Prerendered
+
+    def shown() -> bool:
+        return (screen.current_row() != row and screen.detail_renderable is not None
+                and screen._detail_key == ("row", screen.current_row()) and isinstance(pane.content, Prerendered)
+                and pane.content.source is screen.detail_renderable)
+    return shown

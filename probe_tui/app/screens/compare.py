@@ -400,7 +400,13 @@ class CompareScreen(CompareRanks, AppScreen):
                 self._load_tree()
 
     def action_show_tab(self, tab: str) -> None:
-        self.query_one("#cmp-tabs", TabbedContent).active = TABS[tab]
+        # the tab bar's underline would slide to the new tab: ~15 frames of repaints, as much CPU as the switch
+        app = self.app
+        level, app.animation_level = app.animation_level, "none"
+        try:
+            self.query_one("#cmp-tabs", TabbedContent).active = TABS[tab]
+        finally:
+            app.animation_level = level
 
     # ---- finding ------------------------------------------------------------------------------------------
     def _jump_to_error(self, backwards: bool) -> None:

@@ -61,7 +61,11 @@ def prerender(renderable: RenderableType, room: Optional[Tuple[int, int, int]]) 
 
 class DetailPane(Static):
     """A Static in a scrolling pane, for a detail that changes with the cursor: :meth:`show` a renderable,
-    pre-rendered (:func:`prerender` with :meth:`room`) or not."""
+    pre-rendered (:func:`prerender` with :meth:`room`) or not.
+
+    Give the pane ``overflow-y: scroll``: a scrollbar that comes and goes with the detail's length lays the
+    screen out three times (the pane's height, the scrollbar, the narrower text) and draws the text again; one
+    that stays costs one layout of the pane when the detail's height changes, none when it keeps its height."""
 
     def room(self) -> Optional[Tuple[int, int, int]]:
         """(width without a scrollbar, height, scrollbar width) of the pane; None before the first layout."""
@@ -69,7 +73,9 @@ class DetailPane(Static):
         width = self.content_size.width
         if width <= 0 or not isinstance(pane, ScrollableContainer):
             return None
-        gutter = pane.styles.scrollbar_size_vertical if pane.styles.overflow_y != "hidden" else 0
+        if pane.styles.overflow_y != "auto":  # a scrollbar always there (scroll) or never (hidden): one width
+            return width, pane.scrollable_content_region.height, 0
+        gutter = pane.styles.scrollbar_size_vertical
         if pane.show_vertical_scrollbar:
             width += gutter
         return width, pane.scrollable_content_region.height, gutter

@@ -84,7 +84,10 @@ class KeyFooter(Footer):
 
     def _signature(self) -> tuple:
         keys, palette = self._keys()
-        return (self.size.width, tuple((b.key, d, b.description, e) for b, d, e, _ in keys), palette is None)
+        # the width it fits the keys to: before its first layout (width 0) the terminal's, which is what it gets
+        # (a screen that opens composes its footer before the layout; a recompose after it changed nothing)
+        width = self.size.width or self.app.size.width
+        return (width, tuple((b.key, d, b.description, e) for b, d, e, _ in keys), palette is None)
 
     def compose(self) -> ComposeResult:
         if not self._bindings_ready:
