@@ -216,6 +216,9 @@ class ProbeApp(App):
         except Exception as exc:
             self.notify(f"{path}: cannot open: {exc}", severity="error")
             return
+        self._push_view_screen(screen)
+
+    def _push_view_screen(self, screen: Screen) -> None:
         if isinstance(screen, ResultScreen):
             open_read_first(self, screen)  # its first frame holds its result
         else:
