@@ -323,3 +323,24 @@ async def test_a_view_whose_result_reads_slowly_opens_before_it(tmp_path, monkey
         assert screen.at_mount is None
         await wait_until(pilot, lambda: screen.summary is not None, what="the result")
         assert screen.reads == 1
+
+
+@pilot_test
+async def test_a_view_closed_before_its_slow_result_stays_closed(tmp_path, monkeypatch):
+    """Escape on a view still reading: the result that arrives later opens nothing again."""
+    from probe_tui.app.screens import base
+
+    monkeypatch.setattr(base, "READ_FIRST_WAIT_S", 0.05)
+    (tmp_path / "run.json").write_text('{"run_id": "r1", "task": "statistics"}')
+    app = ProbeApp(tmp_path, root_label="~/exp")
+    async with app.run_test(size=(100, 30)) as pilot:
+        home = await wait_until(pilot, lambda: isinstance(app.screen, HomeScreen) and app.screen)
+        screen = CountedSummary(tmp_path)
+        screen.delay = 0.5
+        app._push_view_screen(screen)
+        await wait_until(pilot, lambda: app.screen is screen and screen.at_mount != "unset", what="the summary open")
+        await pilot.press("escape")
+        await wait_until(pilot, lambda: app.screen is home, what="back home")
+        await app.workers.wait_for_complete()
+        await pilot.pause(0.2)
+        assert app.screen is home and screen.reads == 1

@@ -2,7 +2,7 @@
 that shows one result reads it off the UI thread, before it opens when that is quick (:func:`open_read_first`)."""
 
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, List, Optional
 
 from rich.text import Text
 from textual import on, work
@@ -119,16 +119,18 @@ def open_read_first(app: Any, screen: ResultScreen) -> None:
     arrives as it used to."""
     screen.reading_elsewhere = True
     timer: Optional[Timer] = None
+    pushed: List[bool] = []
 
     def opened(message: Optional[ResultScreen.Loaded]) -> None:
         if timer is not None:
             timer.stop()
-        if screen.reading_elsewhere and not screen.is_attached:  # not open yet: open it, with the result if read
+        if not pushed:  # not open yet: open it, with the result if read
+            pushed.append(True)
             screen.preloaded = message
             if message is not None:
                 screen.reading_elsewhere = False
             app.push_screen(screen)
-        elif message is not None:  # opened without it: the result arrives as a message
+        elif message is not None:  # opened without it (and maybe closed since): the result arrives as a message
             screen.reading_elsewhere = False
             screen.post_message(message)
 
