@@ -263,3 +263,84 @@ def test_open_on_a_missing_path_is_bad_input(tmp_path, capsys):
 
     assert run_app(str(tmp_path / "missing")) == 2
     assert "missing: no such file or folder" in capsys.readouterr().err
+
+
+class CountedSummary(RunSummaryScreen):
+    """The run summary, its reads counted (and slowed by ``delay`` seconds), what it held at its first layout
+    (``at_mount``) kept."""
+
+    CSS_PATH = None  # the app reads every screen's stylesheet as it starts
+    delay = 0.0
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(path)
+        self.reads = 0
+        self.at_mount = "unset"
+
+    def read(self):
+        import time
+
+        self.reads += 1
+        time.sleep(self.delay)
+        return super().read()
+
+    def _refresh_layout(self, size=None, scroll=False) -> None:
+        if self.at_mount == "unset":  # the first layout: what the first frame shows
+            self.at_mount = self.summary
+        super()._refresh_layout(size, scroll)
+
+
+@pilot_test
+async def test_a_view_opens_with_its_result_in_its_first_frame(tmp_path):
+    """A view whose result reads quickly opens with it: the screen shows it as it mounts (one layout of the
+    screen, not one per part the result fills), read once, off the UI thread."""
+    (tmp_path / "run.json").write_text('{"run_id": "r1", "task": "statistics"}')
+    app = ProbeApp(tmp_path, root_label="~/exp")
+    async with app.run_test(size=(100, 30)) as pilot:
+        await wait_until(pilot, lambda: isinstance(app.screen, HomeScreen))
+        screen = CountedSummary(tmp_path)
+        app._push_view_screen(screen)
+        await wait_until(pilot, lambda: app.screen is screen and screen.at_mount != "unset", what="the summary")
+        assert screen.at_mount is not None and screen.at_mount.run["run_id"] == "r1"
+        assert screen.reads == 1
+
+
+@pilot_test
+async def test_a_view_whose_result_reads_slowly_opens_before_it(tmp_path, monkeypatch):
+    """A result that takes longer than READ_FIRST_WAIT_S: the view opens at once ("Reading…") and shows the
+    result when it arrives, read once."""
+    from probe_tui.app.screens import base
+
+    monkeypatch.setattr(base, "READ_FIRST_WAIT_S", 0.05)
+    (tmp_path / "run.json").write_text('{"run_id": "r1", "task": "statistics"}')
+    app = ProbeApp(tmp_path, root_label="~/exp")
+    async with app.run_test(size=(100, 30)) as pilot:
+        await wait_until(pilot, lambda: isinstance(app.screen, HomeScreen))
+        screen = CountedSummary(tmp_path)
+        screen.delay = 1.0
+        app._push_view_screen(screen)
+        await wait_until(pilot, lambda: app.screen is screen and screen.at_mount != "unset", what="the summary open")
+        assert screen.at_mount is None
+        await wait_until(pilot, lambda: screen.summary is not None, what="the result")
+        assert screen.reads == 1
+
+
+@pilot_test
+async def test_a_view_closed_before_its_slow_result_stays_closed(tmp_path, monkeypatch):
+    """Escape on a view still reading: the result that arrives later opens nothing again."""
+    from probe_tui.app.screens import base
+
+    monkeypatch.setattr(base, "READ_FIRST_WAIT_S", 0.05)
+    (tmp_path / "run.json").write_text('{"run_id": "r1", "task": "statistics"}')
+    app = ProbeApp(tmp_path, root_label="~/exp")
+    async with app.run_test(size=(100, 30)) as pilot:
+        home = await wait_until(pilot, lambda: isinstance(app.screen, HomeScreen) and app.screen)
+        screen = CountedSummary(tmp_path)
+        screen.delay = 0.5
+        app._push_view_screen(screen)
+        await wait_until(pilot, lambda: app.screen is screen and screen.at_mount != "unset", what="the summary open")
+        await pilot.press("escape")
+        await wait_until(pilot, lambda: app.screen is home, what="back home")
+        await app.workers.wait_for_complete()
+        await pilot.pause(0.2)
+        assert app.screen is home and screen.reads == 1

@@ -119,3 +119,30 @@ async def test_tab_then_x_typed_at_once_runs_the_config(tmp_path):
             app._driver.send_message(event)
         await wait_until(pilot, lambda: started, what="x ran the config tab moved to")
         assert started == [tmp_path / "statistics.json"]
+
+
+@pilot_test
+async def test_the_search_field_resizes_no_table(tmp_path):
+    """The search field lies over the last line of the table's pane, one line high, on a layer of its own:
+    opening it moves and resizes nothing (a table that shrinks draws all its rows again: a slow `/`)."""
+    from probe_tui.app.widgets.find_table import FindInput
+
+    for name in ("statistics.json", "monitor.json", "tensor.json"):
+        shutil.copy(SAMPLES / name, tmp_path / name)
+    app = ProbeApp(tmp_path, root_label="~/exp")
+    async with app.run_test(size=(80, 24)) as pilot:
+        await wait_until(pilot, lambda: isinstance(app.screen, HomeScreen) and app.screen.scanned)
+        screen = app.screen
+        configs = screen.query_one("#configs", DataTable)
+        await wait_until(pilot, lambda: configs.has_focus and configs.row_count == 3)
+        await pilot.pause()
+        before = configs.region
+        await pilot.press("slash")
+        field = await wait_until(pilot, lambda: next(iter(screen.query(FindInput)), None), what="the search field")
+        await wait_until(pilot, lambda: field.has_focus and field.region.height > 0)
+        assert configs.region == before
+        pane = screen.query_one("#configs-pane").region
+        assert field.region.height == 1 and field.region.bottom == pane.bottom
+        await pilot.press(*"mon")
+        await wait_until(pilot, lambda: configs.row_count == 1)
+        assert field.value == "mon"

@@ -22,6 +22,7 @@ from probe_tui.app.child import ChildRun
 from probe_tui.app.commands import ActionCommands
 from probe_tui.app.config_backend import SchemaBackend, sample_configs
 from probe_tui.app.openers import detect_kind, factory_for
+from probe_tui.app.screens.base import ResultScreen, open_read_first
 
 
 def resolve_start(path: Optional[Union[str, Path]]) -> Tuple[Path, Optional[Path]]:
@@ -215,7 +216,13 @@ class ProbeApp(App):
         except Exception as exc:
             self.notify(f"{path}: cannot open: {exc}", severity="error")
             return
-        self.push_screen(screen)
+        self._push_view_screen(screen)
+
+    def _push_view_screen(self, screen: Screen) -> None:
+        if isinstance(screen, ResultScreen):
+            open_read_first(self, screen)  # its first frame holds its result
+        else:
+            self.push_screen(screen)
 
     def action_open_any(self) -> None:
         """Ask for a path and open it in its view: a run, rank or step folder, a dump.json, a metrics.h5, a compare

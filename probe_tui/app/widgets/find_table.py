@@ -43,6 +43,23 @@ class FindInput(Input):
 
     BINDINGS = [Binding("escape", "close", "Clear search", show=True)]
 
+    DEFAULT_CSS = """
+    FindInput {
+        height: 1;
+        border: none;
+        padding: 0 1;
+        background: $panel;
+        /* over the last line of the table's pane, on a layer of its own (its dock takes no room from the table)
+           drawn over the rest: opening the field resizes nothing, so the table does not draw its rows again */
+        layer: table-find;
+        dock: bottom;
+        overlay: screen;
+        &:focus {
+            border: none;
+        }
+    }
+    """
+
     def __init__(self, table: "FindTable") -> None:
         super().__init__(value=table.search, placeholder="search the rows", classes="table-find")
         self.table = table
@@ -64,14 +81,6 @@ class FindInput(Input):
 class FindTable(DataTable):
     BINDINGS = bindings_for("table")
 
-    DEFAULT_CSS = """
-    Input.table-find {
-        height: 1;
-        border: none;
-        padding: 0 1;
-        background: $boost;
-    }
-    """
 
     class Found(Message):
         """The rows shown changed (search, filter or new rows)."""
@@ -182,7 +191,7 @@ class FindTable(DataTable):
             self.refill()
 
     def action_find(self) -> None:
-        """Open (or return to) the search field above the table."""
+        """Open (or return to) the search field, over the last line of the table's pane."""
         parent = self.parent
         if parent is None:
             return
@@ -191,7 +200,7 @@ class FindTable(DataTable):
             existing[0].focus()
             return
         field = FindInput(self)
-        parent.mount(field, before=self)
+        parent.mount(field)
         field.focus()
 
     def action_next_filter(self) -> None:

@@ -62,7 +62,10 @@ class KeyFooter(Footer):
     def bindings_changed(self, screen: Screen) -> None:
         self._bindings_ready = True
         if screen.app.app_focus and self.is_attached and screen is self.screen:
-            self.call_after_refresh(self._recompose_if_changed)
+            if not self.size.width:  # a screen that opens: its keys in its first frame, not a layout after it
+                self.call_later(self._recompose_if_changed)
+            else:
+                self.call_after_refresh(self._recompose_if_changed)
 
     async def _recompose_if_changed(self) -> None:
         if self.is_attached and self._signature() != self._shown:
