@@ -158,3 +158,28 @@ def test_snapshot_80x24(snap_compare, tmp_path):
         await pilot.pause()
 
     assert snap_compare(ProbeApp(tmp_path, root_label="~/exp"), terminal_size=(80, 24), run_before=run_before)
+
+
+@pilot_test
+async def test_a_result_view_is_not_restyled_as_it_first_resumes_only_when_it_resumes_again(tmp_path, monkeypatch):
+    # Textual restyles every node of a screen as it resumes; the first time, each was styled as it mounted (a
+    # key that opens a view paid for it twice). A later resume that asks for it still restyles.
+    from textual import events
+
+    restyled = []
+    original = AccCheckScreen.update_node_styles
+
+    def counted(self, animate=True):
+        restyled.append(self)
+        return original(self, animate)
+
+    monkeypatch.setattr(AccCheckScreen, "update_node_styles", counted)
+    result = make_acc_check_result(tmp_path / "acc")
+    app = ProbeApp(tmp_path, root_label="~/exp")
+    async with app.run_test(size=(120, 40)) as pilot:
+        screen = await open_view(pilot, result, AccCheckScreen)
+        await wait_until(pilot, lambda: screen.query_one("#ac-apis", DataTable).row_count == 5)
+        await pilot.pause(0.2)
+        assert restyled == []
+        screen.post_message(events.ScreenResume())
+        await wait_until(pilot, lambda: restyled == [screen])

@@ -5,7 +5,7 @@ from pathlib import Path
 from typing import Any, List, Optional
 
 from rich.text import Text
-from textual import on, work
+from textual import events, on, work
 from textual.geometry import Size
 from textual.message import Message
 from textual.screen import Screen
@@ -58,6 +58,7 @@ class ResultScreen(AppScreen):
         self.reading_elsewhere = False
         """:func:`open_read_first` is reading the result and posts it to the screen: mounting reads nothing."""
         self._shown_once = False
+        self._resumed_once = False
         if self.FOCUS:  # focused as it composes: the footer's first keys are that widget's
             self.AUTO_FOCUS = self.FOCUS
 
@@ -81,6 +82,15 @@ class ResultScreen(AppScreen):
             # first list of keys, composed after this (a key a result enables: a layout less)
             message, self.preloaded = self.preloaded, None
             self._loaded(message)
+
+    def _on_screen_resume(self, event: events.ScreenResume) -> None:
+        # Textual restyles every node of a screen as it resumes; the first time, each node was styled a moment
+        # ago as it mounted (10-20 ms of CPU at a key that opens a view): that restyle is skipped, as the
+        # builder does (screens/builder_build.py)
+        first = not self._resumed_once
+        self._resumed_once = True
+        event.prevent_default()  # Screen's handler runs here, once, with the event below
+        Screen._on_screen_resume(self, events.ScreenResume(refresh_styles=False) if first else event)
 
     def on_mount(self) -> None:
         # at once, not on the next idle (focus()): the footer lists the focused widget's keys in the first frame
