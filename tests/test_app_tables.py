@@ -23,15 +23,20 @@ from tests.app_pilot import (
 SAMPLES = Path(__file__).resolve().parents[1] / "sample_configs"
 
 
+def _home_on_three_samples(folder):
+    """The app on a folder holding three shipped sample configs (home's configs table: 3 rows)."""
+    for name in ("statistics.json", "monitor.json", "tensor.json"):
+        shutil.copy(SAMPLES / name, folder / name)
+    return ProbeApp(folder, root_label="~/exp")
+
+
 def title(screen, selector: str) -> str:
     return str(screen.query_one(selector).render())
 
 
 @pilot_test
 async def test_home_tables_search_and_count(tmp_path):
-    for name in ("statistics.json", "monitor.json", "tensor.json"):
-        shutil.copy(SAMPLES / name, tmp_path / name)
-    app = ProbeApp(tmp_path, root_label="~/exp")
+    app = _home_on_three_samples(tmp_path)
     async with app.run_test(size=(80, 24)) as pilot:
         await wait_until(pilot, lambda: isinstance(app.screen, HomeScreen) and app.screen.scanned)
         screen = app.screen
@@ -127,9 +132,7 @@ async def test_the_search_field_resizes_no_table(tmp_path):
     opening it moves and resizes nothing (a table that shrinks draws all its rows again: a slow `/`)."""
     from probe_tui.app.widgets.find_table import FindInput
 
-    for name in ("statistics.json", "monitor.json", "tensor.json"):
-        shutil.copy(SAMPLES / name, tmp_path / name)
-    app = ProbeApp(tmp_path, root_label="~/exp")
+    app = _home_on_three_samples(tmp_path)
     async with app.run_test(size=(80, 24)) as pilot:
         await wait_until(pilot, lambda: isinstance(app.screen, HomeScreen) and app.screen.scanned)
         screen = app.screen

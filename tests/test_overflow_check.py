@@ -267,13 +267,10 @@ class _Received(torch.nn.Module):
 def test_a_buffer_an_async_collective_fills_is_checked_as_it_arrives(tmp_path, monkeypatch):
     """overflow_check on a pipeline stage: the record of an async collective is kept (no hook failure) and the
     values its buffer holds when used are the ones checked."""
-    import socket
-
     import torch.distributed as dist
+    from dist_support import free_port
 
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        monkeypatch.setenv("MASTER_PORT", str(sock.getsockname()[1]))
+    monkeypatch.setenv("MASTER_PORT", str(free_port()))
     monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
     dist.init_process_group("gloo", rank=0, world_size=1)
     try:
@@ -334,13 +331,10 @@ def test_a_dead_async_tensors_id_taken_by_uninitialised_memory_is_no_overflow(tm
     """CI failure (pipeline bed, under load): a receive buffer whose id had been a tensor an async collective used
     earlier in the step was read anew at every sight, so it lost what its allocation said (uninitialised memory)
     and its NaN was flagged: the step stopped the check (overflow_nums 1) and the next step was never checked."""
-    import socket
-
     import torch.distributed as dist
+    from dist_support import free_port
 
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        monkeypatch.setenv("MASTER_PORT", str(sock.getsockname()[1]))
+    monkeypatch.setenv("MASTER_PORT", str(free_port()))
     monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
     dist.init_process_group("gloo", rank=0, world_size=1)
     torch.use_deterministic_algorithms(True)
