@@ -11,7 +11,7 @@ fi
 stamp=.venv/.probe-tui-installed
 want=$(cat pyproject.toml constraints-dev.txt | sha1sum | cut -c1-16)
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
-    python -m pip install -q --upgrade pip
-    python -m pip install -q -c constraints-dev.txt -e ".[torch,mindspore,dev,report]"
+    python -m pip install -q --no-cache-dir --upgrade pip
+    python -m pip install -q --no-cache-dir -c constraints-dev.txt -e ".[torch,mindspore,dev,report]"
     echo "$want" > "$stamp"
 fi
