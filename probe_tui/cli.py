@@ -109,7 +109,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-o", "--output", metavar="DIR", help="where to write the result")
     _add_job_flags(p)
 
-    p = sub.add_parser("acc-check", help="replay every API of a tensor dump on the CPU reference and judge it "
+    p = sub.add_parser("acc-check", help="replay every API of a tensor dump on a reference (the CPU) and judge it "
                                          "(msprobe's run_ut / acc_check)")
     p.add_argument("dump", metavar="DUMP", help="tensor dump: a run folder (or its dump_path), rank folder, or an "
                                                 "msprobe dump.json / dump folder")
@@ -118,6 +118,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--workers", type=int, metavar="N", help="processes replaying APIs at once (default 1)")
     p.add_argument("--api", action="append", metavar="NAME", help="check only this API (repeatable), e.g. softmax")
     p.add_argument("--no-backward", action="store_true", help="replay forward calls only")
+    p.add_argument("--reference-dtype", choices=["auto", "float64", "float32"],
+                   help="the reference's dtype (default auto: float64 for float32 inputs, float32 for fp16/bf16)")
+    p.add_argument("--reference-device", metavar="DEVICE",
+                   help="where the reference runs (default cpu; PyTorch: cuda, cuda:1, npu:0)")
     _add_job_flags(p)
 
     p = sub.add_parser("api-precision-compare",

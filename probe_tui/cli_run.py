@@ -158,6 +158,10 @@ def cmd_acc_check(args) -> int:
         section["api_list"] = list(args.api)
     if args.no_backward:
         section["backward"] = False
+    reference = {key: value for key, value in (("dtype", args.reference_dtype), ("device", args.reference_device))
+                 if value is not None}
+    if reference:
+        section["reference"] = reference
     return _run_section("acc_check", section, args, label="acc-check")
 
 

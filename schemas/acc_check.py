@@ -7,7 +7,19 @@ from .base import ConfigModel
 from .common import JobBase
 from .types import RankList, field
 
-__all__ = ["AccCheckSection", "AccCheckJob"]
+__all__ = ["AccCheckReference", "AccCheckSection", "AccCheckJob"]
+
+
+class AccCheckReference(ConfigModel):
+    """Where and in which dtype each call is run again (docs/decisions/0026-acc-check-reference.md)."""
+
+    dtype: Literal["auto", "float64", "float32"] = field(
+        "auto", "The reference dtype. auto: float64 for a call whose floating inputs are float32 (or wider), "
+                "float32 as soon as one is float16/bfloat16 (msprobe's choice). float64 / float32: that dtype for "
+                "every call (float32 on float32 inputs judges against a second run in the device's own dtype).")
+    device: str = field(
+        "cpu", "Where the reference runs: cpu, or a device of this machine's PyTorch (cuda, cuda:1, npu:0: a GPU "
+               "reference for an NPU dump). MindSpore dumps replay on the CPU only.", min_length=1)
 
 
 class AccCheckSection(ConfigModel):
@@ -30,6 +42,8 @@ class AccCheckSection(ConfigModel):
     black_list: List[str] = field(default_factory=list, description="Never check these APIs (wins over api_list).")
     rank: RankList = field(default_factory=list, description="Ranks to check; empty = all.")
     step: RankList = field(default_factory=list, description="Steps to check; empty = all.")
+    reference: AccCheckReference = field(
+        default_factory=AccCheckReference, description="Where and in which dtype the calls run again.")
     workers: int = field(1, "Processes replaying APIs at once (one writes the results).", ge=1, le=64,
                          advanced=True)
 

@@ -260,3 +260,18 @@ def test_a_primitive_record_without_init_attributes_is_still_skipped():
     new = json.dumps({"args": [], "kwargs": {}, "primitive": {"class": "LayerNorm", "init_attrs": {"epsilon": 1e-5}}})
     assert cases.skip_reason("Primitive", "LayerNorm", new) == ""
     assert "random" in cases.skip_reason("Primitive", "StandardNormal", new.replace("LayerNorm", "StandardNormal"))
+
+
+def test_mindspore_reference_policy_and_cpu_only_device():
+    """acc_check.reference on a MindSpore dump: the dtype policy applies, a device other than the CPU is refused."""
+    from engines.adapters.mindspore import acc_replay as ms_replay
+
+    try:
+        ms_replay.configure_reference("float32", "CPU")
+        assert ms_replay.reference_dtype(["mindspore.float32"]) == "float32"
+        with pytest.raises(ms_replay.ReplayError, match="CPU only"):
+            ms_replay.configure_reference("auto", "GPU")
+    finally:
+        ms_replay.configure_reference("auto", "cpu")
+    assert ms_replay.reference_dtype(["mindspore.float32"]) == "float64"
+    assert ms_replay.reference_dtype(["mindspore.float16"]) == "float32"

@@ -52,7 +52,7 @@ def run_acc_check(job: Any, events: Any = None) -> AccCheckResult:
     path = str(_get(section, "path", ""))
     source = _open(path)
     try:
-        replay = _replay_module(source)
+        replay = _replay_module(source, section)
         pieces = _pieces(source, section)
         out_dir, run = _output_folder(job, section, path)
         journal = rs.Journal(out_dir, str(Path(path).expanduser().resolve()), time.strftime("%Y%m%d%H%M%S"))
@@ -65,7 +65,9 @@ def run_acc_check(job: Any, events: Any = None) -> AccCheckResult:
             journal.finish()
         finally:
             journal.close()
-        rs.write_store(out_dir, journal, {"dump": path, "reference": "cpu"})
+        reference = _get(section, "reference", None)
+        rs.write_store(out_dir, journal, {"dump": path, "reference": str(_get(reference, "device", "cpu")),
+                                          "reference_dtype": str(_get(reference, "dtype", "auto"))})
     finally:
         source.close()
     summary = summarise(journal, out_dir)
@@ -95,8 +97,20 @@ def replay_module(framework: str, task: str = "acc_check") -> ReferenceReplay:
     return module
 
 
-def _replay_module(source: DumpSource) -> ReferenceReplay:
-    return replay_module(source.framework)
+def _replay_module(source: DumpSource, section: Any = None) -> ReferenceReplay:
+    replay = replay_module(source.framework)
+    configure(replay, section)
+    return replay
+
+
+def configure(replay: ReferenceReplay, section: Any) -> None:
+    """The job's reference (``acc_check.reference``) set on the replay, one line when it cannot run here."""
+    reference = _get(section, "reference", None)
+    dtype, device = str(_get(reference, "dtype", "auto")), str(_get(reference, "device", "cpu"))
+    try:
+        replay.configure_reference(dtype, device)
+    except replay.ReplayError as exc:
+        raise JobError("acc_check.reference.device: %s" % exc) from None
 
 
 def _pieces(source: DumpSource, section: Any) -> List[Tuple[int, int]]:
@@ -226,6 +240,7 @@ _WORKER: Dict[str, Any] = {}
 
 def _worker_init(path: str, section: Any, framework: str) -> None:
     replay = replay_module(framework)
+    configure(replay, section)
     replay.set_threads(1)
     _WORKER.update(source=open_dump(path), section=section, replay=replay, piece=None)
 

@@ -22,6 +22,11 @@ class ReferenceReplay(Protocol):
     #: how result rows name the reference dtype: ``PREFIX + "float64"`` (``torch.float64``, ``mindspore.float64``)
     DTYPE_PREFIX: str
 
+    def configure_reference(self, dtype: str = "auto", device: str = "cpu") -> None:
+        """The dtype policy (``auto``, ``float64``, ``float32``) and device of this process's reference; one that
+        cannot run here is a ``ReplayError``."""
+        ...
+
     def reference_dtype(self, dtypes: List[str]) -> str:
         """``float64`` or ``float32``: the reference dtype of a call whose floating inputs have these dtypes."""
         ...

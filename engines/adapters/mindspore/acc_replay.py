@@ -34,8 +34,25 @@ _LOW = (ms.float16, ms.bfloat16)
 _FLOATING = (ms.float16, ms.bfloat16, ms.float32, ms.float64)
 
 
+# the dtype policy of this process's reference ("auto", "float64", "float32"); it runs on the CPU
+_REFERENCE = {"dtype": "auto"}
+
+
+def configure_reference(dtype: str = "auto", device: str = "cpu") -> None:
+    """The dtype policy; the device must be the CPU (MindSpore's device is the process's context, which the
+    training run's script sets: a second device in one process is not MindSpore's model)."""
+    if dtype not in ("auto", "float64", "float32"):
+        raise ReplayError("dtype %r is none of auto, float64, float32" % dtype)
+    if device.strip().lower() != "cpu":
+        raise ReplayError("%r: a MindSpore dump replays on the CPU only" % device)
+    _REFERENCE["dtype"] = dtype
+
+
 def reference_dtype(dtypes: List[str]) -> str:
-    """float64 when all floating inputs are float32 or wider, float32 as soon as one is float16/bfloat16."""
+    """Under the default policy float64 when all floating inputs are float32 or wider, float32 as soon as one is
+    float16/bfloat16; else the configured dtype."""
+    if _REFERENCE["dtype"] != "auto":
+        return _REFERENCE["dtype"]
     low = any(short_dtype(d) in ("float16", "bfloat16") for d in dtypes)
     return "float32" if low else "float64"
 

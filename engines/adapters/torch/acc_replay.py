@@ -1,6 +1,7 @@
 """The reference replay of acc_check on PyTorch: one recorded API call run again on the CPU in a wider dtype
 (float64 for float32 inputs, float32 for float16/bfloat16: docs/decisions/0026-acc-check-reference.md), forward
-and, when asked, backward through autograd with the recorded output gradients.
+and, when asked, backward through autograd with the recorded output gradients. ``configure_reference`` picks
+another dtype policy or device (the job's ``acc_check.reference``).
 
 The callable comes from the capture's own API table only (``replay_table``); the arguments from the record's
 ``args`` skeleton (``engines.overflow.replay.build_call``). Inputs arrive as numpy arrays with their dtype names;
@@ -22,9 +23,28 @@ DTYPE_PREFIX = "torch."  # how the results name the reference dtype (engines.acc
 _LOW = (torch.float16, torch.bfloat16)
 
 
+# this process's reference: the dtype policy ("auto", "float64", "float32") and the device
+_REFERENCE: Dict[str, Any] = {"dtype": "auto", "device": torch.device("cpu")}
+
+
+def configure_reference(dtype: str = "auto", device: str = "cpu") -> None:
+    """Replay on ``device`` with the dtype policy ``dtype``; a device this process cannot use is a ``ReplayError``
+    (one line) before anything runs."""
+    if dtype not in ("auto", "float64", "float32"):
+        raise ReplayError("dtype %r is none of auto, float64, float32" % dtype)
+    try:
+        where = torch.device(device)
+        torch.zeros(1, device=where).add_(1)  # the device exists, this build reaches it and it runs a kernel
+    except Exception as exc:
+        raise ReplayError("%r cannot run the reference here: %s" % (device, rp.one_line(exc))) from None
+    _REFERENCE.update(dtype=dtype, device=where)
+
+
 def reference_dtype(dtypes: List[str]) -> str:
-    """The reference dtype of a call whose floating tensors have these dtypes: float64 when all are float32 or
-    wider, float32 as soon as one is float16/bfloat16."""
+    """The reference dtype of a call whose floating tensors have these dtypes: under the default policy float64
+    when all are float32 or wider, float32 as soon as one is float16/bfloat16; else the configured dtype."""
+    if _REFERENCE["dtype"] != "auto":
+        return str(_REFERENCE["dtype"])
     low = any(("float16" in d or "bfloat16" in d) for d in dtypes)
     return "float32" if low else "float64"
 
@@ -38,8 +58,10 @@ def _tensor(arr: np.ndarray, dtype_name: str, shape: List[int]) -> torch.Tensor:
 
 
 def _raise(obj: Any, high: torch.dtype) -> Any:
+    """A tensor on the reference device, floating ones in the reference dtype (the others copied)."""
     if isinstance(obj, torch.Tensor):
-        return obj.to(high) if obj.is_floating_point() else obj.clone()
+        device = _REFERENCE["device"]
+        return obj.to(device, high) if obj.is_floating_point() else obj.to(device, copy=True)
     if isinstance(obj, torch.dtype) and obj.is_floating_point:
         return high
     return obj
@@ -132,7 +154,7 @@ def _backward(name: str, outputs: List[Tuple[str, Any]], raised: Dict[str, Any],
     for slot, value in outputs:
         if slot in grads and isinstance(value, torch.Tensor) and value.requires_grad:
             outs.append(value)
-            seeds.append(_tensor(*grads[slot]).to(high))
+            seeds.append(_tensor(*grads[slot]).to(_REFERENCE["device"], high))
     leaves = [(slot, raised[slot]) for slot in want if isinstance(raised.get(slot), torch.Tensor)
               and raised[slot].requires_grad]
     if not outs or not leaves:
