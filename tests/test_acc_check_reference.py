@@ -89,7 +89,7 @@ def test_cli_flags_set_the_reference(lowp_dump, tmp_path, capsys):
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA: cuda:7 may exist")
-@pytest.mark.parametrize("device", ["cuda:7", "not-a-device"])
+@pytest.mark.parametrize("device", ["cuda:7", "not-a-device", "meta"])
 def test_a_device_that_cannot_run_here_is_one_line_exit_2_nothing_written(lowp_dump, tmp_path, capsys, device):
     from probe_tui.cli import main
 

@@ -34,6 +34,8 @@ def configure_reference(dtype: str = "auto", device: str = "cpu") -> None:
         raise ReplayError("dtype %r is none of auto, float64, float32" % dtype)
     try:
         where = torch.device(device)
+        if where.type == "meta":
+            raise ValueError("a meta tensor holds no values")
         torch.zeros(1, device=where).add_(1)  # the device exists, this build reaches it and it runs a kernel
     except Exception as exc:
         raise ReplayError("%r cannot run the reference here: %s" % (device, rp.one_line(exc))) from None
