@@ -273,3 +273,78 @@ def _detail_shown(screen, pane, row):
                 and screen._detail_key == ("row", screen.current_row()) and isinstance(pane.content, Prerendered)
                 and pane.content.source is screen.detail_renderable)
     return shown
+
+
+def _count_layouts(screen) -> list:
+    """Count the screen's full layouts from now on (a scroll's reflow of the visible widgets is not one)."""
+    compositor = screen._compositor
+    reflow, layouts = compositor.reflow, []
+
+    def counted(*args, **kwargs):
+        layouts.append(1)
+        return reflow(*args, **kwargs)
+
+    compositor.reflow = counted
+    return layouts
+
+
+@pilot_test
+async def test_a_detail_of_another_height_lays_the_screen_out_once(tree_result):
+    """A suspect whose detail is taller or shorter than the last one changes the detail pane's box: one layout. The pane
+    and its scrolling container then had a new virtual size, which laid the whole screen out a second time for
+    nothing (failed before: 2 layouts each)."""
+    from probe_tui.app.widgets.detail_pane import DetailPane
+
+    app = ProbeApp(tree_result.parent, root_label="~/exp")
+    async with app.run_test(size=(80, 24)) as pilot:
+        screen = await open_view(pilot, tree_result, CompareScreen)
+        await wait_until(pilot, lambda: loaded(pilot.app))
+        pane, table = screen.query_one("#detail-body", DetailPane), screen.divergence_table
+        await pilot.press("2")  # suspects' details, taller than the narrow layout's pane, by a line or so
+
+        def suspect_shown(line: int):
+            return lambda: (table.cursor_row == line and screen._detail_key == ("suspect", line)
+                            and pane.content.source is screen.detail_renderable)
+
+        await wait_until(pilot, suspect_shown(0), what="the first suspect's detail")
+        await pilot.pause(0.3)
+        changed = []
+        for line in range(1, table.row_count):
+            height = pane.size.height
+            layouts = _count_layouts(screen)
+            await pilot.press("down")
+            await wait_until(pilot, suspect_shown(line), what="the next suspect's detail")
+            await pilot.pause(0.3)
+            if pane.size.height != height:
+                changed.append(len(layouts))
+        assert changed and changed == [1] * len(changed), changed
+
+
+@pilot_test
+async def test_a_tab_switch_back_shows_its_detail_with_the_tab(tree_result):
+    """Back on a tab, the detail of its cursor's row was drawn already: it shows as the key is handled, in the
+    tab's own layout (failed before: read again by a worker after the cursor's rest, a layout of its own)."""
+    from probe_tui.app.widgets.detail_pane import DetailPane
+
+    app = ProbeApp(tree_result.parent, root_label="~/exp")
+    async with app.run_test(size=(120, 40)) as pilot:
+        screen = await open_view(pilot, tree_result, CompareScreen)
+        await wait_until(pilot, lambda: loaded(pilot.app))
+        pane = screen.query_one("#detail-body", DetailPane)
+        row = screen.current_row()
+        await wait_until(pilot, lambda: screen._detail_key == ("row", row) and screen.detail_renderable is not None,
+                         what="the first row's detail")
+        drawn = screen.detail_renderable
+        await pilot.press("2")
+        await wait_until(pilot, lambda: screen._detail_key == ("suspect", 0) and screen.detail_renderable is not drawn
+                         and "suspect" in rendered_text(screen.detail_renderable), what="the first suspect's detail")
+        await pilot.press("1", "2")  # the first switches restyle the scrollbars (once)
+        await wait_until(pilot, lambda: screen._detail_key == ("suspect", 0) and screen._active_tab() == "divergence")
+        await pilot.pause(0.3)
+        layouts = _count_layouts(screen)
+        await pilot.press("1")
+        assert screen._detail_key == ("row", row) and screen.detail_renderable is drawn
+        assert pane.content.source is drawn
+        await pilot.pause(0.3)
+        assert len(layouts) == 1, layouts
+        assert screen.results_table.has_focus
