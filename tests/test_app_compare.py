@@ -348,3 +348,77 @@ async def test_a_tab_switch_back_shows_its_detail_with_the_tab(tree_result):
         await pilot.pause(0.3)
         assert len(layouts) == 1, layouts
         assert screen.results_table.has_focus
+
+
+async def _seen(pilot, screen, position: int) -> int:
+    """Put the results cursor on ``position`` and wait until its row's detail is drawn; return that row."""
+    from probe_tui.app.widgets.detail_pane import DetailPane
+
+    pane = screen.query_one("#detail-body", DetailPane)
+    screen.results_table.move_cursor(position)
+    row = int(screen.view.rows[position])
+    await wait_until(pilot, lambda: screen._detail_key == ("row", row) and ("row", row) in screen._details
+                     and pane.content.source is screen.detail_renderable, what="row {}'s detail".format(row))
+    return row
+
+
+def _shows_drawn(screen, row: int) -> bool:
+    """The detail pane shows ``row``'s detail, the one drawn before (no worker, no wait for the cursor's rest)."""
+    from probe_tui.app.widgets.detail_pane import DetailPane
+
+    drawn = screen._details[("row", row)][1]
+    pane = screen.query_one("#detail-body", DetailPane)
+    return (screen._detail_key == ("row", row) and screen.detail_renderable is drawn
+            and pane.content.source is drawn)
+
+
+@pilot_test
+async def test_enter_on_a_suspect_shows_the_results_tab_with_its_rows_detail(tree_result):
+    """Enter on a suspect shows the results tab on its worst row, with that row's detail drawn before at once
+    (failed before: the tab showed the detail of the row the cursor left, a layout, then the row's after a rest)."""
+    app = ProbeApp(tree_result.parent, root_label="~/exp")
+    async with app.run_test(size=(120, 40)) as pilot:
+        screen = await open_view(pilot, tree_result, CompareScreen)
+        await wait_until(pilot, lambda: loaded(pilot.app))
+        data, divergence = screen.data, screen.divergence
+        suspects = [(line, data.worst_row_of_record(int(first)))
+                    for line, first in enumerate(divergence["first_row"]) if 0 <= int(first) < data.n_rows]
+        line, target = next((s for s in suspects if screen.view.position_of(s[1]) != 0), (None, None))
+        assert target is not None, suspects
+        assert await _seen(pilot, screen, screen.view.position_of(target)) == target
+        await _seen(pilot, screen, 0)
+        await pilot.press("2", "1", "2")  # the first switches restyle the scrollbars (once)
+        await wait_until(pilot, lambda: screen._detail_key == ("suspect", 0) and screen._active_tab() == "divergence")
+        await pilot.pause(0.3)
+        screen.divergence_table.move_cursor(line)
+        await wait_until(pilot, lambda: screen._detail_key == ("suspect", line) and ("suspect", line) in screen._details)
+        await pilot.pause(0.3)
+        layouts = _count_layouts(screen)
+        await pilot.press("enter")
+        assert screen._active_tab() == "results" and screen.current_row() == target
+        assert _shows_drawn(screen, target)
+        await pilot.pause(0.3)
+        assert _shows_drawn(screen, target) and len(layouts) == 1, layouts
+
+
+@pilot_test
+async def test_n_from_another_tab_shows_the_results_tab_with_the_error_rows_detail(tree_result):
+    """n on the ranking shows the results tab on the next error row, with that row's detail drawn before at once
+    (failed before: the tab showed the detail of the row the cursor left first)."""
+    app = ProbeApp(tree_result.parent, root_label="~/exp")
+    async with app.run_test(size=(120, 40)) as pilot:
+        screen = await open_view(pilot, tree_result, CompareScreen)
+        await wait_until(pilot, lambda: loaded(pilot.app))
+        position = screen.view.next_error(0, False)
+        assert position is not None and position != 0
+        target = await _seen(pilot, screen, position)
+        await _seen(pilot, screen, 0)
+        await pilot.press("2", "1", "2")  # the first switches restyle the scrollbars (once)
+        await wait_until(pilot, lambda: screen._detail_key == ("suspect", 0) and screen._active_tab() == "divergence")
+        await pilot.pause(0.3)
+        layouts = _count_layouts(screen)
+        await pilot.press("n")
+        assert screen._active_tab() == "results" and screen.current_row() == target
+        assert _shows_drawn(screen, target)
+        await pilot.pause(0.3)
+        assert _shows_drawn(screen, target) and len(layouts) == 1, layouts

@@ -442,14 +442,14 @@ class CompareScreen(CompareRanks, AppScreen):
     def _jump_to_error(self, backwards: bool) -> None:
         if self.view is None:
             return
-        if self._active_tab() != "results":
-            self.action_show_tab("results")
         table = self.results_table
         position = self.view.next_error(table.cursor_row, backwards)
+        if position is not None:  # before the tab shows: it shows with this row's detail, not the last one's
+            table.move_cursor(position)
+        if self._active_tab() != "results":
+            self.action_show_tab("results")
         if position is None:
             self.notify("No error, warning or unmatched row among the rows shown.", timeout=3)
-            return
-        table.move_cursor(position)
 
     def action_next_error(self) -> None:
         self._jump_to_error(False)
@@ -509,14 +509,14 @@ class CompareScreen(CompareRanks, AppScreen):
         if row < 0:
             self.notify("No result row belongs to this line.", timeout=3)
             return
-        self.action_show_tab("results")
         position = self.view.position_of(row) if self.view is not None else None
         if position is None:  # filtered out: show everything (of its rank) in dump order, then go there
             self.spec = {"verdict_filter": "all", "search": "", "sort": "order", "descending": False,
                          "rank": self.rank}
             self._make_view(dict(self.spec), row)
-        else:
+        else:  # before the tab shows: it shows with this row's detail, not the detail of the row it was on
             self.results_table.move_cursor(position)
+        self.action_show_tab("results")
 
     def action_toggle_detail(self) -> None:
         detail = self.query_one("#cmp-detail")
