@@ -422,3 +422,76 @@ async def test_n_from_another_tab_shows_the_results_tab_with_the_error_rows_deta
         assert _shows_drawn(screen, target)
         await pilot.pause(0.3)
         assert _shows_drawn(screen, target) and len(layouts) == 1, layouts
+
+
+@pilot_test
+async def test_enter_on_a_suspect_the_view_leaves_out_shows_the_tab_with_the_view_that_holds_its_row(tree_result):
+    """The suspect's row is not in the results view (a search): enter makes a view of every row, and the results tab
+    shows once, with that view and the row's detail (failed before: the tab showed first with the view that leaves
+    the row out, then again with the new one; a layout and a paint of the table more)."""
+    app = ProbeApp(tree_result.parent, root_label="~/exp")
+    async with app.run_test(size=(120, 40)) as pilot:
+        screen = await open_view(pilot, tree_result, CompareScreen)
+        await wait_until(pilot, lambda: loaded(pilot.app))
+        data = screen.data
+        target = data.worst_row_of_record(int(screen.divergence["first_row"][0]))
+        await screen.apply_view(search="no_such_op_anywhere")
+        left_out = screen.view
+        assert not len(left_out)
+        await pilot.press("2", "1", "2")  # the first switches restyle the scrollbars (once)
+        await wait_until(pilot, lambda: screen._detail_key == ("suspect", 0) and screen._active_tab() == "divergence"
+                         and ("suspect", 0) in screen._details)
+        await pilot.pause(0.3)
+        compositor = screen._compositor
+        reflow, frames = compositor.reflow, []
+
+        def counted(*args, **kwargs):
+            frames.append((screen._active_tab(), screen.view is left_out))
+            return reflow(*args, **kwargs)
+
+        compositor.reflow = counted
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: screen._active_tab() == "results" and screen.current_row() == target
+                         and screen._detail_key == ("row", target) and screen.detail_renderable is not None)
+        await pilot.pause(0.3)
+        assert screen.view.search == "" and screen.view.verdict_filter == "all"
+        assert ("results", True) not in frames, frames
+        assert screen.results_table.has_focus
+
+
+@pilot_test
+async def test_enter_on_a_left_out_suspect_shows_the_tab_when_the_view_is_slow_and_another_tab_key_wins(tree_result):
+    """A view that takes long: the results tab shows after ``TAB_AFTER_VIEW_S`` anyway, and the row once the view
+    arrives; a tab key pressed while it waits wins (the results tab does not show over it)."""
+    import time
+
+    from probe_tui.app.screens import compare
+
+    app = ProbeApp(tree_result.parent, root_label="~/exp")
+    async with app.run_test(size=(120, 40)) as pilot:
+        screen = await open_view(pilot, tree_result, CompareScreen)
+        await wait_until(pilot, lambda: loaded(pilot.app))
+        data = screen.data
+        target = data.worst_row_of_record(int(screen.divergence["first_row"][0]))
+        view = data.view
+
+        def slow_view(**spec):
+            time.sleep(3 * compare.TAB_AFTER_VIEW_S)
+            return view(**spec)
+
+        for then in (None, "3"):
+            await screen.apply_view(search="no_such_op_anywhere")
+            await pilot.press("2")
+            await wait_until(pilot, lambda: screen._active_tab() == "divergence")
+            data.view = slow_view
+            await pilot.press("enter")
+            if then is None:
+                await pilot.pause(compare.TAB_AFTER_VIEW_S + 0.1)
+                assert screen._active_tab() == "results" and not len(screen.view)  # still waits for the view
+                await wait_until(pilot, lambda: screen.current_row() == target, what="the suspect's row")
+            else:
+                await pilot.press(then)
+                await wait_until(pilot, lambda: screen.view.search == "", what="the new view")
+                await pilot.pause(compare.TAB_AFTER_VIEW_S)
+                assert screen._active_tab() == "tree"
+            data.view = view

@@ -42,6 +42,9 @@ from probe_tui.formatting import count_text
 
 DETAIL_DELAY_S = 0.08
 DETAIL_CACHE = 16
+TAB_AFTER_VIEW_S = 0.25
+"""How long enter on a suspect or node whose row the view leaves out waits for the view with it before it shows the
+results tab anyway (with the view it had)."""
 """Details kept drawn (the last ones shown): a tab switch back, or the cursor back on a row, shows one at once."""
 TABS = {"results": "tab-results", "divergence": "tab-divergence", "tree": "tab-tree"}
 
@@ -95,6 +98,8 @@ class CompareScreen(CompareRanks, AppScreen):
         self.detail_renderable: Any = None
         """What the detail pane shows (a rich renderable)."""
         self._tab_handled: Optional[str] = None
+        self._tab_after_view: Optional[Timer] = None
+        """Set while the results tab waits for the view on its way (``action_goto_rows``)."""
         self._details: Dict[Any, Any] = {}
         """Key -> (theme, renderable, drawn for the pane): the last details read (``DETAIL_CACHE``)."""
 
@@ -256,8 +261,10 @@ class CompareScreen(CompareRanks, AppScreen):
             self.notify(message.error, severity="error", title="Search")
             if self._view_applied is not None:
                 self._view_applied.set()
+            self._show_tab_after_view()
             return
         self._set_view(message.view, message.keep_row)
+        self._show_tab_after_view()
         if not len(message.view):
             self.notify("No row matches; f changes the filter, / the search.", timeout=4)
 
@@ -428,8 +435,16 @@ class CompareScreen(CompareRanks, AppScreen):
             if not self.tree_ready and self.data is not None:
                 self._load_tree()
 
+    def _show_tab_after_view(self) -> None:
+        """The results tab that waited for the view (``action_goto_rows``): now, or when the wait ran out."""
+        if self._tab_after_view is not None:
+            self.action_show_tab("results")
+
     def action_show_tab(self, tab: str) -> None:
         # the tab bar's underline would slide to the new tab: ~15 frames of repaints, as much CPU as the switch
+        if self._tab_after_view is not None:  # this key's tab, not the one that waited
+            self._tab_after_view.stop()
+            self._tab_after_view = None
         app = self.app
         level, app.animation_level = app.animation_level, "none"
         try:
@@ -514,8 +529,13 @@ class CompareScreen(CompareRanks, AppScreen):
             self.spec = {"verdict_filter": "all", "search": "", "sort": "order", "descending": False,
                          "rank": self.rank}
             self._make_view(dict(self.spec), row)
-        else:  # before the tab shows: it shows with this row's detail, not the detail of the row it was on
-            self.results_table.move_cursor(position)
+            # the tab shows with that view (one layout), not first with the view that leaves the row out
+            if self._tab_after_view is not None:
+                self._tab_after_view.stop()
+            self._tab_after_view = self.set_timer(TAB_AFTER_VIEW_S, self._show_tab_after_view)
+            return
+        # before the tab shows: it shows with this row's detail, not the detail of the row it was on
+        self.results_table.move_cursor(position)
         self.action_show_tab("results")
 
     def action_toggle_detail(self) -> None:
