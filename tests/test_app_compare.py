@@ -462,7 +462,7 @@ async def test_enter_on_a_suspect_the_view_leaves_out_shows_the_tab_with_the_vie
 @pilot_test
 async def test_enter_on_a_left_out_suspect_shows_the_tab_when_the_view_is_slow_and_another_tab_key_wins(tree_result):
     """A view that takes long: the results tab shows after ``TAB_AFTER_VIEW_S`` anyway, and the row once the view
-    arrives; a tab key pressed while it waits wins (the results tab does not show over it)."""
+    arrives; a tab key pressed or a tab clicked while it waits wins (the results tab does not show over it)."""
     import time
 
     from probe_tui.app.screens import compare
@@ -479,7 +479,7 @@ async def test_enter_on_a_left_out_suspect_shows_the_tab_when_the_view_is_slow_a
             time.sleep(3 * compare.TAB_AFTER_VIEW_S)
             return view(**spec)
 
-        for then in (None, "3"):
+        for then in (None, "3", "click"):
             await screen.apply_view(search="no_such_op_anywhere")
             await pilot.press("2")
             await wait_until(pilot, lambda: screen._active_tab() == "divergence")
@@ -490,7 +490,10 @@ async def test_enter_on_a_left_out_suspect_shows_the_tab_when_the_view_is_slow_a
                 assert screen._active_tab() == "results" and not len(screen.view)  # still waits for the view
                 await wait_until(pilot, lambda: screen.current_row() == target, what="the suspect's row")
             else:
-                await pilot.press(then)
+                if then == "click":
+                    await pilot.click("#--content-tab-tab-tree")
+                else:
+                    await pilot.press(then)
                 await wait_until(pilot, lambda: screen.view.search == "", what="the new view")
                 await pilot.pause(compare.TAB_AFTER_VIEW_S)
                 assert screen._active_tab() == "tree"

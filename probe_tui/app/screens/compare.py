@@ -421,6 +421,7 @@ class CompareScreen(CompareRanks, AppScreen):
         if tab == self._tab_handled:
             return
         self._tab_handled = tab
+        self._cancel_tab_after_view()  # a tab chosen another way (a click) wins too
         if tab == "results":
             self.results_table.focus()
             self._detail_key = None
@@ -435,6 +436,11 @@ class CompareScreen(CompareRanks, AppScreen):
             if not self.tree_ready and self.data is not None:
                 self._load_tree()
 
+    def _cancel_tab_after_view(self) -> None:
+        if self._tab_after_view is not None:
+            self._tab_after_view.stop()
+            self._tab_after_view = None
+
     def _show_tab_after_view(self) -> None:
         """The results tab that waited for the view (``action_goto_rows``): now, or when the wait ran out."""
         if self._tab_after_view is not None:
@@ -442,9 +448,7 @@ class CompareScreen(CompareRanks, AppScreen):
 
     def action_show_tab(self, tab: str) -> None:
         # the tab bar's underline would slide to the new tab: ~15 frames of repaints, as much CPU as the switch
-        if self._tab_after_view is not None:  # this key's tab, not the one that waited
-            self._tab_after_view.stop()
-            self._tab_after_view = None
+        self._cancel_tab_after_view()  # this key's tab, not the one that waited
         app = self.app
         level, app.animation_level = app.animation_level, "none"
         try:
@@ -530,8 +534,7 @@ class CompareScreen(CompareRanks, AppScreen):
                          "rank": self.rank}
             self._make_view(dict(self.spec), row)
             # the tab shows with that view (one layout), not first with the view that leaves the row out
-            if self._tab_after_view is not None:
-                self._tab_after_view.stop()
+            self._cancel_tab_after_view()
             self._tab_after_view = self.set_timer(TAB_AFTER_VIEW_S, self._show_tab_after_view)
             return
         # before the tab shows: it shows with this row's detail, not the detail of the row it was on
