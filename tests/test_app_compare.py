@@ -273,3 +273,228 @@ def _detail_shown(screen, pane, row):
                 and screen._detail_key == ("row", screen.current_row()) and isinstance(pane.content, Prerendered)
                 and pane.content.source is screen.detail_renderable)
     return shown
+
+
+def _count_layouts(screen) -> list:
+    """Count the screen's full layouts from now on (a scroll's reflow of the visible widgets is not one)."""
+    compositor = screen._compositor
+    reflow, layouts = compositor.reflow, []
+
+    def counted(*args, **kwargs):
+        layouts.append(1)
+        return reflow(*args, **kwargs)
+
+    compositor.reflow = counted
+    return layouts
+
+
+@pilot_test
+async def test_a_detail_of_another_height_lays_the_screen_out_once(tree_result):
+    """A suspect whose detail is taller or shorter than the last one changes the detail pane's box: one layout. The pane
+    and its scrolling container then had a new virtual size, which laid the whole screen out a second time for
+    nothing (failed before: 2 layouts each)."""
+    from probe_tui.app.widgets.detail_pane import DetailPane
+
+    app = ProbeApp(tree_result.parent, root_label="~/exp")
+    async with app.run_test(size=(80, 24)) as pilot:
+        screen = await open_view(pilot, tree_result, CompareScreen)
+        await wait_until(pilot, lambda: loaded(pilot.app))
+        pane, table = screen.query_one("#detail-body", DetailPane), screen.divergence_table
+        await pilot.press("2")  # suspects' details, taller than the narrow layout's pane, by a line or so
+
+        def suspect_shown(line: int):
+            return lambda: (table.cursor_row == line and screen._detail_key == ("suspect", line)
+                            and pane.content.source is screen.detail_renderable)
+
+        await wait_until(pilot, suspect_shown(0), what="the first suspect's detail")
+        await pilot.pause(0.3)
+        changed = []
+        for line in range(1, table.row_count):
+            height = pane.size.height
+            layouts = _count_layouts(screen)
+            await pilot.press("down")
+            await wait_until(pilot, suspect_shown(line), what="the next suspect's detail")
+            await pilot.pause(0.3)
+            if pane.size.height != height:
+                changed.append(len(layouts))
+        assert changed and changed == [1] * len(changed), changed
+
+
+@pilot_test
+async def test_a_tab_switch_back_shows_its_detail_with_the_tab(tree_result):
+    """Back on a tab, the detail of its cursor's row was drawn already: it shows as the key is handled, in the
+    tab's own layout (failed before: read again by a worker after the cursor's rest, a layout of its own)."""
+    from probe_tui.app.widgets.detail_pane import DetailPane
+
+    app = ProbeApp(tree_result.parent, root_label="~/exp")
+    async with app.run_test(size=(120, 40)) as pilot:
+        screen = await open_view(pilot, tree_result, CompareScreen)
+        await wait_until(pilot, lambda: loaded(pilot.app))
+        pane = screen.query_one("#detail-body", DetailPane)
+        row = screen.current_row()
+        await wait_until(pilot, lambda: screen._detail_key == ("row", row) and screen.detail_renderable is not None,
+                         what="the first row's detail")
+        drawn = screen.detail_renderable
+        await pilot.press("2")
+        await wait_until(pilot, lambda: screen._detail_key == ("suspect", 0) and screen.detail_renderable is not drawn
+                         and "suspect" in rendered_text(screen.detail_renderable), what="the first suspect's detail")
+        await pilot.press("1", "2")  # the first switches restyle the scrollbars (once)
+        await wait_until(pilot, lambda: screen._detail_key == ("suspect", 0) and screen._active_tab() == "divergence")
+        await pilot.pause(0.3)
+        layouts = _count_layouts(screen)
+        await pilot.press("1")
+        assert screen._detail_key == ("row", row) and screen.detail_renderable is drawn
+        assert pane.content.source is drawn
+        await pilot.pause(0.3)
+        assert len(layouts) == 1, layouts
+        assert screen.results_table.has_focus
+
+
+async def _seen(pilot, screen, position: int) -> int:
+    """Put the results cursor on ``position`` and wait until its row's detail is drawn; return that row."""
+    from probe_tui.app.widgets.detail_pane import DetailPane
+
+    pane = screen.query_one("#detail-body", DetailPane)
+    screen.results_table.move_cursor(position)
+    row = int(screen.view.rows[position])
+    await wait_until(pilot, lambda: screen._detail_key == ("row", row) and ("row", row) in screen._details
+                     and pane.content.source is screen.detail_renderable, what="row {}'s detail".format(row))
+    return row
+
+
+def _shows_drawn(screen, row: int) -> bool:
+    """The detail pane shows ``row``'s detail, the one drawn before (no worker, no wait for the cursor's rest)."""
+    from probe_tui.app.widgets.detail_pane import DetailPane
+
+    drawn = screen._details[("row", row)][1]
+    pane = screen.query_one("#detail-body", DetailPane)
+    return (screen._detail_key == ("row", row) and screen.detail_renderable is drawn
+            and pane.content.source is drawn)
+
+
+@pilot_test
+async def test_enter_on_a_suspect_shows_the_results_tab_with_its_rows_detail(tree_result):
+    """Enter on a suspect shows the results tab on its worst row, with that row's detail drawn before at once
+    (failed before: the tab showed the detail of the row the cursor left, a layout, then the row's after a rest)."""
+    app = ProbeApp(tree_result.parent, root_label="~/exp")
+    async with app.run_test(size=(120, 40)) as pilot:
+        screen = await open_view(pilot, tree_result, CompareScreen)
+        await wait_until(pilot, lambda: loaded(pilot.app))
+        data, divergence = screen.data, screen.divergence
+        suspects = [(line, data.worst_row_of_record(int(first)))
+                    for line, first in enumerate(divergence["first_row"]) if 0 <= int(first) < data.n_rows]
+        line, target = next((s for s in suspects if screen.view.position_of(s[1]) != 0), (None, None))
+        assert target is not None, suspects
+        assert await _seen(pilot, screen, screen.view.position_of(target)) == target
+        await _seen(pilot, screen, 0)
+        await pilot.press("2", "1", "2")  # the first switches restyle the scrollbars (once)
+        await wait_until(pilot, lambda: screen._detail_key == ("suspect", 0) and screen._active_tab() == "divergence")
+        await pilot.pause(0.3)
+        screen.divergence_table.move_cursor(line)
+        await wait_until(pilot, lambda: screen._detail_key == ("suspect", line) and ("suspect", line) in screen._details)
+        await pilot.pause(0.3)
+        layouts = _count_layouts(screen)
+        await pilot.press("enter")
+        assert screen._active_tab() == "results" and screen.current_row() == target
+        assert _shows_drawn(screen, target)
+        await pilot.pause(0.3)
+        assert _shows_drawn(screen, target) and len(layouts) == 1, layouts
+
+
+@pilot_test
+async def test_n_from_another_tab_shows_the_results_tab_with_the_error_rows_detail(tree_result):
+    """n on the ranking shows the results tab on the next error row, with that row's detail drawn before at once
+    (failed before: the tab showed the detail of the row the cursor left first)."""
+    app = ProbeApp(tree_result.parent, root_label="~/exp")
+    async with app.run_test(size=(120, 40)) as pilot:
+        screen = await open_view(pilot, tree_result, CompareScreen)
+        await wait_until(pilot, lambda: loaded(pilot.app))
+        position = screen.view.next_error(0, False)
+        assert position is not None and position != 0
+        target = await _seen(pilot, screen, position)
+        await _seen(pilot, screen, 0)
+        await pilot.press("2", "1", "2")  # the first switches restyle the scrollbars (once)
+        await wait_until(pilot, lambda: screen._detail_key == ("suspect", 0) and screen._active_tab() == "divergence")
+        await pilot.pause(0.3)
+        layouts = _count_layouts(screen)
+        await pilot.press("n")
+        assert screen._active_tab() == "results" and screen.current_row() == target
+        assert _shows_drawn(screen, target)
+        await pilot.pause(0.3)
+        assert _shows_drawn(screen, target) and len(layouts) == 1, layouts
+
+
+@pilot_test
+async def test_enter_on_a_suspect_the_view_leaves_out_shows_the_tab_with_the_view_that_holds_its_row(tree_result):
+    """The suspect's row is not in the results view (a search): enter makes a view of every row, and the results tab
+    shows once, with that view and the row's detail (failed before: the tab showed first with the view that leaves
+    the row out, then again with the new one; a layout and a paint of the table more)."""
+    app = ProbeApp(tree_result.parent, root_label="~/exp")
+    async with app.run_test(size=(120, 40)) as pilot:
+        screen = await open_view(pilot, tree_result, CompareScreen)
+        await wait_until(pilot, lambda: loaded(pilot.app))
+        data = screen.data
+        target = data.worst_row_of_record(int(screen.divergence["first_row"][0]))
+        await screen.apply_view(search="no_such_op_anywhere")
+        left_out = screen.view
+        assert not len(left_out)
+        await pilot.press("2", "1", "2")  # the first switches restyle the scrollbars (once)
+        await wait_until(pilot, lambda: screen._detail_key == ("suspect", 0) and screen._active_tab() == "divergence"
+                         and ("suspect", 0) in screen._details)
+        await pilot.pause(0.3)
+        compositor = screen._compositor
+        reflow, frames = compositor.reflow, []
+
+        def counted(*args, **kwargs):
+            frames.append((screen._active_tab(), screen.view is left_out))
+            return reflow(*args, **kwargs)
+
+        compositor.reflow = counted
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: screen._active_tab() == "results" and screen.current_row() == target
+                         and screen._detail_key == ("row", target) and screen.detail_renderable is not None)
+        await pilot.pause(0.3)
+        assert screen.view.search == "" and screen.view.verdict_filter == "all"
+        assert ("results", True) not in frames, frames
+        assert screen.results_table.has_focus
+
+
+@pilot_test
+async def test_enter_on_a_left_out_suspect_shows_the_tab_when_the_view_is_slow_and_another_tab_key_wins(tree_result):
+    """A view that takes long: the results tab shows after ``TAB_AFTER_VIEW_S`` anyway, and the row once the view
+    arrives; a tab key pressed or a tab clicked while it waits wins (the results tab does not show over it)."""
+    import time
+
+    from probe_tui.app.screens import compare
+
+    app = ProbeApp(tree_result.parent, root_label="~/exp")
+    async with app.run_test(size=(120, 40)) as pilot:
+        screen = await open_view(pilot, tree_result, CompareScreen)
+        await wait_until(pilot, lambda: loaded(pilot.app))
+        data = screen.data
+        target = data.worst_row_of_record(int(screen.divergence["first_row"][0]))
+        view = data.view
+
+        def slow_view(**spec):
+            time.sleep(3 * compare.TAB_AFTER_VIEW_S)
+            return view(**spec)
+
+        for then in (None, "3", "click"):
+            await screen.apply_view(search="no_such_op_anywhere")
+            await pilot.press("2")
+            await wait_until(pilot, lambda: screen._active_tab() == "divergence")
+            data.view = slow_view
+            await pilot.press("enter")
+            if then is None:
+                await pilot.pause(compare.TAB_AFTER_VIEW_S + 0.1)
+                assert screen._active_tab() == "results" and not len(screen.view)  # still waits for the view
+                await wait_until(pilot, lambda: screen.current_row() == target, what="the suspect's row")
+            else:
+                if then == "click":
+                    await pilot.click("#--content-tab-tab-tree")
+                else:
+                    await pilot.press(then)
+                await wait_until(pilot, lambda: screen.view.search == "", what="the new view")
+                await pilot.pause(compare.TAB_AFTER_VIEW_S)
+                assert screen._active_tab() == "tree"
+            data.view = view

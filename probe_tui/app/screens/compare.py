@@ -12,7 +12,7 @@ from typing import Any, Dict, Optional
 from rich.text import Text
 from textual import on, work
 from textual.app import ComposeResult
-from textual.containers import Horizontal, VerticalScroll
+from textual.containers import Horizontal
 from textual.message import Message
 from textual.timer import Timer
 from textual.widgets import Input, Label, Static, TabbedContent, TabPane, Tree
@@ -33,7 +33,7 @@ from probe_tui.app.screens.compare_rows import (
 )
 from probe_tui.app.screens.path_prompt import relative_text
 from probe_tui.app.styles import themed
-from probe_tui.app.widgets.detail_pane import DetailPane, prerender
+from probe_tui.app.widgets.detail_pane import DetailPane, DetailScroll, prerender
 from probe_tui.app.widgets.key_footer import KeyFooter
 from probe_tui.app.widgets.rank_bar import RankBar
 from probe_tui.app.widgets.result_tree import NodeRef, ResultTree
@@ -41,6 +41,11 @@ from probe_tui.app.widgets.virtual_table import VirtualTable
 from probe_tui.formatting import count_text
 
 DETAIL_DELAY_S = 0.08
+DETAIL_CACHE = 16
+TAB_AFTER_VIEW_S = 0.25
+"""How long enter on a suspect or node whose row the view leaves out waits for the view with it before it shows the
+results tab anyway (with the view it had)."""
+"""Details kept drawn (the last ones shown): a tab switch back, or the cursor back on a row, shows one at once."""
 TABS = {"results": "tab-results", "divergence": "tab-divergence", "tree": "tab-tree"}
 
 
@@ -92,6 +97,11 @@ class CompareScreen(CompareRanks, AppScreen):
         self._detail_timer: Optional[Timer] = None
         self.detail_renderable: Any = None
         """What the detail pane shows (a rich renderable)."""
+        self._tab_handled: Optional[str] = None
+        self._tab_after_view: Optional[Timer] = None
+        """Set while the results tab waits for the view on its way (``action_goto_rows``)."""
+        self._details: Dict[Any, Any] = {}
+        """Key -> (theme, renderable, drawn for the pane): the last details read (``DETAIL_CACHE``)."""
 
     # ---- layout -------------------------------------------------------------------------------------------
     def compose(self) -> ComposeResult:
@@ -109,7 +119,7 @@ class CompareScreen(CompareRanks, AppScreen):
                     yield VirtualTable(id="divergence")
                 with TabPane("3 Model tree", id=TABS["tree"]):
                     yield ResultTree(id="tree")
-            with VerticalScroll(id="cmp-detail"):
+            with DetailScroll(id="cmp-detail"):
                 yield DetailPane("", id="detail-body")
         yield Input(placeholder="search names: text, a glob (*.softmax.*) or re:regex; enter applies, empty clears",
                     id="cmp-search")
@@ -251,8 +261,10 @@ class CompareScreen(CompareRanks, AppScreen):
             self.notify(message.error, severity="error", title="Search")
             if self._view_applied is not None:
                 self._view_applied.set()
+            self._show_tab_after_view()
             return
         self._set_view(message.view, message.keep_row)
+        self._show_tab_after_view()
         if not len(message.view):
             self.notify("No row matches; f changes the filter, / the search.", timeout=4)
 
@@ -267,20 +279,32 @@ class CompareScreen(CompareRanks, AppScreen):
     def _results_cursor(self, _: VirtualTable.CursorMoved) -> None:
         self._row_changed()
 
-    def _row_changed(self) -> None:
+    def _row_changed(self, at_once: bool = False) -> None:
         row = self.current_row()
         if row is not None and self._active_tab() == "results":
-            self._show_detail(("row", row))
+            self._show_detail(("row", row), at_once=at_once)
 
-    def _show_detail(self, key: Any) -> None:
-        """Show the detail of ``key`` once the cursor rests (a held arrow key reads no rows)."""
+    def _show_detail(self, key: Any, at_once: bool = False) -> None:
+        """Show the detail of ``key`` once the cursor rests (a held arrow key reads no rows); ``at_once`` (a tab
+        switch) shows one drawn before in the same frame as the tab (a layout less, no worker)."""
         if key == self._detail_key or self.data is None:
             return
         self._detail_key = key
         if self._detail_timer is not None:
             self._detail_timer.stop()
         room = self.query_one("#detail-body", DetailPane).room()
-        self._detail_timer = self.set_timer(DETAIL_DELAY_S, lambda: self._load_detail(key, room))
+        if at_once and self._show_drawn(key):
+            return
+        self._detail_timer = self.set_timer(DETAIL_DELAY_S, lambda: self._show_drawn(key) or self._load_detail(key, room))
+
+    def _show_drawn(self, key: Any) -> bool:
+        """Show ``key``'s detail if it was drawn before (for this theme); False if it must be read."""
+        drawn = self._details.get(key)
+        if drawn is None or drawn[0] != self.app.theme or key != self._detail_key:
+            return False
+        self.detail_renderable = drawn[1]
+        self.query_one("#detail-body", DetailPane).show(drawn[2])  # drawn for another pane size: drawn again
+        return True
 
     @work(thread=True, exclusive=True, group="cmp-detail", exit_on_error=False)
     def _load_detail(self, key: Any, room: Any) -> None:
@@ -304,6 +328,10 @@ class CompareScreen(CompareRanks, AppScreen):
 
     @on(DetailReady)
     def _detail_ready(self, message: "CompareScreen.DetailReady") -> None:
+        self._details.pop(message.key, None)
+        self._details[message.key] = (self.app.theme, message.renderable, message.shown)
+        while len(self._details) > DETAIL_CACHE:
+            self._details.pop(next(iter(self._details)))
         if message.key == self._detail_key:
             self.detail_renderable = message.renderable
             self.query_one("#detail-body", DetailPane).show(message.shown)
@@ -323,6 +351,7 @@ class CompareScreen(CompareRanks, AppScreen):
 
     def _show_divergence(self) -> None:
         self.divergence = of_rank(self.divergence_all, self.rank)
+        self._details = {k: v for k, v in self._details.items() if k[0] != "suspect"}  # keyed by place in it
         table = self.divergence_table
         table.empty_text = ("No entry of rank {} in the ranking.".format(self.rank) if self.rank is not None and
                             self.divergence_all is not None and len(self.divergence_all.get("record", ())) else
@@ -351,9 +380,9 @@ class CompareScreen(CompareRanks, AppScreen):
     def _suspect_cursor(self, _: VirtualTable.CursorMoved) -> None:
         self._suspect_changed()
 
-    def _suspect_changed(self) -> None:
+    def _suspect_changed(self, at_once: bool = False) -> None:
         if self._active_tab() == "divergence" and self.divergence is not None and self.divergence_table.row_count:
-            self._show_detail(("suspect", self.divergence_table.cursor_row))
+            self._show_detail(("suspect", self.divergence_table.cursor_row), at_once=at_once)
 
     @on(VirtualTable.Selected, "#divergence")
     def _suspect_selected(self, _: VirtualTable.Selected) -> None:
@@ -384,42 +413,62 @@ class CompareScreen(CompareRanks, AppScreen):
 
     @on(TabbedContent.TabActivated)
     def _tab_activated(self, _: TabbedContent.TabActivated) -> None:
+        self._tab_changed()
+
+    def _tab_changed(self) -> None:
+        """Focus the tab shown and show its detail (once per switch: the key's action, then the message)."""
         tab = self._active_tab()
+        if tab == self._tab_handled:
+            return
+        self._tab_handled = tab
+        self._cancel_tab_after_view()  # a tab chosen another way (a click) wins too
         if tab == "results":
             self.results_table.focus()
             self._detail_key = None
-            self._row_changed()
+            self._row_changed(at_once=True)
         elif tab == "divergence":
             self.divergence_table.focus()
             self._detail_key = None
-            self._suspect_changed()
+            self._suspect_changed(at_once=True)
         else:
             tree = self.query_one("#tree", ResultTree)
             tree.focus()
             if not self.tree_ready and self.data is not None:
                 self._load_tree()
 
+    def _cancel_tab_after_view(self) -> None:
+        if self._tab_after_view is not None:
+            self._tab_after_view.stop()
+            self._tab_after_view = None
+
+    def _show_tab_after_view(self) -> None:
+        """The results tab that waited for the view (``action_goto_rows``): now, or when the wait ran out."""
+        if self._tab_after_view is not None:
+            self.action_show_tab("results")
+
     def action_show_tab(self, tab: str) -> None:
         # the tab bar's underline would slide to the new tab: ~15 frames of repaints, as much CPU as the switch
+        self._cancel_tab_after_view()  # this key's tab, not the one that waited
         app = self.app
         level, app.animation_level = app.animation_level, "none"
         try:
             self.query_one("#cmp-tabs", TabbedContent).active = TABS[tab]
         finally:
             app.animation_level = level
+        self._tab_changed()  # now, not on TabActivated: a detail drawn before shows in the tab's first layout
 
     # ---- finding ------------------------------------------------------------------------------------------
     def _jump_to_error(self, backwards: bool) -> None:
         if self.view is None:
             return
-        if self._active_tab() != "results":
-            self.action_show_tab("results")
         table = self.results_table
         position = self.view.next_error(table.cursor_row, backwards)
+        if position is not None:  # before the tab shows: it shows with this row's detail, not the last one's
+            table.move_cursor(position)
+        if self._active_tab() != "results":
+            self.action_show_tab("results")
         if position is None:
             self.notify("No error, warning or unmatched row among the rows shown.", timeout=3)
-            return
-        table.move_cursor(position)
 
     def action_next_error(self) -> None:
         self._jump_to_error(False)
@@ -479,14 +528,18 @@ class CompareScreen(CompareRanks, AppScreen):
         if row < 0:
             self.notify("No result row belongs to this line.", timeout=3)
             return
-        self.action_show_tab("results")
         position = self.view.position_of(row) if self.view is not None else None
         if position is None:  # filtered out: show everything (of its rank) in dump order, then go there
             self.spec = {"verdict_filter": "all", "search": "", "sort": "order", "descending": False,
                          "rank": self.rank}
             self._make_view(dict(self.spec), row)
-        else:
-            self.results_table.move_cursor(position)
+            # the tab shows with that view (one layout), not first with the view that leaves the row out
+            self._cancel_tab_after_view()
+            self._tab_after_view = self.set_timer(TAB_AFTER_VIEW_S, self._show_tab_after_view)
+            return
+        # before the tab shows: it shows with this row's detail, not the detail of the row it was on
+        self.results_table.move_cursor(position)
+        self.action_show_tab("results")
 
     def action_toggle_detail(self) -> None:
         detail = self.query_one("#cmp-detail")

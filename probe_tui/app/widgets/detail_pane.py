@@ -6,6 +6,12 @@ worker draws it once instead (:func:`prerender`, at the pane's width) and the pa
 (:class:`Prerendered`); the UI thread only copies segments. :meth:`DetailPane.show` updates without a screen
 layout when the pane's box stays (``in_place.update_in_place``). When the pane's width changes (a resize, the
 narrow layout), the lines drawn for the old width are drawn again from the original renderable.
+
+A detail of another height does lay the screen out once; Textual then laid it out a second time because the
+layout had changed the pane's and its scrolling container's ``virtual_size``, a reactive that asks for a layout.
+That second layout changes nothing here (the pane has no children, the container keeps its box and its scrollbar
+with ``overflow-y: scroll``, and its scrollbar takes the new size without a layout), so :class:`DetailPane` and
+:class:`DetailScroll` take the size the layout gives them without asking for another (``_size_updated``).
 """
 
 import io
@@ -14,7 +20,8 @@ from typing import Any, List, Optional, Tuple
 from rich.console import Console, ConsoleOptions, RenderableType, RenderResult
 from rich.measure import Measurement
 from rich.segment import Segment
-from textual.containers import ScrollableContainer
+from textual.containers import ScrollableContainer, VerticalScroll
+from textual.geometry import Size
 from textual.widgets import Static
 
 from probe_tui.app.widgets.in_place import update_in_place
@@ -59,6 +66,14 @@ def prerender(renderable: RenderableType, room: Optional[Tuple[int, int, int]]) 
     return Prerendered(renderable, width, lines, (room[0], room[1]))
 
 
+class DetailScroll(VerticalScroll):
+    """The scrolling container of a :class:`DetailPane` (give it ``overflow-y: scroll``): a detail of another
+    height lays the screen out once, not twice."""
+
+    def _size_updated(self, size: Size, virtual_size: Size, container_size: Size, layout: bool = True) -> bool:
+        return super()._size_updated(size, virtual_size, container_size, layout=False)
+
+
 class DetailPane(Static):
     """A Static in a scrolling pane, for a detail that changes with the cursor: :meth:`show` a renderable,
     pre-rendered (:func:`prerender` with :meth:`room`) or not.
@@ -86,6 +101,10 @@ class DetailPane(Static):
             if room is None or content.fits != room[:2]:
                 content = content.source  # drawn for another size of the pane
         update_in_place(self, content)
+
+    def _size_updated(self, size: Size, virtual_size: Size, container_size: Size, layout: bool = True) -> bool:
+        # the layout that set this size placed the pane: no second one for its virtual_size (module doc)
+        return super()._size_updated(size, virtual_size, container_size, layout=False)
 
     def on_resize(self) -> None:
         # once the layout settles: a scrollbar that comes or goes resizes the pane twice (its height, its width)
