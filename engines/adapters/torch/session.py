@@ -2,7 +2,8 @@
 
 - L1: ``CaptureFunctionMode`` (api_capture), pushed while the session runs;
 - L0: global module hooks and per-parameter post-accumulate hooks (module_capture);
-- backward of both: hooks on the autograd nodes the call created (backward_capture).
+- backward of both: hooks on the autograd nodes the call created (backward_capture);
+- the online check at level aten: its ``TorchDispatchMode`` (``check_mode``), pushed last while the session runs.
 
 What is torch's here: the function and dispatch modes installed while the session runs, the rank from
 torch.distributed, the autograd flag of each row, activation-checkpoint re-runs (``recompute_flags``) and the
@@ -82,6 +83,9 @@ class TorchCaptureSession(CaptureSession):
         self.dmode: Any = None
         self.force_dispatch = force_dispatch
         self.api_depth = 0  # recorded API calls running now (the dispatch fallback records only outside them)
+        # the online check's dispatch mode (level aten: online_check.OnlineDispatch), on top while the session runs
+        self.check_mode: Any = None
+        self._check_mode_on = False
         self.last_recompute_reentrant = False
 
     # -- lifecycle -------------------------------------------------------------------------------------------
@@ -108,8 +112,17 @@ class TorchCaptureSession(CaptureSession):
             if dispatch_capture.needed(self.force_dispatch):
                 self.dmode = dispatch_capture.CaptureDispatchMode(self)
                 self.dmode.__enter__()
+        if self.check_mode is not None and not self._check_mode_on:
+            self.check_mode.__enter__()
+            self._check_mode_on = True
 
     def _uninstall(self) -> None:
+        if self._check_mode_on:  # pushed last: popped first
+            self._check_mode_on = False
+            try:
+                self.check_mode.__exit__(None, None, None)
+            except Exception as exc:
+                self.summary.failed("removing the online check's dispatch mode", exc)
         if self.dmode is not None:
             mode, self.dmode = self.dmode, None
             try:
