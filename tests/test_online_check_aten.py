@@ -62,9 +62,11 @@ class _SlightlyWrongFloat32Gelu(TorchDispatchMode):
 
 def test_a_wrong_aten_gelu_is_the_only_failing_op_and_training_is_unchanged(tmp_path):
     with _SlightlyWrongFloat32Gelu():
-        _, plain, _ = _run(tmp_path / "plain", steps=2)
+        plain_summary, plain, _ = _run(tmp_path / "plain", steps=2)
         summary, losses, messages = _run(tmp_path / "d", online=_aten(), steps=2)
     assert losses == plain  # bit-identical: the re-runs see copies only, the RNG state is restored
+    # and the capture records what it records without the check (the check's copies are not captured)
+    assert (summary["records"], summary["tensor_rows"]) == (plain_summary["records"], plain_summary["tensor_rows"])
     online = summary["online_check"]
     assert online["failing"] == {"Aten.gelu.default": "Aten.gelu.default.0.forward"}
     assert any("Aten.gelu.default failed on the reference" in m for m in messages)
@@ -121,23 +123,57 @@ def test_lowp_softmax_is_flagged_at_the_aten_level(tmp_path):
     assert {(r["dtype"], r["bench_dtype"]) for r in bad} == {("torch.bfloat16", "torch.float32")}
 
 
-def test_a_failing_rerun_is_listed_and_the_op_runs_as_usual():
+class _Session:
+    """The session attributes the dispatch mode reads."""
+
+    busy_depth = 0
+    running = True
+    step = 0
+    check_mode = None
+
+
+def _mode(patterns=()):
     from engines.adapters.torch.online_check import OnlineDispatch
 
-    class _Session:
-        busy_depth = 0
-        running = True
-        step = 0
-        check_mode = None
-
-    def no_double(*a, **k):  # the reference (float64) kernel is missing
-        raise RuntimeError("no float64 kernel")
-
     session = _Session()
-    processor = oc.OnlineCheckProcessor([])
+    processor = oc.OnlineCheckProcessor(list(patterns))
     processor.session = session
     mode = OnlineDispatch(session, processor)
     assert session.check_mode is mode
+    return session, processor, mode
+
+
+def test_random_ops_are_listed_and_draw_as_without_the_check():
+    x = torch.randn(64, 8)
+    torch.manual_seed(7)
+    plain = torch.nn.functional.dropout(x * 1.5, 0.5, training=True)
+    after = torch.rand(3)
+    session, processor, mode = _mode()
+    torch.manual_seed(7)
+    with mode:
+        checked = torch.nn.functional.dropout(x * 1.5, 0.5, training=True)
+    assert torch.equal(checked, plain) and torch.equal(torch.rand(3), after)
+    # on the CPU dropout is dispatched as empty_like, bernoulli_ (the draw), div_ and mul
+    assert processor.not_checked["Aten.bernoulli_.float"].startswith("random op")
+    assert processor.not_checked["Aten.empty_like.default"].startswith("not a computation")
+    assert [r["name"] for r in processor.rows] == ["Aten.mul.Tensor.0.forward", "Aten.div_.Scalar.0.forward",
+                                                   "Aten.mul.Tensor.1.forward"]
+    assert {(r["status"], r["bench_dtype"]) for r in processor.rows} == {("pass", "torch.float64")}
+
+
+def test_nothing_is_checked_while_the_session_is_busy():
+    session, processor, mode = _mode()
+    session.busy_depth = 1
+    with mode:
+        torch.randn(4) * 2
+    assert processor.rows == [] and processor.not_checked == {}
+
+
+def test_a_failing_rerun_is_listed_and_the_op_runs_as_usual():
+    def no_double(*a, **k):  # the reference (float64) kernel is missing
+        raise RuntimeError("no float64 kernel")
+
+    session, processor, mode = _mode()
     x = torch.randn(5)
     with mode:
         lib = torch.library.Library("aten_level_test", "FRAGMENT")
@@ -172,3 +208,26 @@ def test_mindspore_refuses_the_aten_level(tmp_path, capsys):
     err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
     assert len(err) == 1 and "statistics.online_check.level" in err[0]
     assert not (tmp_path / "d").exists() or not list((tmp_path / "d").rglob("*.h5"))
+
+
+def test_bf16_autocast_demo_at_the_aten_level_has_no_failing_op(tmp_path):
+    # below autocast: each op's inputs are already what its kernel saw (bf16), the reference float32
+    summary, _, _ = _run(tmp_path / "d", online=_aten(), dtype="bf16")
+    assert summary["online_check"]["failing"] == {}
+    rows = _rows(tmp_path / "d")
+    assert {r["bench_dtype"] for r in rows if r["api"] == "Aten.addmm.default"} == {"torch.float32"}
+
+
+def test_in_script_debugger_checks_aten_ops(tmp_path):
+    from test_debugger_support import torch_demo_in_script, write_config
+
+    from probe_tui import PrecisionDebugger
+
+    config = {"task": "statistics", "level": "L1", "dump_path": str(tmp_path / "script"),
+              "statistics": {"online_check": _aten(["naive_softmax"])}}
+    cfg = write_config(tmp_path, "online", config)
+    demo = {"preset": "tiny", "steps": 1, "dtype": "fp32", "faults": LOWP}
+    _, summary, _ = torch_demo_in_script(demo, lambda: PrecisionDebugger(config_path=str(cfg)))
+    assert list(summary["online_check"]["failing"]) == ["Demo.naive_softmax.default"]
+    rank = next((tmp_path / "script").glob("*/rank0"))
+    assert {r["api"] for r in oc.read_checks(rank)} == {"Demo.naive_softmax.default"}
