@@ -231,3 +231,24 @@ def test_in_script_debugger_checks_aten_ops(tmp_path):
     assert list(summary["online_check"]["failing"]) == ["Demo.naive_softmax.default"]
     rank = next((tmp_path / "script").glob("*/rank0"))
     assert {r["api"] for r in oc.read_checks(rank)} == {"Demo.naive_softmax.default"}
+
+
+def test_a_compiled_model_is_noted_as_running_eagerly():
+    # Dynamo does not run compiled code under an active dispatch mode: the run is told, once per model
+    from engines.adapters.torch.session import ATEN_COMPILED_NOTE, TorchCaptureSession
+    from engines.capture.options import CaptureOptions
+
+    for level in ("api", "aten"):
+        session = TorchCaptureSession(CaptureOptions(level="L1"), None, rank=0)
+        processor = oc.OnlineCheckProcessor([])
+        session.plug(processor)
+        if level == "aten":
+            from engines.adapters.torch.online_check import OnlineDispatch
+
+            OnlineDispatch(session, processor)
+        depth = torch._C._len_torch_dispatch_stack()
+        session.start(torch.compile(torch.nn.Linear(2, 2), backend="eager"))
+        assert torch._C._len_torch_dispatch_stack() == depth + (level == "aten")  # pushed while it runs
+        session.close()
+        assert torch._C._len_torch_dispatch_stack() == depth
+        assert (ATEN_COMPILED_NOTE in session.summary.notes) == (level == "aten")

@@ -31,6 +31,9 @@ from engines.capture.summary import CaptureSummary
 log = logging.getLogger("engines.capture")
 
 _CHECKPOINT_FILE = os.path.join("torch", "utils", "checkpoint.py")
+ATEN_COMPILED_NOTE = ("online_check level aten: torch.compile'd code runs eagerly while a dispatch mode is active, "
+                      "so the compiled model trains on eager kernels with the check on; use level api to keep "
+                      "its compiled kernels")
 
 
 def detect_rank() -> int:
@@ -97,6 +100,8 @@ class TorchCaptureSession(CaptureSession):
             from engines.adapters.torch.module_capture import COMPILED_NOTE
 
             self.summary.note(COMPILED_NOTE)
+            if self.check_mode is not None:
+                self.summary.note(ATEN_COMPILED_NOTE)
         self.modules.add_root(model)
 
     def _install(self) -> None:
