@@ -5,7 +5,9 @@ model uninstrumented, interleaved step by step (docs/ACC_CHECK.md, "Online check
 
 Arms: the capture session alone (statistics, nothing written: what the check rides on), a one-API list
 (``naive_softmax``), the whole network, and the whole network judged without the pre-screen
-(``engines/acc_check/prescreen.py``: every output through every standard, as before it). Each prints the median
+(``engines/acc_check/prescreen.py``: every output through every standard, as before it); then the dispatch level
+(``online_check.level: aten``): a one-op list (``naive_softmax``: the ``Demo.naive_softmax.default`` op) and every
+aten op of the step (forward, backward and optimizer). ``--arms capture,aten`` runs only the arms naming a word. Each prints the median
 wall and CPU-time ratios against the uninstrumented step, the calls judged per step (forward + backward) and the
 machine load (``uptime``). torch runs on one thread.
 
@@ -31,11 +33,14 @@ from engines.acc_check import prescreen  # noqa: E402
 from engines.capture.options import CaptureOptions  # noqa: E402
 from engines.frameworks import adapter_module  # noqa: E402
 
+# name -> (api_list or None for no check, online_check.level)
 ARMS = {
-    "capture session only (no online check)": None,
-    "online check, one API (naive_softmax)": ["naive_softmax"],
-    "online check, whole network": [],
-    "online check, whole network, no pre-screen": [],
+    "capture session only (no online check)": (None, "api"),
+    "online check, one API (naive_softmax)": (["naive_softmax"], "api"),
+    "online check, whole network": ([], "api"),
+    "online check, whole network, no pre-screen": ([], "api"),
+    "aten level, one op (naive_softmax)": (["naive_softmax"], "aten"),
+    "aten level, whole network": ([], "aten"),
 }
 
 
@@ -43,7 +48,7 @@ def _count(judged: list, step: int, rows: list) -> None:
     judged.append(len({r["name"] for r in rows}))
 
 
-def run_arm(preset: str, patterns, rounds: int, steps: int, warmup: int):
+def run_arm(preset: str, patterns, rounds: int, steps: int, warmup: int, level: str = "api"):
     adapter = partial(adapter_module, "pytorch")
     ratios, cpu, calls, base = [], [], [], []
     for _ in range(rounds):
@@ -51,7 +56,7 @@ def run_arm(preset: str, patterns, rounds: int, steps: int, warmup: int):
         session = adapter("session").Session(CaptureOptions(level="L1"), None, rank=0)
         judged: list = []
         if patterns is not None:
-            oc.build(adapter, session, patterns, partial(_count, judged))
+            oc.build(adapter, session, patterns, partial(_count, judged), level)
         got = interleaved(work, session_step(session, work), steps, warmup)
         session.close()
         ratios.append(got["ratio"])
@@ -106,17 +111,24 @@ def main() -> int:
     ap.add_argument("--steps", type=int, default=4)
     ap.add_argument("--warmup", type=int, default=1)
     ap.add_argument("--judging-only", action="store_true", help="only the judging-alone measure")
+    ap.add_argument("--arms", default="", help="only the arms whose name contains one of these comma-separated "
+                                              "words (capture,aten...); the judging-alone measure is then skipped")
     args = ap.parse_args()
     torch.set_num_threads(1)
     quick = prescreen.prescreen
-    for name, patterns in ({} if args.judging_only else ARMS).items():
+    words = [w for w in args.arms.split(",") if w]
+    for name, (patterns, level) in ({} if args.judging_only else ARMS).items():
+        if words and not any(w in name for w in words):
+            continue
         prescreen.prescreen = (lambda *a, **k: None) if "no pre-screen" in name else quick  # type: ignore
-        got = run_arm(args.preset, patterns, args.rounds, args.steps, args.warmup)
+        got = run_arm(args.preset, patterns, args.rounds, args.steps, args.warmup, level)
         load = os.getloadavg()
         print("%-44s %6.2fx (%.2f-%.2f)  cpu %5.2fx  calls judged/step %5.0f  base %.3fs  load %.2f %.2f %.2f" % (
             name, got["ratio"], got["spread"][0], got["spread"][1], got["cpu_ratio"], got["calls_per_step"],
             got["base_step_s"], *load), flush=True)
     prescreen.prescreen = quick  # type: ignore
+    if words:
+        return 0
     got = judging_alone(args.preset, args.rounds)
     load = os.getloadavg()
     print("judging alone, one whole-network step: %d outputs, pre-screen decides %d; cpu %.2fs in full, %.2fs with "

@@ -103,12 +103,25 @@ def check_level(job: Any, framework: str, in_script: bool = False) -> None:
     raise JobError("level: " + l2_message("pytorch"))
 
 
+def check_online(job: Any, framework: str) -> None:
+    """``online_check.level: aten`` is a PyTorch dispatch mode: refused on MindSpore (exit 2)."""
+    task = getattr(job, "task", "")
+    online = getattr(getattr(job, task, None), "online_check", None)
+    if framework != "mindspore" or online is None or not online.enabled or online.level != "aten":
+        return
+    from engines.errors import JobError
+
+    raise JobError("%s.online_check.level: aten (the dispatch level) is PyTorch only; use level api on MindSpore"
+                   % task)
+
+
 def resolve(job: Any, framework: Optional[str] = None, *, with_target: bool = True) -> TaskContext:
     """Resolve ``job`` once. ``framework``: already known (a script's model tells it); ``with_target``: False in a
     script, where the running script is the target."""
     target = target_dict(getattr(job, "target", None)) if with_target else None
     framework = framework or resolve_framework(job, target)
     check_level(job, framework, in_script=not with_target)
+    check_online(job, framework)
     return TaskContext(job=job, framework=framework, target=target,
                        total_steps=declared_steps(target), config=config_of(job))
 

@@ -89,6 +89,10 @@ class OnlineCheck(ConfigModel):
     reference: Literal["cpu"] = field(
         "cpu", description="Where the reference runs: the CPU, in float64 for float32 calls and float32 for "
                            "float16/bfloat16 ones (acc_check's reference).")
+    level: Literal["api", "aten"] = field(
+        "api", description="What is re-run: api, each captured API call (Functional.softmax; levels L1 and mix); "
+                           "aten, each aten op at the dispatch level (Aten.gelu.default, the backward's ops "
+                           "included; any level; PyTorch only), msprobe's online dispatch.")
 
     @field_validator("api_list")
     @classmethod

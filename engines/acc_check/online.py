@@ -3,7 +3,8 @@ reference as training runs, judged with acc_check's rules, and the verdicts writ
 
 Framework-neutral: ``OnlineCheckProcessor`` is a ``engines.capture.processor.CallProcessor`` plugged into the
 capture session; the per-call re-run comes from the adapter (``<adapter>.online_check.OnlineCall``), which wraps
-the session's API interception and hands each judged call to ``OnlineCheckProcessor.add``. The verdicts go to the
+the session's API interception and hands each judged call to ``OnlineCheckProcessor.add`` (at level aten,
+PyTorch's ``OnlineDispatch``: every aten op through a dispatch mode, into the same processor). The verdicts go to the
 rank's ``online_check`` store (docs/FORMAT.md, "online_check store") when each step ends.
 """
 
@@ -136,9 +137,15 @@ def read_checks(rank_dir: Any, step: Optional[int] = None) -> List[Dict[str, Any
 
 
 def build(adapter: Callable[[str], Any], session: Any, patterns: List[str],
-          on_step: Optional[Callable[[int, List[Dict[str, Any]]], None]] = None) -> OnlineCheckProcessor:
-    """Plug the online check into ``session`` (the adapter's capture session)."""
-    call = adapter("online_check").OnlineCall  # ImportError: this framework has no online check
+          on_step: Optional[Callable[[int, List[Dict[str, Any]]], None]] = None, level: str = "api"
+          ) -> OnlineCheckProcessor:
+    """Plug the online check into ``session`` (the adapter's capture session): at ``level`` api over its API
+    interception (``OnlineCall``), at aten as a dispatch mode the session pushes while it runs (``OnlineDispatch``,
+    PyTorch only)."""
+    module = adapter("online_check")  # ImportError: this framework has no online check
+    call = getattr(module, "OnlineDispatch" if level == "aten" else "OnlineCall", None)
+    if call is None:
+        raise ImportError("this framework's online check has no level %s" % level)
     processor = OnlineCheckProcessor(patterns, on_step)
     session.plug(processor)
     call(session, processor)

@@ -22,9 +22,9 @@ class CheckedCaptureTask(CaptureTask):
         self.online_store: Any = None
         online = getattr(getattr(ctx.job, self.task, None), "online_check", None)
         if online is not None and online.enabled:
-            self._build_online(list(online.api_list), ctx, run)
+            self._build_online(list(online.api_list), ctx, run, getattr(online, "level", "api"))
 
-    def _build_online(self, patterns: List[str], ctx: TaskContext, run: Any) -> None:
+    def _build_online(self, patterns: List[str], ctx: TaskContext, run: Any, level: str = "api") -> None:
         meta = run_meta(ctx, self.options, oc.KIND)
         store = self.online_store = RankLazy(
             lambda: self.session.rank,
@@ -47,14 +47,14 @@ class CheckedCaptureTask(CaptureTask):
             return out
 
         try:
-            processor = oc.build(ctx.adapter, self.session, patterns, on_step)
+            processor = oc.build(ctx.adapter, self.session, patterns, on_step, level)
         except ImportError:
             self.say("warning", "online_check is not available on this framework (PyTorch and MindSpore only): "
                                 "the run captures without it")
             return
         self.online = processor
         self.reporter.details = with_online
-        if self.options.level == "L0":
+        if self.options.level == "L0" and level == "api":
             self.say("warning", "online_check needs API capture (level L1 or mix); at L0 nothing is checked")
 
     def close_results(self, status: str) -> None:

@@ -2,7 +2,8 @@
 
 - L1: ``CaptureFunctionMode`` (api_capture), pushed while the session runs;
 - L0: global module hooks and per-parameter post-accumulate hooks (module_capture);
-- backward of both: hooks on the autograd nodes the call created (backward_capture).
+- backward of both: hooks on the autograd nodes the call created (backward_capture);
+- the online check at level aten: its ``TorchDispatchMode`` (``check_mode``), pushed last while the session runs.
 
 What is torch's here: the function and dispatch modes installed while the session runs, the rank from
 torch.distributed, the autograd flag of each row, activation-checkpoint re-runs (``recompute_flags``) and the
@@ -30,6 +31,9 @@ from engines.capture.summary import CaptureSummary
 log = logging.getLogger("engines.capture")
 
 _CHECKPOINT_FILE = os.path.join("torch", "utils", "checkpoint.py")
+ATEN_COMPILED_NOTE = ("online_check level aten: torch.compile'd code runs eagerly while a dispatch mode is active, "
+                      "so the compiled model trains on eager kernels with the check on; use level api to keep "
+                      "its compiled kernels")
 
 
 def detect_rank() -> int:
@@ -82,6 +86,9 @@ class TorchCaptureSession(CaptureSession):
         self.dmode: Any = None
         self.force_dispatch = force_dispatch
         self.api_depth = 0  # recorded API calls running now (the dispatch fallback records only outside them)
+        # the online check's dispatch mode (level aten: online_check.OnlineDispatch), on top while the session runs
+        self.check_mode: Any = None
+        self._check_mode_on = False
         self.last_recompute_reentrant = False
 
     # -- lifecycle -------------------------------------------------------------------------------------------
@@ -93,6 +100,8 @@ class TorchCaptureSession(CaptureSession):
             from engines.adapters.torch.module_capture import COMPILED_NOTE
 
             self.summary.note(COMPILED_NOTE)
+            if self.check_mode is not None:
+                self.summary.note(ATEN_COMPILED_NOTE)
         self.modules.add_root(model)
 
     def _install(self) -> None:
@@ -108,8 +117,17 @@ class TorchCaptureSession(CaptureSession):
             if dispatch_capture.needed(self.force_dispatch):
                 self.dmode = dispatch_capture.CaptureDispatchMode(self)
                 self.dmode.__enter__()
+        if self.check_mode is not None and not self._check_mode_on:
+            self.check_mode.__enter__()
+            self._check_mode_on = True
 
     def _uninstall(self) -> None:
+        if self._check_mode_on:  # pushed last: popped first
+            self._check_mode_on = False
+            try:
+                self.check_mode.__exit__(None, None, None)
+            except Exception as exc:
+                self.summary.failed("removing the online check's dispatch mode", exc)
         if self.dmode is not None:
             mode, self.dmode = self.dmode, None
             try:
