@@ -183,3 +183,90 @@ async def test_a_result_view_is_not_restyled_as_it_first_resumes_only_when_it_re
         assert restyled == []
         screen.post_message(events.ScreenResume())
         await wait_until(pilot, lambda: restyled == [screen])
+
+
+def count_layouts(monkeypatch, screen_type) -> list:
+    """The screens of ``screen_type`` laid out (each call appends the screen)."""
+    layouts = []
+    original = screen_type._refresh_layout
+
+    def counted(self, size=None, scroll=False):
+        layouts.append(self)
+        return original(self, size, scroll)
+
+    monkeypatch.setattr(screen_type, "_refresh_layout", counted)
+    return layouts
+
+
+@pilot_test
+async def test_the_detail_is_drawn_once_per_api(tmp_path):
+    """The pane got the API's Rich group, which Textual drew to measure it, to lay the screen out and to paint
+    it, again on each visit; it now gets the lines drawn once at its width, kept for a key that comes back."""
+    from probe_tui.app.widgets.detail_pane import DetailPane, Prerendered
+
+    result = make_acc_check_result(tmp_path / "acc")
+    app = ProbeApp(tmp_path, root_label="~/exp")
+    async with app.run_test(size=(120, 40)) as pilot:
+        screen = await open_view(pilot, result, AccCheckScreen)
+        table = screen.query_one("#ac-apis", DataTable)
+        await wait_until(pilot, lambda: table.row_count == 5)
+        pane = screen.query_one("#ac-detail-body", DetailPane)
+        await pilot.press("down")
+        await wait_until(pilot, lambda: screen.selected["name"] == "Tensor.add.0")
+        drawn = pane.content
+        assert isinstance(drawn, Prerendered) and drawn.width == pane.content_size.width
+        assert [line.rstrip() for line in rendered_text(drawn, 100).splitlines()] == [
+            line.rstrip() for line in rendered_text(api_detail(screen.selected, screen.result.outputs["Tensor.add.0"]),
+                                                    drawn.width).splitlines()]
+        await pilot.press("up", "down")
+        await wait_until(pilot, lambda: screen.selected["name"] == "Tensor.add.0")
+        assert pane.content is drawn  # drawn once
+
+
+@pilot_test
+async def test_a_sort_lays_nothing_out(tmp_path, monkeypatch):
+    """The table's title was a Label as wide as its text, so a sort (its new title) laid the screen out again
+    (~25-40 ms of CPU); the title keeps its box and is redrawn alone."""
+    layouts = count_layouts(monkeypatch, AccCheckScreen)
+    result = make_acc_check_result(tmp_path / "acc")
+    app = ProbeApp(tmp_path, root_label="~/exp")
+    async with app.run_test(size=(120, 40)) as pilot:
+        screen = await open_view(pilot, result, AccCheckScreen)
+        table = screen.query_one("#ac-apis", DataTable)
+        await wait_until(pilot, lambda: table.row_count == 5)
+        await pilot.press("down")  # the API the sort puts first: its detail stays as it is
+        await wait_until(pilot, lambda: screen.selected["name"] == "Tensor.add.0")
+        await pilot.pause(0.3)
+        layouts.clear()
+        await pilot.press("e")
+        await wait_until(pilot, lambda: screen.sort_by == "error" and _names(table)[0] == "Tensor.add.0")
+        await pilot.pause(0.3)
+        assert "APIs by error, largest first" in str(screen.query_one("#ac-table-title", Label).render())
+        assert layouts == []
+
+
+@pilot_test
+async def test_a_detail_kept_drawn_is_drawn_again_after_a_theme_switch(tmp_path):
+    """The details kept drawn hold the old theme's colours: a key that comes back to a row after a switch draws
+    its detail again."""
+    from probe_tui.app.widgets.detail_pane import DetailPane, Prerendered
+
+    result = make_acc_check_result(tmp_path / "acc")
+    app = ProbeApp(tmp_path, root_label="~/exp")
+    async with app.run_test(size=(120, 40)) as pilot:
+        screen = await open_view(pilot, result, AccCheckScreen)
+        table = screen.query_one("#ac-apis", DataTable)
+        await wait_until(pilot, lambda: table.row_count == 5)
+        pane = screen.query_one("#ac-detail-body", DetailPane)
+        first = screen.selected["name"]
+        await pilot.press("down")
+        await wait_until(pilot, lambda: screen.selected["name"] == "Tensor.add.0")
+        drawn = pane.content
+        assert isinstance(drawn, Prerendered)
+        await pilot.press("up")
+        await wait_until(pilot, lambda: screen.selected["name"] == first)
+        app.theme = "textual-light"
+        await pilot.pause(0.1)
+        await pilot.press("down")
+        await wait_until(pilot, lambda: screen.selected["name"] == "Tensor.add.0")
+        assert isinstance(pane.content, Prerendered) and pane.content is not drawn

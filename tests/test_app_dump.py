@@ -187,3 +187,81 @@ async def test_search_opens_the_matches_of_every_step_and_scalars_name_their_typ
         assert records == [(0, "Functional.softmax.0.forward"), (1, "Functional.softmax.0.forward")], records
         scalars = [label for label, ref in shown if ref.kind == "row" and "dim" in label]
         assert scalars == ["input.dim int = -1"] * 2, scalars
+
+
+@pilot_test
+async def test_a_cleared_filter_leaves_the_other_read_steps_shut_until_opened(tmp_path):
+    """Clearing a search refilled the tree with every record of every step the search had read, shut ones too
+    (hundreds of lines a step); a shut step's records are now added as it opens, its line says what it holds."""
+    run = write_two_steps(tmp_path / "run" / "rank0")
+    async with viewing(run, DumpScreen, root=tmp_path, size=(100, 30)) as (pilot, screen):
+        await wait_until(pilot, lambda: screen.index is not None)
+        await pilot.press("slash", *"softmax", "enter")
+        await wait_until(pilot, lambda: screen.matches == 2)
+        await pilot.press("slash", "ctrl+u", "enter")
+        await wait_until(pilot, lambda: not screen.search and screen.keep is None)
+        tree = screen.dump_tree
+        first, second = (step.children[0] for step in tree.root.children)
+        assert [c.data.record for c in first.children] == ["Functional.linear.0.forward",
+                                                           "Functional.softmax.0.forward"]
+        assert first.is_expanded and not second.is_expanded
+        assert not second.children
+        assert second.label.plain == "rank 0  2 records · 3 rows"
+        second.expand()
+        await wait_until(pilot, lambda: len(second.children) == 2, what="the second step's records")
+        assert [c.data.record for c in second.children] == ["Functional.linear.0.forward",
+                                                            "Functional.softmax.0.forward"]
+
+
+def write_wide_step(rank_dir: Path, records: int = 60) -> Path:
+    """Our dump of two steps of ``records`` linears each."""
+    import json
+
+    from engines.store import DumpWriter
+    from tests.app_pilot import META
+
+    x = np.arange(8, dtype=np.float32).reshape(2, 4)
+    with DumpWriter(rank_dir, meta=META) as w:
+        for step in (0, 1):
+            names = ["Functional.linear.{}.forward".format(n) for n in range(records)]
+            rows = w.add_records(step=step, name=names, kind=0, direction=0, parent="",
+                                 args=[json.dumps({"args": [], "kwargs": {}})] * records)
+            w.add_tensors(step=step, valid=15, record=list(rows), slot=["output.0"] * records,
+                          dtype=["torch.float32"] * records, shape=[x.shape] * records, max=[7.0] * records,
+                          min=[0.0] * records, mean=[3.5] * records, norm=[11.8] * records)
+            w.commit_step(step)
+    return rank_dir
+
+
+@pilot_test
+async def test_the_tree_asks_for_a_layout_once_a_fill_and_not_as_the_focus_leaves_it(tmp_path, monkeypatch):
+    """Textual's Tree forgets its lines and asks for a layout of the screen on each line added (a step of 400
+    records did it 400 times, ~100 ms of CPU) and on each restyle (the focus going to the search field at `/`),
+    as if its lines had changed."""
+    asked = []
+    original = DumpTree.refresh
+
+    def counted(self, *regions, **options):
+        if options.get("layout"):
+            asked.append(self)
+        return original(self, *regions, **options)
+
+    monkeypatch.setattr(DumpTree, "refresh", counted)
+    run = write_wide_step(tmp_path / "run" / "rank0")
+    async with viewing(run, DumpScreen, root=tmp_path, size=(100, 30)) as (pilot, screen):
+        await wait_until(pilot, lambda: screen.index is not None)
+        tree = screen.dump_tree
+        await wait_until(pilot, lambda: len(tree.root.children[0].children[0].children) == 60, what="step 0 filled")
+        await pilot.pause(0.3)
+        second = tree.root.children[1].children[0]
+        asked.clear()
+        second.expand()
+        await wait_until(pilot, lambda: len(second.children) == 60, what="step 1 filled")
+        await pilot.pause(0.2)
+        assert 1 <= len(asked) <= 2, len(asked)  # the line opened, then its records added at once
+        asked.clear()
+        await pilot.press("slash")
+        await wait_until(pilot, lambda: screen.focused is screen.query_one("#dump-input"), what="the search field")
+        await pilot.pause(0.2)
+        assert asked == []
+        assert "Functional.linear.1.forward" in [c.data.record for c in second.children]

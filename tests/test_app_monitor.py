@@ -271,3 +271,55 @@ async def test_a_finished_run_stops_polling_but_still_answers_a_new_series(tmp_p
         key = "grad_reduced/blocks.0.fc.weight/norm"
         screen._select(["train/loss/value", key])
         await wait_until(pilot, lambda: key in screen.data, what="the new series read after the end")
+
+
+@pilot_test
+async def test_enter_on_an_alert_lists_the_picker_once(tmp_path, monkeypatch):
+    """Enter on an alert lists its module's series as it sets the filter; the filter's Changed that follows
+    listed the same series a second time."""
+    make_metrics(tmp_path / "run", steps=40, spike_at=30)
+    filled = []
+    original = MonitorScreen._fill_picker
+
+    def counted(self):
+        filled.append(self.query_one("#series-filter", Input).value)
+        return original(self)
+
+    monkeypatch.setattr(MonitorScreen, "_fill_picker", counted)
+    async with monitoring(tmp_path) as (pilot, screen):
+        alerts = screen.query_one("#alerts", DataTable)
+        await wait_until(pilot, lambda: alerts.row_count == 1 and screen.last_step == 39)
+        alerts.focus()
+        filled.clear()
+        await pilot.press("enter")
+        key = "grad_reduced/blocks.1.fc.weight/norm"
+        await wait_until(pilot, lambda: key in screen.data, what="the alert's series read")
+        await pilot.pause(0.2)
+        assert filled == ["blocks.1.fc"]
+        listing = screen.query_one("#series-list", SelectionList)
+        assert [listing.get_option_at_index(i).value for i in range(listing.option_count)] == [key]
+        screen.query_one("#series-filter", Input).value = "blocks"  # a new filter lists its series
+        await wait_until(pilot, lambda: listing.option_count == 2, what="the picker listed for the new filter")
+
+
+@pilot_test
+async def test_an_unchanged_status_lays_nothing_out(tmp_path, monkeypatch):
+    """Each poll (and each key) showed the status badge, the info line and the rank bar again with the same text:
+    each update laid the screen out (~20 ms of CPU a key)."""
+    layouts = []
+    original = MonitorScreen._refresh_layout
+
+    def counted(self, size=None, scroll=False):
+        layouts.append(self)
+        return original(self, size, scroll)
+
+    monkeypatch.setattr(MonitorScreen, "_refresh_layout", counted)
+    make_metrics(tmp_path / "run", steps=40, spike_at=30)
+    async with monitoring(tmp_path) as (pilot, screen):
+        await wait_until(pilot, lambda: screen.status == "finished" and screen.last_step == 39 and screen.alerts)
+        await pilot.pause(0.3)
+        layouts.clear()
+        screen._show_status()  # what each poll does, the run unchanged
+        screen.show_rank_bar()
+        await pilot.pause(0.3)
+        assert layouts == []

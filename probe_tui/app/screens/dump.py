@@ -14,7 +14,7 @@ from textual.app import ComposeResult
 from textual.containers import Horizontal, VerticalScroll
 from textual.message import Message
 from textual.timer import Timer
-from textual.widgets import Input, Label, Static, Tree
+from textual.widgets import Input, Static, Tree
 
 from probe_tui.app.actions import bindings_for
 from probe_tui.app.data.dump_index import DumpIndex, Piece
@@ -27,6 +27,7 @@ from probe_tui.app.styles import themed
 from probe_tui.app.widgets.detail_pane import DetailPane
 from probe_tui.app.widgets.dump_tree import DumpRef, DumpTree
 from probe_tui.app.widgets.key_footer import KeyFooter
+from probe_tui.app.widgets.line_label import LineLabel
 from probe_tui.app.widgets.rank_bar import RankBar
 
 DETAIL_DELAY_S = 0.08
@@ -84,7 +85,7 @@ class DumpScreen(RankSelector, AppScreen):
             yield DumpTree(id="dump-tree")
             with VerticalScroll(id="dump-detail"):
                 yield DetailPane(Text("Reading the dump…", style="italic"), id="dump-detail-body")
-        yield Label("", id="dump-status")
+        yield LineLabel("", id="dump-status")
         yield Input(id="dump-input")
         yield KeyFooter()
 
@@ -202,12 +203,12 @@ class DumpScreen(RankSelector, AppScreen):
             parts.append("{:,} matching records · n next".format(self.matches))
         else:
             parts.append("/ searches names · f keeps records with inf/nan · v slices a tensor")
-        self.query_one("#dump-status", Label).update(Text("  ·  ".join(parts), style="dim"))
+        self.query_one("#dump-status", LineLabel).update(Text("  ·  ".join(parts), style="dim"))
 
     def _refilter(self) -> None:
         if self.index is None:
             return
-        self.query_one("#dump-status", Label).update(Text("filtering (reading every step of {})…".format(
+        self.query_one("#dump-status", LineLabel).update(Text("filtering (reading every step of {})…".format(
             "every rank" if self.rank is None else "rank {}".format(self.rank)),
                                                           style="italic"))
         self._filter(self.search, self.nonfinite_only, self.rank)
@@ -260,16 +261,18 @@ class DumpScreen(RankSelector, AppScreen):
 
     def _reload_tree(self) -> None:
         """The tree for the filters and the rank shown; pieces already read are filled at once."""
-        with self.app.batch_update():
-            self.dump_tree.load(self.index, self.keep, self.rank)
-            for step_node in self.dump_tree.root.children:
+        tree = self.dump_tree
+        with self.app.batch_update(), tree.held():
+            tree.load(self.index, self.keep, self.rank)
+            first = tree.first_rank_line()
+            for step_node in tree.root.children:
                 for rank_node in step_node.children:
                     ref = rank_node.data
-                    if self.keep is not None or self.index.loaded(ref.rank, ref.step):
-                        self.dump_tree.fill_piece(rank_node, self.index.piece(ref.rank, ref.step))
-                        if self.keep is not None or rank_node is self.dump_tree.first_rank_line():
-                            rank_node.expand()
-            first = self.dump_tree.first_rank_line()
+                    if self.keep is not None or (rank_node is first and self.index.loaded(ref.rank, ref.step)):
+                        tree.fill_piece(rank_node, self.index.piece(ref.rank, ref.step))
+                        rank_node.expand()
+                    elif self.index.loaded(ref.rank, ref.step):  # shut: its records are added as it opens
+                        tree.label_piece(rank_node, self.index.piece(ref.rank, ref.step))
             if self.keep is None and first is not None and not first.is_expanded:
                 first.expand()  # not read yet: expanding it reads it
             self._show_status()

@@ -28,6 +28,7 @@ from probe_tui.app.screens.path_prompt import relative_text
 from probe_tui.app.styles import themed
 from probe_tui.app.widgets.find_table import FindTable
 from probe_tui.app.widgets.key_footer import KeyFooter
+from probe_tui.app.widgets.line_label import LineLabel, same_text
 from probe_tui.app.widgets.metric_chart import MAX_LINES, MetricChart, picker_label
 from probe_tui.app.widgets.rank_bar import RankBar
 from probe_tui.formatting import number_text
@@ -84,6 +85,8 @@ class MonitorScreen(MonitorRanks, AppScreen):
         self.chart_draws = 0
         self.quiet_for = 0.0
         self._filling_picker = False
+        self._listed_for: Optional[str] = None
+        """The filter text the picker's list was made for (new series are added to it as they come)."""
         self._matched = 0
         self.latest: Dict[int, Tuple[int, float]] = {}
         """Per rank, (step, value) of the first charted series where it was read."""
@@ -95,16 +98,16 @@ class MonitorScreen(MonitorRanks, AppScreen):
             yield Static(Text.assemble(("Monitor", "bold"), " · " + relative_text(self.path, self.app.root)),
                          id="mon-title")
             yield Label("", id="mon-status")
-        yield Static("", id="mon-info")
+        yield LineLabel("", id="mon-info")
         yield RankBar()
         with Horizontal(id="mon-body"):
             with Vertical(id="mon-picker"):
                 yield Input(placeholder="filter series", id="series-filter")
                 yield SelectionList[str](id="series-list")
-                yield Label("", id="picker-note")
+                yield LineLabel("", id="picker-note")
             with Vertical(id="mon-main"):
                 yield MetricChart(id="chart")
-                yield Label("Alerts", id="alerts-title", classes="pane-title")
+                yield LineLabel("Alerts", id="alerts-title", classes="pane-title")
                 yield FindTable(id="alerts", counter="#alerts-title", title="Alerts (none yet)",
                                 filters=self._alert_filters())
         yield KeyFooter()
@@ -188,7 +191,9 @@ class MonitorScreen(MonitorRanks, AppScreen):
         badge = Text(" " + text + " ", style=style)
         if self.paused:
             badge = Text.assemble((" ⏸ paused ", themed("bold reverse warning")), " ", badge)
-        self.query_one("#mon-status", Label).update(badge)
+        status = self.query_one("#mon-status", Label)
+        if not same_text(status.content, badge):  # every poll and key shows it; as wide as its text
+            status.update(badge, layout=status.content_size.width != badge.cell_len)
         step = "—" if self.last_step is None else str(self.last_step)
         window = "all steps" if self.window_width is None else "{} steps".format(self.window_width)
         window += " (following)" if self.window_end is None else " (from step {})".format(self._window()[0])
@@ -196,7 +201,7 @@ class MonitorScreen(MonitorRanks, AppScreen):
                  "{:,} alerts".format(len(self.alerts)), "window: " + window]
         if self.log_y:
             parts.append("log y")
-        self.query_one("#mon-info", Static).update(Text("  ·  ".join(parts), style="dim"))
+        self.query_one("#mon-info", LineLabel).set_text(Text("  ·  ".join(parts), style="dim"))
 
     # ---- chart --------------------------------------------------------------------------------------------
     def _window(self) -> Tuple[int, int]:
@@ -272,6 +277,7 @@ class MonitorScreen(MonitorRanks, AppScreen):
         finally:
             self._filling_picker = False
         self._matched = len(matches)
+        self._listed_for = self._filter_text()
         self._picker_note()
 
     def _option(self, key: str) -> Selection:
@@ -279,8 +285,11 @@ class MonitorScreen(MonitorRanks, AppScreen):
         width = listing.scrollable_content_region.width - 5 if listing.size.width else 0
         return Selection(picker_label(key, width if width >= 12 else PICKER_TEXT), key, key in self.selected)
 
+    def _filter_text(self) -> str:
+        return self.query_one("#series-filter", Input).value.strip().lower()
+
     def _matches(self, keys: List[str]) -> List[str]:
-        pattern = self.query_one("#series-filter", Input).value.strip().lower()
+        pattern = self._filter_text()
         return [k for k in keys if pattern in k.lower()] if pattern else list(keys)
 
     def _add_to_picker(self, keys: List[str]) -> None:
@@ -313,7 +322,8 @@ class MonitorScreen(MonitorRanks, AppScreen):
 
     @on(Input.Changed, "#series-filter")
     def _filter_changed(self, _: Input.Changed) -> None:
-        self._fill_picker()
+        if self._filter_text() != self._listed_for:  # (enter on an alert lists its module's series as it sets
+            self._fill_picker()                      # the filter: the Changed that follows lists nothing new)
 
     @on(Input.Submitted, "#series-filter")
     def _filter_submitted(self, _: Input.Submitted) -> None:
@@ -343,7 +353,7 @@ class MonitorScreen(MonitorRanks, AppScreen):
 
     def _picker_note(self) -> None:
         more = " (first {})".format(MAX_OPTIONS) if self._matched > MAX_OPTIONS else ""
-        self.query_one("#picker-note", Label).update(Text("{:,} of {:,} series{} · {} charted".format(
+        self.query_one("#picker-note", LineLabel).set_text(Text("{:,} of {:,} series{} · {} charted".format(
             self._matched, len(self.series_keys), more, len(self.selected)), style="dim"))
 
     def action_pick_series(self) -> None:

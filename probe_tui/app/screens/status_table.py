@@ -11,17 +11,20 @@ from rich.text import Text
 from textual import on
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical, VerticalScroll
-from textual.widgets import DataTable, Label, Static
+from textual.widgets import DataTable, Static
 
 from probe_tui.app.screens.base import ResultScreen
 from probe_tui.app.screens.path_prompt import relative_text
 from probe_tui.app.styles import themed
 from probe_tui.app.tables import fill_table
-from probe_tui.app.widgets.detail_pane import DetailPane
+from probe_tui.app.widgets.detail_pane import DetailPane, Prerendered, prerender
 from probe_tui.app.widgets.find_table import FindTable, row_index
 from probe_tui.app.widgets.key_footer import KeyFooter
+from probe_tui.app.widgets.line_label import LineLabel
 
 Row = Tuple[List[Any], str]
+DRAWN_KEPT = 256
+"""Details kept drawn (a key that comes back to a row copies its lines)."""
 
 
 class StatusTableScreen(ResultScreen):
@@ -39,6 +42,9 @@ class StatusTableScreen(ResultScreen):
         self.sort_by = "status"
         self.shown: List[Dict[str, Any]] = []
         self.selected: Optional[Dict[str, Any]] = None
+        self._drawn: Dict[int, Tuple[Dict[str, Any], Prerendered]] = {}
+        """id(row) -> (row, its detail drawn for the pane): once per row and pane size, the last :data:`DRAWN_KEPT`
+        rows; a new result and a theme switch clear it."""
 
     def compose(self) -> ComposeResult:
         yield Static(Text.assemble((self.HEADING, "bold"), " · " + relative_text(self.path, self.app.root)),
@@ -46,7 +52,7 @@ class StatusTableScreen(ResultScreen):
         yield Static(Text(self.READING, style="italic"), id="ac-verdict")
         with Horizontal(id="ac-body"):
             with Vertical(id="ac-left"):
-                yield Label("", id="ac-table-title", classes="pane-title")
+                yield LineLabel("", id="ac-table-title", classes="pane-title")
                 yield FindTable(id="ac-apis", counter="#ac-table-title", filters=[
                     ("errors", self._status_is("error")), ("warnings", self._status_is("warning")),
                     ("not passed", self._not_passed)])
@@ -77,6 +83,7 @@ class StatusTableScreen(ResultScreen):
     def show_verdict(self, verdict: str, errors: int, warnings: int) -> None:
         style = themed("bold error") if errors else themed("bold warning") if warnings else themed("bold success")
         self.query_one("#ac-verdict", Static).update(Text(verdict, style=style))
+        self._drawn.clear()  # a row's detail reads the result's outputs too
         self._fill()
 
     def _fill(self) -> None:
@@ -113,7 +120,27 @@ class StatusTableScreen(ResultScreen):
         if self.shown[n] is self.selected:  # already shown (a refill, then its cursor's highlight)
             return
         self.selected = self.shown[n]
-        self.query_one("#ac-detail-body", DetailPane).show(self.detail(self.selected))
+        pane = self.query_one("#ac-detail-body", DetailPane)
+        pane.show(self._detail_drawn(self.selected, pane))
+
+    def _detail_drawn(self, row: Dict[str, Any], pane: DetailPane) -> Any:
+        """The row's detail drawn once at the pane's size: Textual would draw a Rich group three times on an
+        update (to measure it, to lay the screen out when its height changes, to paint it), ~60 ms of CPU on a
+        page key; the lines drawn here are only copied. Kept per row, for the keys that come back to it."""
+        room = pane.room()
+        kept = self._drawn.get(id(row))
+        if kept is not None and kept[0] is row and room is not None and kept[1].fits == room[:2]:
+            return kept[1]
+        drawn = prerender(self.detail(row), room)
+        if isinstance(drawn, Prerendered):  # (not when the pane is not laid out yet)
+            self._drawn.pop(id(row), None)
+            self._drawn[id(row)] = (row, drawn)
+            if len(self._drawn) > DRAWN_KEPT:
+                del self._drawn[next(iter(self._drawn))]  # the oldest drawn
+        return drawn
+
+    def theme_changed(self) -> None:
+        self._drawn.clear()  # drawn in the old theme's colours (the pane's own lines are recoloured)
 
     def action_sort_status(self) -> None:
         self._sort("status")

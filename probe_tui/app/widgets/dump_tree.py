@@ -5,10 +5,12 @@ Rank lines are filled once their piece has been read (the screen reads it in a w
 :data:`PAGE` children at a time. With a filter, only the kept records (and their ancestors) are shown.
 """
 
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import List, Optional, Set
+from typing import Iterator, List, Optional, Set
 
 from rich.text import Text
+from textual.visual import VisualType
 from textual.widgets import Tree
 from textual.widgets.tree import TreeNode
 
@@ -82,6 +84,10 @@ def row_label(piece: Piece, i: int) -> Text:
 
 
 class DumpTree(Tree):
+    _holding = 0
+    """Inside :meth:`held` (class attributes: Tree's constructor already invalidates)."""
+    _held = False
+
     def __init__(self, *, id: Optional[str] = None) -> None:
         super().__init__("dump", id=id)
         self.show_root = False
@@ -89,10 +95,48 @@ class DumpTree(Tree):
         self.index: Optional[DumpIndex] = None
         self.keep: Optional[dict] = None  # (rank, step) -> kept record names, when a filter is on
 
+    @contextmanager
+    def held(self) -> Iterator[None]:
+        """Add, fill and open many lines at once: Textual's Tree forgets its lines and asks for a layout on each
+        node added or expanded (a refilled step of 400 records did it 400 times, ~100 ms of CPU); here once at
+        the end."""
+        self._holding += 1
+        try:
+            yield
+        finally:
+            self._holding -= 1
+            if not self._holding and self._held:
+                self._held = False
+                super()._invalidate()
+
+    def _invalidate(self) -> None:
+        if self._holding:
+            self._held = True
+            return
+        super()._invalidate()
+
+    def notify_style_update(self) -> None:
+        """A restyle (the tree losing the focus to the search field, a theme) draws the lines again; Tree also
+        forgets its lines and asks for a layout of the screen (~20 ms of CPU at a ``/``), as if nodes had changed."""
+        super(Tree, self).notify_style_update()
+        self._line_cache.clear()
+        self._updates += 1
+        self.refresh()
+
+    def process_label(self, label: VisualType) -> Text:  # type: ignore[override]
+        """A one-line Text as it is (Tree splits every label into lines and keeps a copy of the first)."""
+        if isinstance(label, Text) and "\n" not in label.plain:
+            return label
+        return super().process_label(label)  # type: ignore[arg-type]
+
     def load(self, index: DumpIndex, keep: Optional[dict] = None, rank: Optional[int] = None) -> None:
         """The steps and ranks of ``index``; with ``keep``, only the pieces and records it names; with ``rank``,
         only that rank's pieces."""
         self.index, self.keep = index, keep
+        with self.held():
+            self._load(index, keep, rank)
+
+    def _load(self, index: DumpIndex, keep: Optional[dict], rank: Optional[int]) -> None:
         self.clear()
         first_rank: Optional[TreeNode] = None
         for step in index.steps():
@@ -119,6 +163,15 @@ class DumpTree(Tree):
     def _kept(self, piece: Piece) -> Optional[Set[str]]:
         return None if self.keep is None else self.keep.get((piece.rank, piece.step), set())
 
+    def label_piece(self, node: TreeNode, piece: Piece) -> None:
+        """A rank line's label once its piece is read: its records, rows and inf/nan rows."""
+        label = Text.assemble(("rank {}".format(piece.rank), "bold"),
+                              ("  {:,} records · {:,} rows".format(len(piece.records), len(piece.rows)), "dim"))
+        bad = int(piece.nonfinite.sum())
+        if bad:
+            label.append("  {:,} inf/nan rows".format(bad), style=themed("bold error"))
+        node.set_label(label)
+
     def fill_piece(self, node: TreeNode, piece: Piece) -> None:
         """Fill a rank line with its top-level records (and, filtered, open the kept ones)."""
         ref: DumpRef = node.data
@@ -127,15 +180,11 @@ class DumpTree(Tree):
         ref.loaded = True
         kept = self._kept(piece)
         names = [n for n in piece.top if kept is None or n in kept]
-        label = Text.assemble(("rank {}".format(ref.rank), "bold"),
-                              ("  {:,} records · {:,} rows".format(len(piece.records), len(piece.rows)), "dim"))
-        bad = int(piece.nonfinite.sum())
-        if bad:
-            label.append("  {:,} inf/nan rows".format(bad), style=themed("bold error"))
-        node.set_label(label)
-        self._add_records(node, piece, names, 0)
-        if kept is not None:
-            self._open_kept(node, piece, kept, budget=[200])
+        with self.held():
+            self.label_piece(node, piece)
+            self._add_records(node, piece, names, 0)
+            if kept is not None:
+                self._open_kept(node, piece, kept, budget=[200])
 
     def _add_records(self, node: TreeNode, piece: Piece, names: List[str], offset: int) -> None:
         for name in names[offset:offset + PAGE]:
@@ -153,11 +202,12 @@ class DumpTree(Tree):
             return
         ref.loaded = True
         rec = piece.records[ref.record]
-        for i in rec.rows.tolist():
-            node.add_leaf(row_label(piece, i), data=DumpRef("row", piece.step, piece.rank, ref.record, i))
-        kept = self._kept(piece)
-        children = [c for c in rec.children if kept is None or c in kept]
-        self._add_records(node, piece, children, 0)
+        with self.held():
+            for i in rec.rows.tolist():
+                node.add_leaf(row_label(piece, i), data=DumpRef("row", piece.step, piece.rank, ref.record, i))
+            kept = self._kept(piece)
+            children = [c for c in rec.children if kept is None or c in kept]
+            self._add_records(node, piece, children, 0)
 
     def _open_kept(self, node: TreeNode, piece: Piece, kept: Set[str], budget: List[int]) -> None:
         """Open the kept records under ``node`` with their rows (depth first, at most ``budget`` records)."""
@@ -176,8 +226,9 @@ class DumpTree(Tree):
         parent = node.parent
         if parent is None or self.index is None:
             return
-        node.remove()
-        self._add_records(parent, self.index.piece(ref.rank, ref.step), ref.names, ref.offset)
+        with self.held():
+            node.remove()
+            self._add_records(parent, self.index.piece(ref.rank, ref.step), ref.names, ref.offset)
 
 
 def record_kind_text(piece: Piece, name: str) -> str:

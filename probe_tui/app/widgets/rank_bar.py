@@ -6,6 +6,7 @@ from rich.text import Text
 from textual.widgets import Static
 
 from probe_tui.app.ranks import rank_list
+from probe_tui.app.widgets.line_label import same_text
 
 
 class RankBar(Static):
@@ -30,8 +31,7 @@ class RankBar(Static):
         multi = len(ranks) > 1
         self.set_class(multi, "multi")
         if not multi:
-            self.text = Text("")
-            self.update(self.text)
+            self._set(Text(""))
             return
         if rank is None:
             head = Text.assemble(("every rank", "bold reverse"), " ({}: {})".format(len(ranks), rank_list(ranks)))
@@ -43,5 +43,11 @@ class RankBar(Static):
             text.append(" · ")
             text.append_text(note)
         text.append("  R picks · < > steps", style="dim")
+        self._set(text)
+
+    def _set(self, text: Text) -> None:
+        """Show ``text``: one line, so no layout of the screen (a Static's update asks for one); nothing when it
+        is already shown (the monitor shows the bar again with every snapshot of the run)."""
         self.text = text
-        self.update(text)
+        if not same_text(self.content, text):
+            self.update(text, layout=False)
