@@ -1,0 +1,236 @@
+"""The native fused statistics kernel (engines/native/, decision 28): values against an independent float64
+reference, determinism (thread counts, vector clones), the build cache, and the fallback when it cannot build."""
+
+import ctypes
+import logging
+import math
+import os
+import subprocess
+
+import numpy as np
+import pytest
+import torch
+from test_capture_support import fused_stats as reference
+from test_capture_support import round_to
+
+from engines.adapters.torch import tensor_stats
+from engines.adapters.torch.tensor_stats import StatsBatch
+from engines.native import build
+from engines.native.stats import BFLOAT16, FLOAT16, FLOAT32, FLOAT64, FusedStats, fused_stats
+
+CODES = {torch.float32: FLOAT32, torch.float64: FLOAT64, torch.float16: FLOAT16, torch.bfloat16: BFLOAT16}
+
+
+@pytest.fixture(scope="module")
+def kernel() -> FusedStats:
+    k = fused_stats()
+    assert k is not None, "the native kernel did not build here (a C compiler is part of the test setup)"
+    return k
+
+
+def run(kernel: FusedStats, t: torch.Tensor, out_dtype=None, threads: int = 1):
+    assert t.is_contiguous()
+    code = CODES[t.dtype]
+    out = kernel.run(t.data_ptr(), t.numel(), code, CODES[out_dtype] if out_dtype else code, threads)
+    return list(out)
+
+
+def same(a: float, b: float) -> bool:
+    return (math.isnan(a) and math.isnan(b)) or a == b
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16, torch.float64])
+@pytest.mark.parametrize("n", [1, 15, 16, 17, 1000, 65536 * 2 + 31])
+def test_kernel_matches_the_float64_reference(kernel, dtype, n):
+    torch.manual_seed(n)
+    t = (torch.randn(n, dtype=torch.float64) * 30 + 2).to(dtype)
+    got = run(kernel, t)
+    mx, mn, s, nrm = reference(t)
+    assert got[0] == mx and got[1] == mn and got[4:] == [0.0, 0.0, 0.0]
+    if dtype is torch.float64:  # float64 accumulated in the kernel's order: within a few ulps of the exact sum
+        assert got[2] == pytest.approx(s, rel=1e-12, abs=1e-12) and got[3] == pytest.approx(nrm, rel=1e-13)
+    else:
+        assert got[2] == s and got[3] == nrm
+    # and within the type's rounding of torch's own reductions
+    tol = {torch.float32: 1e-5, torch.float64: 1e-12, torch.float16: 2e-2, torch.bfloat16: 5e-2}[dtype]
+    assert got[3] == pytest.approx(float(torch.linalg.vector_norm(t.double())), rel=tol)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+def test_half_types_widen_to_float32_at_precision_high(kernel, dtype):
+    torch.manual_seed(1)
+    t = (torch.randn(5000) * 300).to(dtype)
+    got = run(kernel, t, torch.float32)
+    mx, mn, s, nrm = reference(t, "high")
+    assert got[:4] == [mx, mn, s, nrm]
+
+
+def test_sum_and_norm_round_once_to_the_type_and_overflow_like_it(kernel):
+    t = torch.full((100,), 1000.0, dtype=torch.float16)  # sum 1e5 > 65504: inf in float16, as torch's sum
+    got = run(kernel, t)
+    assert got[2] == math.inf == float(t.sum()) and got[3] == 10000.0
+    assert got[4:] == [0.0, 0.0, 0.0]  # nothing non-finite in the tensor itself
+    assert run(kernel, t, torch.float32)[2] == 100000.0
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+def test_rounding_of_float64_values_matches_exact_rounding(kernel, dtype):
+    """One-element float64 arrays summarised with a narrower out type: the kernel's rounding against exact
+    arithmetic, and against numpy's own float64 -> float32/float16 conversions where it has them."""
+    rng = np.random.default_rng(0)
+    lo = {torch.float32: -150, torch.float16: -26, torch.bfloat16: -135}[dtype]
+    hi = {torch.float32: 129, torch.float16: 17, torch.bfloat16: 129}[dtype]
+    values = rng.standard_normal(3000) * np.exp2(rng.integers(lo, hi, 3000).astype(float))
+    # ties to even and the edges of the range
+    values = np.concatenate([values, [1 + 2.0 ** -11, 1 + 3 * 2.0 ** -11, 65504.0, 65519.99, 65520.0, 2.0 ** -25,
+                                      1 + 2.0 ** -8, 1 + 3 * 2.0 ** -8, 1 + 2.0 ** -24, 3.4e38, 3.403e38]])
+    np_type = {torch.float32: np.float32, torch.float16: np.float16}.get(dtype)
+    for v in values:
+        t = torch.tensor([v], dtype=torch.float64)
+        got = run(kernel, t, dtype)[2]
+        want = round_to(float(v), dtype)
+        assert same(got, want), (v, got, want)
+        if np_type is not None:
+            with np.errstate(over="ignore"):
+                assert same(got, float(np.float64(v).astype(np_type))), v
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16, torch.float64])
+def test_nan_and_inf_counts_and_propagation(kernel, dtype):
+    t = torch.tensor([1.0, float("nan"), float("inf"), -3.0, float("-inf"), float("inf")] * 7, dtype=dtype)
+    got = run(kernel, t)
+    assert math.isnan(got[0]) and math.isnan(got[1]) and math.isnan(got[2])  # as torch's amax / amin / sum
+    assert got[4:] == [7.0, 14.0, 7.0]
+    inf_only = torch.tensor([1.0, float("inf"), -2.0], dtype=dtype)
+    got = run(kernel, inf_only)
+    assert got[:4] == [math.inf, -2.0, math.inf, math.inf] and got[4:] == [0.0, 1.0, 0.0]
+
+
+def test_subnormal_half_values_are_exact(kernel):
+    bits = torch.arange(0, 1024, dtype=torch.int16)  # every float16 subnormal (and zero)
+    t = bits.view(torch.float16)
+    got = run(kernel, t, torch.float32)
+    assert got[0] == float(t.max()) and got[2] == round_to(math.fsum(t.double().tolist()), torch.float32)
+
+
+def test_results_do_not_depend_on_the_thread_count(kernel):
+    torch.manual_seed(5)
+    t = torch.randn(65536 * 40 + 123) * 1e3 + 0.1
+    one = run(kernel, t, threads=1)
+    for threads in (2, 3, 8):
+        assert run(kernel, t, threads=threads) == one
+    d = torch.randn(65536 * 20 + 7, dtype=torch.float64)
+    assert run(kernel, d, threads=1) == run(kernel, d, threads=4)
+
+
+def test_vector_clones_give_the_same_bits(tmp_path, kernel):
+    """The library picks a vector width at run time; the portable build (no clones) must agree bit for bit."""
+    cc = build.compiler()
+    plain = tmp_path / "plain.so"
+    subprocess.run([cc, *build.FLAGS, "-DPT_NO_CLONES", "-o", str(plain), str(build.SOURCE), "-lm"], check=True)
+    other = FusedStats(build._bind(plain))
+    torch.manual_seed(9)
+    for dtype in CODES:
+        t = (torch.randn(70001) * 5).to(dtype)
+        for out in (None, torch.float32):
+            assert run(other, t, out) == run(kernel, t, out), dtype
+
+
+def test_statsbatch_uses_the_kernel_for_dense_and_torch_for_strided(kernel):
+    torch.manual_seed(4)
+    base = torch.randn(300, 200)
+    batch = StatsBatch()
+    for i, t in enumerate((base, base.t(), base[:, ::2], base.unsqueeze(0).expand(3, 300, 200))):
+        batch.add(i, t)
+    want_dense = list(reference(base))
+    assert batch.host[0][:4] == want_dense and batch.host[1][:4] == want_dense
+    for i, view in ((2, base[:, ::2]), (3, base.unsqueeze(0).expand(3, 300, 200))):
+        assert batch.host[i][:4] == [float(view.max()), float(view.min()), float(view.sum()),
+                                     float(torch.linalg.vector_norm(view))]
+    assert batch.host[0][4:] == [60000, batch.host[0][5], 0, 0, 0]
+
+
+def test_capture_leaves_the_tensor_untouched(kernel):
+    torch.manual_seed(6)
+    t = torch.randn(1000, 33)
+    before = t.clone()
+    StatsBatch().add(0, t)
+    assert torch.equal(t, before)
+
+
+def test_a_failed_build_falls_back_to_torch_with_one_log_line(tmp_path, monkeypatch, caplog):
+    fake_cc = tmp_path / "cc"
+    fake_cc.write_text("#!/bin/sh\necho 'no compiling today' >&2\nexit 1\n")
+    fake_cc.chmod(0o755)
+    monkeypatch.setenv("CC", str(fake_cc))
+    monkeypatch.setenv(build.ENV_DIR, str(tmp_path / "cache"))
+    build.reset()
+    try:
+        with caplog.at_level(logging.INFO, logger="engines.native"):
+            batch = StatsBatch()
+            assert batch._fused is None and StatsBatch()._fused is None
+        lines = [r for r in caplog.records if r.name == "engines.native"]
+        assert len(lines) == 1 and "no compiling today" in lines[0].getMessage()
+        t = torch.randn(64, 50)
+        batch.add(0, t)  # torch's reductions, bit for bit
+        assert batch.host[0][:4] == [float(t.max()), float(t.min()), float(t.sum()),
+                                     float(torch.linalg.vector_norm(t))]
+        assert not list((tmp_path / "cache").glob("*.so*"))  # no partial library left behind
+    finally:
+        build.reset()
+
+
+def test_no_compiler_and_the_switch_fall_back(tmp_path, monkeypatch, caplog):
+    monkeypatch.setenv(build.ENV_DIR, str(tmp_path / "cache"))
+    build.reset()
+    try:
+        monkeypatch.setenv("CC", str(tmp_path / "missing-cc"))
+        with caplog.at_level(logging.INFO, logger="engines.native"):
+            assert build.load() is None
+        assert "no C compiler" in caplog.text
+        build.reset()
+        monkeypatch.delenv("CC")
+        monkeypatch.setenv(build.ENV_SWITCH, "0")
+        assert build.load() is None and tensor_stats.fused_stats() is None
+    finally:
+        build.reset()
+
+
+def test_the_library_is_built_once_and_cached(tmp_path, monkeypatch):
+    monkeypatch.setenv(build.ENV_DIR, str(tmp_path / "cache"))
+    build.reset()
+    try:
+        assert build.load() is not None
+        (path,) = (tmp_path / "cache").glob("stats-*.so")
+        assert path == build.library_path(build.compiler())
+        assert oct(os.stat(path.parent).st_mode & 0o777) == "0o700"
+        build.reset()
+
+        def no_compiler(*args, **kwargs):
+            raise AssertionError("compiled again")
+
+        monkeypatch.setattr(build.subprocess, "run", no_compiler)
+        assert build.load() is not None
+    finally:
+        build.reset()
+
+
+def test_a_library_others_may_write_is_not_loaded(tmp_path, monkeypatch, caplog):
+    monkeypatch.setenv(build.ENV_DIR, str(tmp_path / "cache"))
+    build.reset()
+    try:
+        assert build.load() is not None
+        os.chmod(tmp_path / "cache", 0o777)
+        build.reset()
+        with caplog.at_level(logging.INFO, logger="engines.native"):
+            assert build.load() is None
+        assert "writable by others" in caplog.text
+    finally:
+        build.reset()
+
+
+def test_the_kernel_is_framework_free():
+    src = build.SOURCE.read_text()
+    assert "#include <torch" not in src and "Python.h" not in src
+    lib = build.load()
+    assert isinstance(lib, ctypes.CDLL)
