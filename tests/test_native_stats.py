@@ -113,6 +113,36 @@ def test_subnormal_half_values_are_exact(kernel):
     assert got[0] == float(t.max()) and got[2] == round_to(math.fsum(t.double().tolist()), torch.float32)
 
 
+@pytest.fixture(scope="module")
+def plain_kernel(tmp_path_factory) -> FusedStats:
+    """The library built without run-time vector clones (baseline x86-64 / any CPU: float16 widened by integer
+    operations, not F16C)."""
+    plain = tmp_path_factory.mktemp("plain") / "plain.so"
+    subprocess.run([build.compiler(), *build.FLAGS, "-DPT_NO_CLONES", "-o", str(plain), str(build.SOURCE), "-lm"],
+                   check=True)
+    return FusedStats(build._bind(plain))
+
+
+@pytest.mark.parametrize("which", ["cloned", "plain"])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_every_half_value_widens_exactly(kernel, plain_kernel, which, dtype):
+    """Each of the 65,536 bit patterns alone: max = min = the value widened exactly (subnormals, signed zeros,
+    infinities; NaN stays NaN), and in a block of 1,024 (the staged loop) the extremes of the finite values."""
+    k = kernel if which == "cloned" else plain_kernel
+    t = torch.arange(-32768, 32768, dtype=torch.int32).to(torch.int16).view(dtype)
+    want = t.float().tolist()
+    ptr, code = t.data_ptr(), CODES[dtype]
+    for i, w in enumerate(want):
+        out = k.run(ptr + 2 * i, 1, code, FLOAT32, 1)
+        assert same(out[0], w) and same(out[1], w), (i, out[0], w)
+        assert math.isnan(w) or math.copysign(1.0, out[0]) == math.copysign(1.0, w), (i, out[0], w)
+    finite = t[torch.isfinite(t)]
+    for start in range(0, finite.numel(), 1024):
+        chunk = finite[start:start + 1024]
+        got = run(k, chunk, torch.float32)
+        assert got[0] == float(chunk.max()) and got[1] == float(chunk.min()), start
+
+
 def test_results_do_not_depend_on_the_thread_count(kernel):
     torch.manual_seed(5)
     t = torch.randn(65536 * 40 + 123) * 1e3 + 0.1
@@ -123,17 +153,15 @@ def test_results_do_not_depend_on_the_thread_count(kernel):
     assert run(kernel, d, threads=1) == run(kernel, d, threads=4)
 
 
-def test_vector_clones_give_the_same_bits(tmp_path, kernel):
-    """The library picks a vector width at run time; the portable build (no clones) must agree bit for bit."""
-    cc = build.compiler()
-    plain = tmp_path / "plain.so"
-    subprocess.run([cc, *build.FLAGS, "-DPT_NO_CLONES", "-o", str(plain), str(build.SOURCE), "-lm"], check=True)
-    other = FusedStats(build._bind(plain))
+def test_vector_clones_give_the_same_bits(kernel, plain_kernel):
+    """The library picks a vector width (and F16C for float16) at run time; the portable build (no clones) must
+    agree bit for bit."""
     torch.manual_seed(9)
     for dtype in CODES:
-        t = (torch.randn(70001) * 5).to(dtype)
-        for out in (None, torch.float32):
-            assert run(other, t, out) == run(kernel, t, out), dtype
+        for n in (70001, 1000, 17):
+            t = (torch.randn(n) * 5).to(dtype)
+            for out in (None, torch.float32):
+                assert run(plain_kernel, t, out) == run(kernel, t, out), dtype
 
 
 def test_statsbatch_uses_the_kernel_for_dense_and_torch_for_strided(kernel):
