@@ -51,7 +51,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     fallback = StatsBatch()
     fallback._fused = None
     one = torch.tensor(1.0)
-    code = tensor_stats._NATIVE_CODE[dtype]
+    code = tensor_stats._NATIVE_CODE[dtype][0]
     print("load: " + subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip(), flush=True)
     print("%s, %d torch thread(s)" % (args.dtype, args.threads))
     print("| shape | elements | aminmax | amax + amin | sum | vector_norm | .item() | fused kernel | StatsBatch.add "

@@ -6,6 +6,7 @@ import logging
 import math
 import os
 import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -178,6 +179,41 @@ def test_statsbatch_uses_the_kernel_for_dense_and_torch_for_strided(kernel):
     assert batch.host[0][4:] == [60000, batch.host[0][5], 0, 0, 0]
 
 
+def test_views_the_raw_pointer_misreads_take_torch(kernel):
+    """A negative view (its values are the negation of the memory the pointer reads) and a misaligned buffer
+    (a torch.frombuffer at an odd byte offset) are dense, but not what the kernel may read: torch's reductions."""
+    torch.manual_seed(8)
+    base = torch.randn(30, 20)
+    neg = torch._neg_view(base)
+    assert neg.is_neg() and neg.is_contiguous()
+    raw = bytearray(base.numpy().tobytes() + bytes(8))
+    cases = [neg]
+    for dtype in (torch.float32, torch.float64, torch.float16, torch.bfloat16):
+        odd = torch.frombuffer(raw, dtype=dtype, offset=1, count=64)
+        assert odd.is_contiguous() and odd.data_ptr() % dtype.itemsize
+        cases.append(odd)
+    batch = StatsBatch()
+    for i, t in enumerate(cases):
+        batch.add(i, t)
+        want = [float(t.max()), float(t.min()), float(t.sum()), float(torch.linalg.vector_norm(t))]
+        assert all(same(a, b) for a, b in zip(batch.host[i][:4], want)), (i, batch.host[i][:4], want)
+
+
+def test_a_tensor_without_a_pointer_takes_torch(kernel, monkeypatch):
+    """If reading the pointer fails (a tensor whose storage cannot be read that way), the record still gets
+    torch's statistics: capture never fails where torch's reductions would not."""
+    t = torch.randn(40, 5)
+    batch = StatsBatch()
+
+    class NoPointer(torch.Tensor):
+        def data_ptr(self):
+            raise RuntimeError("no data pointer here")
+
+    nt = t.as_subclass(NoPointer)
+    batch.add(0, nt)
+    assert batch.host[0][:4] == [float(t.max()), float(t.min()), float(t.sum()), float(torch.linalg.vector_norm(t))]
+
+
 def test_capture_leaves_the_tensor_untouched(kernel):
     torch.manual_seed(6)
     t = torch.randn(1000, 33)
@@ -262,3 +298,44 @@ def test_the_kernel_is_framework_free():
     assert "#include <torch" not in src and "Python.h" not in src
     lib = build.load()
     assert isinstance(lib, ctypes.CDLL)
+
+
+def test_an_unwritable_cache_folder_builds_in_the_temporary_folder(tmp_path, monkeypatch):
+    """A read-only or missing home (containers, CI): the per-user folder under the temporary folder. (A path
+    through a regular file cannot be created even by root.)"""
+    blocker = tmp_path / "home-is-a-file"
+    blocker.write_text("")
+    monkeypatch.delenv(build.ENV_DIR, raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(blocker / "cache"))
+    monkeypatch.setattr(build.tempfile, "tempdir", str(tmp_path / "tmp"))
+    (tmp_path / "tmp").mkdir()
+    build.reset()
+    try:
+        assert build.load() is not None
+        (path,) = (tmp_path / "tmp").glob("probe-tui-native-*/stats-*.so")
+        assert path.parent.name == "probe-tui-native-%d" % os.getuid()
+    finally:
+        build.reset()
+
+
+def test_ranks_building_at_once_all_load_one_library(tmp_path):
+    """Several processes (torchrun ranks, pytest workers) on a fresh cache at the same moment: each compiles to
+    a temporary file and renames it into place; all load a working library, one is left, no partial files."""
+    cache = tmp_path / "cache"
+    go = tmp_path / "go"
+    code = (
+        "import os, sys, time\n"
+        "while not os.path.exists(%r): time.sleep(0.001)\n"
+        "from engines.native.stats import fused_stats\n"
+        "import ctypes\n"
+        "k = fused_stats()\n"
+        "v = (ctypes.c_float * 3)(1.0, -2.0, 4.0)\n"
+        "out = k.run(ctypes.addressof(v), 3, 0, 0, 1)\n"
+        "sys.exit(0 if list(out)[:3] == [4.0, -2.0, 3.0] else 3)\n" % str(go))
+    env = dict(os.environ, PROBE_TUI_NATIVE_DIR=str(cache), PYTHONPATH=str(build.SOURCE.parents[2]))
+    procs = [subprocess.Popen([sys.executable, "-c", code], env=env, stderr=subprocess.PIPE, text=True)
+             for _ in range(4)]
+    go.write_text("")
+    results = [(p.wait(timeout=120), p.stderr.read() if p.stderr else "") for p in procs]
+    assert all(rc == 0 for rc, _ in results), results
+    assert [p.name for p in cache.iterdir()] == [build.library_path(build.compiler(), cache).name]

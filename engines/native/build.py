@@ -1,7 +1,8 @@
 """Build and load the native statistics kernel (``stats.c``) with the system C compiler, once per machine.
 
 The shared library is cached under a per-user folder (``PROBE_TUI_NATIVE_DIR``, else ``$XDG_CACHE_HOME`` or
-``~/.cache``, ``probe-tui/native``), named by a hash of the source, the flags, the platform and the compiler (its
+``~/.cache``, ``probe-tui/native``; where that cannot be created, a read-only or missing home in a container,
+``probe-tui-native-<uid>`` in the temporary folder, used only if this user owns it), named by a hash of the source, the flags, the platform and the compiler (its
 path, size and modification time: no subprocess when the library is already there). Ranks starting together may
 all compile: each writes a private temporary file and renames it into place (atomic), so none reads a half-written
 library. The flags are portable (no ``-march=native``: a cache folder may be shared by different nodes; the
@@ -54,8 +55,18 @@ def cache_dir() -> Path:
     return Path(base) / "probe-tui" / "native"
 
 
-def library_path(cc: str) -> Path:
-    """Where the library built from this source by ``cc`` on this platform lives."""
+def cache_dirs() -> List[Path]:
+    """Where to look for (and build) the library, in order: ``cache_dir()``, then (unless
+    ``PROBE_TUI_NATIVE_DIR`` names one) a per-user folder in the temporary folder."""
+    if os.environ.get(ENV_DIR):
+        return [cache_dir()]
+    uid = os.getuid() if hasattr(os, "getuid") else 0
+    return [cache_dir(), Path(tempfile.gettempdir()) / ("probe-tui-native-%d" % uid)]
+
+
+def library_path(cc: str, folder: Optional[Path] = None) -> Path:
+    """Where the library built from this source by ``cc`` on this platform lives (in ``folder``, by default
+    ``cache_dir()``)."""
     st = os.stat(cc)
     key = hashlib.sha256()
     for part in (SOURCE.read_bytes(), " ".join(FLAGS).encode(), sys.platform.encode(),
@@ -63,13 +74,21 @@ def library_path(cc: str) -> Path:
                                                               st.st_mtime_ns)).encode()):
         key.update(part)
         key.update(b"\0")
-    return cache_dir() / ("stats-%s.so" % key.hexdigest()[:20])
+    return (folder or cache_dir()) / ("stats-%s.so" % key.hexdigest()[:20])
+
+
+class FolderError(RuntimeError):
+    """The cache folder cannot be made or written (a read-only or missing home)."""
 
 
 def build(cc: str, target: Path) -> None:
-    """Compile ``stats.c`` into ``target`` (temporary file, then an atomic rename); raises on failure."""
-    target.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    fd, tmp = tempfile.mkstemp(prefix=".stats-", suffix=".so", dir=str(target.parent))
+    """Compile ``stats.c`` into ``target`` (temporary file, then an atomic rename); raises on failure
+    (``FolderError`` when the folder cannot be made or written)."""
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        fd, tmp = tempfile.mkstemp(prefix=".stats-", suffix=".so", dir=str(target.parent))
+    except OSError as exc:
+        raise FolderError("cannot write %s: %s" % (target.parent, exc)) from exc
     os.close(fd)
     try:
         proc = subprocess.run([cc, *FLAGS, "-o", tmp, str(SOURCE), "-lm"], capture_output=True, text=True,
@@ -124,11 +143,19 @@ def _load() -> Optional[ctypes.CDLL]:
                     "reductions")
         return None
     try:
-        path = library_path(cc)
-        if not path.exists():
-            build(cc, path)
-        _check_owner(path)
-        return _bind(path)
+        folders = cache_dirs()
+        for i, folder in enumerate(folders):
+            path = library_path(cc, folder)
+            if not path.exists():
+                try:
+                    build(cc, path)
+                except FolderError:  # the next folder, if any
+                    if i + 1 < len(folders):
+                        continue
+                    raise
+            _check_owner(path)
+            return _bind(path)
+        return None  # (not reached: the last folder returns or raises)
     except Exception as exc:  # noqa: BLE001 - any failure means the framework path, said once
         log.warning("native statistics kernel unavailable (%s); statistics by the framework's reductions", exc)
         return None
@@ -150,4 +177,4 @@ def reset() -> None:
         _state.clear()
 
 
-__all__ = ["load", "reset", "build", "library_path", "compiler", "cache_dir", "ENV_SWITCH", "ENV_DIR"]
+__all__ = ["load", "reset", "build", "library_path", "compiler", "cache_dir", "cache_dirs", "FolderError", "ENV_SWITCH", "ENV_DIR"]

@@ -38,7 +38,9 @@ _norm = torch.linalg.vector_norm
 _FP8 = tuple(getattr(torch, n) for n in ("float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz",
                                          "float8_e8m0fnu") if hasattr(torch, n))
 _INF = float("inf")
-_NATIVE_CODE = {torch.float32: FLOAT32, torch.float64: FLOAT64, torch.float16: FLOAT16, torch.bfloat16: BFLOAT16}
+# dtype -> (kernel code, item size - 1: the pointer must be aligned to the item)
+_NATIVE_CODE = {torch.float32: (FLOAT32, 3), torch.float64: (FLOAT64, 7), torch.float16: (FLOAT16, 1),
+                torch.bfloat16: (BFLOAT16, 1)}
 _num_threads = torch.get_num_threads
 
 # Below this many elements one aminmax kernel beats amax + amin for float32/float64 (measured on CPU).
@@ -141,14 +143,21 @@ class StatsBatch(StatsBatchBase):
             self.host[entry] = new_row(0)
             return
         fused = self._fused
-        if fused is not None and (t.is_contiguous() or (t.dim() >= 2 and t.mT.is_contiguous())):
-            # contiguous, or a transposed contiguous block (a weight's .t()): numel values from data_ptr()
-            code = _NATIVE_CODE[dtype]
-            out = fused.run(t.data_ptr(), numel, code, FLOAT32 if self.high and code >= FLOAT16 else code,
-                            _num_threads() if numel >= THREADS_FROM else 1)
-            self.host[entry] = [out[0], out[1], out[2], out[3], numel, VALID_STATS, int(out[4]), int(out[5]),
-                                int(out[6])]
-            return
+        if fused is not None and (t.is_contiguous() or (t.dim() >= 2 and t.mT.is_contiguous())) \
+                and not t.is_neg():
+            # contiguous, or a transposed contiguous block (a weight's .t()): numel values from data_ptr(); not a
+            # negative view (the memory holds the values negated)
+            code, align = _NATIVE_CODE[dtype]
+            try:
+                ptr = t.data_ptr()
+                if not ptr & align:  # aligned to the item (a torch.frombuffer may not be)
+                    out = fused.run(ptr, numel, code, FLOAT32 if self.high and code >= FLOAT16 else code,
+                                    _num_threads() if numel >= THREADS_FROM else 1)
+                    self.host[entry] = [out[0], out[1], out[2], out[3], numel, VALID_STATS, int(out[4]),
+                                        int(out[5]), int(out[6])]
+                    return
+            except (RuntimeError, ValueError):  # no readable pointer: torch's reductions below
+                pass
         self._add_host_float_torch(entry, t, dtype, numel)
 
     def _add_host_float_torch(self, entry: int, t: torch.Tensor, dtype: torch.dtype, numel: int) -> None:
