@@ -114,22 +114,33 @@ def test_subnormal_half_values_are_exact(kernel):
     assert got[0] == float(t.max()) and got[2] == round_to(math.fsum(t.double().tolist()), torch.float32)
 
 
+def _build_variant(folder, name: str, *defines: str) -> FusedStats:
+    path = folder / name
+    subprocess.run([build.compiler(), *build.FLAGS, *defines, "-o", str(path), str(build.SOURCE), "-lm"], check=True)
+    return FusedStats(build._bind(path))
+
+
 @pytest.fixture(scope="module")
 def plain_kernel(tmp_path_factory) -> FusedStats:
     """The library built without run-time vector clones (baseline x86-64 / any CPU: float16 widened by integer
     operations, not F16C)."""
-    plain = tmp_path_factory.mktemp("plain") / "plain.so"
-    subprocess.run([build.compiler(), *build.FLAGS, "-DPT_NO_CLONES", "-o", str(plain), str(build.SOURCE), "-lm"],
-                   check=True)
-    return FusedStats(build._bind(plain))
+    return _build_variant(tmp_path_factory.mktemp("plain"), "plain.so", "-DPT_NO_CLONES")
 
 
-@pytest.mark.parametrize("which", ["cloned", "plain"])
+@pytest.fixture(scope="module")
+def avx2_kernel(tmp_path_factory) -> FusedStats:
+    """The library with the AVX2 clone and the baseline only: on an AVX-512 CPU the default build runs its
+    AVX-512 clone, so this is how the AVX2 one is tested there (on a CPU without AVX2, the baseline again)."""
+    return _build_variant(tmp_path_factory.mktemp("avx2"), "avx2.so",
+                          '-DPT_CLONE_TARGETS="arch=x86-64-v3","default"')
+
+
+@pytest.mark.parametrize("which", ["cloned", "plain", "avx2"])
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
-def test_every_half_value_widens_exactly(kernel, plain_kernel, which, dtype):
+def test_every_half_value_widens_exactly(kernel, plain_kernel, avx2_kernel, which, dtype):
     """Each of the 65,536 bit patterns alone: max = min = the value widened exactly (subnormals, signed zeros,
     infinities; NaN stays NaN), and in a block of 1,024 (the staged loop) the extremes of the finite values."""
-    k = kernel if which == "cloned" else plain_kernel
+    k = {"cloned": kernel, "plain": plain_kernel, "avx2": avx2_kernel}[which]
     t = torch.arange(-32768, 32768, dtype=torch.int32).to(torch.int16).view(dtype)
     want = t.float().tolist()
     ptr, code = t.data_ptr(), CODES[dtype]
@@ -154,15 +165,16 @@ def test_results_do_not_depend_on_the_thread_count(kernel):
     assert run(kernel, d, threads=1) == run(kernel, d, threads=4)
 
 
-def test_vector_clones_give_the_same_bits(kernel, plain_kernel):
-    """The library picks a vector width (and F16C for float16) at run time; the portable build (no clones) must
-    agree bit for bit."""
+def test_vector_clones_give_the_same_bits(kernel, plain_kernel, avx2_kernel):
+    """The library picks a vector width (and F16C for float16) at run time; the portable build (no clones) and
+    the AVX2 clone must agree bit for bit with what this CPU runs."""
     torch.manual_seed(9)
     for dtype in CODES:
         for n in (70001, 1000, 17):
             t = (torch.randn(n) * 5).to(dtype)
             for out in (None, torch.float32):
-                assert run(plain_kernel, t, out) == run(kernel, t, out), dtype
+                want = run(kernel, t, out)
+                assert run(plain_kernel, t, out) == want and run(avx2_kernel, t, out) == want, dtype
 
 
 def test_statsbatch_uses_the_kernel_for_dense_and_torch_for_strided(kernel):

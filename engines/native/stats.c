@@ -22,8 +22,13 @@
 #define BLOCK 65536
 #define MIN_BLOCKS_PER_THREAD 8
 
+/* Run-time vector clones (GCC on x86-64 Linux): AVX-512 (x86-64-v4), AVX2 (v3), baseline; the same operations in
+ * the same order in each, so the same bits. PT_CLONE_TARGETS overrides the list (the tests build v3 alone). */
+#ifndef PT_CLONE_TARGETS
+#define PT_CLONE_TARGETS "arch=x86-64-v4", "arch=x86-64-v3", "default"
+#endif
 #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__) && !defined(PT_NO_CLONES)
-#define PT_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
+#define PT_CLONES __attribute__((target_clones(PT_CLONE_TARGETS)))
 #else
 #define PT_CLONES
 #endif
