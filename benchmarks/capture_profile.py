@@ -30,7 +30,7 @@ from benchmarks.side_by_side import MODES, PRESETS, _Work, msprobe_config  # noq
 
 # phase -> path fragments of our modules (first match wins)
 PHASES: List[Tuple[str, Tuple[str, ...]]] = [
-    ("statistics", ("tensor_stats", "grad_probe_stats", "xhash")),
+    ("statistics", ("tensor_stats", "grad_probe_stats", "xhash", "engines/native/")),
     ("store, step end", ("engines/store/", "capture/sink", "capture/summary", "capture/session",
                          "adapters/torch/session", "capture/highlights")),
     ("naming, call stack", ("capture/naming", "capture/stacks")),

@@ -2,10 +2,12 @@
 
     python benchmarks/stats_kernels.py [--repeat 7]
 
-Per shape (tiny-preset and default-preset sizes, float32, one torch thread): ``aminmax``, ``amax`` + ``amin``,
-``sum``, ``linalg.vector_norm``, one ``.item()``, and ``StatsBatch.add`` (what a new tensor entry pays), in µs,
-the best of ``--repeat`` timings (the machine is shared: the minimum is the least disturbed). ``sum`` alone is
-about what one fused read of the tensor would cost (docs/CAPTURE.md, "Three reads, not one").
+Per shape (tiny-preset and default-preset sizes, float32 unless ``--dtype``, one torch thread unless
+``--threads``): ``aminmax``, ``amax`` + ``amin``, ``sum``, ``linalg.vector_norm``, one ``.item()``, the native fused
+kernel alone (``engines/native``: one read, decision 28), and ``StatsBatch.add`` (what a new tensor entry pays)
+with the kernel and without it (torch's reductions, the fallback), in µs, the best of ``--repeat`` timings (the
+machine is shared: the minimum is the least disturbed). ``sum`` alone is about what one read of the tensor costs
+(docs/CAPTURE.md, "One read, not three").
 """
 
 import argparse
@@ -28,30 +30,54 @@ def best_us(fn: Callable[[], object], number: int, repeat: int) -> float:
 def main(argv: Optional[List[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--repeat", type=int, default=7)
+    parser.add_argument("--dtype", default="float32", choices=["float32", "float16", "bfloat16", "float64"])
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--large", action="store_true", help="also a 4096 x 4096 tensor")
     args = parser.parse_args(argv)
     import torch
 
+    from engines.adapters.torch import tensor_stats
     from engines.adapters.torch.tensor_stats import StatsBatch
+    from engines.native.stats import fused_stats
 
-    torch.set_num_threads(1)
+    torch.set_num_threads(args.threads)
+    dtype = getattr(torch, args.dtype)
+    kernel = fused_stats()
+    if kernel is None:
+        print("the native kernel is unavailable here: its columns show the fallback")
     torch.manual_seed(0)
     norm = torch.linalg.vector_norm
     stats = StatsBatch()
+    fallback = StatsBatch()
+    fallback._fused = None
     one = torch.tensor(1.0)
+    code = tensor_stats._NATIVE_CODE[dtype][0]
     print("load: " + subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip(), flush=True)
-    print("| shape | elements | aminmax | amax + amin | sum | vector_norm | .item() | StatsBatch.add |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("%s, %d torch thread(s)" % (args.dtype, args.threads))
+    print("| shape | elements | aminmax | amax + amin | sum | vector_norm | .item() | fused kernel | StatsBatch.add "
+          "| add, torch fallback |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+
     def measure(t: "torch.Tensor") -> List[float]:
         def add() -> None:
             stats.add(0, t)
             stats.clear()
 
-        n = 2000 if t.numel() < 100_000 else 50
-        return [best_us(f, n, args.repeat) for f in (lambda: torch.aminmax(t), lambda: (t.amax(), t.amin()),
-                                                     lambda: t.sum(), lambda: norm(t), lambda: one.item(), add)]
+        def add_fallback() -> None:
+            fallback.add(0, t)
+            fallback.clear()
 
-    for shape in SHAPES:
-        t = torch.randn(shape)
+        def fused() -> None:
+            if kernel is not None:
+                kernel.run(t.data_ptr(), t.numel(), code, code, args.threads)
+
+        n = 2000 if t.numel() < 100_000 else (50 if t.numel() < 4_000_000 else 3)
+        return [best_us(f, n, args.repeat) for f in (lambda: torch.aminmax(t), lambda: (t.amax(), t.amin()),
+                                                     lambda: t.sum(), lambda: norm(t), lambda: one.item(), fused,
+                                                     add, add_fallback)]
+
+    for shape in SHAPES + ([(4096, 4096)] if args.large else []):
+        t = torch.randn(shape).to(dtype)
         row = measure(t)
         print("| %s | %d | %s |" % ("x".join(map(str, shape)), t.numel(), " | ".join("%.1f" % v for v in row)))
     print("(µs, best of %d; pid %d)" % (args.repeat, os.getpid()))

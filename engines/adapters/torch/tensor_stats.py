@@ -2,15 +2,21 @@
 
 Rules (docs/reference/msprobe-tasks.md §5.2 / §14 S1 / S2, docs/CAPTURE.md):
 
-- float16/bfloat16/float32: max and min exactly; sum and L2 norm by torch in the tensor's dtype
-  (``precision: low``) or accumulated and returned in float32 (``precision: high``); mean = sum / numel in float64.
+- float16/bfloat16/float32/float64 on the CPU, one dense block (contiguous or a transposed contiguous block), at
+  least one dimension (the common case): one fused
+  read by the native kernel (decision 28, ``engines/native/``): max and min exactly, sum and sum of squares
+  accumulated in float64, sum and norm rounded once to the tensor's dtype (``precision: low``) or to float32 for
+  the half types (``precision: high``). Without the kernel (no compiler, ``PROBE_TUI_NATIVE=0``), and for other
+  layouts and devices, torch's reductions: sum and L2 norm in the tensor's dtype or accumulated and returned in
+  float32 (``high``). mean = sum / numel in float64.
 - float64 always in float64 (never downcast). Float8 types are widened to float32 (exact).
 - integers: max/min exactly, sum in int64 (exact), norm in float64.
 - bool: max = any, min = all; mean and norm absent.
 - complex: statistics of ``abs()``.
 - 0-d: max = min = mean = norm = the value (msprobe's rule). Empty: no statistics.
 - nan / +inf / -inf counts: exact. On the CPU they are counted only when the sum is not finite (the sum already
-  tells); on accelerators they are computed on the device with everything else.
+  tells; the kernel counts in a second read only then); on accelerators they are computed on the device with
+  everything else.
 
 On an accelerator every result stays a 0-d device tensor; ``finish()`` stacks them per (device, dtype) and moves
 each stack to the host once. On the CPU, where reading a value costs no synchronisation, values are read at once.
@@ -23,6 +29,7 @@ import torch
 
 from engines.capture.entries import MAX, MIN, NORM, SUM, StatsBatchBase, new_row
 from engines.capture.records import VALID_MAX, VALID_MIN, VALID_NORM, VALID_STATS
+from engines.native.stats import BFLOAT16, FLOAT16, FLOAT32, FLOAT64, THREADS_FROM, fused_stats
 
 _HALF = (torch.float16, torch.bfloat16)
 _FLOAT_FAST_MINMAX = (torch.float32, torch.float64)
@@ -31,6 +38,10 @@ _norm = torch.linalg.vector_norm
 _FP8 = tuple(getattr(torch, n) for n in ("float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz",
                                          "float8_e8m0fnu") if hasattr(torch, n))
 _INF = float("inf")
+# dtype -> (kernel code, item size - 1: the pointer must be aligned to the item)
+_NATIVE_CODE = {torch.float32: (FLOAT32, 3), torch.float64: (FLOAT64, 7), torch.float16: (FLOAT16, 1),
+                torch.bfloat16: (BFLOAT16, 1)}
+_num_threads = torch.get_num_threads
 
 # Below this many elements one aminmax kernel beats amax + amin for float32/float64 (measured on CPU).
 _AMINMAX_BELOW = 16384
@@ -64,6 +75,10 @@ def summarisable(t: torch.Tensor) -> torch.Tensor:
 class StatsBatch(StatsBatchBase):
     """Statistics of one step's tensor entries (``engines.capture.entries.StatsBatchBase``); on the CPU values
     are read at once, on an accelerator they wait per (device, dtype)."""
+
+    def __init__(self, high_precision: bool = False, force_batched: bool = False) -> None:
+        super().__init__(high_precision, force_batched)
+        self._fused = None if force_batched else fused_stats()
 
     def add(self, entry: int, t: torch.Tensor) -> None:
         """Summarise tensor ``t`` (already detached and summarisable) as ``entry``."""
@@ -120,12 +135,34 @@ class StatsBatch(StatsBatchBase):
         self._put(entry, row, NORM, torch.linalg.vector_norm(t.double()))
 
     def _add_host_float(self, entry: int, t: torch.Tensor, dtype: torch.dtype) -> None:
-        """The common case, a float tensor of at least one dimension on the CPU: the same kernels as ``add``'s
-        general path (so the same values), read at once into the row, with no per-value dispatch."""
+        """The common case, a float tensor of at least one dimension on the CPU: one fused read by the native
+        kernel when its values are one dense block (contiguous, or contiguous once its last two dimensions are
+        swapped), else torch's reductions; read at once into the row."""
         numel = t.numel()
         if numel == 0:
             self.host[entry] = new_row(0)
             return
+        fused = self._fused
+        if fused is not None and (t.is_contiguous() or (t.dim() >= 2 and t.mT.is_contiguous())) \
+                and not t.is_neg():
+            # contiguous, or a transposed contiguous block (a weight's .t()): numel values from data_ptr(); not a
+            # negative view (the memory holds the values negated)
+            code, align = _NATIVE_CODE[dtype]
+            try:
+                ptr = t.data_ptr()
+                if not ptr & align:  # aligned to the item (a torch.frombuffer may not be)
+                    out = fused.run(ptr, numel, code, FLOAT32 if self.high and code >= FLOAT16 else code,
+                                    _num_threads() if numel >= THREADS_FROM else 1)
+                    self.host[entry] = [out[0], out[1], out[2], out[3], numel, VALID_STATS, int(out[4]),
+                                        int(out[5]), int(out[6])]
+                    return
+            except (RuntimeError, ValueError):  # no readable pointer: torch's reductions below
+                pass
+        self._add_host_float_torch(entry, t, dtype, numel)
+
+    def _add_host_float_torch(self, entry: int, t: torch.Tensor, dtype: torch.dtype, numel: int) -> None:
+        """``_add_host_float`` without the kernel: the same kernels as ``add``'s general path (so the same
+        values), with no per-value dispatch."""
         if dtype in _FLOAT_FAST_MINMAX and numel >= _AMINMAX_BELOW:
             mx = t.amax().item()
             mn = t.amin().item()

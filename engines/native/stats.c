@@ -1,0 +1,288 @@
+/* probe-tui: the statistics of one contiguous float array in one read (docs/decisions/0028-fused-statistics.md).
+ *
+ * pt_stats(data, n, dtype, out_dtype, nthreads, out) writes
+ *   out[0] max, out[1] min, out[2] sum, out[3] L2 norm, out[4] NaN count, out[5] +inf count, out[6] -inf count.
+ * dtype / out_dtype: 0 float32, 1 float64, 2 float16, 3 bfloat16. Sum and sum of squares are accumulated in
+ * float64; sum and norm are then rounded once (to nearest even) to out_dtype, so they overflow to inf where a
+ * value of that type would. Max and min are values of the array (NaN when it holds a NaN, as torch's amax).
+ *
+ * Deterministic: the array is cut into fixed blocks of BLOCK elements; inside a block LANES independent
+ * accumulators take elements i, i+LANES, ... and are added in lane order; block partials are added in block
+ * order. Threads only share out blocks, so the result does not depend on nthreads. Compile without -ffast-math
+ * and with -ffp-contract=off (no fused multiply-add: the same bits on every CPU and in every clone).
+ * No framework headers: the caller passes a raw pointer. Returns 0, or -1 for an unknown dtype.
+ */
+#include <math.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define LANES 16
+#define BLOCK 65536
+#define MIN_BLOCKS_PER_THREAD 8
+
+/* Run-time vector clones (GCC on x86-64 Linux): AVX-512 (x86-64-v4), AVX2 (v3), baseline; the same operations in
+ * the same order in each, so the same bits. PT_CLONE_TARGETS overrides the list (the tests build v3 alone). */
+#ifndef PT_CLONE_TARGETS
+#define PT_CLONE_TARGETS "arch=x86-64-v4", "arch=x86-64-v3", "default"
+#endif
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__) && !defined(PT_NO_CLONES)
+#define PT_CLONES __attribute__((target_clones(PT_CLONE_TARGETS)))
+#else
+#define PT_CLONES
+#endif
+
+typedef struct {
+    double sum, sq, lo, hi;
+} part_t;
+
+static inline float bits_f32(uint32_t b) {
+    float f;
+    memcpy(&f, &b, sizeof f);
+    return f;
+}
+
+static inline uint32_t f32_bits(float f) {
+    uint32_t b;
+    memcpy(&b, &f, sizeof b);
+    return b;
+}
+
+/* float16 -> float32 bits, exact, written to vectorise (integer blends; subnormals through an exact integer to
+ * float conversion of normal operands, so denormals-are-zero modes do not touch them). */
+static inline uint32_t half_bits(uint16_t h) {
+    uint32_t u = h & 0x7fffu;
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
+    uint32_t sub = f32_bits((float)(int32_t)u * 0x1p-24f);
+    uint32_t r = u < 0x400u ? sub : (u >= 0x7c00u ? (u << 13) + 0x70000000u : (u << 13) + 0x38000000u);
+    return r | sign;
+}
+
+static inline float half_f32(uint16_t h) { return bits_f32(half_bits(h)); }
+
+static inline float bf16_f32(uint16_t h) { return bits_f32((uint32_t)h << 16); }
+
+/* One block of elements: lane accumulators, reduced in lane order. M is the type min/max are kept in. */
+#define DEFINE_BLOCK(NAME, T, M, LOAD)                                                                  \
+    PT_CLONES static void NAME(const T *x, size_t n, part_t *out) {                                   \
+        double s[LANES], q[LANES];                                                                      \
+        M lo[LANES], hi[LANES];                                                                         \
+        for (int j = 0; j < LANES; j++) {                                                               \
+            s[j] = 0.0;                                                                                 \
+            q[j] = 0.0;                                                                                 \
+            lo[j] = (M)INFINITY;                                                                        \
+            hi[j] = (M)-INFINITY;                                                                       \
+        }                                                                                               \
+        size_t i = 0;                                                                                   \
+        for (; i + LANES <= n; i += LANES) {                                                            \
+            for (int j = 0; j < LANES; j++) {                                                           \
+                M v = LOAD(x[i + j]);                                                                   \
+                double d = (double)v;                                                                   \
+                s[j] += d;                                                                              \
+                q[j] += d * d;                                                                          \
+                lo[j] = v < lo[j] ? v : lo[j];                                                          \
+                hi[j] = v > hi[j] ? v : hi[j];                                                          \
+            }                                                                                           \
+        }                                                                                               \
+        for (int j = 0; i + j < n; j++) {                                                               \
+            M v = LOAD(x[i + j]);                                                                       \
+            double d = (double)v;                                                                       \
+            s[j] += d;                                                                                  \
+            q[j] += d * d;                                                                              \
+            lo[j] = v < lo[j] ? v : lo[j];                                                              \
+            hi[j] = v > hi[j] ? v : hi[j];                                                              \
+        }                                                                                               \
+        double ss = 0.0, qq = 0.0;                                                                      \
+        M l = lo[0], h = hi[0];                                                                         \
+        for (int j = 0; j < LANES; j++) {                                                               \
+            ss += s[j];                                                                                 \
+            qq += q[j];                                                                                 \
+            l = lo[j] < l ? lo[j] : l;                                                                  \
+            h = hi[j] > h ? hi[j] : h;                                                                  \
+        }                                                                                               \
+        out->sum = ss;                                                                                  \
+        out->sq = qq;                                                                                   \
+        out->lo = (double)l;                                                                            \
+        out->hi = (double)h;                                                                            \
+    }
+
+#define LOAD_SAME(v) (v)
+
+DEFINE_BLOCK(block_f32, float, float, LOAD_SAME)
+DEFINE_BLOCK(block_f64, double, double, LOAD_SAME)
+
+static void fold(part_t *acc, const part_t *p) {
+    acc->sum += p->sum;
+    acc->sq += p->sq;
+    acc->lo = p->lo < acc->lo ? p->lo : acc->lo;
+    acc->hi = p->hi > acc->hi ? p->hi : acc->hi;
+}
+
+/* Half types: STAGE elements at a time widened to float32 (exact) as bits in a buffer, then summarised as
+ * float32 and folded in order. Converting apart keeps both loops vectorised. float16: by integer operations
+ * (half_bits, vectorised on any x86-64), or by the F16C instructions where the CPU has them (the compiler's own
+ * _Float16 conversion; 2.3x faster there, a library call per element elsewhere); both exact, the same bits. */
+#define STAGE 1024
+#define HALF_BITS(v) half_bits(v)
+#define BF16_BITS(v) ((uint32_t)(v) << 16)
+#define F16C_BITS(v) f32_bits((float)(v))
+
+DEFINE_BLOCK(block_f32_bits, uint32_t, float, bits_f32)
+
+#define DEFINE_STAGED(ATTR, NAME, T, BITS)                                                              \
+    ATTR static void NAME(const T *x, size_t n, part_t *out) {                                          \
+        uint32_t buf[STAGE];                                                                            \
+        part_t acc = {0.0, 0.0, INFINITY, -INFINITY};                                                   \
+        for (size_t i = 0; i < n; i += STAGE) {                                                         \
+            size_t m = n - i < STAGE ? n - i : STAGE;                                                   \
+            const T *y = x + i;                                                                         \
+            for (size_t k = 0; k < m; k++) buf[k] = BITS(y[k]);                                         \
+            part_t p;                                                                                   \
+            block_f32_bits(buf, m, &p);                                                                 \
+            fold(&acc, &p);                                                                             \
+        }                                                                                               \
+        *out = acc;                                                                                     \
+    }
+
+DEFINE_STAGED(PT_CLONES, block_f16_int, uint16_t, HALF_BITS)
+DEFINE_STAGED(PT_CLONES, block_bf16, uint16_t, BF16_BITS)
+
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__) && !defined(PT_NO_CLONES) && \
+    defined(__FLT16_MAX__)
+#define PT_F16C 1
+DEFINE_STAGED(__attribute__((target("arch=x86-64-v3"))), block_f16_f16c, _Float16, F16C_BITS)
+#endif
+
+static void block_f16(const uint16_t *x, size_t n, part_t *out) {
+#ifdef PT_F16C
+    static int f16c = -1; /* set once; a race writes the same value */
+    if (f16c < 0) {
+        __builtin_cpu_init();
+        f16c = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
+    }
+    if (f16c) {
+        block_f16_f16c((const _Float16 *)(const void *)x, n, out);
+        return;
+    }
+#endif
+    block_f16_int(x, n, out);
+}
+
+static const size_t ITEMSIZE[4] = {4, 8, 2, 2};
+
+static void block_any(const void *data, int dtype, size_t start, size_t n, part_t *out) {
+    const char *p = (const char *)data + start * ITEMSIZE[dtype];
+    switch (dtype) {
+    case 0: block_f32((const float *)p, n, out); break;
+    case 1: block_f64((const double *)p, n, out); break;
+    case 2: block_f16((const uint16_t *)p, n, out); break;
+    default: block_bf16((const uint16_t *)p, n, out); break;
+    }
+}
+
+typedef struct {
+    const void *data;
+    int dtype;
+    size_t n, first, last; /* blocks [first, last) */
+    part_t *parts;
+} job_t;
+
+static void *run_job(void *arg) {
+    job_t *j = (job_t *)arg;
+    for (size_t b = j->first; b < j->last; b++) {
+        size_t start = b * (size_t)BLOCK;
+        size_t len = j->n - start < (size_t)BLOCK ? j->n - start : (size_t)BLOCK;
+        block_any(j->data, j->dtype, start, len, &j->parts[b]);
+    }
+    return NULL;
+}
+
+
+/* Round v to the nearest value of out_dtype (ties to even), once: overflow gives inf. */
+static double round_to(double v, int out_dtype) {
+    int mant, emin;
+    double maxval;
+    if (!isfinite(v) || v == 0.0 || out_dtype == 1) return v;
+    if (out_dtype == 0) return (double)(float)v;
+    if (out_dtype == 2) {
+        mant = 10; emin = -14; maxval = 65504.0;
+    } else {
+        mant = 7; emin = -126; maxval = 0x1.fep127;
+    }
+    int ex;
+    frexp(v, &ex); /* |v| in [2^(ex-1), 2^ex) */
+    int e = ex - 1 < emin ? emin : ex - 1;
+    double r = ldexp(nearbyint(ldexp(v, mant - e)), e - mant);
+    if (fabs(r) > maxval) return r > 0 ? INFINITY : -INFINITY;
+    return r;
+}
+
+static void count_special(const void *data, int dtype, size_t n, double *out) {
+    size_t nan = 0, pinf = 0, ninf = 0;
+    for (size_t i = 0; i < n; i++) {
+        double v;
+        switch (dtype) {
+        case 0: v = ((const float *)data)[i]; break;
+        case 1: v = ((const double *)data)[i]; break;
+        case 2: v = half_f32(((const uint16_t *)data)[i]); break;
+        default: v = bf16_f32(((const uint16_t *)data)[i]); break;
+        }
+        if (v != v) nan++;
+        else if (v == INFINITY) pinf++;
+        else if (v == -INFINITY) ninf++;
+    }
+    out[4] = (double)nan;
+    out[5] = (double)pinf;
+    out[6] = (double)ninf;
+}
+
+int pt_stats(const void *data, int64_t count, int dtype, int out_dtype, int nthreads, double *out) {
+    if (dtype < 0 || dtype > 3 || out_dtype < 0 || out_dtype > 3 || count < 0) return -1;
+    size_t n = (size_t)count;
+    size_t nblocks = (n + BLOCK - 1) / BLOCK;
+    part_t acc = {0.0, 0.0, INFINITY, -INFINITY};
+    size_t threads = nthreads > 1 ? (size_t)nthreads : 1;
+    if (threads > nblocks / MIN_BLOCKS_PER_THREAD) threads = nblocks / MIN_BLOCKS_PER_THREAD;
+    part_t *parts = NULL;
+    if (threads > 1) parts = (part_t *)malloc(nblocks * sizeof(part_t));
+    if (parts == NULL) {
+        for (size_t b = 0; b < nblocks; b++) {
+            part_t p;
+            size_t start = b * (size_t)BLOCK;
+            block_any(data, dtype, start, n - start < (size_t)BLOCK ? n - start : (size_t)BLOCK, &p);
+            fold(&acc, &p);
+        }
+    } else {
+        job_t jobs[64];
+        pthread_t tids[64];
+        int started[64];
+        if (threads > 64) threads = 64;
+        for (size_t t = 0; t < threads; t++) {
+            jobs[t].data = data;
+            jobs[t].dtype = dtype;
+            jobs[t].n = n;
+            jobs[t].first = nblocks * t / threads;
+            jobs[t].last = nblocks * (t + 1) / threads;
+            jobs[t].parts = parts;
+        }
+        for (size_t t = 1; t < threads; t++) started[t] = pthread_create(&tids[t], NULL, run_job, &jobs[t]) == 0;
+        run_job(&jobs[0]);
+        for (size_t t = 1; t < threads; t++) {
+            if (started[t]) pthread_join(tids[t], NULL);
+            else run_job(&jobs[t]); /* no thread to be had: do its share here */
+        }
+        for (size_t b = 0; b < nblocks; b++) fold(&acc, &parts[b]);
+        free(parts);
+    }
+    out[0] = acc.hi;
+    out[1] = acc.lo;
+    out[2] = round_to(acc.sum, out_dtype);
+    out[3] = round_to(sqrt(acc.sq), out_dtype);
+    out[4] = out[5] = out[6] = 0.0;
+    if (!isfinite(acc.sum) || !isfinite(acc.sq)) { /* something to count: a second read, only then */
+        count_special(data, dtype, n, out);
+        if (out[4] > 0) out[0] = out[1] = NAN;
+    }
+    return 0;
+}

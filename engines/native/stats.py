@@ -1,0 +1,42 @@
+"""The fused statistics kernel (``stats.c``), framework-free: max, min, sum, L2 norm and NaN/+inf/-inf counts of
+one contiguous array in one read (decision 28, docs/decisions/0028-fused-statistics.md).
+
+A framework adapter maps its dtypes to the codes below and passes a raw data pointer; ``FusedStats`` keeps one
+output array (so one instance per thread of use) and the bound C function (argument types set once).
+"""
+
+import ctypes
+from typing import Optional
+
+from engines.native import build
+
+FLOAT32, FLOAT64, FLOAT16, BFLOAT16 = 0, 1, 2, 3
+
+# Below this many elements a tensor is summarised on one thread; above, on up to the caller's thread count
+# (fixed blocks: the result is the same for any count).
+THREADS_FROM = 1 << 20
+
+
+class FusedStats:
+    """``run(ptr, numel, dtype, out_dtype, threads)`` fills ``out``: max, min, sum, norm, nan, +inf, -inf."""
+
+    __slots__ = ("fn", "out")
+
+    def __init__(self, lib: ctypes.CDLL) -> None:
+        self.fn = lib.pt_stats
+        self.out = (ctypes.c_double * 7)()
+
+    def run(self, ptr: int, numel: int, dtype: int, out_dtype: int, threads: int = 1) -> "ctypes.Array[ctypes.c_double]":
+        if self.fn(ptr, numel, dtype, out_dtype, threads, self.out) != 0:
+            raise ValueError("pt_stats: bad arguments (dtype %d, out dtype %d, %d elements)" % (dtype, out_dtype,
+                                                                                                numel))
+        return self.out
+
+
+def fused_stats() -> Optional[FusedStats]:
+    """A new ``FusedStats`` over the cached library, or None when the kernel is unavailable (``build.load``)."""
+    lib = build.load()
+    return None if lib is None else FusedStats(lib)
+
+
+__all__ = ["FusedStats", "fused_stats", "FLOAT32", "FLOAT64", "FLOAT16", "BFLOAT16", "THREADS_FROM"]
