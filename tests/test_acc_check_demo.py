@@ -9,13 +9,12 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
-
 from engines.acc_check import engine as acc_engine  # noqa: E402
 from engines.acc_check import results as rs  # noqa: E402
 from engines.events import ListSink, NullSink  # noqa: E402
 from engines.runner import JobError, run_job  # noqa: E402
 from schemas import load_config  # noqa: E402
+from tests.wrong_kernels import SlightlyWrongKernel  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -86,18 +85,8 @@ def test_injected_low_precision_softmax_is_the_only_failure(tmp_path):
     assert "ULP" in outcome.summary["failing"][0]["message"]
 
 
-class _SlightlyWrongGelu(TorchDispatchMode):
-    """aten.gelu with its result off by one part in a thousand: the kernel under test."""
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        out = func(*args, **(kwargs or {}))
-        if func is torch.ops.aten.gelu.default:
-            out = out * (1 + 1e-3)
-        return out
-
-
 def test_kernel_swapped_by_a_dispatch_mode_is_the_only_failure(tmp_path):
-    with _SlightlyWrongGelu():
+    with SlightlyWrongKernel(torch.ops.aten.gelu.default):
         dump = _tensor_dump(tmp_path / "dump")
     outcome = _check(dump, tmp_path / "out")
     rows = _results(tmp_path / "out")

@@ -1,6 +1,7 @@
 """The app's acc_check view: opened by ``probe-tui open`` and listed on home, the APIs sortable by status and by
 error, the detail pane with each output's metrics and reason, and ``r`` writing the reproduction script."""
 
+import contextlib
 import math
 from pathlib import Path
 
@@ -53,6 +54,19 @@ def make_acc_check_result(folder: Path) -> Path:
     return folder
 
 
+@contextlib.asynccontextmanager
+async def acc_check_view(tmp_path):
+    """The app at 120x40 on the acc_check view of a made-up result (5 APIs), its table filled: (pilot, screen,
+    table)."""
+    result = make_acc_check_result(tmp_path / "acc")
+    app = ProbeApp(tmp_path, root_label="~/exp")
+    async with app.run_test(size=(120, 40)) as pilot:
+        screen = await open_view(pilot, result, AccCheckScreen)
+        table = screen.query_one("#ac-apis", DataTable)
+        await wait_until(pilot, lambda: table.row_count == 5)
+        yield pilot, screen, table
+
+
 def _names(table: DataTable):
     return [str(table.get_row_at(n)[2]) for n in range(table.row_count)]
 
@@ -67,12 +81,7 @@ def test_open_and_home_know_an_acc_check_result(tmp_path):
 
 @pilot_test
 async def test_the_view_sorts_by_status_and_by_error_and_details_the_outputs(tmp_path):
-    result = make_acc_check_result(tmp_path / "acc")
-    app = ProbeApp(tmp_path, root_label="~/exp")
-    async with app.run_test(size=(120, 40)) as pilot:
-        screen = await open_view(pilot, result, AccCheckScreen)
-        table = screen.query_one("#ac-apis", DataTable)
-        await wait_until(pilot, lambda: table.row_count == 5)
+    async with acc_check_view(tmp_path) as (pilot, screen, table):
         verdict = str(screen.query_one("#ac-verdict", Static).render())
         assert "5 APIs checked: 1 error, 1 warning, 1 not replayed, 2 pass" in verdict
         assert _names(table) == ["Demo.naive_softmax.0", "Tensor.add.0", "Tensor.to.0", "Functional.gelu.0",
@@ -89,18 +98,13 @@ async def test_the_view_sorts_by_status_and_by_error_and_details_the_outputs(tmp
         await pilot.press("s")
         await wait_until(pilot, lambda: _names(table)[0] == "Demo.naive_softmax.0")
         await pilot.press("r")  # the dump /data/dump does not exist: one line, no crash
-        await wait_until(pilot, lambda: any("reproduce" in (n.title or "") for n in app._notifications))
+        await wait_until(pilot, lambda: any("reproduce" in (n.title or "") for n in pilot.app._notifications))
         assert screen.last_written is None
 
 
 @pilot_test
 async def test_the_api_table_searches_filters_by_status_and_counts_its_rows(tmp_path):
-    result = make_acc_check_result(tmp_path / "acc")
-    app = ProbeApp(tmp_path, root_label="~/exp")
-    async with app.run_test(size=(120, 40)) as pilot:
-        screen = await open_view(pilot, result, AccCheckScreen)
-        table = screen.query_one("#ac-apis", DataTable)
-        await wait_until(pilot, lambda: table.row_count == 5)
+    async with acc_check_view(tmp_path) as (pilot, screen, table):
         title = screen.query_one("#ac-table-title", Label)
         assert "5 rows" in str(title.render())
         await pilot.press("f")  # errors only
@@ -204,12 +208,7 @@ async def test_the_detail_is_drawn_once_per_api(tmp_path):
     it, again on each visit; it now gets the lines drawn once at its width, kept for a key that comes back."""
     from probe_tui.app.widgets.detail_pane import DetailPane, Prerendered
 
-    result = make_acc_check_result(tmp_path / "acc")
-    app = ProbeApp(tmp_path, root_label="~/exp")
-    async with app.run_test(size=(120, 40)) as pilot:
-        screen = await open_view(pilot, result, AccCheckScreen)
-        table = screen.query_one("#ac-apis", DataTable)
-        await wait_until(pilot, lambda: table.row_count == 5)
+    async with acc_check_view(tmp_path) as (pilot, screen, table):
         pane = screen.query_one("#ac-detail-body", DetailPane)
         await pilot.press("down")
         await wait_until(pilot, lambda: screen.selected["name"] == "Tensor.add.0")
@@ -228,12 +227,7 @@ async def test_a_sort_lays_nothing_out(tmp_path, monkeypatch):
     """The table's title was a Label as wide as its text, so a sort (its new title) laid the screen out again
     (~25-40 ms of CPU); the title keeps its box and is redrawn alone."""
     layouts = count_layouts(monkeypatch, AccCheckScreen)
-    result = make_acc_check_result(tmp_path / "acc")
-    app = ProbeApp(tmp_path, root_label="~/exp")
-    async with app.run_test(size=(120, 40)) as pilot:
-        screen = await open_view(pilot, result, AccCheckScreen)
-        table = screen.query_one("#ac-apis", DataTable)
-        await wait_until(pilot, lambda: table.row_count == 5)
+    async with acc_check_view(tmp_path) as (pilot, screen, table):
         await pilot.press("down")  # the API the sort puts first: its detail stays as it is
         await wait_until(pilot, lambda: screen.selected["name"] == "Tensor.add.0")
         await pilot.pause(0.3)
@@ -251,12 +245,7 @@ async def test_a_detail_kept_drawn_is_drawn_again_after_a_theme_switch(tmp_path)
     its detail again."""
     from probe_tui.app.widgets.detail_pane import DetailPane, Prerendered
 
-    result = make_acc_check_result(tmp_path / "acc")
-    app = ProbeApp(tmp_path, root_label="~/exp")
-    async with app.run_test(size=(120, 40)) as pilot:
-        screen = await open_view(pilot, result, AccCheckScreen)
-        table = screen.query_one("#ac-apis", DataTable)
-        await wait_until(pilot, lambda: table.row_count == 5)
+    async with acc_check_view(tmp_path) as (pilot, screen, table):
         pane = screen.query_one("#ac-detail-body", DetailPane)
         first = screen.selected["name"]
         await pilot.press("down")
@@ -265,7 +254,7 @@ async def test_a_detail_kept_drawn_is_drawn_again_after_a_theme_switch(tmp_path)
         assert isinstance(drawn, Prerendered)
         await pilot.press("up")
         await wait_until(pilot, lambda: screen.selected["name"] == first)
-        app.theme = "textual-light"
+        pilot.app.theme = "textual-light"
         await pilot.pause(0.1)
         await pilot.press("down")
         await wait_until(pilot, lambda: screen.selected["name"] == "Tensor.add.0")

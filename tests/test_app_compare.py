@@ -386,19 +386,30 @@ async def test_enter_on_a_suspect_shows_the_results_tab_with_its_rows_detail(tre
         line, target = next((s for s in suspects if screen.view.position_of(s[1]) != 0), (None, None))
         assert target is not None, suspects
         assert await _seen(pilot, screen, screen.view.position_of(target)) == target
-        await _seen(pilot, screen, 0)
-        await pilot.press("2", "1", "2")  # the first switches restyle the scrollbars (once)
-        await wait_until(pilot, lambda: screen._detail_key == ("suspect", 0) and screen._active_tab() == "divergence")
-        await pilot.pause(0.3)
+        await _on_the_ranking(pilot, screen)
         screen.divergence_table.move_cursor(line)
         await wait_until(pilot, lambda: screen._detail_key == ("suspect", line) and ("suspect", line) in screen._details)
         await pilot.pause(0.3)
         layouts = _count_layouts(screen)
         await pilot.press("enter")
-        assert screen._active_tab() == "results" and screen.current_row() == target
-        assert _shows_drawn(screen, target)
-        await pilot.pause(0.3)
-        assert _shows_drawn(screen, target) and len(layouts) == 1, layouts
+        await _shows_results_at_once(pilot, screen, target, layouts)
+
+async def _on_the_ranking(pilot, screen):
+    """From the results on row 0, to the ranking tab, its first suspect's detail shown, the switches' one-time
+    restyles done."""
+    await _seen(pilot, screen, 0)
+    await pilot.press("2", "1", "2")  # the first switches restyle the scrollbars (once)
+    await wait_until(pilot, lambda: screen._detail_key == ("suspect", 0) and screen._active_tab() == "divergence")
+    await pilot.pause(0.3)
+
+
+async def _shows_results_at_once(pilot, screen, target, layouts):
+    """The key just pressed showed the results tab on ``target`` with its detail drawn before, in one layout."""
+    assert screen._active_tab() == "results" and screen.current_row() == target
+    assert _shows_drawn(screen, target)
+    await pilot.pause(0.3)
+    assert _shows_drawn(screen, target) and len(layouts) == 1, layouts
+
 
 
 @pilot_test
@@ -412,16 +423,10 @@ async def test_n_from_another_tab_shows_the_results_tab_with_the_error_rows_deta
         position = screen.view.next_error(0, False)
         assert position is not None and position != 0
         target = await _seen(pilot, screen, position)
-        await _seen(pilot, screen, 0)
-        await pilot.press("2", "1", "2")  # the first switches restyle the scrollbars (once)
-        await wait_until(pilot, lambda: screen._detail_key == ("suspect", 0) and screen._active_tab() == "divergence")
-        await pilot.pause(0.3)
+        await _on_the_ranking(pilot, screen)
         layouts = _count_layouts(screen)
         await pilot.press("n")
-        assert screen._active_tab() == "results" and screen.current_row() == target
-        assert _shows_drawn(screen, target)
-        await pilot.pause(0.3)
-        assert _shows_drawn(screen, target) and len(layouts) == 1, layouts
+        await _shows_results_at_once(pilot, screen, target, layouts)
 
 
 @pilot_test

@@ -5,12 +5,11 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
-
 from engines.acc_check import online as oc  # noqa: E402
 from engines.events import ListSink  # noqa: E402
 from engines.runner import run_job  # noqa: E402
 from schemas import load_config  # noqa: E402
+from tests.wrong_kernels import SlightlyWrongKernel  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -78,35 +77,14 @@ def test_api_list_checks_only_the_listed_apis(tmp_path):
     assert list(summary["online_check"]["failing"]) == ["Demo.naive_softmax"]
 
 
-class _SlightlyWrongFloat32Gelu(TorchDispatchMode):
-    """aten.gelu off by one part in a thousand in float32 only: the device's kernel under test (the float64
-    reference runs the right one)."""
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        out = func(*args, **(kwargs or {}))
-        if func is torch.ops.aten.gelu.default and out.dtype == torch.float32:
-            out = out * (1 + 1e-3)
-        return out
-
-
 def test_a_swapped_kernel_is_the_only_failing_api(tmp_path):
-    with _SlightlyWrongFloat32Gelu():
+    with SlightlyWrongKernel(torch.ops.aten.gelu.default, torch.float32):
         summary, _, _ = _run(tmp_path / "d", online={"enabled": True}, steps=1)
     assert list(summary["online_check"]["failing"]) == ["Functional.gelu"]
 
 
-class _SlightlyWrongFloat32GeluBackward(TorchDispatchMode):
-    """aten.gelu_backward off by one part in a thousand in float32 only: the forward kernel is right."""
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        out = func(*args, **(kwargs or {}))
-        if func is torch.ops.aten.gelu_backward.default and out.dtype == torch.float32:
-            out = out * (1 + 1e-3)
-        return out
-
-
 def test_a_wrong_backward_kernel_fails_only_that_apis_backward_and_training_is_unchanged(tmp_path):
-    with _SlightlyWrongFloat32GeluBackward():
+    with SlightlyWrongKernel(torch.ops.aten.gelu_backward.default, torch.float32):
         _, plain, _ = _run(tmp_path / "plain", steps=1)
         summary, losses, messages = _run(tmp_path / "d", online={"enabled": True}, steps=1)
     assert losses == plain

@@ -7,13 +7,12 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
-
 from engines.acc_check import online as oc  # noqa: E402
 from engines.events import ListSink  # noqa: E402
 from engines.runner import JobError, run_job  # noqa: E402
 from probe_tui.cli import main  # noqa: E402
 from schemas import load_config  # noqa: E402
+from tests.wrong_kernels import SlightlyWrongKernel  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -48,20 +47,10 @@ def _aten(api_list=()):
     return {"enabled": True, "level": "aten", "api_list": list(api_list)}
 
 
-class _SlightlyWrongFloat32Gelu(TorchDispatchMode):
-    """aten.gelu off by one part in a thousand in float32 only: the device's kernel under test. It is entered
-    before the run, so the check's mode (pushed while the session runs) sits above it; the reference, run with
-    every mode disabled, is the right gelu."""
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        out = func(*args, **(kwargs or {}))
-        if func is torch.ops.aten.gelu.default and out.dtype == torch.float32:
-            out = out * (1 + 1e-3)
-        return out
-
-
 def test_a_wrong_aten_gelu_is_the_only_failing_op_and_training_is_unchanged(tmp_path):
-    with _SlightlyWrongFloat32Gelu():
+    # entered before the run, the wrong kernel sits below the check's mode (pushed while the session runs); the
+    # reference, run with every mode disabled, is the right gelu
+    with SlightlyWrongKernel(torch.ops.aten.gelu.default, torch.float32):
         plain_summary, plain, _ = _run(tmp_path / "plain", steps=2)
         summary, losses, messages = _run(tmp_path / "d", online=_aten(), steps=2)
     assert losses == plain  # bit-identical: the re-runs see copies only, the RNG state is restored
@@ -85,10 +74,10 @@ def test_a_wrong_aten_gelu_is_the_only_failing_op_and_training_is_unchanged(tmp_
 
 def test_the_check_runs_ops_as_they_would_run_without_it(tmp_path):
     # the same wrong gelu, the check on: the training saw the wrong kernel's values, not the reference's
-    with _SlightlyWrongFloat32Gelu():
+    with SlightlyWrongKernel(torch.ops.aten.gelu.default, torch.float32):
         _, wrong, _ = _run(tmp_path / "wrong")
     _, right, _ = _run(tmp_path / "right")
-    with _SlightlyWrongFloat32Gelu():
+    with SlightlyWrongKernel(torch.ops.aten.gelu.default, torch.float32):
         _, checked, _ = _run(tmp_path / "checked", online=_aten(["gelu"]))
     assert checked == wrong and wrong != right
     rows = _rows(tmp_path / "checked")
