@@ -144,3 +144,26 @@ def test_the_rule_is_framework_neutral():
     assert defaults == {"p": 0.5, "training": True, "seed": None}
     assert neutral_split({"p": 0.0, "training": True}, defaults) == ({"p": 0.0}, {"p": 0.5})
     assert signature_defaults(len) is None and signature_defaults(lambda x: x) is None
+
+
+def test_record_args_text_is_the_json_module_s_text():
+    """``encode_args`` runs the C encoder it made once (engines.capture.records): the text is json's, byte for
+    byte, for every kind of value a record's arguments hold, and what json refuses falls back to its ``str``."""
+    from engines.capture import records
+
+    assert records._C_ENCODE is not None  # CPython: the reused encoder is the one under test
+    values = [
+        {"input": [{"t": "input.0"}, {"t": "input.1"}], "kwargs": {"dim": -1, "keepdim": False, "eps": 1e-5}},
+        {"f": [math.nan, math.inf, -math.inf, 0.1, -0.0, 1e300], "s": "é\u2028\"\\\n", "n": None, "b": True},
+        {"nested": [[[{"a": (1, 2)}]]], 3: "int key", 2.5: "float key", None: "none key", True: "bool key"},
+        {"dtype": torch.float32, "obj": object(), "arr": np.float64(1.5)},
+        "plain text", 7, 2.5, [], {},
+    ]
+    for value in values:
+        expected = json.dumps(value, separators=(",", ":"), allow_nan=True, default=str)
+        assert records.encode_args(value) == expected
+    assert records.encode_args(None) == ""
+    loop: dict = {"x": 1}
+    loop["self"] = loop
+    assert records.encode_args(loop) == json.dumps(str(loop))
+    assert records.encode_args({(1, 2): "tuple key"}) == json.dumps(str({(1, 2): "tuple key"}))

@@ -214,3 +214,29 @@ def test_session_writes_statistics_rows_equal_to_direct_values(tmp_path):
     bool_rows = dump.rows("Torch.isfinite.0.forward")
     assert_stats_equal(bool_rows["output.0"], flags)
     dump.close()
+
+
+class _NoGraph(torch.overrides.TorchFunctionMode):
+    """Fails on any torch call whose result is part of the autograd graph."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        assert not (isinstance(out, torch.Tensor) and out.requires_grad), func
+        return out
+
+
+@pytest.mark.parametrize("path", ["fused", "torch", "batched"])
+def test_statistics_of_graph_tensors_build_no_graph_and_equal_the_detached_ones(path, monkeypatch):
+    """Every torch op the statistics run on a tensor of the autograd graph (a leaf, an op's output, a transposed
+    weight, a strided view, a half type) runs on a detached tensor (none adds to the training's graph), and the
+    values are those of the detached tensors, bit for bit."""
+    if path == "torch":
+        monkeypatch.setattr(tensor_stats, "fused_stats", lambda: None)
+    w = torch.randn(32, 48, requires_grad=True)
+    h = torch.randn(40, dtype=torch.float16, requires_grad=True)
+    tensors = [w, w * 2, w.t(), w[:, ::3], h, h.sum(), w.sum()]
+    with _NoGraph():
+        _, got = _finish(tensors, path == "batched")
+    _, want = _finish([t.detach() for t in tensors], path == "batched")
+    for a, b in ((got.stats, want.stats), (got.counts, want.counts), (got.valid, want.valid)):
+        assert a.tobytes() == b.tobytes()

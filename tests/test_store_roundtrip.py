@@ -199,3 +199,31 @@ def test_bfloat16_from_torch_round_trips(tmp_path):
     assert ref.dtype == "torch.bfloat16" and back.dtype == np.uint16
     assert np.array_equal(as_float32(back), t.float().numpy())
     assert np.array_equal(bfloat16_bits(t.float().numpy()), bits)
+
+
+def test_json_column_batches_of_text_stage_as_value_by_value():
+    """A json column given a list of str (the capture's record arguments) is staged in one pass
+    (``StringTable.add_batch``): the same ids, bytes and byte count as ``add`` value by value; a list with other
+    values (dicts, to encode) takes the per-value path."""
+    from engines.store.staging import StringTable, TableStage
+
+    spec = TableSpec("t", (Column("step", "int64"), Column("args", "json", default="{}")))
+    texts = ['{"a":1}', "", "é \ud800", '{"b":[1,2]}', "{}"]
+    got_table, want_table = StringTable(), StringTable()
+    got_table.intern("a name")  # ids continue from what the table holds
+    want_table.intern("a name")
+    got_stage = TableStage(spec)
+    got_stage.append(got_table, {"step": 1, "args": list(texts)})
+    assert got_stage.take()["args"].tolist() == list(range(1, 6))
+    want_ids = [want_table.add(t) for t in texts]
+    got_blob, got_lengths = got_table.take()
+    want_blob, want_lengths = want_table.take()
+    assert got_blob == want_blob and got_lengths.tolist() == want_lengths.tolist()
+    assert got_table.count == want_table.count == 6 and want_ids == list(range(1, 6))
+    stage = TableStage(spec)
+    strings = StringTable()
+    stage.append(strings, {"step": [1, 1], "args": ["x", {"k": 1}]})
+    stage.append(strings, {"step": [], "args": []})
+    assert stage.take()["args"].tolist() == [0, 1]
+    blob, lengths = strings.take()
+    assert blob == b'x{"k":1}' and lengths.tolist() == [1, 7]

@@ -195,10 +195,37 @@ class StepBatch:
 _ENCODE = json.JSONEncoder(separators=(",", ":"), allow_nan=True, default=str).encode
 
 
+def _reused_encoder() -> Any:
+    """The C encoder ``_ENCODE`` makes on each call (~0.15 us) and then runs with a circular-reference table
+    (~0.3 us more a record), made once and run without the table: the same text (the same C code, the same
+    options), a record's arguments in ~0.9 us instead of ~1.7 us. A circular structure, which the table would
+    have reported as a ValueError, recurses into a RecursionError instead (both fall back to ``str``). None where
+    the C encoder is missing or takes other arguments: ``_ENCODE`` then."""
+    make = getattr(json.encoder, "c_make_encoder", None)
+    if make is None:
+        return None
+    try:
+        # markers, default, encoder (ensure_ascii), indent, key_separator, item_separator, sort_keys, skipkeys,
+        # allow_nan
+        run = make(None, str, json.encoder.encode_basestring_ascii, None, ":", ",", False, False, True)
+        probe = {"a": [1, 2.5, float("nan"), None, True, "é"], 3: object}
+        if "".join(run(probe, 0)) != _ENCODE(probe):
+            return None
+    except Exception:  # another Python's C encoder: the public one
+        return None
+    return run
+
+
+_C_ENCODE = _reused_encoder()
+_join = "".join
+
+
 def encode_args(args: Any) -> str:
     if args is None:
         return ""
     try:
+        if _C_ENCODE is not None:
+            return _join(_C_ENCODE(args, 0))
         return _ENCODE(args)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, RecursionError):
         return json.dumps(str(args))

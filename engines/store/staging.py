@@ -47,6 +47,16 @@ class StringTable:
     def add(self, value: str) -> int:
         return self._new(value)
 
+    def add_batch(self, values: Sequence[str]) -> np.ndarray:
+        """``add`` of every value of a batch of ``str`` (a step's record arguments, JSON text already): fresh
+        ids in order, without a Python call per value."""
+        encoded = [v.encode("utf-8", "surrogatepass") for v in values]
+        self._staged.extend(encoded)
+        self.staged_bytes += sum(map(len, encoded))
+        start = self.count
+        self.count += len(encoded)
+        return np.arange(start, self.count, dtype=np.int64)
+
     def _new(self, value: str) -> int:
         encoded = value.encode("utf-8", "surrogatepass")
         self._staged.append(encoded)
@@ -138,6 +148,9 @@ def _batch_length(spec: TableSpec, columns: Dict[str, Any]) -> int:
     return 1 if n is None else n
 
 
+_STR_ONLY = frozenset((str,))
+
+
 def _convert(table: str, col: Column, value: Any, n: int, strings: StringTable) -> np.ndarray:
     where = f"table {table!r} column {col.name!r}"
     if col.dtype == STR:
@@ -145,6 +158,8 @@ def _convert(table: str, col: Column, value: Any, n: int, strings: StringTable) 
             return strings.intern_batch(value.tolist() if isinstance(value, np.ndarray) else value, where)
         return _text_ids(where, value, n, strings.intern, as_json=False)
     if col.dtype == JSON:
+        if type(value) is list and len(value) == n and set(map(type, value)) <= _STR_ONLY:
+            return strings.add_batch(value)  # text already (the capture's record arguments): one pass
         return _text_ids(where, value, n, strings.add, as_json=True)
     try:
         arr = np.asarray(value, dtype=col.dtype)
