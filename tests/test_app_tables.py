@@ -4,7 +4,9 @@ grad compare, free_benchmark, overflow. A search keeps the views on the right ro
 import shutil
 from pathlib import Path
 
+import pytest
 from textual.widgets import DataTable
+from textual.widgets.data_table import DuplicateKey
 
 from probe_tui.app.actions import SCOPE_TITLES
 from probe_tui.app.app import ProbeApp
@@ -149,3 +151,52 @@ async def test_the_search_field_resizes_no_table(tmp_path):
         await pilot.press(*"mon")
         await wait_until(pilot, lambda: configs.row_count == 1)
         assert field.value == "mon"
+
+
+@pilot_test
+async def test_a_fill_adds_its_rows_at_once_and_sets_the_cursor_once(monkeypatch):
+    """A fill of 300 rows (an acc_check result opening: 338) set the cursor reactive once per row (``add_row``:
+    validated, watched, with the ordered columns listed twice), about half of the fill's time; it now sets it
+    once. The table is the same: its rows in order, their cells, the cursor on the first row, one highlight."""
+    from textual.app import App
+
+    from probe_tui.app.widgets.find_table import FindTable
+
+    validated = []
+    original = DataTable.validate_cursor_coordinate
+
+    def counting(self, value):
+        validated.append(value)
+        return original(self, value)
+
+    monkeypatch.setattr(DataTable, "validate_cursor_coordinate", counting)
+    highlighted = []
+
+    class One(App):
+        def compose(self):
+            yield FindTable(id="t")
+
+        def on_data_table_row_highlighted(self, event):
+            highlighted.append(event.row_key.value)
+
+    app = One()
+    async with app.run_test(size=(80, 24)) as pilot:
+        table = app.query_one(FindTable)
+        table.add_column("name", width=8, key="name")
+        table.add_column("value", width=8, key="value")
+        await pilot.pause()
+        validated.clear()
+        table.set_rows([(str(n), ["row {}".format(n), str(n * n)]) for n in range(300)])
+        assert len(validated) <= 2, len(validated)  # was 300: one per row
+        await pilot.pause()
+        assert table.row_count == 300 and table.shown == 300
+        assert [str(row.key.value) for row in table.ordered_rows] == [str(n) for n in range(300)]
+        assert table.get_row("299") == ["row 299", str(299 * 299)]
+        assert table.cursor_coordinate.row == 0 and highlighted == ["0"]
+        table.move_cursor(row=5)
+        table.search_for("row 1")  # 1, 10-19, 100-199: the cursor leaves row 5 for the first row shown
+        await pilot.pause()
+        assert table.shown == 111 and table.get_row_at(0) == ["row 1", "1"]
+        table.search_for("")
+        with pytest.raises(DuplicateKey):  # as add_row
+            table.set_rows([(str(n), ["row {}".format(n), str(n)]) for n in range(3)] + [("0", ["again", "0"])])

@@ -7,6 +7,7 @@ the table (enter goes back to the table, escape clears it), ``f`` cycles the fil
 ("12 of 40 rows · filter: errors") goes to a label of the screen (``counter``), after its ``title``.
 """
 
+from itertools import zip_longest
 from typing import Callable, Iterable, List, Optional, Sequence, Tuple
 
 from rich.console import RenderableType
@@ -15,7 +16,8 @@ from textual.binding import Binding
 from textual.geometry import Size
 from textual.message import Message
 from textual.widgets import DataTable, Input, Label
-from textual.widgets.data_table import RowKey
+from textual.widgets.data_table import DuplicateKey, RowKey
+from textual.widgets.data_table import Row as TableRow
 
 from probe_tui.app.actions import bindings_for
 
@@ -120,15 +122,38 @@ class FindTable(DataTable):
     def refill(self) -> None:
         keep = self.cursor_key()
         self.clear()
-        for key, cells in self.source:
-            if self.matches(key, cells):
-                self.add_row(*cells, key=key)
+        self.add_rows_at_once([(key, cells) for key, cells in self.source if self.matches(key, cells)])
         self.shown = self.row_count
         if keep is not None and keep in self.rows:
             self.move_cursor(row=self.get_row_index(keep))
         self.show_count()
         self.call_after_refresh(self.show_count)  # again once laid out: are columns cut?
         self.post_message(self.Found(self))
+
+    def add_rows_at_once(self, rows: Sequence[Row]) -> None:
+        """Add one-line rows (key, cells) at the bottom, as ``add_row`` one by one would, with the cursor set
+        once. ``add_row`` sets the cursor reactive (validated, watched) and lists the ordered columns twice for
+        each row: ~half of a 338-row fill (an acc_check result opening)."""
+        if not rows:
+            return
+        columns = self.ordered_columns
+        was_empty = self.row_count == 0
+        for key, cells in rows:
+            row_key = RowKey(key)
+            if row_key in self._row_locations:
+                raise DuplicateKey(f"The row key {row_key!r} already exists.")
+            if len(cells) > len(columns):
+                raise ValueError("More values provided than there are columns.")
+            self._row_locations[row_key] = len(self.rows)
+            self._data[row_key] = {column.key: cell for column, cell in zip_longest(columns, cells)}
+            self.rows[row_key] = TableRow(row_key, 1, None, False)
+            self._new_rows.add(row_key)
+        self._require_update_dimensions = True
+        self.cursor_coordinate = self.cursor_coordinate
+        if was_empty and len(self.columns) > 0 and self.show_cursor and self.cursor_type != "none":
+            self._highlight_cursor()  # a cell to show the cursor on where there was none
+        self._update_count += len(rows)
+        self.check_idle()
 
     def _update_dimensions(self, new_rows: Iterable[RowKey]) -> None:
         """The table's size once rows were added. ``fill_table`` sizes every column, yet Textual measures every
