@@ -173,3 +173,23 @@ def test_cli_prints_the_verdict_and_exit_3_with_fail_on_findings(demo_results, t
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 3, proc.stderr
     assert "2 error" in proc.stdout and "error Functional.gelu.0" in proc.stdout
+
+
+def test_result_records_hold_the_values_item_by_item_would():
+    """The store's columns become rows of Python values, a column at a time (``tolist``): the same values and
+    types as ``item()`` value by value (ints, floats with NaN, text in an object column, numpy scalars in one)."""
+    import numpy as np
+
+    from engines.acc_check.results import _records
+
+    cols = {"row": np.arange(3), "rank": np.array([0, 1, 2], dtype=np.int64),
+            "err": np.array([0.5, math.nan, 1e-9]), "name": np.array(["a", "b", "c"], dtype=object),
+            "mixed": np.array([np.float32(1.5), "x", None], dtype=object)}
+    rows = _records(cols)
+    assert [list(r) for r in rows] == [["rank", "err", "name", "mixed"]] * 3
+    assert [r["rank"] for r in rows] == [0, 1, 2] and all(type(r["rank"]) is int for r in rows)
+    assert rows[0]["err"] == 0.5 and math.isnan(rows[1]["err"]) and type(rows[2]["err"]) is float
+    assert [r["name"] for r in rows] == ["a", "b", "c"]
+    assert rows[0]["mixed"] == 1.5 and type(rows[0]["mixed"]) is float and rows[1]["mixed"] == "x"
+    assert rows[2]["mixed"] is None
+    assert _records({"row": np.arange(0)}) == [] and _records({"a": np.array([], dtype=float)}) == []
