@@ -9,6 +9,7 @@
 
 import ast
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -43,12 +44,18 @@ def _imported_roots(tree):
 def test_import_linter_contracts_hold():
     from importlinter.cli import lint_imports
 
+    # import-linter configures logging with dictConfig, which disables every logger that exists (the native
+    # kernel's included): later tests of this process would see none of their log lines
+    loggers = [v for v in logging.Logger.manager.loggerDict.values() if isinstance(v, logging.Logger)]
+    disabled = [(lg, lg.disabled) for lg in loggers]
     cwd = os.getcwd()
     os.chdir(ROOT)
     try:
         assert lint_imports(config_filename=str(ROOT / "pyproject.toml")) == 0
     finally:
         os.chdir(cwd)
+        for lg, was in disabled:
+            lg.disabled = was
 
 
 def test_frameworks_are_imported_only_in_their_adapters():
