@@ -503,3 +503,33 @@ async def test_enter_on_a_left_out_suspect_shows_the_tab_when_the_view_is_slow_a
                 await pilot.pause(compare.TAB_AFTER_VIEW_S)
                 assert screen._active_tab() == "tree"
             data.view = view
+
+
+@pilot_test
+async def test_the_hidden_tabs_are_laid_out_before_they_first_show(tree_result):
+    """Once the view is idle, the ranking and tree tabs (hidden) hold the sizes a layout gives them: the first switch
+    to one lays the screen out as a later switch does (failed before: their widgets got their first virtual size,
+    container size and scrollbars as they showed, each one a reactive that laid the screen out again; 4 layouts for
+    the first `2` on the benchmark's result, 1 for a later one)."""
+    from textual.widgets import TabPane
+
+    app = ProbeApp(tree_result.parent, root_label="~/exp")
+    async with app.run_test(size=(120, 40)) as pilot:
+        screen = await open_view(pilot, tree_result, CompareScreen)
+        await wait_until(pilot, lambda: loaded(pilot.app))
+        await pilot.pause(0.3)
+        results = screen.query_one("#tab-results", TabPane)
+        pane, table = screen.query_one("#tab-divergence", TabPane), screen.divergence_table
+
+        def sizes():
+            return [(w.virtual_size, w.container_size) for w in (pane, table)] + [
+                (table.show_vertical_scrollbar, table.show_horizontal_scrollbar)]
+
+        assert pane.container_size == results.container_size  # laid out while hidden
+        before = sizes()
+        await pilot.press("2")
+        await wait_until(pilot, lambda: screen._detail_key == ("suspect", 0), what="the ranking shown")
+        await pilot.pause(0.3)
+        assert table.size.height > 0 and sizes() == before
+        tree = screen.query_one("#tab-tree", TabPane)
+        assert tree.container_size == results.container_size

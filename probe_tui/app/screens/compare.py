@@ -35,6 +35,7 @@ from probe_tui.app.screens.path_prompt import relative_text
 from probe_tui.app.styles import themed
 from probe_tui.app.widgets.detail_pane import DetailPane, DetailScroll, prerender
 from probe_tui.app.widgets.key_footer import KeyFooter
+from probe_tui.app.widgets.presize import presize
 from probe_tui.app.widgets.rank_bar import RankBar
 from probe_tui.app.widgets.result_tree import NodeRef, ResultTree
 from probe_tui.app.widgets.virtual_table import VirtualTable
@@ -348,6 +349,18 @@ class CompareScreen(CompareRanks, AppScreen):
         self.show_rank_bar()
         if self.tree_ready:
             self._reload_tree()
+        self.call_after_refresh(self._presize_tabs)
+
+    def _presize_tabs(self) -> None:
+        """Lay the hidden tabs out while the view is idle: the first switch to one then shows it with one layout
+        of the screen, not four (``widgets/presize.py``)."""
+        tabs = self.query_one("#cmp-tabs", TabbedContent)
+        shown = self.query_one("#" + tabs.active, TabPane) if tabs.active else None
+        if shown is None:
+            return
+        for pane in self.query(TabPane):
+            if pane is not shown:
+                presize(pane, shown)
 
     def _show_divergence(self) -> None:
         self.divergence = of_rank(self.divergence_all, self.rank)
