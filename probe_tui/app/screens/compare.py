@@ -372,6 +372,8 @@ class CompareScreen(CompareRanks, AppScreen):
         for pane in self.query(TabPane):
             if pane is not shown:
                 presize(pane, shown)
+        if not self.tree_ready and self.data is not None:
+            self._load_tree()  # the tree tab's first rows (laid out in turn once they are in)
         table = self.divergence_table
         if self.divergence is not None and table.row_count and ("suspect", table.cursor_row) not in self._details:
             room = self.query_one("#detail-body", DetailPane).room()
@@ -427,6 +429,8 @@ class CompareScreen(CompareRanks, AppScreen):
         self.tree_ready = True
         if self._active_tab() == "tree":
             tree.focus()
+        else:
+            self.call_after_refresh(self._presize_tabs)
 
     @on(Tree.NodeHighlighted, "#tree")
     def _node_highlighted(self, event: Tree.NodeHighlighted) -> None:
