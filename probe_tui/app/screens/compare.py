@@ -35,6 +35,7 @@ from probe_tui.app.screens.path_prompt import relative_text
 from probe_tui.app.styles import themed
 from probe_tui.app.widgets.detail_pane import DetailPane, DetailScroll, prerender
 from probe_tui.app.widgets.key_footer import KeyFooter
+from probe_tui.app.widgets.presize import presize
 from probe_tui.app.widgets.rank_bar import RankBar
 from probe_tui.app.widgets.result_tree import NodeRef, ResultTree
 from probe_tui.app.widgets.virtual_table import VirtualTable
@@ -308,6 +309,17 @@ class CompareScreen(CompareRanks, AppScreen):
 
     @work(thread=True, exclusive=True, group="cmp-detail", exit_on_error=False)
     def _load_detail(self, key: Any, room: Any) -> None:
+        self.post_message(self._read_detail(key, room))
+
+    @work(thread=True, exclusive=True, group="cmp-predraw", exit_on_error=False)
+    def _predraw_detail(self, key: Any, room: Any) -> None:
+        """Read ``key``'s detail ahead (kept with the details drawn): a switch to its tab then shows it at once."""
+        divergence = self.divergence
+        message = self._read_detail(key, room)
+        if self.divergence is divergence:  # the same ranking ("suspect" keys are places in it)
+            self.post_message(message)
+
+    def _read_detail(self, key: Any, room: Any) -> "CompareScreen.DetailReady":
         data = self.data
         kind = key[0]
         if kind == "row":
@@ -324,7 +336,7 @@ class CompareScreen(CompareRanks, AppScreen):
             row = data.row(first) if 0 <= first < data.n_rows else None
             columns = {c: v[node] for c, v in index.columns.items()}
             renderable = node_detail(columns, index.name(node), row, data.mode)
-        self.post_message(self.DetailReady(key, renderable, prerender(renderable, room)))
+        return self.DetailReady(key, renderable, prerender(renderable, room))
 
     @on(DetailReady)
     def _detail_ready(self, message: "CompareScreen.DetailReady") -> None:
@@ -348,6 +360,24 @@ class CompareScreen(CompareRanks, AppScreen):
         self.show_rank_bar()
         if self.tree_ready:
             self._reload_tree()
+        self.call_after_refresh(self._presize_tabs)
+
+    def _presize_tabs(self) -> None:
+        """Lay the hidden tabs out and read the ranking's first detail while the view is idle: the first switch to
+        the ranking then shows it and its detail in its own layout (``widgets/presize.py``)."""
+        tabs = self.query_one("#cmp-tabs", TabbedContent)
+        shown = self.query_one("#" + tabs.active, TabPane) if tabs.active else None
+        if shown is None:
+            return
+        for pane in self.query(TabPane):
+            if pane is not shown:
+                presize(pane, shown)
+        if not self.tree_ready and self.data is not None:
+            self._load_tree()  # the tree tab's first rows (laid out in turn once they are in)
+        table = self.divergence_table
+        if self.divergence is not None and table.row_count and ("suspect", table.cursor_row) not in self._details:
+            room = self.query_one("#detail-body", DetailPane).room()
+            self._predraw_detail(("suspect", table.cursor_row), room)  # the ranking tab's first detail
 
     def _show_divergence(self) -> None:
         self.divergence = of_rank(self.divergence_all, self.rank)
@@ -399,6 +429,8 @@ class CompareScreen(CompareRanks, AppScreen):
         self.tree_ready = True
         if self._active_tab() == "tree":
             tree.focus()
+        else:
+            self.call_after_refresh(self._presize_tabs)
 
     @on(Tree.NodeHighlighted, "#tree")
     def _node_highlighted(self, event: Tree.NodeHighlighted) -> None:
