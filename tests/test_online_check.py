@@ -6,9 +6,8 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from engines.acc_check import online as oc  # noqa: E402
-from engines.events import ListSink  # noqa: E402
-from engines.runner import run_job  # noqa: E402
 from schemas import load_config  # noqa: E402
+from tests.online_support import checked_rows, run_collecting  # noqa: E402
 from tests.wrong_kernels import SlightlyWrongKernel  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -21,18 +20,11 @@ def _run(folder, faults=None, online=None, task="statistics", steps=2, dtype="fp
     if faults:
         demo["faults"] = faults
     section = {} if online is None else {"online_check": online}
-    job = load_config({"task": task, "dump_path": str(folder), "target": {"demo": demo}, "level": "L1",
-                       task: section})
-    events = ListSink()
-    outcome = run_job(job, events=events)
-    assert outcome.exit_code == 0
-    losses = [e.fields["loss"] for e in events.events if e.kind == "step"]
-    messages = [e.fields["text"] for e in events.events if e.kind == "message"]
-    return outcome.summary, losses, messages
+    return run_collecting({"task": task, "dump_path": str(folder), "target": {"demo": demo}, "level": "L1",
+                           task: section})
 
 
-def _rows(folder):
-    return oc.read_checks(folder / "latest" / "rank0")
+_rows = checked_rows
 
 
 def test_injected_softmax_is_the_only_failing_api_and_training_is_unchanged(tmp_path):

@@ -8,10 +8,10 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from engines.acc_check import online as oc  # noqa: E402
-from engines.events import ListSink  # noqa: E402
 from engines.runner import JobError, run_job  # noqa: E402
 from probe_tui.cli import main  # noqa: E402
 from schemas import load_config  # noqa: E402
+from tests.online_support import checked_rows, run_collecting  # noqa: E402
 from tests.wrong_kernels import SlightlyWrongKernel  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -31,16 +31,10 @@ def _job(folder, faults=None, online=None, steps=1, dtype="fp32", level="L1", fr
 
 
 def _run(folder, faults=None, online=None, **kw):
-    events = ListSink()
-    outcome = run_job(load_config(_job(folder, faults, online, **kw)), events=events)
-    assert outcome.exit_code == 0
-    losses = [e.fields["loss"] for e in events.events if e.kind == "step"]
-    messages = [e.fields["text"] for e in events.events if e.kind == "message"]
-    return outcome.summary, losses, messages
+    return run_collecting(_job(folder, faults, online, **kw))
 
 
-def _rows(folder):
-    return oc.read_checks(folder / "latest" / "rank0")
+_rows = checked_rows
 
 
 def _aten(api_list=()):

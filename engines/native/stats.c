@@ -63,6 +63,17 @@ static inline float half_f32(uint16_t h) { return bits_f32(half_bits(h)); }
 
 static inline float bf16_f32(uint16_t h) { return bits_f32((uint32_t)h << 16); }
 
+/* One element into lane J's accumulators (the main loop and the tail take the same step). */
+#define LANE_STEP(M, VALUE, J)                                                                          \
+    do {                                                                                                \
+        M v = (VALUE);                                                                                  \
+        double d = (double)v;                                                                           \
+        s[J] += d;                                                                                      \
+        q[J] += d * d;                                                                                  \
+        lo[J] = v < lo[J] ? v : lo[J];                                                                  \
+        hi[J] = v > hi[J] ? v : hi[J];                                                                  \
+    } while (0)
+
 /* One block of elements: lane accumulators, reduced in lane order. M is the type min/max are kept in. */
 #define DEFINE_BLOCK(NAME, T, M, LOAD)                                                                  \
     PT_CLONES static void NAME(const T *x, size_t n, part_t *out) {                                   \
@@ -77,21 +88,11 @@ static inline float bf16_f32(uint16_t h) { return bits_f32((uint32_t)h << 16); }
         size_t i = 0;                                                                                   \
         for (; i + LANES <= n; i += LANES) {                                                            \
             for (int j = 0; j < LANES; j++) {                                                           \
-                M v = LOAD(x[i + j]);                                                                   \
-                double d = (double)v;                                                                   \
-                s[j] += d;                                                                              \
-                q[j] += d * d;                                                                          \
-                lo[j] = v < lo[j] ? v : lo[j];                                                          \
-                hi[j] = v > hi[j] ? v : hi[j];                                                          \
+                LANE_STEP(M, LOAD(x[i + j]), j);                                                        \
             }                                                                                           \
         }                                                                                               \
         for (int j = 0; i + j < n; j++) {                                                               \
-            M v = LOAD(x[i + j]);                                                                       \
-            double d = (double)v;                                                                       \
-            s[j] += d;                                                                                  \
-            q[j] += d * d;                                                                              \
-            lo[j] = v < lo[j] ? v : lo[j];                                                              \
-            hi[j] = v > hi[j] ? v : hi[j];                                                              \
+            LANE_STEP(M, LOAD(x[i + j]), j);                                                            \
         }                                                                                               \
         double ss = 0.0, qq = 0.0;                                                                      \
         M l = lo[0], h = hi[0];                                                                         \
