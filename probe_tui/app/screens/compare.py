@@ -19,9 +19,10 @@ from textual.widgets import Input, Label, Static, TabbedContent, TabPane, Tree
 
 from engines.compare.verdicts import VERDICTS
 from probe_tui.app.actions import bindings_for
-from probe_tui.app.data.compare_result import FILTER_CYCLE, SORT_LABELS, CompareResult, ResultView, of_rank
+from probe_tui.app.data.compare_result import SORT_LABELS, CompareResult, ResultView, of_rank
 from probe_tui.app.screens.base import AppScreen
 from probe_tui.app.screens.compare_detail import node_detail, row_detail, suspect_detail
+from probe_tui.app.screens.compare_finding import TAB_AFTER_VIEW_S, CompareFinding  # noqa: F401 (tests read it here)
 from probe_tui.app.screens.compare_ranks import CompareRanks
 from probe_tui.app.screens.compare_rows import (
     DIVERGENCE_COLUMNS,
@@ -43,14 +44,11 @@ from probe_tui.formatting import count_text
 
 DETAIL_DELAY_S = 0.08
 DETAIL_CACHE = 16
-TAB_AFTER_VIEW_S = 0.25
-"""How long enter on a suspect or node whose row the view leaves out waits for the view with it before it shows the
-results tab anyway (with the view it had)."""
 """Details kept drawn (the last ones shown): a tab switch back, or the cursor back on a row, shows one at once."""
 TABS = {"results": "tab-results", "divergence": "tab-divergence", "tree": "tab-tree"}
 
 
-class CompareScreen(CompareRanks, AppScreen):
+class CompareScreen(CompareFinding, CompareRanks, AppScreen):
     SCOPE = "compare"
     CSS_PATH = "compare.tcss"
     BINDINGS = bindings_for("compare")
@@ -489,25 +487,7 @@ class CompareScreen(CompareRanks, AppScreen):
             app.animation_level = level
         self._tab_changed()  # now, not on TabActivated: a detail drawn before shows in the tab's first layout
 
-    # ---- finding ------------------------------------------------------------------------------------------
-    def _jump_to_error(self, backwards: bool) -> None:
-        if self.view is None:
-            return
-        table = self.results_table
-        position = self.view.next_error(table.cursor_row, backwards)
-        if position is not None:  # before the tab shows: it shows with this row's detail, not the last one's
-            table.move_cursor(position)
-        if self._active_tab() != "results":
-            self.action_show_tab("results")
-        if position is None:
-            self.notify("No error, warning or unmatched row among the rows shown.", timeout=3)
-
-    def action_next_error(self) -> None:
-        self._jump_to_error(False)
-
-    def action_previous_error(self) -> None:
-        self._jump_to_error(True)
-
+    # ---- finding: the search field (the other finding keys: CompareFinding) ----------------------------
     def action_search(self) -> None:
         if self._active_tab() != "results":
             self.action_show_tab("results")
@@ -525,53 +505,6 @@ class CompareScreen(CompareRanks, AppScreen):
         search = self.query_one("#cmp-search", Input)
         search.display = False
         self.results_table.focus()
-
-    def action_cycle_filter(self) -> None:
-        current = self.spec["verdict_filter"]
-        position = FILTER_CYCLE.index(current) if current in FILTER_CYCLE else 0
-        self.request_view(verdict_filter=FILTER_CYCLE[(position + 1) % len(FILTER_CYCLE)])
-
-    def action_cycle_sort(self) -> None:
-        if self.data is None:
-            return
-        sorts = list(self.data.sorts())
-        position = sorts.index(self.spec["sort"]) if self.spec["sort"] in sorts else 0
-        self.request_view(sort=sorts[(position + 1) % len(sorts)], descending=False)
-
-    def action_reverse_sort(self) -> None:
-        self.request_view(descending=not self.spec["descending"])
-
-    def action_goto_rows(self) -> None:
-        """The results row of the suspect or tree node under the cursor."""
-        if self.data is None:
-            return
-        tab = self._active_tab()
-        row = -1
-        if tab == "divergence" and self.divergence is not None and self.divergence_table.row_count:
-            row = int(self.divergence["first_row"][self.divergence_table.cursor_row])
-            if 0 <= row < self.data.n_rows:
-                row = self.data.worst_row_of_record(row)
-        elif tab == "tree":
-            node = self.query_one("#tree", ResultTree).cursor_node
-            if node is not None and isinstance(node.data, NodeRef) and node.data.node >= 0:
-                row = self.data.tree().first_row(node.data.node)
-        else:
-            return
-        if row < 0:
-            self.notify("No result row belongs to this line.", timeout=3)
-            return
-        position = self.view.position_of(row) if self.view is not None else None
-        if position is None:  # filtered out: show everything (of its rank) in dump order, then go there
-            self.spec = {"verdict_filter": "all", "search": "", "sort": "order", "descending": False,
-                         "rank": self.rank}
-            self._make_view(dict(self.spec), row)
-            # the tab shows with that view (one layout), not first with the view that leaves the row out
-            self._cancel_tab_after_view()
-            self._tab_after_view = self.set_timer(TAB_AFTER_VIEW_S, self._show_tab_after_view)
-            return
-        # before the tab shows: it shows with this row's detail, not the detail of the row it was on
-        self.results_table.move_cursor(position)
-        self.action_show_tab("results")
 
     def action_toggle_detail(self) -> None:
         detail = self.query_one("#cmp-detail")
