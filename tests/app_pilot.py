@@ -63,6 +63,19 @@ async def viewing(path: Path, screen_type: type, root: Optional[Path] = None, si
         yield pilot, await open_view(pilot, path, screen_type)
 
 
+def count_layouts(monkeypatch, screen_type) -> list:
+    """The screens of ``screen_type`` laid out (each call appends the screen)."""
+    layouts = []
+    original = screen_type._refresh_layout
+
+    def counted(self, size=None, scroll=False):
+        layouts.append(self)
+        return original(self, size, scroll)
+
+    monkeypatch.setattr(screen_type, "_refresh_layout", counted)
+    return layouts
+
+
 def rendered_text(renderable: Any, width: int = 60) -> str:
     """The plain text of a rich renderable (a detail pane's content)."""
     from rich.console import Console

@@ -13,7 +13,7 @@ from probe_tui.app.app import ProbeApp
 from probe_tui.app.discovery import find_msprobe_dumps
 from probe_tui.app.openers import start_kind
 from probe_tui.app.screens.acc_check import AccCheckScreen, api_detail
-from tests.app_pilot import open_view, pilot_test, rendered_text, wait_until
+from tests.app_pilot import count_layouts, open_view, pilot_test, rendered_text, wait_until
 
 NAN = math.nan
 
@@ -187,19 +187,6 @@ async def test_a_result_view_is_not_restyled_as_it_first_resumes_only_when_it_re
         assert restyled == []
         screen.post_message(events.ScreenResume())
         await wait_until(pilot, lambda: restyled == [screen])
-
-
-def count_layouts(monkeypatch, screen_type) -> list:
-    """The screens of ``screen_type`` laid out (each call appends the screen)."""
-    layouts = []
-    original = screen_type._refresh_layout
-
-    def counted(self, size=None, scroll=False):
-        layouts.append(self)
-        return original(self, size, scroll)
-
-    monkeypatch.setattr(screen_type, "_refresh_layout", counted)
-    return layouts
 
 
 @pilot_test

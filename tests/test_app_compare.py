@@ -428,6 +428,13 @@ async def test_n_from_another_tab_shows_the_results_tab_with_the_error_rows_deta
         await pilot.press("n")
         await _shows_results_at_once(pilot, screen, target, layouts)
 
+async def _open_with_first_suspect_row(pilot, tree_result):
+    """The compare view loaded: (screen, the results row of the first suspect)."""
+    screen = await open_view(pilot, tree_result, CompareScreen)
+    await wait_until(pilot, lambda: loaded(pilot.app))
+    return screen, screen.data.worst_row_of_record(int(screen.divergence["first_row"][0]))
+
+
 
 @pilot_test
 async def test_enter_on_a_suspect_the_view_leaves_out_shows_the_tab_with_the_view_that_holds_its_row(tree_result):
@@ -436,10 +443,7 @@ async def test_enter_on_a_suspect_the_view_leaves_out_shows_the_tab_with_the_vie
     the row out, then again with the new one; a layout and a paint of the table more)."""
     app = ProbeApp(tree_result.parent, root_label="~/exp")
     async with app.run_test(size=(120, 40)) as pilot:
-        screen = await open_view(pilot, tree_result, CompareScreen)
-        await wait_until(pilot, lambda: loaded(pilot.app))
-        data = screen.data
-        target = data.worst_row_of_record(int(screen.divergence["first_row"][0]))
+        screen, target = await _open_with_first_suspect_row(pilot, tree_result)
         await screen.apply_view(search="no_such_op_anywhere")
         left_out = screen.view
         assert not len(left_out)
@@ -474,10 +478,8 @@ async def test_enter_on_a_left_out_suspect_shows_the_tab_when_the_view_is_slow_a
 
     app = ProbeApp(tree_result.parent, root_label="~/exp")
     async with app.run_test(size=(120, 40)) as pilot:
-        screen = await open_view(pilot, tree_result, CompareScreen)
-        await wait_until(pilot, lambda: loaded(pilot.app))
+        screen, target = await _open_with_first_suspect_row(pilot, tree_result)
         data = screen.data
-        target = data.worst_row_of_record(int(screen.divergence["first_row"][0]))
         view = data.view
 
         def slow_view(**spec):

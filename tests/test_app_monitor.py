@@ -12,7 +12,7 @@ from textual.widgets import DataTable, Input, SelectionList
 from probe_tui.app.app import ProbeApp
 from probe_tui.app.screens.monitor import MonitorScreen
 from probe_tui.app.screens.run import RunScreen
-from tests.app_pilot import MetricsRun, make_metrics, pilot_test, wait_until
+from tests.app_pilot import MetricsRun, count_layouts, make_metrics, pilot_test, wait_until
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -306,14 +306,7 @@ async def test_enter_on_an_alert_lists_the_picker_once(tmp_path, monkeypatch):
 async def test_an_unchanged_status_lays_nothing_out(tmp_path, monkeypatch):
     """Each poll (and each key) showed the status badge, the info line and the rank bar again with the same text:
     each update laid the screen out (~20 ms of CPU a key)."""
-    layouts = []
-    original = MonitorScreen._refresh_layout
-
-    def counted(self, size=None, scroll=False):
-        layouts.append(self)
-        return original(self, size, scroll)
-
-    monkeypatch.setattr(MonitorScreen, "_refresh_layout", counted)
+    layouts = count_layouts(monkeypatch, MonitorScreen)
     make_metrics(tmp_path / "run", steps=40, spike_at=30)
     async with monitoring(tmp_path) as (pilot, screen):
         await wait_until(pilot, lambda: screen.status == "finished" and screen.last_step == 39 and screen.alerts)
