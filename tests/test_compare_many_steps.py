@@ -75,6 +75,9 @@ def rows_in_flight(monkeypatch):
     peak = [0]
     from engines.compare import pair_pool  # where each piece is compared (in this process: no workers here)
 
+    # a first piece slower than POOL_AFTER_S (a loaded machine) would start workers, which hold pieces ahead and
+    # compare them out of this process's sight: the bound is this process's, so no pool
+    monkeypatch.setattr(pair_pool, "POOL_AFTER_S", float("inf"))
     real = pair_pool.compare_piece
 
     def spy(*args, **kwargs):
