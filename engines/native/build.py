@@ -1,4 +1,5 @@
-"""Build and load the native statistics kernel (``stats.c``) with the system C compiler, once per machine.
+"""Build and load the native kernels (every ``*.c`` in this folder, one shared library) with the system C compiler,
+once per machine.
 
 The shared library is cached under a per-user folder (``PROBE_TUI_NATIVE_DIR``, else ``$XDG_CACHE_HOME`` or
 ``~/.cache``, ``probe-tui/native``; where that cannot be created, a read-only or missing home in a container,
@@ -29,6 +30,9 @@ from typing import Any, List, Optional
 log = logging.getLogger("engines.native")
 
 SOURCE = Path(__file__).with_name("stats.c")
+# Every C file of this folder goes into the one library (each kernel in its own file; ``stats.c`` is bound and
+# checked here, the others by their own Python module, which checks its functions before use).
+SOURCES = tuple(sorted(Path(__file__).parent.glob("*.c")))
 FLAGS = ["-O3", "-fPIC", "-shared", "-pthread", "-ffp-contract=off", "-fno-math-errno", "-fvisibility=default"]
 ENV_SWITCH = "PROBE_TUI_NATIVE"
 ENV_DIR = "PROBE_TUI_NATIVE_DIR"
@@ -69,7 +73,7 @@ def library_path(cc: str, folder: Optional[Path] = None) -> Path:
     ``cache_dir()``)."""
     st = os.stat(cc)
     key = hashlib.sha256()
-    for part in (SOURCE.read_bytes(), " ".join(FLAGS).encode(), sys.platform.encode(),
+    for part in (*(src.read_bytes() for src in SOURCES), " ".join(FLAGS).encode(), sys.platform.encode(),
                  os.uname().machine.encode(), ("%s:%d:%d" % (os.path.realpath(cc), st.st_size,
                                                               st.st_mtime_ns)).encode()):
         key.update(part)
@@ -82,7 +86,7 @@ class FolderError(RuntimeError):
 
 
 def build(cc: str, target: Path) -> None:
-    """Compile ``stats.c`` into ``target`` (temporary file, then an atomic rename); raises on failure
+    """Compile ``SOURCES`` into ``target`` (temporary file, then an atomic rename); raises on failure
     (``FolderError`` when the folder cannot be made or written)."""
     try:
         target.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -91,7 +95,7 @@ def build(cc: str, target: Path) -> None:
         raise FolderError("cannot write %s: %s" % (target.parent, exc)) from exc
     os.close(fd)
     try:
-        proc = subprocess.run([cc, *FLAGS, "-o", tmp, str(SOURCE), "-lm"], capture_output=True, text=True,
+        proc = subprocess.run([cc, *FLAGS, "-o", tmp, *map(str, SOURCES), "-lm"], capture_output=True, text=True,
                               timeout=BUILD_TIMEOUT_S)
         if proc.returncode != 0:
             raise RuntimeError("%s exited %d: %s" % (os.path.basename(cc), proc.returncode,
@@ -177,4 +181,5 @@ def reset() -> None:
         _state.clear()
 
 
-__all__ = ["load", "reset", "build", "library_path", "compiler", "cache_dir", "cache_dirs", "FolderError", "ENV_SWITCH", "ENV_DIR"]
+__all__ = ["load", "reset", "build", "library_path", "compiler", "cache_dir", "cache_dirs", "FolderError", "ENV_SWITCH", "ENV_DIR",
+           "SOURCE", "SOURCES"]
