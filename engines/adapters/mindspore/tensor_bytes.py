@@ -5,13 +5,13 @@ a MindSpore dump. The host copy is the tensor's logical bytes: bfloat16 is kept 
 the logical dtype name beside it (docs/FORMAT.md), so nothing is widened on disk.
 """
 
-import zlib
 from typing import Optional, Tuple
 
 import numpy as np
 from mindspore import Tensor
 
 from engines.capture import xhash as xh
+from engines.native.crc32 import crc32
 
 
 def host_copy(t: Tensor) -> Tuple[np.ndarray, str]:
@@ -26,7 +26,7 @@ def host_copy(t: Tensor) -> Tuple[np.ndarray, str]:
 
 
 def crc32_of(arr: np.ndarray) -> int:
-    return zlib.crc32(np.ascontiguousarray(arr).reshape(-1).view(np.uint8).data)
+    return crc32(np.ascontiguousarray(arr))  # zlib.crc32's value, by the native kernel where it is available
 
 
 def xhash_of(arr: np.ndarray, dtype_name: str, shape: Tuple[int, ...]) -> int:

@@ -8,7 +8,6 @@ request its CRC32/xhash, and for the tensor task a private host copy for the sto
 """
 
 import weakref
-import zlib
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Callable, Dict, List, Optional, Set, Tuple
 
@@ -23,16 +22,18 @@ from engines.capture.entries import StepEntries, is_volatile, put_hashes
 from engines.capture.options import CaptureOptions
 from engines.capture.records import VALID_XHASH, EntryColumns
 from engines.capture.summary import CaptureSummary
+from engines.native import crc32 as native_crc
 
 # Below this many bytes a hash is computed inline: a thread hand-off costs more.
 INLINE_HASH_BYTES = 1 << 16
 # (dtype, shape) -> the row's (dtype name, shape JSON, "cpu") of a CPU tensor: the same few shapes recur all step
 _CPU_META: Dict[Tuple[torch.dtype, torch.Size], Tuple[str, str, str]] = {}
+_num_threads = torch.get_num_threads
 
 
 def _hash_job(arr: np.ndarray, dtype_name: str, shape: Tuple[int, ...], crc: bool, xhash: bool):
     flat = arr.reshape(-1)
-    c = zlib.crc32(flat) if crc else None
+    c = native_crc.crc32(flat) if crc else None
     x = xh.xhash_bytes(flat, dtype_name, shape) if xhash else None
     return c, x
 
@@ -40,6 +41,7 @@ def _hash_job(arr: np.ndarray, dtype_name: str, shape: Tuple[int, ...], crc: boo
 class TensorEntries(StepEntries):
     def __init__(self, options: CaptureOptions, summary: CaptureSummary, force_batched: bool = False) -> None:
         self.force_batched = force_batched
+        self._crc = native_crc.kernel()
         self._pool: Optional[ThreadPoolExecutor] = None
         # Full-tensor copies held this step pass this many bytes: they go to ``spill`` (the session's hook that
         # writes them now) before the next copy is kept (output.memory_budget).
@@ -144,6 +146,21 @@ class TensorEntries(StepEntries):
             s, m = device_word_sum(t)
             self.device_sums[e] = (s, m, name, shape)
             return
+        if not self.want_xhash and self._crc is not None and t.is_cpu and not self.force_batched and not t.is_conj() \
+                and not t.is_neg():
+            # CRC32 alone of a CPU tensor (msprobe's md5): the native kernel reads the tensor's own memory now, on
+            # this thread (~25 GB/s, the values still in cache from the statistics' read), in place of a private
+            # copy hashed on the hash thread (the copy alone cost more than this read).
+            c = t if t.is_contiguous() else t.contiguous()
+            nbytes = c.numel() * c.element_size()
+            try:
+                ptr = c.data_ptr() if nbytes else 0
+            except RuntimeError:  # no readable pointer: the copy below
+                pass
+            else:
+                self.hashes[e] = (self._crc.at(ptr, nbytes, 0, _num_threads() if nbytes >= native_crc.THREADS_FROM
+                                               else 1), None)
+                return
         if e in self.host_data:
             arr = self.host_data[e][0]
         else:
