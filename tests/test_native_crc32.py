@@ -241,3 +241,27 @@ def test_session_md5_rows(tmp_path):
     rows = Dump(tmp_path / "rank0").rows("Torch.matmul.0.forward")
     assert rows["input.0"]["crc32"] == zlib.crc32(a.numpy().tobytes())
     assert rows["output.0"]["crc32"] == zlib.crc32(out.numpy().tobytes())
+
+
+def test_md5_mode_hashes_a_large_tensor_on_torchs_threads(monkeypatch, kernel):
+    calls = []
+    monkeypatch.setattr(torch_entries, "_num_threads", lambda: 3)
+    entries = TensorEntries(CaptureOptions(summary_mode="md5"), CaptureSummary())
+    entries._crc = _Spy(kernel, calls)
+    t = torch.randn((nc.THREADS_FROM >> 2) + 1001)
+    e = entries.entry(t)
+    s = torch.randn(1000)
+    small = entries.entry(s)
+    cols = entries.finish()
+    entries.close()
+    assert calls == [3, 1]  # torch's thread count for the large tensor, one thread for the small one
+    assert cols.crc32[e] == zlib.crc32(t.numpy().tobytes()) and cols.crc32[small] == zlib.crc32(s.numpy().tobytes())
+
+
+class _Spy:
+    def __init__(self, kernel, calls):
+        self.kernel, self.calls = kernel, calls
+
+    def at(self, ptr, nbytes, value=0, threads=1):
+        self.calls.append(threads)
+        return self.kernel.at(ptr, nbytes, value, threads)

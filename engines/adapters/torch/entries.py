@@ -20,7 +20,7 @@ from engines.adapters.torch.tensor_stats import StatsBatch, UnsupportedTensor, s
 from engines.capture import xhash as xh
 from engines.capture.entries import StepEntries, is_volatile, put_hashes
 from engines.capture.options import CaptureOptions
-from engines.capture.records import VALID_XHASH, EntryColumns
+from engines.capture.records import VALID_CRC32, VALID_XHASH, EntryColumns
 from engines.capture.summary import CaptureSummary
 from engines.native import crc32 as native_crc
 
@@ -53,6 +53,7 @@ class TensorEntries(StepEntries):
     def clear(self) -> None:
         super().clear()
         self.device_sums: Dict[int, Tuple[torch.Tensor, int, str, Tuple[int, ...]]] = {}
+        self.crcs: Dict[int, int] = {}  # entry -> CRC32 computed in place (md5 mode, CPU tensors)
         self.device_copies = False
         self.held_bytes = 0  # bytes of the host copies in host_data
         self.spilled: Set[int] = set()  # entries whose copies were handed to ``spill`` this step
@@ -158,8 +159,8 @@ class TensorEntries(StepEntries):
             except RuntimeError:  # no readable pointer: the copy below
                 pass
             else:
-                self.hashes[e] = (self._crc.at(ptr, nbytes, 0, _num_threads() if nbytes >= native_crc.THREADS_FROM
-                                               else 1), None)
+                self.crcs[e] = self._crc.at(ptr, nbytes, 0, _num_threads() if nbytes >= native_crc.THREADS_FROM
+                                            else 1)
                 return
         if e in self.host_data:
             arr = self.host_data[e][0]
@@ -186,6 +187,10 @@ class TensorEntries(StepEntries):
         cols = self.columns()
         if self.device_sums:
             self._finish_device_sums(cols)
+        if self.crcs:  # one assignment for the step's in-place CRCs
+            idx = np.fromiter(self.crcs.keys(), dtype=np.int64, count=len(self.crcs))
+            cols.crc32[idx] = np.fromiter(self.crcs.values(), dtype=np.int64, count=len(self.crcs))
+            cols.valid[idx] |= VALID_CRC32
         for e, h in self.hashes.items():
             if isinstance(h, tuple) and len(h) == 4 and h[0] == "sync":
                 h = _hash_job(h[1], h[2], h[3], self.want_crc, self.want_xhash)
