@@ -80,7 +80,7 @@ def test_combine_matches_zlib(kernel):
 
 @settings(max_examples=300, deadline=None)
 @given(data=st.binary(max_size=3000), offset=st.integers(0, 63), start=st.integers(0, 0xFFFFFFFF),
-       method=st.integers(0, 2))
+       method=st.integers(0, 3))
 def test_property_any_bytes_any_alignment(data, offset, start, method):
     k = nc.kernel()
     assert k is not None

@@ -3,8 +3,9 @@
  * tensor's raw bytes) is the same number whichever code computed it.
  *
  *   pt_crc32(crc, buf, len)               the CRC of buf continued from crc (0 to start), best method of this CPU
- *   pt_crc32_with(crc, buf, len, method)  the same by one method: 0 tables, 1 PCLMULQDQ, 2 VPCLMULQDQ (AVX-512);
- *                                          a method this CPU lacks falls back to the best one it has
+ *   pt_crc32_with(crc, buf, len, method)  the same by one method: 0 tables, 1 PCLMULQDQ, 2 VPCLMULQDQ on 256-bit
+ *                                          vectors (AVX2), 3 VPCLMULQDQ on 512-bit vectors (AVX-512); a method
+ *                                          this CPU lacks falls back to the best one it has
  *   pt_crc32_method()                     the method pt_crc32 uses here
  *   pt_crc32_threads(crc, buf, len, n)    the same value, the buffer cut into n pieces hashed on n threads and
  *                                          the pieces' CRCs combined (pt_crc32_combine)
@@ -16,7 +17,7 @@
  * forward over D bits of later data, R * x^D mod P is formed from R's two 64-bit halves and two constants,
  * x^(D+63) mod P and x^(D-1) mod P (the -1: a carry-less product of two reflected 64-bit values comes out one
  * place shifted), by two carry-less multiplications; the result (degree < 97) is XORed into the block D bits on.
- * Several blocks are carried side by side (4 x 16 bytes; with AVX-512, 4 x 64 bytes), folded into one at the
+ * Several blocks are carried side by side (4 x 16, 4 x 32 or 4 x 64 bytes by vector width), folded into one at the
  * end; the last 128 bits and the tail of fewer than 16 bytes go through the byte tables (slicing by 8), which
  * also serve short buffers and CPUs without a carry-less multiply. The constants are computed at first use from
  * P alone (crc_init), nothing is copied from a table. No framework headers; the caller passes a raw pointer.
@@ -58,8 +59,9 @@ static uint64_t fold_constant(uint64_t n) {
     return (uint64_t)xpow(n) << 32;
 }
 
-/* Fold distances in bits: 128 (one 16-byte block), 512 (4 blocks or one 64-byte vector), 2048 (4 vectors). */
-static uint64_t k128[2], k512[2], k2048[2];
+/* Fold distances in bits: 128 (one 16-byte block), 256 (a 32-byte vector), 512 (4 blocks or a 64-byte vector),
+ * 1024 (4 32-byte vectors), 2048 (4 64-byte vectors). */
+static uint64_t k128[2], k256[2], k512[2], k1024[2], k2048[2];
 
 static void crc_init(void) {
     for (uint32_t b = 0; b < 256; b++) {
@@ -74,7 +76,9 @@ static void crc_init(void) {
     for (int k = 1; k < 64; k++) x2n[k] = mulmod(x2n[k - 1], x2n[k - 1]);
     /* [0] multiplies the low half of a block (the higher powers of x), [1] the high half */
     k128[0] = fold_constant(128 + 63), k128[1] = fold_constant(128 - 1);
+    k256[0] = fold_constant(256 + 63), k256[1] = fold_constant(256 - 1);
     k512[0] = fold_constant(512 + 63), k512[1] = fold_constant(512 - 1);
+    k1024[0] = fold_constant(1024 + 63), k1024[1] = fold_constant(1024 - 1);
     k2048[0] = fold_constant(2048 + 63), k2048[1] = fold_constant(2048 - 1);
 }
 
@@ -132,6 +136,49 @@ __attribute__((target("pclmul,sse4.1"))) static uint32_t crc_pclmul(uint32_t reg
     __m128i a = _mm_xor_si128(fold16(a0, k1), a1);
     a = _mm_xor_si128(fold16(a, k1), a2);
     a = _mm_xor_si128(fold16(a, k1), a3);
+    while (len >= 16) {
+        a = _mm_xor_si128(fold16(a, k1), _mm_loadu_si128((const __m128i *)p));
+        p += 16;
+        len -= 16;
+    }
+    unsigned char block[16];
+    _mm_storeu_si128((__m128i *)block, a);
+    return finish_block(block, p, len);
+}
+
+#define PT_AVX2 "avx2,vpclmulqdq,pclmul,sse4.1"
+
+__attribute__((target(PT_AVX2))) static inline __m256i fold32(__m256i r, __m256i k) {
+    return _mm256_xor_si256(_mm256_clmulepi64_epi128(r, k, 0x00), _mm256_clmulepi64_epi128(r, k, 0x11));
+}
+
+/* len >= 128 */
+__attribute__((target(PT_AVX2))) static uint32_t crc_vpclmul256(uint32_t reg, const unsigned char *p, size_t len) {
+    const __m256i k8 = _mm256_broadcastsi128_si256(_mm_set_epi64x((long long)k1024[1], (long long)k1024[0]));
+    const __m256i k2 = _mm256_broadcastsi128_si256(_mm_set_epi64x((long long)k256[1], (long long)k256[0]));
+    const __m128i k1 = _mm_set_epi64x((long long)k128[1], (long long)k128[0]);
+    __m256i y0 = _mm256_loadu_si256((const __m256i *)p), y1 = _mm256_loadu_si256((const __m256i *)(p + 32));
+    __m256i y2 = _mm256_loadu_si256((const __m256i *)(p + 64)), y3 = _mm256_loadu_si256((const __m256i *)(p + 96));
+    y0 = _mm256_xor_si256(y0, _mm256_set_epi32(0, 0, 0, 0, 0, 0, 0, (int)reg));
+    p += 128;
+    len -= 128;
+    while (len >= 128) {
+        y0 = _mm256_xor_si256(fold32(y0, k8), _mm256_loadu_si256((const __m256i *)p));
+        y1 = _mm256_xor_si256(fold32(y1, k8), _mm256_loadu_si256((const __m256i *)(p + 32)));
+        y2 = _mm256_xor_si256(fold32(y2, k8), _mm256_loadu_si256((const __m256i *)(p + 64)));
+        y3 = _mm256_xor_si256(fold32(y3, k8), _mm256_loadu_si256((const __m256i *)(p + 96)));
+        p += 128;
+        len -= 128;
+    }
+    __m256i y = _mm256_xor_si256(fold32(y0, k2), y1);
+    y = _mm256_xor_si256(fold32(y, k2), y2);
+    y = _mm256_xor_si256(fold32(y, k2), y3);
+    while (len >= 32) {
+        y = _mm256_xor_si256(fold32(y, k2), _mm256_loadu_si256((const __m256i *)p));
+        p += 32;
+        len -= 32;
+    }
+    __m128i a = _mm_xor_si128(fold16(_mm256_castsi256_si128(y), k1), _mm256_extracti128_si256(y, 1));
     while (len >= 16) {
         a = _mm_xor_si128(fold16(a, k1), _mm_loadu_si128((const __m128i *)p));
         p += 16;
@@ -202,9 +249,10 @@ static int best_method(void) {
         __builtin_cpu_init();
         int m = 0;
         if (__builtin_cpu_supports("pclmul") && __builtin_cpu_supports("sse4.1")) m = 1;
-        if (m && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
-            __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("vpclmulqdq"))
-            m = 2;
+        if (m && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("vpclmulqdq")) m = 2;
+        if (m == 2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
+            __builtin_cpu_supports("avx512bw"))
+            m = 3;
         best = m;
     }
     return best;
@@ -220,7 +268,8 @@ uint32_t pt_crc32_with(uint32_t crc, const void *buf, size_t len, int method) {
     int best = best_method();
     if (method < 0 || method > best) method = best;
 #ifdef PT_CRC_X86
-    if (method == 2 && len >= 256) return ~crc_vpclmul(reg, p, len);
+    if (method == 3 && len >= 256) return ~crc_vpclmul(reg, p, len);
+    if (method >= 2 && len >= 128) return ~crc_vpclmul256(reg, p, len);
     if (method >= 1 && len >= 64) return ~crc_pclmul(reg, p, len);
 #endif
     return ~crc_tables(reg, p, len);

@@ -1,4 +1,4 @@
-"""CRC-32 of raw bytes by the native kernel (``crc32.c``: carry-less-multiply folding, AVX-512 where the CPU has it),
+"""CRC-32 of raw bytes by the native kernel (``crc32.c``: carry-less-multiply folding on the widest vectors the CPU has),
 else by ``zlib.crc32``; the same value either way (decision 28, "CRC32").
 
 ``crc32(data, value=0)`` is ``zlib.crc32`` for any buffer; ``crc32_at(ptr, nbytes, value=0, threads=1)`` hashes
@@ -23,8 +23,9 @@ from engines.native import build
 
 log = logging.getLogger("engines.native")
 
-TABLES, PCLMUL, VPCLMUL = 0, 1, 2  # the kernel's methods (pt_crc32_with)
-METHOD_NAMES = {TABLES: "tables", PCLMUL: "PCLMULQDQ", VPCLMUL: "VPCLMULQDQ (AVX-512)"}
+TABLES, PCLMUL, VPCLMUL256, VPCLMUL512 = 0, 1, 2, 3  # the kernel's methods (pt_crc32_with)
+METHOD_NAMES = {TABLES: "tables", PCLMUL: "PCLMULQDQ", VPCLMUL256: "VPCLMULQDQ (AVX2)",
+                VPCLMUL512: "VPCLMULQDQ (AVX-512)"}
 # Below this many bytes a buffer is hashed on one thread.
 THREADS_FROM = 8 << 20
 
@@ -165,4 +166,4 @@ def method_name() -> str:
 
 
 __all__ = ["NativeCrc32", "kernel", "reset", "crc32", "crc32_at", "self_check", "method_name", "THREADS_FROM",
-           "TABLES", "PCLMUL", "VPCLMUL"]
+           "TABLES", "PCLMUL", "VPCLMUL256", "VPCLMUL512"]
