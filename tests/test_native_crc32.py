@@ -130,9 +130,12 @@ def test_a_kernel_giving_a_wrong_value_fails_its_check_and_zlib_is_used(tmp_path
     assert len(lines) == 1 and "CRC32 by zlib" in lines[0] and "self-check failed" in lines[0]
 
 
-def test_without_the_library_zlib_is_used(monkeypatch, fresh_state):
+def test_without_the_library_zlib_is_used(monkeypatch, caplog, fresh_state):
     monkeypatch.setattr(build, "load", lambda: None)
-    assert nc.kernel() is None
+    with caplog.at_level(logging.INFO, logger="engines.native"):
+        assert nc.kernel() is None
+        assert nc.kernel() is None  # decided once: one line
+    assert [r.getMessage() for r in caplog.records] == ["native CRC32 kernel: no native library; CRC32 by zlib"]
     assert nc.crc32(b"123456789", 7) == zlib.crc32(b"123456789", 7)
     assert nc.crc32_at(BASE, 0, 99) == 99 and nc.crc32_at(BASE, 4096) == zlib.crc32(DATA[:4096])
 

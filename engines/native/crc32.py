@@ -112,6 +112,7 @@ _state: List[Optional[NativeCrc32]] = []  # empty until first use; then [kernel 
 def _load() -> Optional[NativeCrc32]:
     lib = build.load()  # None: build.load logged why (off, no compiler, build failed)
     if lib is None:
+        log.info("native CRC32 kernel: no native library; CRC32 by zlib")
         return None
     try:
         kernel = NativeCrc32(lib)
