@@ -209,3 +209,100 @@ def test_the_self_check_catches_a_wrong_kernel():
 
     with pytest.raises(RuntimeError):
         native.self_check(Wrong())
+
+
+# -- the noise perturbations --------------------------------------------------------------------------------------
+
+def _torch_noise(fn, x, monkeypatch):
+    """The framework path's output (the refusal left to the caller: the flag deferred)."""
+    from engines.adapters.torch import free_benchmark_perturb as fp
+
+    monkeypatch.setattr(fp, "USE_NATIVE", False)
+    monkeypatch.setattr(fp, "DEFER_REFUSAL_ON_CPU", True)
+    try:
+        return fn(x, [])
+    finally:
+        monkeypatch.setattr(fp, "USE_NATIVE", True)
+        monkeypatch.setattr(fp, "DEFER_REFUSAL_ON_CPU", False)
+
+
+def _bits(t):
+    return t.view({torch.float32: torch.int32}.get(t.dtype, torch.int16))
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("mode", ["add_noise", "bit_noise"])
+def test_the_noise_equals_torch_on_every_half_value(kernel, monkeypatch, dtype, mode):
+    """Every one of the 65536 values of the dtype (NaN, inf, subnormals, both zeros, values at the threshold)."""
+    from engines.adapters.torch import free_benchmark_perturb as fp
+
+    x = torch.arange(-32768, 32768, dtype=torch.int32).to(torch.int16).view(dtype)
+    want = _torch_noise(getattr(fp, mode), x, monkeypatch)
+    out = torch.empty_like(x)
+    top = kernel.noise(x.data_ptr(), CODES[dtype], x.numel(), native.ADD_NOISE if mode == "add_noise" else
+                       native.BIT_NOISE, fp.epsilon(str(dtype)), fp._threshold(dtype, mode), out.data_ptr())
+    assert torch.equal(_bits(out), _bits(want)) and math.isnan(top)
+    finite = x[torch.isfinite(x)]
+    out = torch.empty_like(finite)
+    top = kernel.noise(finite.data_ptr(), CODES[dtype], finite.numel(), 0, 1e-4, 0.01, out.data_ptr())
+    assert top == float(finite.abs().max())
+
+
+@pytest.mark.parametrize("mode", ["add_noise", "bit_noise"])
+def test_the_noise_equals_torch_on_float32(kernel, monkeypatch, mode):
+    from engines.adapters.torch import free_benchmark_perturb as fp
+
+    gen = torch.Generator().manual_seed(0)
+    scaled = torch.randn(1 << 16, generator=gen) * 10.0 ** torch.randint(-12, 6, (1 << 16,), generator=gen).float()
+    scaled[:7] = torch.tensor([math.inf, -math.inf, 1e-4, -1e-4, 1.0000001e-4, 0.0, -0.0])
+    raw = torch.randint(-2 ** 31, 2 ** 31 - 1, (1 << 16,), generator=gen, dtype=torch.int32).view(torch.float32)
+    for x in (scaled, raw[~torch.isnan(raw)], raw, scaled[:5000]):
+        want = _torch_noise(getattr(fp, mode), x, monkeypatch)
+        if math.isnan(float(x.abs().max())) or not float(x.abs().max()) >= 1e-8:
+            with pytest.raises(fp.Cancelled, match="maximum value is less than the minimum threshold"):
+                getattr(fp, mode)(x)
+            continue
+        got = getattr(fp, mode)(x)
+        assert torch.equal(_bits(got), _bits(want)) and got.shape == x.shape and got.stride() == x.stride()
+
+
+@pytest.mark.parametrize("mode", ["add_noise", "bit_noise"])
+def test_the_native_noise_refuses_what_torch_refuses(kernel, mode):
+    """The refusal rule, max |x| < eps (NaN included), read from the kernel's maximum: the same calls refused."""
+    from engines.adapters.torch import free_benchmark_perturb as fp
+
+    cases = [torch.full((64,), 1e-5, dtype=torch.bfloat16), torch.tensor([1.0, math.nan] * 40),
+             torch.full((10,), 1e-9), torch.full((3, 5), 2.0, dtype=torch.float16)]
+    for x in cases:
+        outcome = []
+        for use in (True, False):
+            fp.USE_NATIVE = use
+            try:
+                outcome.append(_bits(getattr(fp, mode)(x)).tolist())
+            except fp.Cancelled as exc:
+                outcome.append(str(exc))
+            finally:
+                fp.USE_NATIVE = True
+        assert outcome[0] == outcome[1], (x, outcome)
+
+
+def test_noise_inputs_the_kernel_cannot_read_take_torch(kernel, monkeypatch):
+    from engines.adapters.torch import free_benchmark_perturb as fp
+
+    x = torch.randn(64, 96)
+    assert fp._native_noise(x, "add_noise", None) is not None
+    assert fp._native_noise(x.t(), "add_noise", None) is None  # strided
+    assert fp._native_noise(x.double(), "add_noise", None) is None
+    assert fp._native_noise(torch._neg_view(x), "add_noise", None) is None
+    assert fp._native_noise(x[:0], "add_noise", None) is None  # torch's path refuses an empty tensor
+    monkeypatch.setattr(fp, "DEFER_REFUSAL_ON_CPU", True)
+    assert fp._native_noise(x, "add_noise", []) is None  # the flag is wanted as a tensor: torch's path
+    assert fp._native_noise(x, "add_noise", None) is not None
+    native.reset()
+    monkeypatch.setattr(native, "self_check", lambda k: (_ for _ in ()).throw(RuntimeError("off")))
+    try:
+        assert fp._native_noise(x, "add_noise", None) is None
+        assert torch.equal(fp.add_noise(x), x + torch.where(x.abs() > 1e-4, 1e-8, 0.0))
+    finally:
+        monkeypatch.undo()
+        native.reset()

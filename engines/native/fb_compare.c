@@ -197,3 +197,96 @@ int pt_fb_compare(const void *a, int a_dtype, const void *b, int b_dtype, int64_
     out[3] = (double)ratio;
     return 0;
 }
+
+/* ---- the noise perturbations (engines/adapters/torch/free_benchmark_perturb.py, the framework path) ----------
+ *
+ * pt_fb_noise(x, dtype, n, mode, add, thr, out, top): x and out dense arrays of n elements of dtype (0 float32,
+ * 2 float16, 3 bfloat16); v = x widened to float32 (exact). Where |v| > thr:
+ *   mode 0, add_noise: out = v + add in float32, rounded once to dtype (to nearest even), as torch's x + eps;
+ *   mode 1, bit_noise: out = x's bits with the lowest one flipped;
+ * elsewhere (NaN included) out = x, bit for bit. *top = max |v| (NaN when x holds a NaN, as torch's max).
+ * thr is the threshold already in dtype (the framework compares in x's dtype), add eps in float32.
+ * Returns 0, or -1 for an unknown dtype or mode. */
+
+static inline uint16_t cmp_to_bf16(float f) { /* not NaN here: v + add is NaN only where v is */
+    uint32_t u = cmp_f32_bits(f);
+    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+
+static inline uint16_t cmp_to_half(float f) {
+    uint32_t x = cmp_f32_bits(f);
+    uint32_t sign = (x >> 16) & 0x8000u;
+    uint32_t a = x & 0x7fffffffu;
+    if (a > 0x7f800000u) return (uint16_t)(sign | 0x7e00u | ((a >> 13) & 0x3ffu));
+    if (a >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u); /* 65520 and up (inf too) round to inf */
+    if (a < 0x38800000u) {                                   /* below 2^-14: a subnormal half (or zero) */
+        uint32_t m = (uint32_t)nearbyintf(cmp_bits_f32(a) * 0x1p24f); /* exact scaling, one rounding to even */
+        return (uint16_t)(sign | m);
+    }
+    uint32_t r = a + 0xfffu + ((a >> 13) & 1u) - 0x38000000u;
+    return (uint16_t)(sign | (r >> 13));
+}
+
+#define NOISE_STEP(T, LOADV, NOISY, J)                                                                  \
+    do {                                                                                                \
+        float v = LOADV;                                                                                \
+        float m = fabsf(v);                                                                             \
+        nan[J] |= v != v;                                                                               \
+        hi[J] = m > hi[J] ? m : hi[J];                                                                  \
+        T noisy = NOISY(J);                                                                             \
+        out[i + (J)] = m > thr ? noisy : x[i + (J)];                                                    \
+    } while (0)
+
+#define DEFINE_NOISE(NAME, T, LOADV, NOISY)                                                             \
+    CMP_CLONES static void NAME(const T *x, T *out, size_t n, float add, float thr, int flip, float *top, \
+                                int *has_nan) {                                                         \
+        float hi[CMP_LANES];                                                                            \
+        int nan[CMP_LANES];                                                                             \
+        for (int j = 0; j < CMP_LANES; j++) {                                                           \
+            hi[j] = -INFINITY;                                                                          \
+            nan[j] = 0;                                                                                 \
+        }                                                                                               \
+        size_t i = 0;                                                                                   \
+        for (; i + CMP_LANES <= n; i += CMP_LANES) {                                                    \
+            for (int j = 0; j < CMP_LANES; j++) {                                                       \
+                NOISE_STEP(T, LOADV(x[i + j]), NOISY, j);                                               \
+            }                                                                                           \
+        }                                                                                               \
+        for (int j = 0; i + j < n; j++) {                                                               \
+            NOISE_STEP(T, LOADV(x[i + j]), NOISY, j);                                                   \
+        }                                                                                               \
+        float h = hi[0];                                                                                \
+        int any = nan[0];                                                                               \
+        for (int j = 1; j < CMP_LANES; j++) {                                                           \
+            h = hi[j] > h ? hi[j] : h;                                                                  \
+            any |= nan[j];                                                                              \
+        }                                                                                               \
+        *top = h;                                                                                       \
+        *has_nan = any;                                                                                 \
+    }
+
+#define V_F32(b) cmp_bits_f32(b)
+#define V_F16(b) cmp_half(b)
+#define V_BF16(b) cmp_bf16(b)
+#define NOISY_F32(J) (flip ? x[i + (J)] ^ 1u : cmp_f32_bits(v + add))
+#define NOISY_F16(J) (flip ? (uint16_t)(x[i + (J)] ^ 1u) : cmp_to_half(v + add))
+#define NOISY_BF16(J) (flip ? (uint16_t)(x[i + (J)] ^ 1u) : cmp_to_bf16(v + add))
+
+DEFINE_NOISE(noise_f32, uint32_t, V_F32, NOISY_F32)
+DEFINE_NOISE(noise_f16, uint16_t, V_F16, NOISY_F16)
+DEFINE_NOISE(noise_bf16, uint16_t, V_BF16, NOISY_BF16)
+
+int pt_fb_noise(const void *x, int dtype, int64_t count, int mode, float add, float thr, void *out, double *top) {
+    if (count < 0 || (mode != 0 && mode != 1)) return -1;
+    size_t n = (size_t)count;
+    float h = -INFINITY;
+    int any = 0;
+    switch (dtype) {
+    case 0: noise_f32((const uint32_t *)x, (uint32_t *)out, n, add, thr, mode, &h, &any); break;
+    case 2: noise_f16((const uint16_t *)x, (uint16_t *)out, n, add, thr, mode, &h, &any); break;
+    case 3: noise_bf16((const uint16_t *)x, (uint16_t *)out, n, add, thr, mode, &h, &any); break;
+    default: return -1;
+    }
+    *top = any ? NAN : (double)h;
+    return 0;
+}

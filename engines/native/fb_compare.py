@@ -1,6 +1,7 @@
-"""free_benchmark's fused comparison kernel (``fb_compare.c``), framework-free: the ratio of one output pair (the
-original and the perturbed re-run's, dense float32/float16/bfloat16 arrays) in one read of both, the same bits as
-the framework path's passes (docs/FREE_BENCHMARK.md, "The comparison").
+"""free_benchmark's native kernels (``fb_compare.c``), framework-free, on dense float32/float16/bfloat16 arrays,
+the same bits as the framework path's passes (docs/FREE_BENCHMARK.md, "Figures"): the ratio of one output pair
+(the original and the perturbed re-run's) in one read of both, and add_noise / bit_noise with the maximum
+magnitude their refusal rule reads, in one read of the input.
 
 ``fused_compare()`` gives a ``FusedCompare`` over the cached native library (``build.load``), checked once on
 known pairs before its first use; None (one log line) when the library is unavailable or the check fails: the
@@ -31,12 +32,15 @@ def f32(value: float) -> float:
     return float(struct.unpack("f", struct.pack("f", value))[0])
 
 
+ADD_NOISE, BIT_NOISE = 0, 1
+
+
 class FusedCompare:
     """``ratio(a_ptr, a_dtype, b_ptr, b_dtype, numel, tol, threads)``: the pair's ratio (inf for a sign flip);
-    ``run`` gives the four figures (smallest product, smallest and largest r, ratio). One instance per thread of
-    use (it keeps its output array)."""
+    ``run`` gives the four figures (smallest product, smallest and largest r, ratio); ``noise``: a noise
+    perturbation. One instance per thread of use (it keeps its output arrays)."""
 
-    __slots__ = ("fn", "out")
+    __slots__ = ("fn", "out", "noise_fn", "top")
 
     def __init__(self, lib: ctypes.CDLL) -> None:
         fn = lib.pt_fb_compare
@@ -45,6 +49,21 @@ class FusedCompare:
         fn.restype = ctypes.c_int
         self.fn = fn
         self.out = (ctypes.c_double * 4)()
+        noise = lib.pt_fb_noise
+        noise.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_int64, ctypes.c_int, ctypes.c_float,
+                          ctypes.c_float, ctypes.c_void_p, ctypes.POINTER(ctypes.c_double)]
+        noise.restype = ctypes.c_int
+        self.noise_fn = noise
+        self.top = ctypes.c_double()
+
+    def noise(self, x_ptr: int, dtype: int, numel: int, mode: int, add: float, thr: float, out_ptr: int) -> float:
+        """Writes the perturbed array (``ADD_NOISE``: ``x + add`` where ``|x| > thr``, rounded to the dtype;
+        ``BIT_NOISE``: the lowest bit flipped there; x elsewhere) to ``out_ptr``; returns max ``|x|`` (NaN when x
+        holds a NaN). ``thr`` must be a value of the dtype (the framework compares in it), ``add`` is taken in
+        float32."""
+        if self.noise_fn(x_ptr, dtype, numel, mode, add, thr, out_ptr, ctypes.byref(self.top)) != 0:
+            raise ValueError("pt_fb_noise: bad arguments (dtype %d, mode %d, %d elements)" % (dtype, mode, numel))
+        return self.top.value
 
     def run(self, a_ptr: int, a_dtype: int, b_ptr: int, b_dtype: int, numel: int, tol: float, threads: int = 1
             ) -> Tuple[float, float, float, float]:
@@ -91,6 +110,22 @@ def self_check(kernel: FusedCompare) -> None:
         got = kernel.run(ctypes.addressof(ptr), code, ctypes.addressof(ref), FLOAT32, 3, 1e-2)
         if got[2] != f32(1.5 / 1.25) or got[3] != got[2]:
             raise RuntimeError("self-check failed on dtype %d: %s" % (code, list(got)))
+    # the noise on bfloat16 [1.0, -0.0078125, 0.0100708, -0.0100708] (x4) and a NaN: add_noise with eps 1e-4 where
+    # |x| > bfloat16(0.01) (1.0 + 1e-4 rounds back to 1.0, 0.0100708 +- 1e-4 moves two steps up, one down),
+    # bit_noise where |x| > the smallest normal; the NaN is kept and makes the maximum NaN
+    bf = (ctypes.c_uint16 * 17)(*([0x3f80, 0xbc00, 0x3c25, 0xbc25] * 4 + [0x7fc0]))
+    out = (ctypes.c_uint16 * 17)()
+    for mode, thr, want_bits in ((ADD_NOISE, 0.010009765625, [0x3f80, 0xbc00, 0x3c27, 0xbc23]),
+                                 (BIT_NOISE, 2.0 ** -126, [0x3f81, 0xbc01, 0x3c24, 0xbc24])):
+        top = kernel.noise(ctypes.addressof(bf), BFLOAT16, 17, mode, 1e-4, thr, ctypes.addressof(out))
+        if list(out) != want_bits * 4 + [0x7fc0] or not math.isnan(top):
+            raise RuntimeError("self-check failed on noise %d: %s" % (mode, list(out)))
+    top = kernel.noise(ctypes.addressof(bf), BFLOAT16, 16, ADD_NOISE, 1e-4, 0.010009765625, ctypes.addressof(out))
+    xf = (ctypes.c_float * 2)(1.0, -1e-6)
+    fout = (ctypes.c_float * 2)()
+    ftop = kernel.noise(ctypes.addressof(xf), FLOAT32, 2, ADD_NOISE, 1e-8, f32(1e-4), ctypes.addressof(fout))
+    if top != 1.0 or list(fout) != [f32(1.0 + f32(1e-8)), f32(-1e-6)] or ftop != 1.0:
+        raise RuntimeError("self-check failed on noise: %s %s %s" % (top, list(fout), ftop))
 
 
 _lock = threading.Lock()
@@ -134,4 +169,4 @@ def reset() -> None:
 
 
 __all__ = ["FusedCompare", "fused_compare", "self_check", "reset", "f32", "FLOAT32", "FLOAT16", "BFLOAT16",
-           "THREADS_FROM"]
+           "THREADS_FROM", "ADD_NOISE", "BIT_NOISE"]
