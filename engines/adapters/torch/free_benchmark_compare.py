@@ -15,6 +15,9 @@ most ``BLOCK`` elements, nine passes per block and no temporaries, in a workspac
 themselves), and keeps three 0-d device tensors per output (``Parts``: ``min(a*b)``, ``min r``, ``max r``).
 ``resolve`` finishes a step's worth at once, batched per device and dtype, with one transfer per device.
 ``chunk_ratio`` is the formula for one chunk as written, the reference the blocked path equals bit for bit (tests).
+A dense CPU float32/float16/bfloat16 pair goes to the native kernel instead (``_native_ratio``;
+``engines/native/fb_compare.c``): one read of both, the ratio a host float at once, the same bits (every figure
+is an elementwise float32 operation followed by a minimum or maximum).
 to_cpu is judged differently (msprobe's SingleCompare): ``single_compare``.
 """
 
