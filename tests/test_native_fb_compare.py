@@ -5,6 +5,7 @@ and the fallback when the kernel is unavailable or fails its self-check."""
 import ctypes
 import logging
 import math
+import subprocess
 
 import numpy as np
 import pytest
@@ -306,3 +307,43 @@ def test_noise_inputs_the_kernel_cannot_read_take_torch(kernel, monkeypatch):
     finally:
         monkeypatch.undo()
         native.reset()
+
+
+@pytest.fixture(scope="module")
+def variants(tmp_path_factory):
+    """The library built without run-time vector clones (baseline x86-64) and with the AVX2 clone and the
+    baseline only (how the AVX2 code is tested on an AVX-512 CPU), each self-checked."""
+    folder = tmp_path_factory.mktemp("fbvariants")
+    out = {}
+    for name, defines in (("plain", ["-DPT_NO_CLONES"]), ("avx2", ['-DPT_CLONE_TARGETS="arch=x86-64-v3","default"'])):
+        path = folder / (name + ".so")
+        subprocess.run([build.compiler(), *build.FLAGS, *defines, "-o", str(path), *map(str, build.SOURCES), "-lm"],
+                       check=True)
+        k = native.FusedCompare(ctypes.CDLL(str(path)))
+        native.self_check(k)
+        out[name] = k
+    return out
+
+
+@pytest.mark.parametrize("which", ["plain", "avx2"])
+def test_every_build_gives_the_same_bits(kernel, variants, which):
+    from engines.adapters.torch import free_benchmark_perturb as fp
+
+    other = variants[which]
+    for i, (a_dtype, b_dtype) in enumerate([(x, y) for x in DTYPES for y in DTYPES]):
+        a, b = pair(3001, 50 + i)
+        a, b = a.to(a_dtype), b.to(b_dtype)
+        assert all(same(g, w) for g, w in zip(run(other, a, b, 1e-4), run(kernel, a, b, 1e-4)))
+    for dtype in DTYPES:
+        every = torch.arange(-32768, 32768, dtype=torch.int32).to(torch.int16)  # every half value
+        x = every.view(dtype) if dtype != torch.float32 else torch.cat([every.view(torch.bfloat16).float(),
+                                                                        pair(4096, 9)[0]])
+        for mode in (native.ADD_NOISE, native.BIT_NOISE):
+            name = "add_noise" if mode == native.ADD_NOISE else "bit_noise"
+            outs = []
+            for k in (kernel, other):
+                out = torch.empty_like(x)
+                top = k.noise(x.data_ptr(), CODES[dtype], x.numel(), mode, fp.epsilon(str(dtype)),
+                              fp._threshold(dtype, name), out.data_ptr())
+                outs.append((_bits(out), top))
+            assert torch.equal(outs[0][0], outs[1][0]) and same(outs[0][1], outs[1][1])
