@@ -161,8 +161,10 @@ def _reference(a, b, tol):
 @pytest.mark.parametrize("block", [3, 64, 1 << 19])
 def test_the_blocked_comparison_equals_the_formula_bit_for_bit(monkeypatch, block):
     """tensor_ratio works in blocks in a reused workspace and finishes the ratios per step (resolve): the same
-    ratios as the formula, for every dtype pair, with sign flips, NaN, inf and values under the tolerance."""
+    ratios as the formula, for every dtype pair, with sign flips, NaN, inf and values under the tolerance (the
+    framework path: the native kernel off; tests/test_native_fb_compare.py checks it equals this path)."""
     monkeypatch.setattr(cmp, "BLOCK", block)
+    monkeypatch.setattr(cmp, "USE_NATIVE", False)
     gen = torch.Generator().manual_seed(7)
     dtypes = [torch.float32, torch.bfloat16, torch.float16, torch.float64]
     cases = []

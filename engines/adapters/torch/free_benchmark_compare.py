@@ -15,6 +15,9 @@ most ``BLOCK`` elements, nine passes per block and no temporaries, in a workspac
 themselves), and keeps three 0-d device tensors per output (``Parts``: ``min(a*b)``, ``min r``, ``max r``).
 ``resolve`` finishes a step's worth at once, batched per device and dtype, with one transfer per device.
 ``chunk_ratio`` is the formula for one chunk as written, the reference the blocked path equals bit for bit (tests).
+A dense CPU float32/float16/bfloat16 pair goes to the native kernel instead (``_native_ratio``;
+``engines/native/fb_compare.c``): one read of both, the ratio a host float at once, the same bits (every figure
+is an elementwise float32 operation followed by a minimum or maximum).
 to_cpu is judged differently (msprobe's SingleCompare): ``single_compare``.
 """
 
@@ -26,6 +29,12 @@ import torch
 from engines.free_benchmark import structure
 from engines.free_benchmark.metric import scalar_ratio  # noqa: F401 (this module's interface)
 from engines.free_benchmark.thresholds import to_cpu_limits
+from engines.native import fb_compare as native
+
+#: the dtypes the native kernel reads (``engines/native/fb_compare.c``)
+_NATIVE_CODES = {torch.float32: native.FLOAT32, torch.float16: native.FLOAT16, torch.bfloat16: native.BFLOAT16}
+#: off: every pair by the framework's passes (tests)
+USE_NATIVE = True
 
 _INF = float("inf")
 
@@ -95,6 +104,37 @@ def _flat(t: torch.Tensor) -> torch.Tensor:
     return (torch.view_as_real(t) if t.is_complex() else t).reshape(-1)
 
 
+def _native_code(t: torch.Tensor) -> int:
+    """The kernel's dtype code when its raw data can be read as the values (-1 otherwise): a dense CPU tensor of
+    a taken dtype, no negative or conjugate view, aligned to its item size."""
+    code = _NATIVE_CODES.get(t.dtype)
+    if code is None or t.device.type != "cpu" or not t.is_contiguous() or t.is_neg() or t.is_conj():
+        return -1
+    return code
+
+
+def _native_ratio(original: torch.Tensor, perturbed: torch.Tensor, tol: float) -> Union[float, None]:
+    """The pair's ratio by the native kernel in one read of both (a host float: on the CPU no sync), or None
+    when the pair is not for it (another dtype or device, a strided view) or the kernel is unavailable."""
+    if not USE_NATIVE:
+        return None
+    a_code, b_code = _native_code(original), _native_code(perturbed)
+    if a_code < 0 or b_code < 0:
+        return None
+    kernel = native.fused_compare()
+    if kernel is None:
+        return None
+    try:
+        a_ptr, b_ptr = original.data_ptr(), perturbed.data_ptr()
+    except (RuntimeError, NotImplementedError):  # a tensor without storage (a subclass, a fake tensor)
+        return None
+    if a_ptr % original.element_size() or b_ptr % perturbed.element_size():
+        return None
+    n = perturbed.numel()
+    threads = torch.get_num_threads() if n >= native.THREADS_FROM else 1
+    return kernel.ratio(a_ptr, a_code, b_ptr, b_code, n, tol, threads)
+
+
 def tensor_ratio(original: torch.Tensor, perturbed: torch.Tensor, tol: float) -> Ratio:
     """The ratio of one output tensor pair over all its elements (``Parts``; a float when decided at once)."""
     if not (perturbed.is_floating_point() or perturbed.is_complex()):
@@ -104,6 +144,9 @@ def tensor_ratio(original: torch.Tensor, perturbed: torch.Tensor, tol: float) ->
         return _INF
     if perturbed.numel() == 0:
         return 1.0
+    fused = _native_ratio(original, perturbed, tol)
+    if fused is not None:
+        return fused
     dt = work_dtype(perturbed)
     a, b = _flat(original), _flat(perturbed)
     if a.numel() != b.numel():

@@ -22,6 +22,7 @@ from engines.free_benchmark import perturb as neutral
 from engines.free_benchmark import structure
 from engines.free_benchmark.perturb import Cancelled, Perturbed
 from engines.free_benchmark.thresholds import epsilon
+from engines.native import fb_compare as native
 
 LOW_PRECISION = (torch.float16, torch.bfloat16)
 _INT_VIEWS = {torch.bfloat16: torch.int16, torch.float16: torch.int16, torch.float32: torch.int32,
@@ -86,12 +87,61 @@ def _select(mask: torch.Tensor, new: torch.Tensor, x: torch.Tensor) -> torch.Ten
     return new.view(view).bitwise_xor_(bits).mul_(mask).bitwise_xor_(bits).view(x.dtype)
 
 
+_NATIVE_CODES = {torch.float32: native.FLOAT32, torch.float16: native.FLOAT16, torch.bfloat16: native.BFLOAT16}
+_PLAIN = (torch.Tensor, torch.nn.Parameter)
+#: off: the noise by torch's operations always (tests)
+USE_NATIVE = True
+_thresholds: Dict[Tuple[torch.dtype, str], float] = {}
+
+
+def _threshold(dtype: torch.dtype, mode: str) -> float:
+    """The value ``|x|`` must exceed, as torch compares it: the Python number converted to x's dtype."""
+    key = (dtype, mode)
+    got = _thresholds.get(key)
+    if got is None:
+        value = (epsilon(str(dtype)) or 0.0) ** 0.5 if mode == "add_noise" else torch.finfo(dtype).tiny
+        got = _thresholds[key] = float(torch.tensor(value, dtype=dtype))
+    return got
+
+
+def _native_noise(x: torch.Tensor, mode: str, refusals: Optional[list]) -> Optional[torch.Tensor]:
+    """add_noise / bit_noise of a dense CPU float32/float16/bfloat16 tensor by the native kernel in one read (the
+    same bits as the operations below; ``engines/native/fb_compare.c``), the refusal rule read at once from the
+    maximum magnitude it returns; None when the tensor is not for it or the kernel is unavailable."""
+    code = _NATIVE_CODES.get(x.dtype)
+    if not USE_NATIVE or code is None or (refusals is not None and DEFER_REFUSAL_ON_CPU) or x.device.type != "cpu" \
+            or type(x) not in _PLAIN or x.numel() == 0 or not x.is_contiguous() or x.is_neg() or x.is_conj():
+        return None
+    kernel = native.fused_compare()
+    if kernel is None:
+        return None
+    try:
+        ptr = x.data_ptr()
+    except (RuntimeError, NotImplementedError):
+        return None
+    if ptr % x.element_size():
+        return None
+    eps = epsilon(str(x.dtype)) or 0.0  # (every dtype taken has one)
+    out = torch.empty_like(x)
+    top = kernel.noise(ptr, code, x.numel(), native.ADD_NOISE if mode == "add_noise" else native.BIT_NOISE,
+                       eps, _threshold(x.dtype, mode), out.data_ptr())
+    if not top >= eps:
+        raise Cancelled("%s: maximum value is less than the minimum threshold" % mode)
+    return out
+
+
 def add_noise(x: torch.Tensor, refusals: Optional[List[Tuple[torch.Tensor, str]]] = None) -> torch.Tensor:
+    fused = _native_noise(x, "add_noise", refusals)
+    if fused is not None:
+        return fused
     eps, magnitude = _noise_precheck(x, "add_noise", refusals)
     return _select(magnitude > eps ** 0.5, x + eps, x)
 
 
 def bit_noise(x: torch.Tensor, refusals: Optional[List[Tuple[torch.Tensor, str]]] = None) -> torch.Tensor:
+    fused = _native_noise(x, "bit_noise", refusals)
+    if fused is not None:
+        return fused
     _, magnitude = _noise_precheck(x, "bit_noise", refusals)
     view = _INT_VIEWS.get(x.dtype)
     if view is None:
