@@ -17,8 +17,10 @@ import numpy as np
 import torch
 
 from engines.adapters.torch.shards import local_shard
+from engines.native.monitor_stats import BFLOAT16, FLOAT16, FLOAT32, FLOAT64, THREADS_FROM, monitor_kernel
 
 _HAS_FOREACH_MAX = hasattr(torch, "_foreach_max")
+_num_threads = torch.get_num_threads
 
 
 def _shape(t: torch.Tensor) -> str:
@@ -41,8 +43,72 @@ def _count(indicator: torch.Tensor, numel: int) -> torch.Tensor:
     return indicator.sum(dtype=torch.float32 if numel <= _EXACT_FLOAT32_COUNT else torch.float64)
 
 
+# dtype -> (kernel code, item size - 1: the pointer must be aligned to the item)
+_NATIVE_CODE = {torch.float32: (FLOAT32, 3), torch.float64: (FLOAT64, 7), torch.float16: (FLOAT16, 1),
+                torch.bfloat16: (BFLOAT16, 1)}
+_eps_in: Dict[Tuple[float, torch.dtype], float] = {}  # (eps, dtype) -> eps rounded to dtype
+
+
+def _eps_as(eps: float, dtype: torch.dtype) -> float:
+    """``eps`` rounded to ``dtype``: torch compares a tensor with a Python number in the tensor's type."""
+    value = _eps_in.get((eps, dtype))
+    if value is None:
+        value = _eps_in[(eps, dtype)] = float(torch.tensor(eps, dtype=torch.float64).to(dtype))
+    return value
+
+
+def native_row(x: torch.Tensor, ops: Sequence[str], eps: float) -> Optional[List[float]]:
+    """The values of ``ops`` for a real tensor ``x`` by one read of the native kernel, or None where it does not
+    apply (not a dense CPU float tensor of at least one dimension, no kernel): the torch passes then.
+
+    min and max exactly; mean = float64 sum / numel and norm = sqrt(float64 sum of squares), accumulated in the
+    kernel's fixed order (within float64 rounding of the exact values; torch's float64 passes add in another
+    order, so the last bits may differ); zeros, nans and infs the same counts as torch's tests."""
+    if x.device.type != "cpu" or not x.dim():
+        return None
+    native = _NATIVE_CODE.get(x.dtype)
+    if native is None or not (x.is_contiguous() or (x.dim() >= 2 and x.mT.is_contiguous())) or x.is_neg():
+        return None  # a transposed contiguous block holds its numel values densely, in another order
+    kernel = monitor_kernel()
+    if kernel is None:
+        return None
+    code, align = native
+    numel = x.numel()
+    try:
+        ptr = x.data_ptr()
+        if ptr & align:  # not aligned to the item (a torch.frombuffer may not be)
+            return None
+        hi, lo, total, norm, zeros, nans, infs = kernel.run(ptr, numel, code, _eps_as(eps, x.dtype),
+                                                            _num_threads() if numel >= THREADS_FROM else 1)
+    except (RuntimeError, ValueError):  # no readable pointer: the torch passes
+        return None
+    values = []
+    for op in ops:
+        if op == "min":
+            values.append(lo)
+        elif op == "max":
+            values.append(hi)
+        elif op == "mean":
+            values.append(total / numel)
+        elif op == "norm":
+            values.append(norm)
+        elif op == "zeros":  # as torch's float32 count / numel: a float32 division
+            values.append(float(np.float32(zeros) / np.float32(numel)))
+        elif op == "nans":
+            values.append(nans)
+        elif op == "infs":
+            values.append(infs)
+        elif op == "id":
+            values.append(math.nan)  # the value of a 0-d tensor only
+        else:
+            raise ValueError(f"unknown monitor op {op!r}")
+    return values
+
+
 def tensor_metrics(x: torch.Tensor, ops: Sequence[str], eps: float) -> torch.Tensor:
     """A float64 device tensor with one value per op, in ``ops`` order (of the local shard of a DTensor).
+
+    A dense float CPU tensor: ``native_row`` (one read). Otherwise the torch passes below.
 
     One float64 copy serves mean and norm, one ``|x|`` serves the counts, and each count writes its 0/1 test into
     a float tensor and sums that (a comparison into a bool tensor and a bool sum cost several times more on the
@@ -56,6 +122,15 @@ def tensor_metrics(x: torch.Tensor, ops: Sequence[str], eps: float) -> torch.Ten
     numel = x.numel()
     if numel == 0:
         return torch.full((len(ops),), float("nan"), dtype=torch.float64, device=x.device)
+    row = native_row(x, ops, eps)
+    if row is not None:
+        return torch.tensor(row, dtype=torch.float64)
+    return torch_metrics(x, ops, eps)
+
+
+def torch_metrics(x: torch.Tensor, ops: Sequence[str], eps: float) -> torch.Tensor:
+    """``tensor_metrics`` by torch's passes, for a non-empty real tensor ``x``."""
+    numel = x.numel()
     on_cpu = x.device.type == "cpu"
     values: List[Union[torch.Tensor, float]] = []
     lo = hi = wide = magnitude = None
@@ -104,6 +179,10 @@ def bulk_metrics(tensors: Sequence[torch.Tensor], ops: Sequence[str], eps: float
     tensors = [_real(local_shard(t.detach())) for t in tensors]
     if not tensors:
         return torch.zeros((0, len(ops)), dtype=torch.float64)
+    if any(op not in ("norm", "max") for op in ops):  # per-tensor passes anyway: one native read does all
+        rows = [native_row(t, ops, eps) if t.numel() else None for t in tensors]
+        if all(r is not None for r in rows):
+            return torch.tensor(rows, dtype=torch.float64)
     columns: Dict[str, torch.Tensor] = {}
     plain = all(t.numel() > 0 for t in tensors)
     if "norm" in ops and plain:
