@@ -112,11 +112,7 @@ def _variant(folder, name: str, *defines: str) -> MonitorStats:
     path = folder / name
     subprocess.run([build.compiler(), *build.FLAGS, *defines, "-o", str(path), *map(str, build.SOURCES), "-lm"],
                    check=True)
-    fn = ctypes.CDLL(str(path)).pt_monitor_stats
-    fn.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int, ctypes.c_double, ctypes.c_int,
-                   ctypes.POINTER(ctypes.c_double)]
-    fn.restype = ctypes.c_int
-    return MonitorStats(fn)
+    return native.bind(ctypes.CDLL(str(path)))
 
 
 def test_vector_clones_give_the_same_bits(kernel, tmp_path):
@@ -194,9 +190,95 @@ def test_the_self_check_rejects_a_wrong_kernel():
 
     lib = build.load()
     assert lib is not None
+    good = native.bind(lib)
     with pytest.raises(RuntimeError, match="self-check"):
-        native._self_check(Wrong(lib.pt_monitor_stats))
-    native._self_check(MonitorStats(lib.pt_monitor_stats))
+        native._self_check(Wrong(good.fn, good.adam_fn, good.signs_fn))
+    native._self_check(good)
+
+
+def _torch_update(ms, vs, c1, c2, adam_eps):
+    """Adam's update as record_update's torch path makes it (foreach calls)."""
+    updates = torch._foreach_div(ms, c1)
+    denominators = torch._foreach_div(vs, c2)
+    torch._foreach_sqrt_(denominators)
+    torch._foreach_add_(denominators, adam_eps)
+    torch._foreach_div_(updates, denominators)
+    return updates
+
+
+def _ieee_update(m: torch.Tensor, v: torch.Tensor, c1: float, c2: float, adam_eps: float) -> torch.Tensor:
+    """Adam's update with each operation correctly rounded to the moments' type (numpy's IEEE arithmetic; the
+    Python numbers rounded to that type first, as torch rounds them)."""
+    t = m.numpy().dtype.type
+    with np.errstate(divide="ignore", invalid="ignore"):
+        out = (m.numpy() / t(c1)) / (np.sqrt(v.numpy() / t(c2)) + t(adam_eps))
+    assert out.dtype == m.numpy().dtype
+    return torch.from_numpy(out)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_adam_update_figures_are_those_of_the_ieee_update(kernel, dtype):
+    """The kernel makes each update element with IEEE arithmetic in the moments' type: its figures equal the
+    kernel's figures of that update tensor bit for bit, and its exact values. torch's CPU square root is not
+    correctly rounded (its vectorised float32 one is an ulp off for about a sixth of these values, float64 for
+    about 1 %), so torch's own update tensor is within 2 ulps of it, element by element."""
+    from engines.adapters.torch.monitor_stats import native_adam_update
+
+    torch.manual_seed(6)
+    ops = ["min", "max", "mean", "norm", "zeros", "nans", "infs"]
+    ms = [torch.randn(n, dtype=dtype) * 1e-3 for n in (1, 17, 4099, 65536 * 2 + 5)]
+    vs = [torch.rand(m.numel(), dtype=dtype) * 1e-6 for m in ms]
+    ms[2][::7] = 0.0
+    vs[2][::5] = 0.0
+    for step in (1, 2, 50):
+        c1, c2 = 1 - 0.9 ** step, 1 - 0.999 ** step
+        for adam_eps, eps in ((1e-8, 1e-8), (1e-6, 0.5), (0.0, 1e-3)):
+            rows, norms = native_adam_update(ms, vs, c1, c2, adam_eps, ops, eps)
+            torch_updates = _torch_update(ms, vs, c1, c2, adam_eps)
+            for row, norm, m, v, theirs in zip(rows, norms, ms, vs, torch_updates):
+                u = _ieee_update(m, v, c1, c2, adam_eps)
+                assert same_bits(row, native_row(u, ops, eps)) and same_bits(norm, row[3])
+                assert close(row, exact(u, ops, eps), ops)
+                a, b = theirs.numpy(), u.numpy()
+                finite = np.isfinite(b) & np.isfinite(a)
+                assert np.array_equal(a[~finite], b[~finite], equal_nan=True)
+                # one square root an ulp off: 2 ulps
+                assert np.all(np.abs(a[finite] - b[finite]) <= 2 * np.spacing(np.abs(b[finite])))
+    # 0 / 0 and x / 0 without epsilon: NaN and inf, counted
+    m = torch.tensor([0.0, 1.0, -1.0, 2.0] * 5, dtype=dtype)
+    v = torch.tensor([0.0, 0.0, 0.0, 4.0] * 5, dtype=dtype)
+    rows, _ = native_adam_update([m], [v], 1.0, 1.0, 0.0, ops, 1e-8)
+    assert math.isnan(rows[0][0]) and math.isnan(rows[0][1]) and rows[0][5:] == [5.0, 10.0]
+
+
+def test_adam_update_takes_torch_where_the_kernel_cannot_read(kernel):
+    from engines.adapters.torch.monitor_stats import native_adam_update
+
+    m, v = torch.randn(8, 4), torch.rand(8, 4)
+    assert native_adam_update([m], [v], 0.1, 0.01, 1e-8, ["norm"], 1e-8) is not None
+    assert native_adam_update([m], [v.t().contiguous().t()], 0.1, 0.01, 1e-8, ["norm"], 1e-8) is None  # strides
+    assert native_adam_update([m.half()], [v.half()], 0.1, 0.01, 1e-8, ["norm"], 1e-8) is None  # half moments
+    assert native_adam_update([m], [v.double()], 0.1, 0.01, 1e-8, ["norm"], 1e-8) is None  # mixed types
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_sign_agreement_is_torchs_sign_product_sum(kernel, dtype):
+    from engines.adapters.torch.monitor_stats import native_sign_sum
+
+    torch.manual_seed(7)
+    for n in (1, 33, 70001):
+        g = torch.randn(n, dtype=dtype)
+        m = torch.randn(n, dtype=dtype)
+        g[::3] = 0.0
+        m[1::4] = -0.0
+        g[2::11] = float("nan")
+        m[5::13] = float("inf")
+        m[6::17] = float("nan")
+        want = float((torch.sign(g) * torch.sign(m)).sum(dtype=torch.float64))
+        got = native_sign_sum(g, m)
+        assert got == want or (math.isnan(got) and math.isnan(want)), (n, got, want)
+    assert native_sign_sum(g, m.float() if dtype is torch.float64 else m.double()) is None
+    assert native_sign_sum(g[::2], m[::2]) is None
 
 
 # -- the monitor on the demo ---------------------------------------------------------------------------------------
@@ -211,7 +293,7 @@ def _monitor_demo(tmp_path, steps: int = 3):
     from schemas import load_config
 
     body = {"wg_distribution": True, "xy_distribution": True, "mv_distribution": True, "param_distribution": True,
-            "ur_distribution": True, "ops": DEMO_OPS, "eps": 1e-8}
+            "ur_distribution": True, "mg_direction": True, "ops": DEMO_OPS, "eps": 1e-8}
     section = load_config({"task": "monitor", "dump_path": str(tmp_path / "dump"), "monitor": body}).monitor
     writer = MetricsWriter(tmp_path / "rank0")
     session = MonitorSession(section, writer).install()
@@ -257,7 +339,8 @@ def test_the_monitor_on_the_demo_writes_the_kernels_exact_values(kernel, tmp_pat
 @pytest.mark.usefixtures("one_torch_thread")
 def test_the_monitor_on_the_demo_without_the_kernel_writes_torchs_values(tmp_path, monkeypatch):
     monkeypatch.setattr(monitor_stats, "monitor_kernel", lambda: None)
-    monkeypatch.setattr(MonitorStats, "run", lambda *a: pytest.fail("the kernel ran"))
+    for name in ("run", "adam_update", "sign_agreement"):
+        monkeypatch.setattr(MonitorStats, name, lambda *a: pytest.fail("the kernel ran"))
     result, model, opt, metrics = _monitor_demo(tmp_path)
     checked = 0
     for (tag, name), t in _last_step_tensors(model, opt).items():
@@ -270,3 +353,42 @@ def test_the_monitor_on_the_demo_without_the_kernel_writes_torchs_values(tmp_pat
         checked += 1
     assert checked >= 30
     np.testing.assert_equal(len(result.losses), 3)
+
+
+@pytest.mark.usefixtures("one_torch_thread")
+def test_the_kernel_and_the_torch_passes_record_the_same_values_but_float64_sums(kernel, tmp_path, monkeypatch):
+    """The demo monitored with everything on, with and without the kernel: training bit-identical, every series
+    the same steps; min, max, the counts and mg_direction bit for bit; mean, norm and update_ratio (sums in float64
+    in another order, or float32 foreach norms without the kernel) and the update's figures (IEEE square roots
+    with the kernel, torch's without) within their rounding."""
+    calls = {"adam_update": 0, "sign_agreement": 0}
+    for name in calls:
+        real = getattr(MonitorStats, name)
+        monkeypatch.setattr(MonitorStats, name, lambda *a, _n=name, _r=real: calls.__setitem__(_n, calls[_n] + 1)
+                            or _r(*a))
+    on, *_, with_kernel = _monitor_demo(tmp_path / "on")
+    assert calls["adam_update"] > 0 and calls["sign_agreement"] > 0
+    monkeypatch.setattr(monitor_stats, "monitor_kernel", lambda: None)
+    off, *_, without = _monitor_demo(tmp_path / "off")
+    assert on.losses == off.losses
+    names = sorted(s.key for s in with_kernel.series())
+    assert names == sorted(s.key for s in without.series()) and len(names) > 500
+    loose = 0
+    for name in names:
+        a, b = with_kernel.read(name), without.read(name)
+        assert list(a.steps) == list(b.steps)
+        metric = name.rsplit("/", 1)[-1]
+        if metric in ("mean", "norm") or name.startswith(("update_ratio/", "update/")) \
+                or name == "train/grad_norm/value":
+            # float32 foreach norms without the kernel: 1e-6; float64 sums in two orders: 1e-12
+            # the update: IEEE square roots with the kernel, torch's (1 ulp off at times) without
+            rel = 1e-5 if metric == "norm" or "ratio" in name or "grad_norm" in name or "update" in name else 1e-9
+            if name.startswith("update/") and metric == "mean":  # a mean near 0 of values an ulp apart
+                norms = with_kernel.read(name[:-len("mean")] + "norm").values
+                assert np.all(np.abs(a.values - b.values) <= 1e-6 * norms), name
+            else:
+                np.testing.assert_allclose(a.values, b.values, rtol=rel, atol=1e-30, err_msg=name)
+            loose += 1
+        else:
+            assert same_bits(a.values, b.values), name
+    assert loose < len(names)

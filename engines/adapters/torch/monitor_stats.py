@@ -57,31 +57,27 @@ def _eps_as(eps: float, dtype: torch.dtype) -> float:
     return value
 
 
-def native_row(x: torch.Tensor, ops: Sequence[str], eps: float) -> Optional[List[float]]:
-    """The values of ``ops`` for a real tensor ``x`` by one read of the native kernel, or None where it does not
-    apply (not a dense CPU float tensor of at least one dimension, no kernel): the torch passes then.
-
-    min and max exactly; mean = float64 sum / numel and norm = sqrt(float64 sum of squares), accumulated in the
-    kernel's fixed order (within float64 rounding of the exact values; torch's float64 passes add in another
-    order, so the last bits may differ); zeros, nans and infs the same counts as torch's tests."""
+def _native_ptr(x: torch.Tensor, *, transposed_ok: bool = True) -> Optional[Tuple[int, int]]:
+    """``(data pointer, kernel dtype code)`` of a CPU float tensor of at least one dimension whose values are one
+    dense block the kernel can read (contiguous; with ``transposed_ok`` also a transposed contiguous block, which
+    holds its values in another order), or None."""
     if x.device.type != "cpu" or not x.dim():
         return None
     native = _NATIVE_CODE.get(x.dtype)
-    if native is None or not (x.is_contiguous() or (x.dim() >= 2 and x.mT.is_contiguous())) or x.is_neg():
-        return None  # a transposed contiguous block holds its numel values densely, in another order
-    kernel = monitor_kernel()
-    if kernel is None:
+    if native is None or x.is_neg() or not (x.is_contiguous() or (transposed_ok and x.dim() >= 2
+                                                                  and x.mT.is_contiguous())):
         return None
-    code, align = native
-    numel = x.numel()
     try:
         ptr = x.data_ptr()
-        if ptr & align:  # not aligned to the item (a torch.frombuffer may not be)
-            return None
-        hi, lo, total, norm, zeros, nans, infs = kernel.run(ptr, numel, code, _eps_as(eps, x.dtype),
-                                                            _num_threads() if numel >= THREADS_FROM else 1)
-    except (RuntimeError, ValueError):  # no readable pointer: the torch passes
+    except RuntimeError:  # no readable pointer
         return None
+    code, align = native
+    return None if ptr & align else (ptr, code)  # not aligned to the item (a torch.frombuffer may not be)
+
+
+def _row(figures: Sequence[float], ops: Sequence[str], numel: int) -> List[float]:
+    """The values of ``ops`` from the kernel's figures (max, min, sum, norm, zeros count, NaN count, inf count)."""
+    hi, lo, total, norm, zeros, nans, infs = figures
     values = []
     for op in ops:
         if op == "min":
@@ -103,6 +99,92 @@ def native_row(x: torch.Tensor, ops: Sequence[str], eps: float) -> Optional[List
         else:
             raise ValueError(f"unknown monitor op {op!r}")
     return values
+
+
+def native_row(x: torch.Tensor, ops: Sequence[str], eps: float) -> Optional[List[float]]:
+    """The values of ``ops`` for a real tensor ``x`` by one read of the native kernel, or None where it does not
+    apply (not a dense CPU float tensor of at least one dimension, no kernel): the torch passes then.
+
+    min and max exactly; mean = float64 sum / numel and norm = sqrt(float64 sum of squares), accumulated in the
+    kernel's fixed order (within float64 rounding of the exact values; torch's float64 passes add in another
+    order, so the last bits may differ); zeros, nans and infs the same counts as torch's tests."""
+    found = _native_ptr(x)
+    if found is None:
+        return None
+    kernel = monitor_kernel()
+    if kernel is None:
+        return None
+    numel = x.numel()
+    figures = kernel.run(found[0], numel, found[1], _eps_as(eps, x.dtype), _threads(numel))
+    return _row(figures, ops, numel)
+
+
+def _threads(numel: int) -> int:
+    return _num_threads() if numel >= THREADS_FROM else 1
+
+
+def native_adam_update(ms: Sequence[torch.Tensor], vs: Sequence[torch.Tensor], c1: float, c2: float, adam_eps: float,
+                       ops: Sequence[str], eps: float) -> Optional[Tuple[List[List[float]], List[float]]]:
+    """``(rows of ops, norms)`` of Adam's updates ``(m / c1) / (sqrt(v / c2) + adam_eps)`` by the native kernel
+    (each made and summarised in one read of its two moments, never stored; element by element the arithmetic of
+    torch's foreach calls), or None unless every pair is two contiguous CPU float32 or float64 tensors of one
+    dtype and shape and the kernel is there."""
+    kernel = monitor_kernel()
+    if kernel is None:
+        return None
+    pairs = []
+    for m, v in zip(ms, vs):
+        if m.dtype not in (torch.float32, torch.float64) or v.dtype is not m.dtype or v.shape != m.shape \
+                or not m.numel():
+            return None
+        pm = _native_ptr(m, transposed_ok=False)
+        pv = _native_ptr(v, transposed_ok=False)
+        if pm is None or pv is None:
+            return None
+        pairs.append((pm, pv[0], m.numel(), m.dtype))
+    rows, norms = [], []
+    for (m_ptr, code), v_ptr, numel, dtype in pairs:
+        figures = kernel.adam_update(m_ptr, v_ptr, numel, code, c1, c2, adam_eps, _eps_as(eps, dtype),
+                                     _threads(numel))
+        rows.append(_row(figures, ops, numel))
+        norms.append(figures[3])
+    return rows, norms
+
+
+def native_norms(tensors: Sequence[torch.Tensor]) -> Optional[List[float]]:
+    """float64 norms by the native kernel (as ``native_row``'s norm), or None unless every tensor can take it."""
+    kernel = monitor_kernel()
+    if kernel is None:
+        return None
+    found = [_native_ptr(t) for t in tensors]
+    if any(f is None or not t.numel() for f, t in zip(found, tensors)):
+        return None
+    return [kernel.run(f[0], t.numel(), f[1], 0.0, _threads(t.numel()))[3]  # type: ignore[index]
+            for f, t in zip(found, tensors)]
+
+
+_sign_of_nan: List[float] = []  # torch.sign(NaN) of this torch (0 here; NaN in some versions)
+
+
+def native_sign_sum(g: torch.Tensor, m: torch.Tensor) -> Optional[float]:
+    """The sum of ``sign(g) * sign(m)`` (an integer, exact) by the native kernel, or None where it does not apply
+    (two contiguous CPU float32 or float64 tensors of one dtype and shape)."""
+    if g.dtype not in (torch.float32, torch.float64) or m.dtype is not g.dtype or m.shape != g.shape:
+        return None
+    kernel = monitor_kernel()
+    if kernel is None:
+        return None
+    pg = _native_ptr(g, transposed_ok=False)
+    pm = _native_ptr(m, transposed_ok=False)
+    if pg is None or pm is None:
+        return None
+    total, nans = kernel.sign_agreement(pg[0], pm[0], g.numel(), pg[1])
+    if nans:
+        if not _sign_of_nan:
+            _sign_of_nan.append(float(torch.sign(torch.tensor(math.nan))))
+        if _sign_of_nan[0] != 0.0:  # this torch's sign(NaN) is NaN, and so is the sum
+            return math.nan
+    return total
 
 
 def tensor_metrics(x: torch.Tensor, ops: Sequence[str], eps: float) -> torch.Tensor:
@@ -243,6 +325,16 @@ class StepMetrics:
             self.shapes += [_shape(t)] * width
             self.dtypes += [str(t.dtype)] * width
         return block
+
+    def add_rows(self, tag: str, names: Sequence[str], rows: Sequence[Sequence[float]], ops: Sequence[str],
+                 shapes: Sequence[str], dtypes: Sequence[str]) -> None:
+        """Metrics computed on the host (one row of ``ops`` per name), as ``add_bulk`` records a block."""
+        width = len(ops)
+        self._blocks.append(torch.tensor(rows, dtype=torch.float64).reshape(-1))
+        self.keys += [(tag, name, op) for name in names for op in ops]
+        for shape, dtype in zip(shapes, dtypes):
+            self.shapes += [shape] * width
+            self.dtypes += [dtype] * width
 
     def add_value(self, tag: str, name: str, metric: str, value) -> None:
         if not isinstance(value, torch.Tensor):
