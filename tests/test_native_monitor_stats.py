@@ -392,3 +392,22 @@ def test_the_kernel_and_the_torch_passes_record_the_same_values_but_float64_sums
         else:
             assert same_bits(a.values, b.values), name
     assert loose < len(names)
+
+
+def test_step_metrics_keep_the_kernels_values_as_host_numbers_in_key_order(kernel):
+    from engines.adapters.torch.monitor_stats import StepMetrics
+
+    metrics = StepMetrics()
+    x = torch.randn(40, 3)
+    metrics.add_tensor("actv", "a.output", x, ["max", "min"], 1e-8)
+    metrics.add_value("train", "loss", "value", torch.tensor(2.5))
+    metrics.add_rows("update", ["p", "q"], [[1.0, 2.0], [3.0, 4.0]], ["max", "min"], ["[2]", "[3]"],
+                     ["torch.float32"] * 2)
+    metrics.add_values("update_ratio", ["p", "q"], "value", torch.tensor([0.5, 0.25], dtype=torch.float64))
+    metrics.add_tensor("actv", "b.input", x, ["max", "min"], 1e-8)  # the same tensor: the same values
+    assert isinstance(metrics._blocks[0], list)  # no tensor made for the kernel's values
+    values = metrics.collect()
+    hi, lo = float(x.max()), float(x.min())
+    assert values.tolist() == [hi, lo, 2.5, 1.0, 2.0, 3.0, 4.0, 0.5, 0.25, hi, lo]
+    assert metrics.keys[3:5] == [("update", "p", "max"), ("update", "p", "min")]
+    assert metrics.shapes[3:7] == ["[2]", "[2]", "[3]", "[3]"] and len(metrics.dtypes) == len(values)

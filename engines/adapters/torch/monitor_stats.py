@@ -3,10 +3,13 @@
 ``StepMetrics`` collects 0-d device tensors during a step (activation hooks, the optimizer hooks) together with
 their series keys; ``collect()`` concatenates them and makes the step's single device-to-host copy. Nothing here
 calls ``.item()`` on an accelerator tensor (on the CPU a read costs no sync, and ``tensor_metrics`` uses it).
+A CPU float tensor is read once by the native kernel (``engines/native/monitor_stats.c``; ``native_row``), its
+values kept as host numbers; without the kernel, torch's passes (``torch_metrics``).
 
-Definitions (docs/reference/msprobe-tasks.md §10.3): min / max as stored; mean and norm accumulated in float64 for activations and
-in float32 or wider for the bulk weight-gradient norms (``torch._foreach_norm``, one fused kernel for all
-parameters); zeros = fraction of ``|x| < eps``; nans / infs = counts; id = the value of a 0-dim tensor.
+Definitions (docs/reference/msprobe-tasks.md §10.3): min / max as stored; mean and norm accumulated in float64
+(by the kernel in its fixed order, or by torch), except the bulk norms when ``norm`` (and ``max``) are the only
+metrics: float32 or wider (``torch._foreach_norm``, one fused kernel for all parameters); zeros = fraction of
+``|x| < eps`` (eps in the tensor's dtype); nans / infs = counts; id = the value of a 0-dim tensor.
 """
 
 import math
@@ -187,6 +190,16 @@ def native_sign_sum(g: torch.Tensor, m: torch.Tensor) -> Optional[float]:
     return total
 
 
+def measure(x: torch.Tensor, ops: Sequence[str], eps: float) -> Union[List[float], torch.Tensor]:
+    """``tensor_metrics``, as host numbers where the native kernel gave them (no tensor made for them)."""
+    x = _real(local_shard(x.detach()))
+    if x.numel():
+        row = native_row(x, ops, eps)
+        if row is not None:
+            return row
+    return tensor_metrics(x, ops, eps)
+
+
 def tensor_metrics(x: torch.Tensor, ops: Sequence[str], eps: float) -> torch.Tensor:
     """A float64 device tensor with one value per op, in ``ops`` order (of the local shard of a DTensor).
 
@@ -283,10 +296,12 @@ class StepMetrics:
     """What one step measured, still on the device, with series keys ``(tag, name, metric)``."""
 
     def __init__(self):
-        self._blocks: List[torch.Tensor] = []
+        # float64 device tensors, or lists of host numbers (values the native kernel read on the CPU)
+        self._blocks: List[Union[torch.Tensor, List[float]]] = []
         # id(tensor) -> (weak reference, version, ops, eps, values): a tensor measured twice in a step (one
         # module's output is the next one's input, and their gradients are one tensor) is measured once.
-        self._measured: Dict[int, Tuple[weakref.ref, int, Tuple[str, ...], float, torch.Tensor]] = {}
+        self._measured: Dict[int, Tuple[weakref.ref, int, Tuple[str, ...], float,
+                                        Union[torch.Tensor, List[float]]]] = {}
         self.keys: List[Tuple[str, str, str]] = []
         self.shapes: List[str] = []
         self.dtypes: List[str] = []
@@ -299,14 +314,14 @@ class StepMetrics:
         values = self._measure(tensor, tuple(ops), eps)
         self._add(values, [(tag, name, op) for op in ops], _shape(tensor), str(tensor.dtype))
 
-    def _measure(self, tensor: torch.Tensor, ops: Tuple[str, ...], eps: float) -> torch.Tensor:
-        """``tensor_metrics``, or the values of this very tensor measured earlier in the step and not changed
+    def _measure(self, tensor: torch.Tensor, ops: Tuple[str, ...], eps: float) -> Union[torch.Tensor, List[float]]:
+        """``measure``, or the values of this very tensor measured earlier in the step and not changed
         since (the same object, alive, with the same in-place version counter)."""
         seen = self._measured.get(id(tensor))
         version = tensor._version
         if seen is not None and seen[0]() is tensor and seen[1] == version and seen[2] == ops and seen[3] == eps:
             return seen[4]
-        values = tensor_metrics(tensor, ops, eps)
+        values = measure(tensor, ops, eps)
         try:
             self._measured[id(tensor)] = (weakref.ref(tensor), version, ops, eps, values)
         except TypeError:  # a tensor type without weak references is measured every time
@@ -330,7 +345,7 @@ class StepMetrics:
                  shapes: Sequence[str], dtypes: Sequence[str]) -> None:
         """Metrics computed on the host (one row of ``ops`` per name), as ``add_bulk`` records a block."""
         width = len(ops)
-        self._blocks.append(torch.tensor(rows, dtype=torch.float64).reshape(-1))
+        self._blocks.append([v for row in rows for v in row])
         self.keys += [(tag, name, op) for name in names for op in ops]
         for shape, dtype in zip(shapes, dtypes):
             self.shapes += [shape] * width
@@ -349,7 +364,7 @@ class StepMetrics:
         self.shapes += ["[]"] * len(names)
         self.dtypes += [str(values.dtype)] * len(names)
 
-    def _add(self, values: torch.Tensor, keys, shape: str, dtype: str) -> None:
+    def _add(self, values: Union[torch.Tensor, List[float]], keys, shape: str, dtype: str) -> None:
         self._blocks.append(values)
         self.keys += keys
         self.shapes += [shape] * len(keys)
@@ -361,15 +376,21 @@ class StepMetrics:
             return np.zeros(0, dtype=np.float64)
         by_device: Dict[torch.device, List[int]] = {}
         for i, block in enumerate(self._blocks):
-            by_device.setdefault(block.device, []).append(i)
-        if len(by_device) == 1:
-            return torch.cat(self._blocks).cpu().numpy()
-        parts: List[Optional[np.ndarray]] = [None] * len(self._blocks)
+            if isinstance(block, torch.Tensor):
+                by_device.setdefault(block.device, []).append(i)
+        if all(device.type == "cpu" for device in by_device):  # no device copy: the values as host numbers
+            flat: List[float] = []
+            for block in self._blocks:
+                flat += block if isinstance(block, list) else block.tolist()
+            return np.array(flat, dtype=np.float64)
+        parts: List[Optional[np.ndarray]] = [np.array(b, dtype=np.float64) if isinstance(b, list) else None
+                                             for b in self._blocks]
         for indices in by_device.values():
-            host = torch.cat([self._blocks[i] for i in indices]).cpu().numpy()
+            tensors = [self._blocks[i] for i in indices]
+            host = torch.cat(tensors).cpu().numpy()  # type: ignore[arg-type]  # (tensors only)
             start = 0
-            for i in indices:
-                size = self._blocks[i].numel()
+            for i, t in zip(indices, tensors):
+                size = t.numel()  # type: ignore[union-attr]
                 parts[i] = host[start:start + size]
                 start += size
-        return np.concatenate(parts)
+        return np.concatenate(parts)  # type: ignore[arg-type]  # every part filled
