@@ -201,18 +201,8 @@ def measure(x: torch.Tensor, ops: Sequence[str], eps: float) -> Union[List[float
 
 
 def tensor_metrics(x: torch.Tensor, ops: Sequence[str], eps: float) -> torch.Tensor:
-    """A float64 device tensor with one value per op, in ``ops`` order (of the local shard of a DTensor).
-
-    A dense float CPU tensor: ``native_row`` (one read). Otherwise the torch passes below.
-
-    One float64 copy serves mean and norm, one ``|x|`` serves the counts, and each count writes its 0/1 test into
-    a float tensor and sums that (a comparison into a bool tensor and a bool sum cost several times more on the
-    CPU). On the CPU, where reading a value costs no device sync, finite min and max prove that there is no NaN
-    and no inf (both propagate NaN), so the two counts are skipped, and the values are gathered as host numbers.
-    Every value is the same number as ``x.mean(dtype=float64)``, ``vector_norm(x, dtype=float64)``,
-    ``(x.abs() < eps).sum() / numel`` (float32), ``isnan(x).sum()`` and ``isinf(x).sum()`` give
-    (tests/test_monitor_stats.py checks it bitwise).
-    """
+    """A float64 device tensor with one value per op, in ``ops`` order (of the local shard of a DTensor): by
+    ``native_row`` (one read) for a dense float CPU tensor, else by ``torch_metrics``."""
     x = _real(local_shard(x.detach()))
     numel = x.numel()
     if numel == 0:
@@ -224,7 +214,16 @@ def tensor_metrics(x: torch.Tensor, ops: Sequence[str], eps: float) -> torch.Ten
 
 
 def torch_metrics(x: torch.Tensor, ops: Sequence[str], eps: float) -> torch.Tensor:
-    """``tensor_metrics`` by torch's passes, for a non-empty real tensor ``x``."""
+    """``tensor_metrics`` by torch's passes, for a non-empty real tensor ``x``.
+
+    One float64 copy serves mean and norm, one ``|x|`` serves the counts, and each count writes its 0/1 test into
+    a float tensor and sums that (a comparison into a bool tensor and a bool sum cost several times more on the
+    CPU). On the CPU, where reading a value costs no device sync, finite min and max prove that there is no NaN
+    and no inf (both propagate NaN), so the two counts are skipped, and the values are gathered as host numbers.
+    Every value is the same number as ``x.mean(dtype=float64)``, ``vector_norm(x, dtype=float64)``,
+    ``(x.abs() < eps).sum() / numel`` (float32), ``isnan(x).sum()`` and ``isinf(x).sum()`` give
+    (tests/test_monitor_stats.py checks it bitwise).
+    """
     numel = x.numel()
     on_cpu = x.device.type == "cpu"
     values: List[Union[torch.Tensor, float]] = []
