@@ -89,6 +89,12 @@ def test_zeros_count_compares_eps_in_the_tensor_type_as_torch(kernel, dtype):
         assert got == torch_reference(x, eps)[OPS.index("zeros")], (dtype, eps)
 
 
+def test_a_nan_eps_takes_the_torch_passes(kernel):
+    x = torch.randn(100)
+    assert native_row(x, ["zeros"], math.nan) is None
+    assert tensor_metrics(x, ["zeros", "max"], math.nan).tolist() == [0.0, float(x.max())]
+
+
 def test_counts_past_float32_integers(kernel):
     x = torch.zeros(2 ** 24 + 3)
     x[::2] = 1.0

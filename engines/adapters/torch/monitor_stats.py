@@ -112,7 +112,7 @@ def native_row(x: torch.Tensor, ops: Sequence[str], eps: float) -> Optional[List
     kernel's fixed order (within float64 rounding of the exact values; torch's float64 passes add in another
     order, so the last bits may differ); zeros, nans and infs the same counts as torch's tests."""
     found = _native_ptr(x)
-    if found is None:
+    if found is None or eps != eps:  # (a NaN eps: torch's comparison, false everywhere)
         return None
     kernel = monitor_kernel()
     if kernel is None:
@@ -133,7 +133,7 @@ def native_adam_update(ms: Sequence[torch.Tensor], vs: Sequence[torch.Tensor], c
     torch's foreach calls), or None unless every pair is two contiguous CPU float32 or float64 tensors of one
     dtype and shape and the kernel is there."""
     kernel = monitor_kernel()
-    if kernel is None:
+    if kernel is None or eps != eps:
         return None
     pairs = []
     for m, v in zip(ms, vs):
