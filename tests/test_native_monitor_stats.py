@@ -141,6 +141,7 @@ def test_views_the_pointer_misreads_take_the_torch_passes(kernel):
     assert native_row(base[:, ::2], ["max"], 1e-8) is None  # strided
     assert native_row(base.expand(2, 64, 33), ["max"], 1e-8) is None  # expanded
     assert native_row(base._neg_view(), ["max"], 1e-8) is None  # the memory holds the values negated
+    assert native_row(torch.empty(0, 3), ["mean"], 1e-8) is None  # empty: no values (tensor_metrics: NaN)
     raw = bytearray(4 * 11)
     unaligned = torch.frombuffer(raw, dtype=torch.float32, offset=1, count=10)
     assert unaligned.data_ptr() & 3 and native_row(unaligned, ["max"], 1e-8) is None

@@ -63,8 +63,8 @@ def _eps_as(eps: float, dtype: torch.dtype) -> float:
 def _native_ptr(x: torch.Tensor, *, transposed_ok: bool = True) -> Optional[Tuple[int, int]]:
     """``(data pointer, kernel dtype code)`` of a CPU float tensor of at least one dimension whose values are one
     dense block the kernel can read (contiguous; with ``transposed_ok`` also a transposed contiguous block, which
-    holds its values in another order), or None."""
-    if x.device.type != "cpu" or not x.dim():
+    holds its values in another order), or None (also for an empty tensor)."""
+    if x.device.type != "cpu" or not x.dim() or not x.numel():
         return None
     native = _NATIVE_CODE.get(x.dtype)
     if native is None or x.is_neg() or not (x.is_contiguous() or (transposed_ok and x.dim() >= 2
