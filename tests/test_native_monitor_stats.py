@@ -106,12 +106,20 @@ def test_counts_past_float32_integers(kernel):
 
 
 def test_results_do_not_depend_on_the_thread_count(kernel):
+    """65 blocks: up to 8 threads share them out (at least 8 blocks a thread)."""
     torch.manual_seed(3)
+    n = (1 << 22) + 12345
     for dtype in CODES:
-        t = (torch.randn((1 << 20) + 12345, dtype=torch.float64) * 7).to(dtype)
-        one = kernel.run(t.data_ptr(), t.numel(), CODES[dtype], 0.01, 1)
-        for threads in (2, 3, 5):
-            assert kernel.run(t.data_ptr(), t.numel(), CODES[dtype], 0.01, threads) == one
+        t = (torch.randn(n, dtype=torch.float64) * 7).to(dtype)
+        one = kernel.run(t.data_ptr(), n, CODES[dtype], 0.01, 1)
+        for threads in (2, 3, 5, 8):
+            assert kernel.run(t.data_ptr(), n, CODES[dtype], 0.01, threads) == one
+    for dtype in (torch.float32, torch.float64):
+        m = torch.randn(n, dtype=dtype)
+        v = torch.rand(n, dtype=dtype)
+        args = (m.data_ptr(), v.data_ptr(), n, CODES[dtype], 0.3, 0.02, 1e-8, 1e-3)
+        one = kernel.adam_update(*args, 1)
+        assert all(kernel.adam_update(*args, threads) == one for threads in (2, 3, 8))
 
 
 def _variant(folder, name: str, *defines: str) -> MonitorStats:
@@ -133,6 +141,14 @@ def test_vector_clones_give_the_same_bits(kernel, tmp_path):
             args = (t.data_ptr(), n, CODES[dtype], float(torch.tensor(1e-2).to(dtype)), 1)
             figures = kernel.run(*args)
             assert plain.run(*args) == figures and avx2.run(*args) == figures, dtype
+            if dtype in (torch.float32, torch.float64):
+                m = t.abs().neg() if n % 2 else t  # (a sign pattern other than t's, for the sign agreement)
+                v = t * t
+                pair = (t.data_ptr(), m.data_ptr(), n, CODES[dtype])
+                assert plain.sign_agreement(*pair) == avx2.sign_agreement(*pair) == kernel.sign_agreement(*pair)
+                adam = (m.data_ptr(), v.data_ptr(), n, CODES[dtype], 0.19, 0.002, 1e-8, 1e-3, 1)
+                update = kernel.adam_update(*adam)
+                assert plain.adam_update(*adam) == update and avx2.adam_update(*adam) == update, dtype
 
 
 def test_views_the_pointer_misreads_take_the_torch_passes(kernel):
