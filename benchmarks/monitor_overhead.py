@@ -11,7 +11,10 @@ a background thread, which may use the second core), and the peak host memory.
 Targets (the issue): weight-gradient norms <= 1.05x, activations of every block <= 1.3x. msprobe 26.2.0 on this
 workload: 4.44x everything, 1.23x weight-gradient norms only (docs/reference/msprobe-baselines.md).
 
-    python benchmarks/monitor_overhead.py [--rounds 3] [--steps 8] [--preset default]
+    python benchmarks/monitor_overhead.py [--rounds 3] [--steps 8] [--preset default] [--arms baseline,everything]
+
+``--arms "baseline,everything,everything (torch)"`` adds the everything arm with the native kernels off
+(``PROBE_TUI_NATIVE=0``: torch's passes and foreach calls), interleaved with the others.
 """
 
 import argparse
@@ -35,6 +38,9 @@ ARMS = {
                    "ur_distribution": True, "param_distribution": True, "mg_direction": True,
                    "ops": ["norm", "min", "max", "mean", "zeros", "nans"]},
 }
+ARMS["everything (torch)"] = ARMS["everything"]
+# Arms run with the native kernels off (the torch passes; not run unless named with --arms).
+ARM_ENV = {"everything (torch)": {"PROBE_TUI_NATIVE": "0"}}
 WARMUP = 2
 
 
@@ -88,7 +94,7 @@ def child(arm: str, steps: int, preset: str) -> None:
 
 
 def run_arm(script: Path, arm: str, steps: int, preset: str) -> dict:
-    env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
+    env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1", **ARM_ENV.get(arm, {}))
     out = subprocess.run([sys.executable, str(script), "--child", arm, "--steps", str(steps), "--preset", preset],
                          cwd=ROOT, env=env, capture_output=True, text=True, check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -112,10 +118,20 @@ def main(argv=None, arms=ARMS, script: Path = Path(__file__).resolve()) -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--steps", type=int, default=8, help="measured steps a run (after 2 warm-up steps)")
     parser.add_argument("--preset", default="default", choices=["default", "tiny"])
+    parser.add_argument("--arms", help="comma-separated arms, the first one the reference (default: every arm but "
+                                           + ", ".join(repr(a) for a in ARM_ENV) + ")")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
         return child(args.child, args.steps, args.preset)
+    if args.arms:
+        names = [a.strip() for a in args.arms.split(",")]
+        unknown = [a for a in names if a not in arms]
+        if unknown:
+            parser.error("unknown arm(s) %s; arms: %s" % (", ".join(unknown), ", ".join(arms)))
+        arms = {a: arms[a] for a in names}
+    else:
+        arms = {a: section for a, section in arms.items() if a not in ARM_ENV}
     results = {arm: [] for arm in arms}
     started = time.perf_counter()
     for r in range(args.rounds):

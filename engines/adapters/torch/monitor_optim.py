@@ -9,11 +9,16 @@ need ``exp_avg`` / ``exp_avg_sq`` in the state (Adam, AdamW, and optimizers that
   the first step).
 """
 
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 import torch
 
-from engines.adapters.torch.monitor_stats import StepMetrics
+from engines.adapters.torch.monitor_stats import (
+    StepMetrics,
+    native_adam_update,
+    native_norms,
+    native_sign_sum,
+)
 from engines.adapters.torch.shards import local_shard
 
 NamedParams = List[Tuple[str, torch.Tensor]]
@@ -37,7 +42,7 @@ def add_bulk(metrics: StepMetrics, tag: str, named: Sequence[Tuple[str, torch.Te
 
 def record_mg_direction(metrics: StepMetrics, optimizer, named: NamedParams) -> None:
     names: List[str] = []
-    values: List[Optional[torch.Tensor]] = []  # None: no momentum yet (1.0)
+    values: List[Union[None, float, torch.Tensor]] = []  # None: no momentum yet (1.0)
     grads, moms, slots = [], [], []
     for name, param in named:
         grad = grad_of(param)
@@ -52,13 +57,24 @@ def record_mg_direction(metrics: StepMetrics, optimizer, named: NamedParams) -> 
             slots.append(len(values) - 1)
     if not names:
         return
-    if grads:  # the sign products of all parameters with one foreach call each (the same numbers one by one)
-        products = torch._foreach_sign(grads)
-        torch._foreach_mul_(products, torch._foreach_sign(moms))
-        for slot, grad, product in zip(slots, grads, products):
+    rest = []  # pairs the native kernel does not take
+    for slot, grad, momentum in zip(slots, grads, moms):
+        total = native_sign_sum(grad, momentum)  # one read of both, no sign tensors: the same integer
+        if total is None:
+            rest.append((slot, grad, momentum))
+        else:
+            values[slot] = (total / grad.numel() + 1.0) / 2.0
+    if rest:  # the sign products of all parameters with one foreach call each (the same numbers one by one)
+        products = torch._foreach_sign([g for _, g, _ in rest])
+        torch._foreach_mul_(products, torch._foreach_sign([m for _, _, m in rest]))
+        for (slot, grad, _), product in zip(rest, products):
             values[slot] = (_sign_sum(product) / grad.numel() + 1.0) / 2.0
-    one = torch.tensor(1.0, dtype=torch.float64)
-    metrics.add_values("mg_direction", names, "value", torch.stack([one if v is None else v for v in values]))
+    if all(not isinstance(v, torch.Tensor) for v in values):
+        block = torch.tensor([1.0 if v is None else v for v in values], dtype=torch.float64)
+    else:
+        block = torch.stack([torch.tensor(1.0 if v is None else v, dtype=torch.float64)
+                             if not isinstance(v, torch.Tensor) else v for v in values])
+    metrics.add_values("mg_direction", names, "value", block)
 
 
 def _sign_sum(product: torch.Tensor) -> torch.Tensor:
@@ -119,6 +135,8 @@ def record_update(metrics: StepMetrics, optimizer, named: NamedParams, ops, eps)
         names.append(name)
     if not names:
         return
+    if _record_update_native(metrics, batches, names, ops, eps):
+        return
     updates: List[Optional[torch.Tensor]] = [None] * len(names)
     ratios: List[Optional[torch.Tensor]] = [None] * len(names)
     for (correction1, correction2, adam_eps, lr), slots, ms, vs, params in batches.values():
@@ -138,3 +156,34 @@ def record_update(metrics: StepMetrics, optimizer, named: NamedParams, ops, eps)
             ratios[slot] = batch_ratios[i]
     add_bulk(metrics, "update", list(zip(names, updates)), ops, eps)
     metrics.add_values("update_ratio", names, "value", torch.stack(ratios))  # type: ignore[arg-type]
+
+
+def _record_update_native(metrics: StepMetrics, batches, names: List[str], ops, eps) -> bool:
+    """``record_update`` by the native kernel: each update made and summarised in one read of its moments (never
+    stored), its norm from the same read, the parameter norms by the kernel too (float64, in its order). False,
+    with nothing recorded, unless every batch can take it (CPU, host step counters, float32/float64 moments)."""
+    rows: List[Optional[List[float]]] = [None] * len(names)
+    numerators: List[float] = [0.0] * len(names)
+    denominators: List[float] = [1.0] * len(names)
+    shapes: List[str] = [""] * len(names)
+    dtypes: List[str] = [""] * len(names)
+    done = []
+    for (correction1, correction2, adam_eps, lr), slots, ms, vs, params in batches.values():
+        if isinstance(correction1, torch.Tensor) or isinstance(lr, torch.Tensor):
+            return False
+        made = native_adam_update(ms, vs, correction1, correction2, adam_eps, ops, eps)
+        param_norms = native_norms(params) if made is not None else None
+        if made is None or param_norms is None:
+            return False
+        done.append((slots, ms, made, param_norms, lr))
+    for slots, ms, (batch_rows, update_norms), param_norms, lr in done:
+        for slot, m, row, u, p in zip(slots, ms, batch_rows, update_norms, param_norms):
+            rows[slot] = row
+            numerators[slot] = lr * u
+            denominators[slot] = p
+            shapes[slot] = str(list(m.shape))
+            dtypes[slot] = str(m.dtype)
+    metrics.add_rows("update", names, rows, ops, shapes, dtypes)  # type: ignore[arg-type]
+    ratios = torch.tensor(numerators, dtype=torch.float64) / torch.tensor(denominators, dtype=torch.float64)
+    metrics.add_values("update_ratio", names, "value", ratios)  # lr * |update| / |param|, as torch's division
+    return True
