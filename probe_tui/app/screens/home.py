@@ -138,6 +138,14 @@ class HomeScreen(AppScreen):
         from probe_tui.app.openers import warm_views
 
         warm_views()
+        self.post_message(self.Warmed())
+
+    class Warmed(Message):
+        """The views are imported (``_warm_views``)."""
+
+    @on(Warmed)
+    def _warmed(self) -> None:
+        self.app.freeze_startup()  # the start's objects, the imports included, out of later collections
 
     def _fill_runs(self) -> None:
         table = self.query_one("#runs", DataTable)
