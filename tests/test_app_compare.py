@@ -394,6 +394,43 @@ async def test_enter_on_a_suspect_shows_the_results_tab_with_its_rows_detail(tre
         await pilot.press("enter")
         await _shows_results_at_once(pilot, screen, target, layouts)
 
+@pilot_test
+async def test_enter_on_a_suspect_reads_its_rows_detail_at_once_and_shows_the_tab_with_it(tree_result):
+    """Enter on a suspect whose row's detail was not drawn yet reads it at once (no wait for the cursor's rest) and
+    shows the results tab once, with that detail (failed before: the tab showed with the suspect's detail, a layout,
+    then the row's ~80 ms later, once the cursor had rested and a worker had read it, another layout)."""
+    app = ProbeApp(tree_result.parent, root_label="~/exp")
+    async with app.run_test(size=(120, 40)) as pilot:
+        screen = await open_view(pilot, tree_result, CompareScreen)
+        await wait_until(pilot, lambda: loaded(pilot.app))
+        data, divergence = screen.data, screen.divergence
+        suspects = [(line, data.worst_row_of_record(int(first)))
+                    for line, first in enumerate(divergence["first_row"]) if 0 <= int(first) < data.n_rows]
+        line, target = next((s for s in suspects if screen.view.position_of(s[1]) != 0), (None, None))
+        assert target is not None, suspects
+        await _on_the_ranking(pilot, screen)
+        screen.divergence_table.move_cursor(line)
+        await wait_until(pilot, lambda: screen._detail_key == ("suspect", line) and ("suspect", line) in screen._details)
+        await pilot.pause(0.3)
+        assert ("row", target) not in screen._details
+        compositor = screen._compositor
+        reflow, frames = compositor.reflow, []
+
+        def counted(*args, **kwargs):
+            if screen._active_tab() == "results":
+                drawn = screen._details.get(("row", target))
+                frames.append(drawn is not None and screen.detail_renderable is drawn[1])
+            return reflow(*args, **kwargs)
+
+        compositor.reflow = counted
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: screen._active_tab() == "results" and screen.current_row() == target)
+        await wait_until(pilot, lambda: _shows_drawn(screen, target), what="the row's detail")
+        await pilot.pause(0.3)
+        assert frames and all(frames), frames  # every frame of the results tab shows the row's detail
+        assert screen.results_table.has_focus
+
+
 async def _on_the_ranking(pilot, screen):
     """From the results on row 0, to the ranking tab, its first suspect's detail shown, the switches' one-time
     restyles done."""

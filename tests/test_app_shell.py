@@ -344,3 +344,58 @@ async def test_a_view_closed_before_its_slow_result_stays_closed(tmp_path, monke
         await app.workers.wait_for_complete()
         await pilot.pause(0.2)
         assert app.screen is home and screen.reads == 1
+
+
+def test_home_imports_the_views_once_its_listing_is_drawn(tmp_path):
+    """The first view a user opens pays no import (50-130 ms of CPU at that key): home imports every built-in view's
+    detector, screen and reader off the UI thread once its listing is on screen. A fresh interpreter: this one has
+    imported the screens already."""
+    import subprocess
+    import sys
+
+    code = """
+import asyncio, sys
+from probe_tui.app.app import ProbeApp
+from probe_tui.app.screens.home import HomeScreen
+
+async def main():
+    app = ProbeApp(sys.argv[1], root_label="~/exp")
+    async with app.run_test(size=(100, 30)) as pilot:
+        while not (isinstance(app.screen, HomeScreen) and app.screen.scanned):
+            await pilot.pause(0.05)
+        for _ in range(200):
+            await pilot.pause(0.05)
+            await app.workers.wait_for_complete()
+            if "engines.acc_check.results" in sys.modules:
+                break
+        from probe_tui.app import openers
+        named = ["probe_tui.app.screens.acc_check", "probe_tui.app.screens.compare", "probe_tui.app.screens.dump",
+                 "probe_tui.app.screens.monitor", "engines.acc_check.results"]
+        print("missing", [m for m in named if m not in sys.modules])
+        print("all", [m for m in [*openers._SCREEN_MODULES, *openers.WARM_READERS] if m not in sys.modules])
+        print("screens", len(openers._SCREEN_MODULES))
+
+asyncio.run(main())
+"""
+    out = subprocess.run([sys.executable, "-c", code, str(tmp_path)], cwd=ROOT, capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    lines = dict(line.split(" ", 1) for line in out.stdout.splitlines() if " " in line)
+    assert lines["missing"] == "[]"
+    assert lines["all"] == "[]"
+    assert int(lines["screens"]) >= 9
+
+
+@pilot_test
+async def test_the_objects_of_the_start_are_left_out_of_later_collections_while_the_app_runs(tmp_path):
+    """Once home's listing is drawn and the views imported, the start's objects are frozen (the oldest garbage
+    collection walked them all each time, 60-80 ms of CPU at the key it fell on); the app's end unfreezes them, so an
+    app run in a longer process (tests) can be collected."""
+    import gc
+
+    assert gc.get_freeze_count() == 0
+    app = ProbeApp(tmp_path, root_label="~/exp")
+    async with app.run_test(size=(100, 30)) as pilot:
+        await wait_until(pilot, lambda: app.startup_frozen, what="the start frozen")
+        assert gc.get_freeze_count() > 10_000
+    assert not app.startup_frozen and gc.get_freeze_count() == 0

@@ -10,6 +10,7 @@ both open the run summary).
 
 import importlib
 import os
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, List, Optional
@@ -69,6 +70,18 @@ def factory_for(kind: str) -> Optional[Callable[[Path], Screen]]:
 
 
 
+WARM_READERS = ("engines.acc_check.results", "engines.acc_check.online", "engines.parse.inspect")
+"""Modules the built-in views import as they read (:func:`warm_views`)."""
+
+
+def warm_views() -> None:
+    """Import the detectors, every built-in view's screen module and their readers now (any thread; home calls it
+    once its listing is drawn): the first folder a user opens then pays no import, 50-130 ms of CPU at that key."""
+    openers()
+    for module in [*_SCREEN_MODULES, *WARM_READERS]:
+        importlib.import_module(module)
+
+
 def holds_runs(path: Path) -> bool:
     """A folder of runs (a ``dump_path``: run folders, a ``latest`` link), listed by home rather than opened."""
     path = Path(path)
@@ -119,25 +132,36 @@ def is_plain_folder(path: Path) -> bool:
 
 
 _defaults_done = False
+_defaults_lock = threading.Lock()
+"""Held while the built-in openers register: detection (a worker) and :func:`warm_views` (another) may ask at once."""
 
 
 def _register_defaults() -> None:
     global _defaults_done
     if _defaults_done:
         return
-    _defaults_done = True
-    from probe_tui.app.screens.summary import RunSummaryScreen
+    with _defaults_lock:
+        if _defaults_done:
+            return
+        from probe_tui.app.screens.summary import RunSummaryScreen
 
-    # The built-in views, most specific first; then the generic fallbacks. Views registered later with
-    # first=True still take precedence over all of these.
-    for kind, detect, factory in _views():
-        register_opener(kind, detect, factory, first=False)
-    register_opener("run", is_run_folder, RunSummaryScreen, first=False)
-    register_opener("folder", is_plain_folder, RunSummaryScreen, first=False)
+        # The built-in views, most specific first; then the generic fallbacks. Views registered later with
+        # first=True still take precedence over all of these.
+        for kind, detect, factory in _views():
+            register_opener(kind, detect, factory, first=False)
+        register_opener("run", is_run_folder, RunSummaryScreen, first=False)
+        register_opener("folder", is_plain_folder, RunSummaryScreen, first=False)
+        _defaults_done = True
+
+
+_SCREEN_MODULES: List[str] = []
+"""The built-in views' screen modules (``_screen``)."""
 
 
 def _screen(module: str, name: str) -> Callable[[Path], Screen]:
-    """The factory of a built-in view: imports ``probe_tui.app.screens.<module>`` when a folder of its kind opens."""
+    """The factory of a built-in view: imports ``probe_tui.app.screens.<module>`` when a folder of its kind opens
+    (or :func:`warm_views`)."""
+    _SCREEN_MODULES.append("probe_tui.app.screens." + module)
 
     def factory(path: Path) -> Screen:
         return getattr(importlib.import_module("probe_tui.app.screens." + module), name)(path)

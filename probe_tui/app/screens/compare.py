@@ -7,7 +7,7 @@ Reading happens in thread workers that post typed messages (:class:`CompareScree
 
 import asyncio
 from pathlib import Path
-from typing import Any, Dict, Optional
+from typing import Any, Dict, Optional, Set
 
 from rich.text import Text
 from textual import on, work
@@ -98,7 +98,11 @@ class CompareScreen(CompareFinding, CompareRanks, AppScreen):
         """What the detail pane shows (a rich renderable)."""
         self._tab_handled: Optional[str] = None
         self._tab_after_view: Optional[Timer] = None
-        """Set while the results tab waits for the view on its way (``action_goto_rows``)."""
+        """Set while the results tab waits for the view or the detail on its way (``action_goto_rows``)."""
+        self._tab_waits: Set[str] = set()
+        """What that tab still waits for: ``view``, ``detail``."""
+        self._reading_ahead: Set[Any] = set()
+        """Detail keys read ahead (``read_ahead``), on their way."""
         self._details: Dict[Any, Any] = {}
         """Key -> (theme, renderable, drawn for the pane): the last details read (``DETAIL_CACHE``)."""
 
@@ -260,10 +264,10 @@ class CompareScreen(CompareFinding, CompareRanks, AppScreen):
             self.notify(message.error, severity="error", title="Search")
             if self._view_applied is not None:
                 self._view_applied.set()
-            self._show_tab_after_view()
+            self._tab_part_ready("view")
             return
         self._set_view(message.view, message.keep_row)
-        self._show_tab_after_view()
+        self._tab_part_ready("view")
         if not len(message.view):
             self.notify("No row matches; f changes the filter, / the search.", timeout=4)
 
@@ -294,6 +298,8 @@ class CompareScreen(CompareFinding, CompareRanks, AppScreen):
         room = self.query_one("#detail-body", DetailPane).room()
         if at_once and self._show_drawn(key):
             return
+        if key in self._reading_ahead:  # on its way: shown as it arrives
+            return
         self._detail_timer = self.set_timer(DETAIL_DELAY_S, lambda: self._show_drawn(key) or self._load_detail(key, room))
 
     def _show_drawn(self, key: Any) -> bool:
@@ -308,6 +314,29 @@ class CompareScreen(CompareFinding, CompareRanks, AppScreen):
     @work(thread=True, exclusive=True, group="cmp-detail", exit_on_error=False)
     def _load_detail(self, key: Any, room: Any) -> None:
         self.post_message(self._read_detail(key, room))
+
+    def read_ahead(self, key: Any) -> bool:
+        """Read ``key``'s detail now, for the tab a key shows next (no wait for the cursor's rest); False when it
+        is drawn already or on its way."""
+        drawn = self._details.get(key)
+        if (drawn is not None and drawn[0] == self.app.theme) or key in self._reading_ahead or self.data is None:
+            return False
+        self._reading_ahead.add(key)
+        self._read_ahead(key, self.query_one("#detail-body", DetailPane).room())
+        return True
+
+    @work(thread=True, exit_on_error=False, group="cmp-ahead")
+    def _read_ahead(self, key: Any, room: Any) -> None:
+        try:
+            message = self._read_detail(key, room)
+        except Exception:
+            self.app.call_from_thread(self._ahead_failed, key)
+            raise
+        self.post_message(message)
+
+    def _ahead_failed(self, key: Any) -> None:
+        self._reading_ahead.discard(key)
+        self._tab_part_ready("detail")
 
     @work(thread=True, exclusive=True, group="cmp-predraw", exit_on_error=False)
     def _predraw_detail(self, key: Any, room: Any) -> None:
@@ -338,6 +367,8 @@ class CompareScreen(CompareFinding, CompareRanks, AppScreen):
 
     @on(DetailReady)
     def _detail_ready(self, message: "CompareScreen.DetailReady") -> None:
+        ahead = message.key in self._reading_ahead
+        self._reading_ahead.discard(message.key)
         self._details.pop(message.key, None)
         self._details[message.key] = (self.app.theme, message.renderable, message.shown)
         while len(self._details) > DETAIL_CACHE:
@@ -345,6 +376,8 @@ class CompareScreen(CompareFinding, CompareRanks, AppScreen):
         if message.key == self._detail_key:
             self.detail_renderable = message.renderable
             self.query_one("#detail-body", DetailPane).show(message.shown)
+        if ahead:  # the results tab that waits for it (``action_goto_rows``) shows with it
+            self._tab_part_ready("detail")
 
     # ---- divergence and tree ------------------------------------------------------------------------------
     @work(thread=True, exclusive=True, group="cmp-divergence", exit_on_error=False)
@@ -467,12 +500,20 @@ class CompareScreen(CompareFinding, CompareRanks, AppScreen):
                 self._load_tree()
 
     def _cancel_tab_after_view(self) -> None:
+        self._tab_waits = set()
         if self._tab_after_view is not None:
             self._tab_after_view.stop()
             self._tab_after_view = None
 
+    def _tab_part_ready(self, part: str) -> None:
+        """The view or the detail the results tab waits for arrived: the tab shows once both have."""
+        self._tab_waits.discard(part)
+        if not self._tab_waits:
+            self._show_tab_after_view()
+
     def _show_tab_after_view(self) -> None:
-        """The results tab that waited for the view (``action_goto_rows``): now, or when the wait ran out."""
+        """The results tab that waited for the view and the detail (``action_goto_rows``): now, or when the wait ran
+        out."""
         if self._tab_after_view is not None:
             self.action_show_tab("results")
 

@@ -9,8 +9,8 @@ from probe_tui.app.data.compare_result import FILTER_CYCLE
 from probe_tui.app.widgets.result_tree import NodeRef, ResultTree
 
 TAB_AFTER_VIEW_S = 0.25
-"""How long enter on a suspect or node whose row the view leaves out waits for the view with it before it shows the
-results tab anyway (with the view it had)."""
+"""How long enter on a suspect or node waits for the view with its row (when the view leaves the row out) and for
+the row's detail (when it was not drawn before) before it shows the results tab anyway (with what it had)."""
 
 
 class CompareFinding:
@@ -20,6 +20,7 @@ class CompareFinding:
     divergence: Any
     rank: Any
     _tab_after_view: Any
+    _tab_waits: Any
 
     def _jump_to_error(self, backwards: bool) -> None:
         if self.view is None:
@@ -74,14 +75,20 @@ class CompareFinding:
             self.notify("No result row belongs to this line.", timeout=3)
             return
         position = self.view.position_of(row) if self.view is not None else None
+        # the tab shows once, with the view that holds the row and the row's detail: both are read now, together
+        self._cancel_tab_after_view()
+        waits = set()
+        if self.read_ahead(("row", row)):
+            waits.add("detail")
         if position is None:  # filtered out: show everything (of its rank) in dump order, then go there
             self.spec = {"verdict_filter": "all", "search": "", "sort": "order", "descending": False,
                          "rank": self.rank}
             self._make_view(dict(self.spec), row)
-            # the tab shows with that view (one layout), not first with the view that leaves the row out
-            self._cancel_tab_after_view()
-            self._tab_after_view = self.set_timer(TAB_AFTER_VIEW_S, self._show_tab_after_view)
+            waits.add("view")
+        else:  # before the tab shows: it shows with this row's detail, not the detail of the row it was on
+            self.results_table.move_cursor(position)
+        if not waits:
+            self.action_show_tab("results")
             return
-        # before the tab shows: it shows with this row's detail, not the detail of the row it was on
-        self.results_table.move_cursor(position)
-        self.action_show_tab("results")
+        self._tab_waits = waits
+        self._tab_after_view = self.set_timer(TAB_AFTER_VIEW_S, self._show_tab_after_view)

@@ -129,6 +129,23 @@ class HomeScreen(AppScreen):
                 self.set_focus(runs if self.runs or not self.configs else configs)
         for error in message.errors:
             self.notify(error, severity="error", title="Home")
+        if first and self.app.screen is self:  # (not while a view the app started on opens)
+            self.call_after_refresh(self._warm_views)
+
+    @work(thread=True, exclusive=True, group="home-warm", exit_on_error=False)
+    def _warm_views(self) -> None:
+        """Once the listing is on screen: the imports of the views' first opens (``openers.warm_views``)."""
+        from probe_tui.app.openers import warm_views
+
+        warm_views()
+        self.post_message(self.Warmed())
+
+    class Warmed(Message):
+        """The views are imported (``_warm_views``)."""
+
+    @on(Warmed)
+    def _warmed(self) -> None:
+        self.app.freeze_startup()  # the start's objects, the imports included, out of later collections
 
     def _fill_runs(self) -> None:
         table = self.query_one("#runs", DataTable)
