@@ -88,6 +88,22 @@ def test_nonfinite_counts(batched):
     assert list(cols.counts[f]) == [0, 0, 0]
 
 
+@pytest.mark.parametrize("precision", ["low", "high"])
+def test_zero_d_floats_on_the_cpu_equal_the_batched_path(precision):
+    """A CPU float 0-d tensor (an optimizer's step count, a loss) is read once on the per-entry path: the same
+    values, validity and NaN/inf counts as the general path of every other device, in every float type."""
+    values = [-2.5, 0.0, -0.0, 3e38, 1e-45, float("nan"), float("inf"), float("-inf")]
+    tensors = [torch.tensor(v, dtype=d) for d in (torch.float32, torch.float64, torch.float16, torch.bfloat16)
+               for v in values]
+    _, host = _finish(tensors, False, precision=precision)
+    _, batched = _finish(tensors, True, precision=precision)
+    for got, want in ((host.stats, batched.stats), (host.counts, batched.counts), (host.valid, batched.valid),
+                      (host.numel, batched.numel)):
+        assert got.tobytes() == want.tobytes()
+    assert [list(host.counts[i]) for i in (5, 6, 7)] == [[1, 0, 0], [0, 1, 0], [0, 0, 1]]
+    assert np.isnan(host.stats[5]).all() and list(host.stats[0]) == [-2.5] * 4
+
+
 def _host_float_cases():
     torch.manual_seed(2)
     big = torch.randn(64, 512) * 7

@@ -51,6 +51,7 @@ class CaptureSession:
     modules: Any  # its module (cell) capture: add_root, install, uninstall, end_step, current, take_new_modules
     api_capture: Any  # its API record assembly (engines.capture.api.ApiRecords): call, info_class
     fresh_backward_entries = False  # a gradient tensor is a new entry on every sight (no version counter to trust)
+    record_done_hook = False  # a processor defines ``record_done`` (``plug``): the per-call path calls it
     module_dump_class: Any = None  # msprobe's module_dump window (``ModuleDump(session, module, name)``), if any
 
     def __init__(self, options: CaptureOptions, sink_factory: Optional[Callable[[int], Any]] = None,
@@ -91,6 +92,8 @@ class CaptureSession:
         processor.attach(self)
         for name, method in hot_path_overrides(processor):
             setattr(self, name, method)
+            if name == "record_done":
+                self.record_done_hook = True
         return self
 
     # -- what the adapter brings -----------------------------------------------------------------------------

@@ -86,6 +86,7 @@ _DATA_PACKAGE = os.path.dirname(os.path.abspath(torch.utils.data.__file__)) + os
 # id(code) -> (code, is it torch's data package): keyed by id, a code object's own hash reads its bytecode
 # (~0.5 us a call); the code object is held, so its id stays its own
 _data_code: Dict[int, Tuple[Any, bool]] = {}
+_getframe = sys._getframe
 
 
 def _called_by_data_loading(code: Any) -> bool:
@@ -130,7 +131,13 @@ class CaptureFunctionMode(TorchFunctionMode):
                 return self._enter_data_loading(func, args, kwargs)
             return func(*args, **kwargs)
         collective = s.describe_collective(info, func, args, kwargs) if info.distributed else None
-        if not info.captured or _called_by_data_loading(sys._getframe(1).f_code):
+        if not info.captured:
+            return func(*args, **kwargs)
+        code = _getframe(1).f_code  # ``_called_by_data_loading`` inline: its dict lookup, no call
+        found = _data_code.get(id(code))
+        if found is None:
+            found = _data_code[id(code)] = (code, os.path.abspath(code.co_filename).startswith(_DATA_PACKAGE))
+        if found[1]:
             return func(*args, **kwargs)
         return s.api_capture.call(info, func, args, kwargs, collective)
 

@@ -28,6 +28,7 @@ from engines.capture.summary import CaptureSummary
 INLINE_HASH_BYTES = 1 << 16
 # (dtype, shape) -> the row's (dtype name, shape JSON, "cpu") of a CPU tensor: the same few shapes recur all step
 _CPU_META: Dict[Tuple[torch.dtype, torch.Size], Tuple[str, str, str]] = {}
+_STRIDED = torch.strided
 
 
 def _hash_job(arr: np.ndarray, dtype_name: str, shape: Tuple[int, ...], crc: bool, xhash: bool):
@@ -96,11 +97,14 @@ class TensorEntries(StepEntries):
             self.meta.append(meta)
         else:
             self.meta.append(meta_of(local))
-        try:
-            base = summarisable(local.detach())
-        except UnsupportedTensor as exc:
-            self.summary.unsupported(str(exc))
-            return e
+        base = local.detach()
+        if type(base) is not torch.Tensor or base.layout is not _STRIDED or base.is_meta or base.is_quantized \
+                or base.is_nested:  # ``summarisable``'s tests of a plain tensor inline; the rest asks it
+            try:
+                base = summarisable(base)
+            except UnsupportedTensor as exc:
+                self.summary.unsupported(str(exc))
+                return e
         self.stats.add(e, base)
         self.numels[e] = base.numel()
         if save and not self.saving_stopped:

@@ -81,10 +81,44 @@ class StatsBatch(StatsBatchBase):
         self._fused = None if force_batched else fused_stats()
 
     def add(self, entry: int, t: torch.Tensor) -> None:
-        """Summarise tensor ``t`` (already detached and summarisable) as ``entry``."""
+        """Summarise tensor ``t`` (already detached and summarisable) as ``entry``.
+
+        The per-entry path: a CPU float tensor's fused read (``_add_host_float``'s first case: a contiguous
+        block, aligned) runs here, calling the kernel's C function directly (``FusedStats.run`` without its
+        frame; a failing call goes on as ``run``'s ValueError did: to torch's reductions); a CPU float 0-d tensor
+        (an optimizer's step count, a loss) is read once. The values are those of the general paths."""
         dtype = t.dtype
-        if dtype in _FLOAT_HOST and not self.force_batched and t.is_cpu and t.dim():
-            self._add_host_float(entry, t, dtype)
+        if dtype in _FLOAT_HOST and not self.force_batched and t.is_cpu:
+            if t.dim():
+                fused = self._fused
+                if fused is not None and t.is_contiguous() and not t.is_neg():
+                    numel = t.numel()
+                    code, align = _NATIVE_CODE[dtype]
+                    if numel:
+                        try:
+                            ptr = t.data_ptr()
+                        except RuntimeError:  # no readable pointer: ``_add_host_float``'s torch reductions
+                            ptr = 1
+                        if not ptr & align:
+                            out = fused.out
+                            if fused.fn(ptr, numel, code, FLOAT32 if self.high and code >= FLOAT16 else code,
+                                        _num_threads() if numel >= THREADS_FROM else 1, out) == 0:
+                                self.host[entry] = [out[0], out[1], out[2], out[3], numel, VALID_STATS,
+                                                    int(out[4]), int(out[5]), int(out[6])]
+                                return
+                self._add_host_float(entry, t, dtype)
+                return
+            # 0-d: max = min = sum = norm = the value (``_put`` of each, below), NaN/inf counted from it
+            v = t.item()
+            row = [v, v, v, v, 1, VALID_STATS, 0, 0, 0]
+            if not math.isfinite(v):
+                if v != v:
+                    row[6] = 1
+                elif v > 0:
+                    row[7] = 1
+                else:
+                    row[8] = 1
+            self.host[entry] = row
             return
         numel = t.numel()
         row = new_row(numel)
