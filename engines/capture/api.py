@@ -27,6 +27,7 @@ from engines.capture.naming import DIRECTION_FORWARD, FLAG_RECOMPUTED, KIND_API
 # the input edges, the sequence mark, whether the backward is observed, whether tensors are saved.
 OUT_KWARG = "out"
 OUT_SLOT = "input." + OUT_KWARG
+OUTPUT_0 = "output.0"
 Pre = Tuple[int, int, int, str, str, int, int, List, int, bool, bool]
 
 
@@ -36,6 +37,9 @@ class ApiRecords:
     walkers: Walkers
     tensor_type: Any = ()
     stack_skip = 0  # interpreter frames of the interception itself above the caller's (for the stack table)
+    # exact tensor types a call's result is recorded as itself (``output.0``) unless the call is a collective:
+    # what the adapter's ``_outputs`` does with them, without its call
+    plain_outputs: Tuple[type, ...] = ()
 
     def __init__(self, session: Any) -> None:
         self.session = session
@@ -195,7 +199,10 @@ class ApiRecords:
         """Record the outputs (the session is busy) and attach the backward hooks."""
         s = self.session
         _, _, record, name, parent, stack, flags, edges, seq, want_bwd, save = pre
-        outputs, fresh = self._outputs(info, out, args, kwargs)
+        if type(out) in self.plain_outputs and not info.distributed:  # the usual result: ``_outputs`` inline
+            outputs, fresh = [(OUTPUT_0, out)], False
+        else:
+            outputs, fresh = self._outputs(info, out, args, kwargs)
         dm = s.filter.data_mode
         if record >= 0:
             if not isinstance(out, self.tensor_type):

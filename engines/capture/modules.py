@@ -237,7 +237,8 @@ class ModuleTree:
             if dm.forward and dm.output:
                 for slot, t in outputs:
                     s.add_row(frame.record, slot, t, frame.save)
-            s.record_done(frame.record)
+            if s.record_done_hook:  # a processor's hook (no call for the session's no-op)
+                s.record_done(frame.record)
         if frame.want_bwd and outputs:
             self._take_edges(frame, kw_rows)
             pending = PendingBackward(s, naming.backward_of(frame.name), naming.KIND_MODULE, frame.parent,

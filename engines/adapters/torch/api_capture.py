@@ -44,6 +44,26 @@ def _is_compiling_fn():
 is_compiling = _is_compiling_fn()
 
 
+def _flag_reader() -> Any:
+    """Where ``torch.compiler.is_compiling`` is exactly ``False if torch.jit.is_scripting() else
+    _is_compiling_flag`` (torch >= 2.8; torch.jit.is_scripting() is always False in Python), a function reading
+    that flag: one call a hook instead of two. None elsewhere (``is_compiling`` then)."""
+    compiler = getattr(torch, "compiler", None)
+    fn = getattr(compiler, "is_compiling", None)
+    code = getattr(fn, "__code__", None)
+    if code is None or not hasattr(compiler, "_is_compiling_flag") \
+            or tuple(code.co_names) != ("torch", "jit", "is_scripting", "_is_compiling_flag"):
+        return None
+
+    def compiling() -> bool:
+        return compiler._is_compiling_flag  # type: ignore[union-attr]
+
+    return compiling
+
+
+is_compiling = _flag_reader() or is_compiling
+
+
 # Allocations that leave their memory uninitialised (overflow_check: their values are no overflow).
 UNINITIALISED = frozenset(f for f in (torch.empty, torch.empty_like, torch.empty_strided,
                                       getattr(torch, "empty_permuted", None), torch.Tensor.new_empty,
@@ -160,6 +180,7 @@ class ApiCapture(ApiRecords):
 
     walkers = flatten.WALKERS
     tensor_type = torch.Tensor
+    plain_outputs = (torch.Tensor, torch.nn.Parameter)  # ``_outputs``' usual result
     info_class = ApiInfo  # what register_custom_api names its calls with (engines.capture.script_controls)
 
     def call(self, info: ApiInfo, func: Any, args: tuple, kwargs: Dict[str, Any],
