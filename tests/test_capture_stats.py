@@ -256,3 +256,30 @@ def test_statistics_of_graph_tensors_build_no_graph_and_equal_the_detached_ones(
     _, want = _finish([t.detach() for t in tensors], path == "batched")
     for a, b in ((got.stats, want.stats), (got.counts, want.counts), (got.valid, want.valid)):
         assert a.tobytes() == b.tobytes()
+
+
+def test_stats_columns_in_one_pass_equal_the_entry_at_a_time_loop():
+    """The step end's columns from the statistics rows (one float64 array, indexed assignments) hold exactly what
+    the loop an entry at a time gives: bools, large integers, NaN rows (max/min NaN), no statistics (valid 0),
+    rows of entries past the step's count left out, mean = sum / numel."""
+    import copy
+    import math
+
+    from engines.capture import entries as step_entries
+
+    rows = {
+        0: [3.5, -1.25, 7.0, 4.0, 3, VALID_STATS, 0, 0, 0],
+        1: [True, False, math.nan, math.nan, 4, VALID_MAX | VALID_MIN, 0, 0, 0],
+        2: [2 ** 62 + 1, -(2 ** 40), 2 ** 63 - 1, 1e18, 3, VALID_STATS, 0, 0, 0],
+        3: [5.0, 1.0, math.nan, math.nan, 6, VALID_STATS, 2, 1, 0],
+        4: [math.nan, math.nan, math.nan, math.nan, 0, 0, 0, 0, 0],
+        6: [1.0, 1.0, 1.0, 1.0, 1, VALID_STATS, 0, 0, 1],
+        9: [9.0, 9.0, 9.0, 9.0, 1, VALID_STATS, 0, 0, 0],  # past n_entries: left out
+    }
+    loop_rows, fast_rows = copy.deepcopy(rows), copy.deepcopy(rows)
+    want = step_entries._stats_columns_loop(loop_rows, 8)
+    got = step_entries.stats_columns(fast_rows, 8)
+    for g, w in zip(got, want):
+        assert g.dtype == w.dtype and g.tobytes() == w.tobytes()
+    assert fast_rows[3][:2] == loop_rows[3][:2] and math.isnan(fast_rows[3][0])  # the row says NaN too
+    assert got[2][5].tolist() == [-1, -1, -1] and got[1][4] == 0 and got[2][3].tolist() == [2, 1, 0]
