@@ -8,7 +8,7 @@ the statistics rows turned into columns (``stats_columns``), and the columns of 
 
 import math
 import weakref
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -49,9 +49,10 @@ def new_row(numel: int) -> List[Any]:
     return [math.nan, math.nan, math.nan, math.nan, numel, 0, 0, 0, 0]
 
 
-def stats_columns(rows: Dict[int, List[Any]], n_entries: int) -> StatsColumns:
-    """Host arrays for entries 0..n-1 from their statistics rows: (stats[n,4] = max,min,mean,norm; valid[n];
-    counts[n,3]). A NaN anywhere makes max and min NaN (some device kernels skip NaN; numpy and torch do not).
+def stats_columns(rows: Dict[int, Sequence[Any]], n_entries: int) -> StatsColumns:
+    """Host arrays for entries 0..n-1 from their statistics rows (lists, or tuples when complete at once): (stats[n,4]
+    = max,min,mean,norm; valid[n]; counts[n,3]). A NaN anywhere makes max and min NaN (some device kernels skip
+    NaN; numpy and torch do not). The rows are left as they are.
 
     The rows (Python floats, ints and bools) are read into one float64 array and the columns filled by indexed
     assignments: the values ``float()`` gives an entry at a time, and mean = sum / numel the same division, at
@@ -75,8 +76,6 @@ def stats_columns(rows: Dict[int, List[Any]], n_entries: int) -> StatsColumns:
     nan_seen = has & (arr[:, NAN] > 0)
     if nan_seen.any():
         arr[nan_seen, MAX] = arr[nan_seen, MIN] = np.nan
-        for i in np.flatnonzero(nan_seen).tolist():  # the rows say so too, as before
-            kept[i][MAX] = kept[i][MIN] = math.nan
     stats[at[has], 0] = arr[has, MAX]
     stats[at[has], 1] = arr[has, MIN]
     mean = has & ((vbits & VALID_MEAN) != 0)
@@ -85,7 +84,7 @@ def stats_columns(rows: Dict[int, List[Any]], n_entries: int) -> StatsColumns:
     return stats, valid, counts
 
 
-def _stats_columns_loop(rows: Dict[int, List[Any]], n_entries: int) -> StatsColumns:
+def _stats_columns_loop(rows: Dict[int, Sequence[Any]], n_entries: int) -> StatsColumns:
     """``stats_columns`` an entry at a time (rows holding a value numpy does not take as a float)."""
     stats = np.full((n_entries, 4), np.nan, dtype=np.float64)
     valid = np.zeros(n_entries, dtype=np.uint8)
@@ -99,9 +98,10 @@ def _stats_columns_loop(rows: Dict[int, List[Any]], n_entries: int) -> StatsColu
         if not vbits:
             continue
         if row[NAN] and row[NAN] > 0:
-            row[MAX] = row[MIN] = math.nan
-        stats[entry, 0] = float(row[MAX])
-        stats[entry, 1] = float(row[MIN])
+            stats[entry, 0] = stats[entry, 1] = math.nan
+        else:
+            stats[entry, 0] = float(row[MAX])
+            stats[entry, 1] = float(row[MIN])
         if vbits & VALID_MEAN:
             stats[entry, 2] = float(row[SUM]) / row[NUMEL]
             stats[entry, 3] = float(row[NORM])
@@ -119,8 +119,8 @@ class StatsBatchBase:
         self.clear()
 
     def clear(self) -> None:
-        # entry -> [max, min, sum, norm, numel, valid, nan, posinf, neginf]
-        self.host: Dict[int, List[Any]] = {}
+        # entry -> [max, min, sum, norm, numel, valid, nan, posinf, neginf] (a tuple when complete at once)
+        self.host: Dict[int, Any] = {}
         # Device results pending the batched move: group key -> ([0-d tensors], [(entry, column)])
         self.pending: Dict[Any, Tuple[List[Any], List[Tuple[int, int]]]] = {}
 

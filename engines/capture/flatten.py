@@ -120,7 +120,9 @@ class Walkers:
                         if visit is None:
                             visit = _appender(rows)
                         out_kwargs[str(k)] = walk(v, slot, visit)
-            return {"args": out_args, "kwargs": out_kwargs}
+            # a tuple (the same JSON): of tensor marks and scalars only, the collector stops tracking it, and then
+            # the skeleton; a step's skeletons live until its end
+            return {"args": tuple(out_args), "kwargs": out_kwargs}
 
         def walk_output(out: Any, visit: Optional[Visitor]) -> Any:
             """Skeleton of a result: a single tensor is ``output.0``; tuples and lists number their items."""

@@ -103,22 +103,24 @@ class StatsBatch(StatsBatchBase):
                             out = fused.out
                             if fused.fn(ptr, numel, code, FLOAT32 if self.high and code >= FLOAT16 else code,
                                         _num_threads() if numel >= THREADS_FROM else 1, out) == 0:
-                                self.host[entry] = [out[0], out[1], out[2], out[3], numel, VALID_STATS,
-                                                    int(out[4]), int(out[5]), int(out[6])]
+                                # a tuple: complete, and of plain numbers, so the collector stops tracking it
+                                # (a step's rows live until its end: fewer objects for every collection to
+                                # walk and to promote)
+                                self.host[entry] = (out[0], out[1], out[2], out[3], numel, VALID_STATS,
+                                                    int(out[4]), int(out[5]), int(out[6]))
                                 return
                 self._add_host_float(entry, t, dtype)
                 return
             # 0-d: max = min = sum = norm = the value (``_put`` of each, below), NaN/inf counted from it
             v = t.item()
-            row = [v, v, v, v, 1, VALID_STATS, 0, 0, 0]
-            if not math.isfinite(v):
-                if v != v:
-                    row[6] = 1
-                elif v > 0:
-                    row[7] = 1
-                else:
-                    row[8] = 1
-            self.host[entry] = row
+            if math.isfinite(v):
+                self.host[entry] = (v, v, v, v, 1, VALID_STATS, 0, 0, 0)
+            elif v != v:
+                self.host[entry] = (v, v, v, v, 1, VALID_STATS, 1, 0, 0)
+            elif v > 0:
+                self.host[entry] = (v, v, v, v, 1, VALID_STATS, 0, 1, 0)
+            else:
+                self.host[entry] = (v, v, v, v, 1, VALID_STATS, 0, 0, 1)
             return
         numel = t.numel()
         row = new_row(numel)
