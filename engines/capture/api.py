@@ -14,7 +14,7 @@ An ``out=`` argument is a buffer the call writes its result into: before the cal
 with the result in it (slot ``input.out``, as the skeleton names it).
 """
 
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from engines.capture import naming
 from engines.capture.backward import PendingBackward
@@ -40,6 +40,10 @@ class ApiRecords:
     # exact tensor types a call's result is recorded as itself (``output.0``) unless the call is a collective:
     # what the adapter's ``_outputs`` does with them, without its call
     plain_outputs: Tuple[type, ...] = ()
+    # Optional builtins for the per-call path: ``_graph_task_id()`` is -1 when no backward pass runs (then
+    # ``_call_flags()`` is 0); ``_grad_enabled()`` is ``_backward_possible(0)``. None: the methods are asked.
+    _graph_task_id: Optional[Callable[[], int]] = None
+    _grad_enabled: Optional[Callable[[], bool]] = None
 
     def __init__(self, session: Any) -> None:
         self.session = session
@@ -111,7 +115,10 @@ class ApiRecords:
         The per-call path: what a session fixed at its start (the filters, data_mode, whether tensors are saved)
         is read from attributes, not asked through calls."""
         s = self.session
-        flags = self._call_flags()
+        # ``_call_flags`` and ``_backward_possible`` without their calls where the adapter gives their usual case
+        # as one builtin each (outside a backward pass: no flags; then grad mode alone decides)
+        gid = self._graph_task_id
+        flags = 0 if gid is not None and gid() == -1 else self._call_flags()
         counts = (s.recompute_counter if flags & FLAG_RECOMPUTED else s.api_counter).counts
         base = info.base
         index = counts.get(base, 0)
@@ -125,7 +132,8 @@ class ApiRecords:
         dm = filt.data_mode
         if reason is None and not dm.forward:  # data_mode backward: no forward record, not even its arguments
             reason = REASON_DATA_MODE
-        want_bwd = (dm.backward and self._backward_possible(flags)
+        ge = self._grad_enabled
+        want_bwd = (dm.backward and (ge() if ge is not None and not flags else self._backward_possible(flags))
                     and (reason is None or s.backward_may_be_wanted(naming.backward_of(name), listed_parent)))
         if reason is not None:
             s.summary.skipped(reason)

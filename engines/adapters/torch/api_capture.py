@@ -238,6 +238,10 @@ class ApiCapture(ApiRecords):
         # A non-reentrant checkpoint re-run only rebuilds saved tensors; its graph is thrown away.
         return torch.is_grad_enabled() and not (flags and not self.session.last_recompute_reentrant)
 
+    # their usual case without a method frame (``ApiRecords.before``)
+    _graph_task_id = staticmethod(_current_graph_task_id) if _current_graph_task_id is not None else None
+    _grad_enabled = staticmethod(torch.is_grad_enabled)
+
     # the functions themselves (no method frame around them: each runs for every captured call or input)
     input_edge = staticmethod(input_edge)  # type: ignore[assignment]
     _sequence_mark = staticmethod(sequence_mark)  # type: ignore[assignment]
