@@ -81,7 +81,8 @@ class StatsBatch(StatsBatchBase):
         self._fused = None if force_batched else fused_stats()
 
     def add(self, entry: int, t: torch.Tensor) -> None:
-        """Summarise tensor ``t`` (already detached and summarisable) as ``entry``.
+        """Summarise tensor ``t`` (summarisable; detached here before any torch reduction runs on it, so that
+        the statistics never add to the autograd graph) as ``entry``.
 
         The per-entry path: a CPU float tensor's fused read (``_add_host_float``'s first case: a contiguous
         block, aligned) runs here, calling the kernel's C function directly (``FusedStats.run`` without its
@@ -109,7 +110,7 @@ class StatsBatch(StatsBatchBase):
                                 self.host[entry] = (out[0], out[1], out[2], out[3], numel, VALID_STATS,
                                                     int(out[4]), int(out[5]), int(out[6]))
                                 return
-                self._add_host_float(entry, t, dtype)
+                self._add_host_float(entry, t.detach(), dtype)
                 return
             # 0-d: max = min = sum = norm = the value (``_put`` of each, below), NaN/inf counted from it
             v = t.item()
@@ -122,6 +123,7 @@ class StatsBatch(StatsBatchBase):
             else:
                 self.host[entry] = (v, v, v, v, 1, VALID_STATS, 0, 0, 1)
             return
+        t = t.detach()
         numel = t.numel()
         row = new_row(numel)
         self.host[entry] = row
