@@ -190,7 +190,7 @@ class ModuleTree:
                           and (reason is None or s.backward_may_be_wanted(naming.backward_of(name), frame.listed)))
         if reason is not None:
             s.summary.skipped(reason)
-        frame.stack = s.stacks.current(0) if s.keep_stacks else -1
+        frame.stack = s.stacks.current(1) if s.keep_stacks else -1  # from the caller: no frame object for this one
         rows: List = []
         skeleton = self.walkers.call_rows(args, kwargs, rows)
         if reason is None:

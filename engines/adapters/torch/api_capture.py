@@ -181,6 +181,10 @@ class ApiCapture(ApiRecords):
     walkers = flatten.WALKERS
     tensor_type = torch.Tensor
     plain_outputs = (torch.Tensor, torch.nn.Parameter)  # ``_outputs``' usual result
+    # ``before`` <- ``call`` <- the interception (``__torch_function__``, ``__torch_dispatch__``, a wrapper of
+    # ``call``): all the tool's, skipped by depth, so that ``sys._getframe`` makes no frame object for them (a
+    # frame object is allocated and, when its function returns, takes a copy of its locals)
+    stack_skip = 3
     info_class = ApiInfo  # what register_custom_api names its calls with (engines.capture.script_controls)
 
     def call(self, info: ApiInfo, func: Any, args: tuple, kwargs: Dict[str, Any],
