@@ -167,3 +167,9 @@ def test_record_args_text_is_the_json_module_s_text():
     loop["self"] = loop
     assert records.encode_args(loop) == json.dumps(str(loop))
     assert records.encode_args({(1, 2): "tuple key"}) == json.dumps(str({(1, 2): "tuple key"}))
+    # a step's list at once (StepBuffer.build): the same text a record at a time, None as "", and a value the
+    # encoder refuses falls back for that value only
+    step = values + [None, values[0]]
+    assert records.encode_all(step) == [records.encode_args(v) for v in step]
+    assert records.encode_all([values[0], loop, None]) == [records.encode_args(values[0]), json.dumps(str(loop)), ""]
+    assert records.encode_all([]) == []

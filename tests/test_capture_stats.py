@@ -88,6 +88,22 @@ def test_nonfinite_counts(batched):
     assert list(cols.counts[f]) == [0, 0, 0]
 
 
+@pytest.mark.parametrize("precision", ["low", "high"])
+def test_zero_d_floats_on_the_cpu_equal_the_batched_path(precision):
+    """A CPU float 0-d tensor (an optimizer's step count, a loss) is read once on the per-entry path: the same
+    values, validity and NaN/inf counts as the general path of every other device, in every float type."""
+    values = [-2.5, 0.0, -0.0, 3e38, 1e-45, float("nan"), float("inf"), float("-inf")]
+    tensors = [torch.tensor(v, dtype=d) for d in (torch.float32, torch.float64, torch.float16, torch.bfloat16)
+               for v in values]
+    _, host = _finish(tensors, False, precision=precision)
+    _, batched = _finish(tensors, True, precision=precision)
+    for got, want in ((host.stats, batched.stats), (host.counts, batched.counts), (host.valid, batched.valid),
+                      (host.numel, batched.numel)):
+        assert got.tobytes() == want.tobytes()
+    assert [list(host.counts[i]) for i in (5, 6, 7)] == [[1, 0, 0], [0, 1, 0], [0, 0, 1]]
+    assert np.isnan(host.stats[5]).all() and list(host.stats[0]) == [-2.5] * 4
+
+
 def _host_float_cases():
     torch.manual_seed(2)
     big = torch.randn(64, 512) * 7
@@ -240,3 +256,31 @@ def test_statistics_of_graph_tensors_build_no_graph_and_equal_the_detached_ones(
     _, want = _finish([t.detach() for t in tensors], path == "batched")
     for a, b in ((got.stats, want.stats), (got.counts, want.counts), (got.valid, want.valid)):
         assert a.tobytes() == b.tobytes()
+
+
+def test_stats_columns_in_one_pass_equal_the_entry_at_a_time_loop():
+    """The step end's columns from the statistics rows (one float64 array, indexed assignments) hold exactly what
+    the loop an entry at a time gives: bools, large integers, NaN rows (max/min NaN), no statistics (valid 0),
+    rows of entries past the step's count left out, mean = sum / numel."""
+    import copy
+    import math
+
+    from engines.capture import entries as step_entries
+
+    rows = {
+        0: [3.5, -1.25, 7.0, 4.0, 3, VALID_STATS, 0, 0, 0],
+        1: [True, False, math.nan, math.nan, 4, VALID_MAX | VALID_MIN, 0, 0, 0],
+        2: [2 ** 62 + 1, -(2 ** 40), 2 ** 63 - 1, 1e18, 3, VALID_STATS, 0, 0, 0],
+        3: [5.0, 1.0, math.nan, math.nan, 6, VALID_STATS, 2, 1, 0],
+        4: [math.nan, math.nan, math.nan, math.nan, 0, 0, 0, 0, 0],
+        6: [1.0, 1.0, 1.0, 1.0, 1, VALID_STATS, 0, 0, 1],
+        9: [9.0, 9.0, 9.0, 9.0, 1, VALID_STATS, 0, 0, 0],  # past n_entries: left out
+    }
+    loop_rows, fast_rows = copy.deepcopy(rows), copy.deepcopy(rows)
+    want = step_entries._stats_columns_loop(loop_rows, 8)
+    got = step_entries.stats_columns(fast_rows, 8)
+    for g, w in zip(got, want):
+        assert g.dtype == w.dtype and g.tobytes() == w.tobytes()
+    assert fast_rows == rows and loop_rows == rows  # the rows are left as they are
+    assert step_entries.stats_columns({k: tuple(v) for k, v in rows.items()}, 8)[0].tobytes() == want[0].tobytes()
+    assert got[2][5].tolist() == [-1, -1, -1] and got[1][4] == 0 and got[2][3].tolist() == [2, 1, 0]

@@ -14,18 +14,20 @@ An ``out=`` argument is a buffer the call writes its result into: before the cal
 with the result in it (slot ``input.out``, as the skeleton names it).
 """
 
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from engines.capture import naming
 from engines.capture.backward import PendingBackward
 from engines.capture.defaults import split_kwargs
 from engines.capture.filters import REASON_DATA_MODE
 from engines.capture.flatten import Walkers
+from engines.capture.naming import DIRECTION_FORWARD, FLAG_RECOMPUTED, KIND_API
 
 # What ``before`` hands to ``after``: buffer marks (for a rollback), the record, its name, parent and stack, flags,
 # the input edges, the sequence mark, whether the backward is observed, whether tensors are saved.
 OUT_KWARG = "out"
 OUT_SLOT = "input." + OUT_KWARG
+OUTPUT_0 = "output.0"
 Pre = Tuple[int, int, int, str, str, int, int, List, int, bool, bool]
 
 
@@ -35,10 +37,18 @@ class ApiRecords:
     walkers: Walkers
     tensor_type: Any = ()
     stack_skip = 0  # interpreter frames of the interception itself above the caller's (for the stack table)
+    # exact tensor types a call's result is recorded as itself (``output.0``) unless the call is a collective:
+    # what the adapter's ``_outputs`` does with them, without its call
+    plain_outputs: Tuple[type, ...] = ()
+    # Optional builtins for the per-call path: ``_graph_task_id()`` is -1 when no backward pass runs (then
+    # ``_call_flags()`` is 0); ``_grad_enabled()`` is ``_backward_possible(0)``. None: the methods are asked.
+    _graph_task_id: Optional[Callable[[], int]] = None
+    _grad_enabled: Optional[Callable[[], bool]] = None
 
     def __init__(self, session: Any) -> None:
         self.session = session
         self._save_all: Optional[bool] = None  # task tensor: every record saves its tensors (read at first use)
+        self._may_save: Optional[bool] = None  # any record may save tensors (tensor task, tensor_list)
 
     # -- what the adapter brings -----------------------------------------------------------------------------
     def _call_flags(self) -> int:
@@ -105,8 +115,11 @@ class ApiRecords:
         The per-call path: what a session fixed at its start (the filters, data_mode, whether tensors are saved)
         is read from attributes, not asked through calls."""
         s = self.session
-        flags = self._call_flags()
-        counts = (s.recompute_counter if flags & naming.FLAG_RECOMPUTED else s.api_counter).counts
+        # ``_call_flags`` and ``_backward_possible`` without their calls where the adapter gives their usual case
+        # as one builtin each (outside a backward pass: no flags; then grad mode alone decides)
+        gid = self._graph_task_id
+        flags = 0 if gid is not None and gid() == -1 else self._call_flags()
+        counts = (s.recompute_counter if flags & FLAG_RECOMPUTED else s.api_counter).counts
         base = info.base
         index = counts.get(base, 0)
         counts[base] = index + 1
@@ -119,19 +132,21 @@ class ApiRecords:
         dm = filt.data_mode
         if reason is None and not dm.forward:  # data_mode backward: no forward record, not even its arguments
             reason = REASON_DATA_MODE
-        want_bwd = (dm.backward and self._backward_possible(flags)
+        ge = self._grad_enabled
+        want_bwd = (dm.backward and (ge() if ge is not None and not flags else self._backward_possible(flags))
                     and (reason is None or s.backward_may_be_wanted(naming.backward_of(name), listed_parent)))
         if reason is not None:
             s.summary.skipped(reason)
             if not want_bwd:
                 return None
         buffer = s.buffer
-        marks0, marks1 = len(buffer.rec_name), len(buffer.row_slot)
+        rec_name = buffer.rec_name
+        marks0, marks1 = len(rec_name), len(buffer.row_slot)
         edges: List = []
         record = -1
         stack = s.stacks.current(self.stack_skip) if s.keep_stacks else -1
         parent = frame.name if frame is not None else ""
-        save = self._saves(name)
+        save = self._saves(name) if self._may_save is not False else False
         walkers = self.walkers
         rows: List[Tuple[str, Any]] = []
         if reason is None:
@@ -146,8 +161,15 @@ class ApiRecords:
                 skeleton["collective"] = collective
             if extra:
                 skeleton.update(extra)
-            record = buffer.add_record(name, naming.KIND_API, naming.DIRECTION_FORWARD, parent, stack,
-                                       skeleton, flags)
+            # ``buffer.add_record`` inline (the per-call path)
+            record = marks0
+            rec_name.append(name)
+            buffer.rec_kind.append(KIND_API)
+            buffer.rec_direction.append(DIRECTION_FORWARD)
+            buffer.rec_parent.append(parent)
+            buffer.rec_stack.append(stack)
+            buffer.rec_args.append(skeleton)
+            buffer.rec_flags.append(flags)
             if rows and dm.forward and dm.input:
                 add_row = s.add_row
                 if kwargs and kwargs.get(OUT_KWARG) is not None:
@@ -172,17 +194,23 @@ class ApiRecords:
     def _saves(self, name: str) -> bool:
         """The session's ``saves(name)`` (task tensor, statistics with ``tensor_list``), without the calls."""
         s = self.session
+        if self._may_save is None:  # read at first use; False: no record of the session saves tensors
+            self._save_all = bool(s.options.saves_tensors)
+            self._may_save = self._save_all or bool(s.filter.tensor_list)
+            if not self._may_save:
+                return False
         if s.entries.saving_stopped:
             return False
-        if self._save_all is None:
-            self._save_all = bool(s.options.saves_tensors)
         return self._save_all or (bool(s.filter.tensor_list) and s.filter.saves_tensor_of(name))
 
     def after(self, info: Any, pre: Pre, args: tuple, kwargs: Dict[str, Any], out: Any) -> None:
         """Record the outputs (the session is busy) and attach the backward hooks."""
         s = self.session
         _, _, record, name, parent, stack, flags, edges, seq, want_bwd, save = pre
-        outputs, fresh = self._outputs(info, out, args, kwargs)
+        if type(out) in self.plain_outputs and not info.distributed:  # the usual result: ``_outputs`` inline
+            outputs, fresh = [(OUTPUT_0, out)], False
+        else:
+            outputs, fresh = self._outputs(info, out, args, kwargs)
         dm = s.filter.data_mode
         if record >= 0:
             if not isinstance(out, self.tensor_type):
@@ -194,13 +222,18 @@ class ApiRecords:
                     s.add_row(record, slot, t, save)
             if dm.forward and dm.output:
                 add_row = s.add_row
-                for slot, t in outputs:
-                    add_row(record, slot, t, save, fresh=fresh)
-            s.record_done(record)
+                if fresh:
+                    for slot, t in outputs:
+                        add_row(record, slot, t, save, True)
+                else:
+                    for slot, t in outputs:
+                        add_row(record, slot, t, save)
+            if s.record_done_hook:  # a processor's hook (no call for the session's no-op)
+                s.record_done(record)
         if want_bwd and outputs:
             # name is "<base>.<index>.forward": its backward record swaps the last word
-            pending = PendingBackward(s, name[:-7] + "backward", naming.KIND_API, parent, stack,
-                                      flags & ~naming.FLAG_RECOMPUTED)
+            pending = PendingBackward(s, name[:-7] + "backward", KIND_API, parent, stack,
+                                      flags & ~FLAG_RECOMPUTED)
             if self._attach(pending, edges, outputs, seq, dm.output, dm.input):
                 s.pending_backward.append(pending)
 

@@ -37,6 +37,7 @@ class Walkers:
         is_size = sizes if sizes else None
         arg_slots = ["input.%d" % i for i in range(N_SLOTS)]
         kw_slots: Dict[str, str] = {}
+        isfinite = math.isfinite
 
         def walk(obj: Any, slot: str, visit: Optional[Visitor], depth: int = 0) -> Any:
             """JSON-ready skeleton of ``obj``; ``visit(slot, tensor)`` for every tensor inside (when given)."""
@@ -84,7 +85,8 @@ class Walkers:
 
         def call_rows(args: tuple, kwargs: Dict[str, Any], rows: List) -> Dict[str, Any]:
             """``walk_call`` with every ``(slot, tensor)`` appended to ``rows``: the per-call path. A top-level
-            tensor or plain scalar (the usual argument) is handled here with its slot name made once."""
+            tensor or plain scalar (the usual argument; a finite float too, which ``walk`` keeps as it is) is
+            handled here with its slot name made once."""
             visit: Optional[Visitor] = None
             out_args: List[Any] = []
             add = out_args.append
@@ -93,7 +95,7 @@ class Walkers:
                     slot = arg_slots[i] if i < N_SLOTS else "input.%d" % i
                     rows.append((slot, a))
                     add({"tensor": slot})
-                elif a is None or type(a) in PLAIN:
+                elif a is None or type(a) in PLAIN or (type(a) is float and isfinite(a)):
                     add(a)
                 else:
                     if visit is None:
@@ -112,13 +114,15 @@ class Walkers:
                     if isinstance(v, tensor_type):
                         rows.append((slot, v))
                         out_kwargs[str(k)] = {"tensor": slot}
-                    elif v is None or type(v) in PLAIN:
+                    elif v is None or type(v) in PLAIN or (type(v) is float and isfinite(v)):
                         out_kwargs[str(k)] = v
                     else:
                         if visit is None:
                             visit = _appender(rows)
                         out_kwargs[str(k)] = walk(v, slot, visit)
-            return {"args": out_args, "kwargs": out_kwargs}
+            # a tuple (the same JSON): of tensor marks and scalars only, the collector stops tracking it, and then
+            # the skeleton; a step's skeletons live until its end
+            return {"args": tuple(out_args), "kwargs": out_kwargs}
 
         def walk_output(out: Any, visit: Optional[Visitor]) -> Any:
             """Skeleton of a result: a single tensor is ``output.0``; tuples and lists number their items."""

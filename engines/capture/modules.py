@@ -190,7 +190,7 @@ class ModuleTree:
                           and (reason is None or s.backward_may_be_wanted(naming.backward_of(name), frame.listed)))
         if reason is not None:
             s.summary.skipped(reason)
-        frame.stack = s.stacks.current(0) if s.keep_stacks else -1
+        frame.stack = s.stacks.current(1) if s.keep_stacks else -1  # from the caller: no frame object for this one
         rows: List = []
         skeleton = self.walkers.call_rows(args, kwargs, rows)
         if reason is None:
@@ -237,7 +237,8 @@ class ModuleTree:
             if dm.forward and dm.output:
                 for slot, t in outputs:
                     s.add_row(frame.record, slot, t, frame.save)
-            s.record_done(frame.record)
+            if s.record_done_hook:  # a processor's hook (no call for the session's no-op)
+                s.record_done(frame.record)
         if frame.want_bwd and outputs:
             self._take_edges(frame, kw_rows)
             pending = PendingBackward(s, naming.backward_of(frame.name), naming.KIND_MODULE, frame.parent,

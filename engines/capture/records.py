@@ -7,6 +7,7 @@ the same tensor appears in several records (the output of one op is the input of
 """
 
 import json
+from itertools import repeat
 from typing import Any, Dict, List, Optional
 
 import numpy as np
@@ -141,7 +142,7 @@ class StepBuffer:
             "direction": np.asarray(self.rec_direction, dtype=np.uint8),
             "parent": list(self.rec_parent),
             "stack": np.asarray(stacks, dtype=np.int64),
-            "args": [encode_args(a) for a in self.rec_args],
+            "args": encode_all(self.rec_args),
             "flags": flags,
         }
         tensors = {
@@ -229,3 +230,18 @@ def encode_args(args: Any) -> str:
         return _ENCODE(args)
     except (TypeError, ValueError, RecursionError):
         return json.dumps(str(args))
+
+
+def encode_all(args_list: List[Any]) -> List[str]:
+    """``encode_args`` of each record's arguments, the step's list at once: the C encoder and the join mapped
+    over it (no Python call a record); the same text, "" for None. A value the encoder refuses sends the whole
+    list through ``encode_args`` (its fallback for that value)."""
+    if _C_ENCODE is None:
+        return [encode_args(a) for a in args_list]
+    try:
+        out = list(map(_join, map(_C_ENCODE, args_list, repeat(0))))
+    except (TypeError, ValueError, RecursionError):
+        return [encode_args(a) for a in args_list]
+    for i in [i for i, a in enumerate(args_list) if a is None]:
+        out[i] = ""
+    return out

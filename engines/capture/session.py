@@ -51,6 +51,7 @@ class CaptureSession:
     modules: Any  # its module (cell) capture: add_root, install, uninstall, end_step, current, take_new_modules
     api_capture: Any  # its API record assembly (engines.capture.api.ApiRecords): call, info_class
     fresh_backward_entries = False  # a gradient tensor is a new entry on every sight (no version counter to trust)
+    record_done_hook = False  # a processor defines ``record_done`` (``plug``): the per-call path calls it
     module_dump_class: Any = None  # msprobe's module_dump window (``ModuleDump(session, module, name)``), if any
 
     def __init__(self, options: CaptureOptions, sink_factory: Optional[Callable[[int], Any]] = None,
@@ -84,6 +85,7 @@ class CaptureSession:
         self.dump_window: Any = None  # the module_dump in effect
         self.processor = CallProcessor()  # statistics and tensor: the session's own processing
         self._spilled: Optional[SpilledTensors] = None  # the step's full tensors written early (memory_budget)
+        self._may_save: Optional[bool] = None  # any record may save tensors (``saves``; read at first use)
 
     def plug(self, processor: CallProcessor) -> "CaptureSession":
         """Process each call with ``processor`` (a task's part: ``engines.capture.processor``); returns self."""
@@ -91,6 +93,8 @@ class CaptureSession:
         processor.attach(self)
         for name, method in hot_path_overrides(processor):
             setattr(self, name, method)
+            if name == "record_done":
+                self.record_done_hook = True
         return self
 
     # -- what the adapter brings -----------------------------------------------------------------------------
@@ -289,7 +293,10 @@ class CaptureSession:
         return self.modules.current()
 
     def saves(self, name: str) -> bool:
-        if self.entries.saving_stopped:
+        may = self._may_save
+        if may is None:  # read at first use: False when no record of the session saves tensors
+            may = self._may_save = bool(self.options.saves_tensors) or bool(self.filter.tensor_list)
+        if not may or self.entries.saving_stopped:
             return False
         if self.options.saves_tensors:
             return True
@@ -318,7 +325,8 @@ class CaptureSession:
         return True
 
     def backward_row(self, pending: Any, slot: str, grad: Any) -> None:
-        if not self.filter.data_mode.wants(False, slot.startswith("input")):
+        dm = self.filter.data_mode  # ``dm.wants(False, is_input)`` inline (once a backward row)
+        if not dm.backward or not (dm.input if slot.startswith("input") else dm.output):
             return
         save = self.saves(pending.name)
         pending.rows.append((slot, grad, self.entries.entry(grad, save, self.fresh_backward_entries), save))
@@ -328,13 +336,16 @@ class CaptureSession:
             return
         record = self.buffer.add_record(pending.name, pending.kind, naming.DIRECTION_BACKWARD, pending.parent,
                                         pending.stack, None, pending.flags)
-        rows = sorted(pending.rows, key=lambda r: (0 if r[0].startswith("input") else 1, r[0]))
+        # inputs first, then outputs, each by slot; equal keys keep their order (the index): a stable sort
+        # without a key function call a row
+        rows = sorted([(0 if r[0].startswith("input") else 1, r[0], i, r) for i, r in enumerate(pending.rows)])
         meta = self.entries.meta
-        for slot, t, entry, save in rows:
+        for _, _, _, (slot, t, entry, save) in rows:
             dtype, shape, device = meta[entry]
             self.buffer.add_row(record, slot, dtype, shape, self._grad_requires_grad(t), entry, device, save)
         pending.rows = []
-        self.record_done(record)
+        if self.record_done_hook:
+            self.record_done(record)
 
     def record_done(self, record: int) -> None:
         """Every row of forward or backward ``record`` is in the buffer (parameter-gradient records excepted: their

@@ -73,7 +73,7 @@ class StringTable:
         """Staged strings as one UTF-8 blob and their byte lengths; clears the stage."""
         parts, self._staged = self._staged, []
         self.staged_bytes = 0
-        lengths = np.fromiter((len(p) for p in parts), dtype=np.int64, count=len(parts))
+        lengths = np.fromiter(map(len, parts), dtype=np.int64, count=len(parts))
         return b"".join(parts), lengths
 
 

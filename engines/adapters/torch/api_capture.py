@@ -44,6 +44,26 @@ def _is_compiling_fn():
 is_compiling = _is_compiling_fn()
 
 
+def _flag_reader() -> Any:
+    """Where ``torch.compiler.is_compiling`` is exactly ``False if torch.jit.is_scripting() else
+    _is_compiling_flag`` (torch >= 2.8; torch.jit.is_scripting() is always False in Python), a function reading
+    that flag: one call a hook instead of two. None elsewhere (``is_compiling`` then)."""
+    compiler = getattr(torch, "compiler", None)
+    fn = getattr(compiler, "is_compiling", None)
+    code = getattr(fn, "__code__", None)
+    if code is None or not hasattr(compiler, "_is_compiling_flag") \
+            or tuple(code.co_names) != ("torch", "jit", "is_scripting", "_is_compiling_flag"):
+        return None
+
+    def compiling() -> bool:
+        return compiler._is_compiling_flag  # type: ignore[union-attr]
+
+    return compiling
+
+
+is_compiling = _flag_reader() or is_compiling
+
+
 # Allocations that leave their memory uninitialised (overflow_check: their values are no overflow).
 UNINITIALISED = frozenset(f for f in (torch.empty, torch.empty_like, torch.empty_strided,
                                       getattr(torch, "empty_permuted", None), torch.Tensor.new_empty,
@@ -86,6 +106,7 @@ _DATA_PACKAGE = os.path.dirname(os.path.abspath(torch.utils.data.__file__)) + os
 # id(code) -> (code, is it torch's data package): keyed by id, a code object's own hash reads its bytecode
 # (~0.5 us a call); the code object is held, so its id stays its own
 _data_code: Dict[int, Tuple[Any, bool]] = {}
+_getframe = sys._getframe
 
 
 def _called_by_data_loading(code: Any) -> bool:
@@ -130,7 +151,13 @@ class CaptureFunctionMode(TorchFunctionMode):
                 return self._enter_data_loading(func, args, kwargs)
             return func(*args, **kwargs)
         collective = s.describe_collective(info, func, args, kwargs) if info.distributed else None
-        if not info.captured or _called_by_data_loading(sys._getframe(1).f_code):
+        if not info.captured:
+            return func(*args, **kwargs)
+        code = _getframe(1).f_code  # ``_called_by_data_loading`` inline: its dict lookup, no call
+        found = _data_code.get(id(code))
+        if found is None:
+            found = _data_code[id(code)] = (code, os.path.abspath(code.co_filename).startswith(_DATA_PACKAGE))
+        if found[1]:
             return func(*args, **kwargs)
         return s.api_capture.call(info, func, args, kwargs, collective)
 
@@ -153,6 +180,11 @@ class ApiCapture(ApiRecords):
 
     walkers = flatten.WALKERS
     tensor_type = torch.Tensor
+    plain_outputs = (torch.Tensor, torch.nn.Parameter)  # ``_outputs``' usual result
+    # ``before`` <- ``call`` <- the interception (``__torch_function__``, ``__torch_dispatch__``, a wrapper of
+    # ``call``): all the tool's, skipped by depth, so that ``sys._getframe`` makes no frame object for them (a
+    # frame object is allocated and, when its function returns, takes a copy of its locals)
+    stack_skip = 3
     info_class = ApiInfo  # what register_custom_api names its calls with (engines.capture.script_controls)
 
     def call(self, info: ApiInfo, func: Any, args: tuple, kwargs: Dict[str, Any],
@@ -209,6 +241,10 @@ class ApiCapture(ApiRecords):
     def _backward_possible(self, flags: int) -> bool:
         # A non-reentrant checkpoint re-run only rebuilds saved tensors; its graph is thrown away.
         return torch.is_grad_enabled() and not (flags and not self.session.last_recompute_reentrant)
+
+    # their usual case without a method frame (``ApiRecords.before``)
+    _graph_task_id = staticmethod(_current_graph_task_id) if _current_graph_task_id is not None else None
+    _grad_enabled = staticmethod(torch.is_grad_enabled)
 
     # the functions themselves (no method frame around them: each runs for every captured call or input)
     input_edge = staticmethod(input_edge)  # type: ignore[assignment]

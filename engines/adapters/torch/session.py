@@ -166,10 +166,26 @@ class TorchCaptureSession(CaptureSession):
             self.busy_depth -= 1
 
     def add_row(self, record: int, slot: str, t: torch.Tensor, save: bool = False, fresh: bool = False) -> None:
+        """The per-row path: an entry seen before this step (the output of one op is the next one's input, a
+        parameter in every call) is found here without a call (``TensorEntries.entry``'s first test, in the same
+        order: the tensor itself behind the weak reference, then its version), and the row goes into the
+        buffer's columns without ``StepBuffer.add_row``'s frame."""
         entries = self.entries
-        entry = entries.entry(t, save, fresh)
+        cached = None if fresh or save or entries.volatile else entries.cache.get(id(t))
+        if cached is not None and cached[0]() is t and cached[1] == t._version:
+            entry = cached[2]
+        else:
+            entry = entries.entry(t, save, fresh)
         dtype, shape, device = entries.meta[entry]
-        self.buffer.add_row(record, slot, dtype, shape, 1 if t.requires_grad else 0, entry, device, save)
+        b = self.buffer
+        b.row_record.append(record)
+        b.row_slot.append(slot)
+        b.row_dtype.append(dtype)
+        b.row_shape.append(shape)
+        b.row_requires_grad.append(1 if t.requires_grad else 0)
+        b.row_entry.append(entry)
+        b.row_device.append(device)
+        b.row_save.append(save)
 
     def _grad_requires_grad(self, t: torch.Tensor) -> int:
         return 1 if t.requires_grad else 0

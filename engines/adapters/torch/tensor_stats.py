@@ -81,11 +81,49 @@ class StatsBatch(StatsBatchBase):
         self._fused = None if force_batched else fused_stats()
 
     def add(self, entry: int, t: torch.Tensor) -> None:
-        """Summarise tensor ``t`` (already detached and summarisable) as ``entry``."""
+        """Summarise tensor ``t`` (summarisable; detached here before any torch reduction runs on it, so that
+        the statistics never add to the autograd graph) as ``entry``.
+
+        The per-entry path: a CPU float tensor's fused read (``_add_host_float``'s first case: a contiguous
+        block, aligned) runs here, calling the kernel's C function directly (``FusedStats.run`` without its
+        frame; a failing call goes on as ``run``'s ValueError did: to torch's reductions); a CPU float 0-d tensor
+        (an optimizer's step count, a loss) is read once. The values are those of the general paths."""
         dtype = t.dtype
-        if dtype in _FLOAT_HOST and not self.force_batched and t.is_cpu and t.dim():
-            self._add_host_float(entry, t, dtype)
+        if dtype in _FLOAT_HOST and not self.force_batched and t.is_cpu:
+            if t.dim():
+                fused = self._fused
+                if fused is not None and t.is_contiguous() and not t.is_neg():
+                    numel = t.numel()
+                    code, align = _NATIVE_CODE[dtype]
+                    if numel:
+                        try:
+                            ptr = t.data_ptr()
+                        except RuntimeError:  # no readable pointer: ``_add_host_float``'s torch reductions
+                            ptr = 1
+                        if not ptr & align:
+                            out = fused.out
+                            if fused.fn(ptr, numel, code, FLOAT32 if self.high and code >= FLOAT16 else code,
+                                        _num_threads() if numel >= THREADS_FROM else 1, out) == 0:
+                                # a tuple: complete, and of plain numbers, so the collector stops tracking it
+                                # (a step's rows live until its end: fewer objects for every collection to
+                                # walk and to promote)
+                                self.host[entry] = (out[0], out[1], out[2], out[3], numel, VALID_STATS,
+                                                    int(out[4]), int(out[5]), int(out[6]))
+                                return
+                self._add_host_float(entry, t.detach(), dtype)
+                return
+            # 0-d: max = min = sum = norm = the value (``_put`` of each, below), NaN/inf counted from it
+            v = t.item()
+            if math.isfinite(v):
+                self.host[entry] = (v, v, v, v, 1, VALID_STATS, 0, 0, 0)
+            elif v != v:
+                self.host[entry] = (v, v, v, v, 1, VALID_STATS, 1, 0, 0)
+            elif v > 0:
+                self.host[entry] = (v, v, v, v, 1, VALID_STATS, 0, 1, 0)
+            else:
+                self.host[entry] = (v, v, v, v, 1, VALID_STATS, 0, 0, 1)
             return
+        t = t.detach()
         numel = t.numel()
         row = new_row(numel)
         self.host[entry] = row
