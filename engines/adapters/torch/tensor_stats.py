@@ -196,6 +196,20 @@ class StatsBatch(StatsBatchBase):
                     return
             except (RuntimeError, ValueError):  # no readable pointer: torch's reductions below
                 pass
+        elif fused is not None and not t.is_neg():
+            # any other strided view (a slice, a transpose of more than the last two dimensions, an expanded
+            # tensor): read in place in its logical order, the same bits as the kernel on t.contiguous()
+            code, align = _NATIVE_CODE[dtype]
+            try:
+                ptr = t.data_ptr()
+                if not ptr & align:
+                    out = fused.run_strided(ptr, t.shape, t.stride(), code,
+                                            FLOAT32 if self.high and code >= FLOAT16 else code)
+                    self.host[entry] = [out[0], out[1], out[2], out[3], numel, VALID_STATS, int(out[4]),
+                                        int(out[5]), int(out[6])]
+                    return
+            except (RuntimeError, ValueError):  # no readable pointer, or a layout the walk refuses: torch's
+                pass
         self._add_host_float_torch(entry, t, dtype, numel)
 
     def _add_host_float_torch(self, entry: int, t: torch.Tensor, dtype: torch.dtype, numel: int) -> None:
