@@ -2,9 +2,9 @@
 
 Rules (docs/reference/msprobe-tasks.md §5.2 / §14 S1 / S2, docs/CAPTURE.md):
 
-- float16/bfloat16/float32/float64 on the CPU, one dense block (contiguous or a transposed contiguous block), at
-  least one dimension (the common case): one fused
-  read by the native kernel (decision 28, ``engines/native/``): max and min exactly, sum and sum of squares
+- float16/bfloat16/float32/float64 on the CPU, at least one dimension (the common case): one fused read by the
+  native kernel (a dense block, contiguous or a transposed contiguous block, in memory order; any other strided
+  view by the kernel's strided walk, in logical order: the kernel's figures of ``t.contiguous()``) (decision 28, ``engines/native/``): max and min exactly, sum and sum of squares
   accumulated in float64, sum and norm rounded once to the tensor's dtype (``precision: low``) or to float32 for
   the half types (``precision: high``). Without the kernel (no compiler, ``PROBE_TUI_NATIVE=0``), and for other
   layouts and devices, torch's reductions: sum and L2 norm in the tensor's dtype or accumulated and returned in
@@ -174,8 +174,8 @@ class StatsBatch(StatsBatchBase):
 
     def _add_host_float(self, entry: int, t: torch.Tensor, dtype: torch.dtype) -> None:
         """The common case, a float tensor of at least one dimension on the CPU: one fused read by the native
-        kernel when its values are one dense block (contiguous, or contiguous once its last two dimensions are
-        swapped), else torch's reductions; read at once into the row."""
+        kernel (one dense block, contiguous or contiguous once its last two dimensions are swapped, in memory
+        order; any other strided view by the strided walk), else torch's reductions; read at once into the row."""
         numel = t.numel()
         if numel == 0:
             self.host[entry] = new_row(0)
