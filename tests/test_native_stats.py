@@ -249,6 +249,29 @@ def test_strided_views_count_nan_and_inf_like_their_copy(kernel, dtype):
     assert all(same(a, b) for a, b in zip(got, want)) and got[4:] == [1.0, 2.0, 1.0] and math.isnan(got[0])
 
 
+def test_strided_results_do_not_depend_on_the_thread_count(kernel):
+    """Large views are walked by several threads (whole blocks each, their own walk and scratch): the same bits
+    as one thread and as the contiguous copy, NaN/inf counts included."""
+    torch.manual_seed(14)
+    big = torch.randn(1500, 1401) * 3 + 0.5
+    view = big.t()[:, 1:]  # 1401 x 1499: 33 blocks, uneven rows
+    want = run(kernel, view.contiguous())
+    for threads in (1, 2, 3, 8):
+        got = list(kernel.run_strided(view.data_ptr(), view.shape, view.stride(), FLOAT32, FLOAT32, threads))
+        assert got == want, threads
+    d = (torch.randn(1100, 1100, dtype=torch.float64))[:, :1090]
+    want = run(kernel, d.contiguous())
+    assert list(kernel.run_strided(d.data_ptr(), d.shape, d.stride(), FLOAT64, FLOAT64, 4)) == want
+    big[700, 3] = float("inf")
+    big[9, 900] = float("nan")
+    want = run(kernel, view.contiguous())
+    got = list(kernel.run_strided(view.data_ptr(), view.shape, view.stride(), FLOAT32, FLOAT32, 3))
+    assert all(same(a, b) for a, b in zip(got, want)) and got[4:] == [1.0, 1.0, 0.0]
+    batch = StatsBatch()  # StatsBatch passes torch's thread count from THREADS_FROM elements
+    batch.add(0, view)
+    assert all(same(a, b) for a, b in zip(batch.host[0][:4], want[:4]))
+
+
 def test_the_strided_walk_refuses_negative_strides(kernel):
     t = torch.randn(10)
     with pytest.raises(ValueError):

@@ -124,8 +124,8 @@ def _bind(path: Path) -> ctypes.CDLL:
     fn.restype = ctypes.c_int
     sfn = lib.pt_stats_strided
     i64p = ctypes.POINTER(ctypes.c_int64)
-    sfn.argtypes = [ctypes.c_void_p, ctypes.c_int, i64p, i64p, ctypes.c_int, ctypes.c_int, ctypes.c_void_p,
-                    ctypes.POINTER(ctypes.c_double)]
+    sfn.argtypes = [ctypes.c_void_p, ctypes.c_int, i64p, i64p, ctypes.c_int, ctypes.c_int, ctypes.c_int,
+                    ctypes.c_void_p, ctypes.POINTER(ctypes.c_double)]
     sfn.restype = ctypes.c_int
     _self_check(fn)
     _self_check_strided(sfn)
@@ -151,7 +151,7 @@ def _self_check_strided(fn: Any) -> None:
     scratch = ctypes.create_string_buffer(64)
     out = (ctypes.c_double * 7)()
     norm = struct.unpack("f", struct.pack("f", math.sqrt(94.25)))[0]
-    if fn(ctypes.addressof(values), 2, shape, strides, 0, 0, scratch, out) != 0 \
+    if fn(ctypes.addressof(values), 2, shape, strides, 0, 0, 1, scratch, out) != 0 \
             or list(out) != [4.0, -8.0, -1.5, norm, 0.0, 0.0, 0.0]:
         raise RuntimeError("self-check of the strided walk failed: %s" % list(out))
 

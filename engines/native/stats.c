@@ -12,11 +12,12 @@
  * and with -ffp-contract=off (no fused multiply-add: the same bits on every CPU and in every clone).
  * No framework headers: the caller passes a raw pointer. Returns 0, or -1 for an unknown dtype.
  *
- * pt_stats_strided(data, ndim, shape, strides, dtype, out_dtype, scratch, out): the same figures of a strided
+ * pt_stats_strided(data, ndim, shape, strides, dtype, out_dtype, nthreads, scratch, out): the same figures of a strided
  * view (strides in elements, none negative; a transposed or sliced view, an expanded one), read in place without
  * a copy of the whole view: each block of BLOCK elements in the view's logical (row-major) order is gathered
  * into `scratch` (BLOCK * 8 bytes, the caller's) and summarised by the same block code, folded in the same
- * order. So the result has the same bits as pt_stats on the view's contiguous copy. One thread.
+ * order. So the result has the same bits as pt_stats on the view's contiguous copy, for any thread count (threads
+ * take whole blocks, each with its own walk and scratch, as pt_stats's do).
  */
 #include <math.h>
 #include <pthread.h>
@@ -345,8 +346,74 @@ static void gather(walk_t *w, char *buf, size_t len) {
     }
 }
 
+/* The walk moved to the pos-th element of the view. */
+static void walk_seek(walk_t *w, size_t pos) {
+    w->off = 0;
+    for (int d = w->nd - 1; d >= 0; d--) {
+        w->idx[d] = (int64_t)(pos % (size_t)w->shape[d]);
+        pos /= (size_t)w->shape[d];
+        w->off += w->idx[d] * w->stride[d];
+    }
+}
+
+typedef struct {
+    walk_t w;
+    int dtype;
+    size_t n, first, last; /* blocks [first, last) */
+    part_t *parts;
+    void *scratch;
+} walk_job_t;
+
+static void *run_walk_job(void *arg) {
+    walk_job_t *j = (walk_job_t *)arg;
+    walk_seek(&j->w, j->first * (size_t)BLOCK);
+    for (size_t b = j->first; b < j->last; b++) {
+        size_t start = b * (size_t)BLOCK;
+        size_t len = j->n - start < (size_t)BLOCK ? j->n - start : (size_t)BLOCK;
+        gather(&j->w, (char *)j->scratch, len);
+        block_any(j->scratch, j->dtype, 0, len, &j->parts[b]);
+    }
+    return NULL;
+}
+
+/* Blocks shared out to threads, each with its own walk and scratch; the partials folded in block order (the same
+ * bits as one thread). Returns 0, or -1 where memory or threads could not be had (the caller walks alone). */
+static int walk_threads(const walk_t *w, int dtype, size_t n, size_t threads, void *scratch, part_t *acc) {
+    size_t nblocks = (n + BLOCK - 1) / BLOCK;
+    walk_job_t *jobs = (walk_job_t *)malloc(threads * sizeof(walk_job_t));
+    part_t *parts = (part_t *)malloc(nblocks * sizeof(part_t));
+    pthread_t tids[64];
+    int started[64];
+    int ok = jobs != NULL && parts != NULL;
+    size_t made = 0;
+    for (; ok && made < threads; made++) {
+        jobs[made].w = *w;
+        jobs[made].dtype = dtype;
+        jobs[made].n = n;
+        jobs[made].first = nblocks * made / threads;
+        jobs[made].last = nblocks * (made + 1) / threads;
+        jobs[made].parts = parts;
+        jobs[made].scratch = made == 0 ? scratch : malloc((size_t)BLOCK * ITEMSIZE[dtype]);
+        if (jobs[made].scratch == NULL) ok = 0;
+    }
+    if (ok) {
+        for (size_t t = 1; t < threads; t++) started[t] = pthread_create(&tids[t], NULL, run_walk_job, &jobs[t]) == 0;
+        run_walk_job(&jobs[0]);
+        for (size_t t = 1; t < threads; t++) {
+            if (started[t]) pthread_join(tids[t], NULL);
+            else run_walk_job(&jobs[t]); /* no thread to be had: its share here */
+        }
+        for (size_t b = 0; b < nblocks; b++) fold(acc, &parts[b]);
+    }
+    if (jobs != NULL)
+        for (size_t t = 1; t < made; t++) free(jobs[t].scratch);
+    free(jobs);
+    free(parts);
+    return ok ? 0 : -1;
+}
+
 int pt_stats_strided(const void *data, int ndim, const int64_t *shape, const int64_t *strides, int dtype,
-                     int out_dtype, void *scratch, double *out) {
+                     int out_dtype, int nthreads, void *scratch, double *out) {
     if (dtype < 0 || dtype > 3 || out_dtype < 0 || out_dtype > 3 || ndim < 0 || scratch == NULL) return -1;
     walk_t w;
     w.nd = 0;
@@ -379,12 +446,20 @@ int pt_stats_strided(const void *data, int ndim, const int64_t *shape, const int
         finish(&acc, out_dtype, out);
         return 0;
     }
-    for (size_t start = 0; start < n; start += BLOCK) {
-        size_t len = n - start < (size_t)BLOCK ? n - start : (size_t)BLOCK;
-        part_t p;
-        gather(&w, (char *)scratch, len);
-        block_any(scratch, dtype, 0, len, &p);
-        fold(&acc, &p);
+    size_t threads = nthreads > 1 ? (size_t)nthreads : 1, nblocks = (n + BLOCK - 1) / BLOCK;
+    if (threads > nblocks / MIN_BLOCKS_PER_THREAD) threads = nblocks / MIN_BLOCKS_PER_THREAD;
+    if (threads > 64) threads = 64;
+    if (threads <= 1 || walk_threads(&w, dtype, n, threads, scratch, &acc) != 0) {
+        acc.sum = acc.sq = 0.0;
+        acc.lo = INFINITY;
+        acc.hi = -INFINITY;
+        for (size_t start = 0; start < n; start += BLOCK) {
+            size_t len = n - start < (size_t)BLOCK ? n - start : (size_t)BLOCK;
+            part_t p;
+            gather(&w, (char *)scratch, len);
+            block_any(scratch, dtype, 0, len, &p);
+            fold(&acc, &p);
+        }
     }
     finish(&acc, out_dtype, out);
     if (!isfinite(acc.sum) || !isfinite(acc.sq)) { /* a second walk, counting */

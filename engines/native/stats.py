@@ -23,8 +23,8 @@ SCRATCH_BYTES = 65536 * 8
 
 class FusedStats:
     """``run(ptr, numel, dtype, out_dtype, threads)`` fills ``out``: max, min, sum, norm, nan, +inf, -inf.
-    ``run_strided(ptr, shape, strides, dtype, out_dtype)``: the same figures of a strided view (strides in
-    elements, none negative), equal bit for bit to ``run`` on the view's contiguous copy."""
+    ``run_strided(ptr, shape, strides, dtype, out_dtype, threads)``: the same figures of a strided view (strides
+    in elements, none negative), equal bit for bit to ``run`` on the view's contiguous copy (any thread count)."""
 
     __slots__ = ("fn", "fn_strided", "out", "_scratch")
 
@@ -34,14 +34,14 @@ class FusedStats:
         self.out = (ctypes.c_double * 7)()
         self._scratch: Optional[ctypes.Array[ctypes.c_char]] = None  # allocated at the first strided read
 
-    def run_strided(self, ptr: int, shape: Sequence[int], strides: Sequence[int], dtype: int,
-                    out_dtype: int) -> "ctypes.Array[ctypes.c_double]":
+    def run_strided(self, ptr: int, shape: Sequence[int], strides: Sequence[int], dtype: int, out_dtype: int,
+                    threads: int = 1) -> "ctypes.Array[ctypes.c_double]":
         scratch = self._scratch
         if scratch is None:
             scratch = self._scratch = ctypes.create_string_buffer(SCRATCH_BYTES)
         nd = len(shape)
         arr = ctypes.c_int64 * nd
-        if self.fn_strided(ptr, nd, arr(*shape), arr(*strides), dtype, out_dtype, scratch, self.out) != 0:
+        if self.fn_strided(ptr, nd, arr(*shape), arr(*strides), dtype, out_dtype, threads, scratch, self.out) != 0:
             raise ValueError("pt_stats_strided: bad arguments (dtype %d, shape %s, strides %s)"
                              % (dtype, tuple(shape), tuple(strides)))
         return self.out

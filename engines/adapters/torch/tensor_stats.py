@@ -204,7 +204,8 @@ class StatsBatch(StatsBatchBase):
                 ptr = t.data_ptr()
                 if not ptr & align:
                     out = fused.run_strided(ptr, t.shape, t.stride(), code,
-                                            FLOAT32 if self.high and code >= FLOAT16 else code)
+                                            FLOAT32 if self.high and code >= FLOAT16 else code,
+                                            _num_threads() if numel >= THREADS_FROM else 1)
                     self.host[entry] = [out[0], out[1], out[2], out[3], numel, VALID_STATS, int(out[4]),
                                         int(out[5]), int(out[6])]
                     return
