@@ -7,7 +7,8 @@ Per shape (tiny-preset and default-preset sizes, float32 unless ``--dtype``, one
 kernel alone (``engines/native``: one read, decision 28), and ``StatsBatch.add`` (what a new tensor entry pays)
 with the kernel and without it (torch's reductions, the fallback), in µs, the best of ``--repeat`` timings (the
 machine is shared: the minimum is the least disturbed). ``sum`` alone is about what one read of the tensor costs
-(docs/CAPTURE.md, "One read, not three").
+(docs/CAPTURE.md, "One read, not three"). Then attention's strided views of the default preset (a q slice of
+the qkv output, its heads, k transposed for q @ k^T): the fused column is the kernel's strided walk.
 """
 
 import argparse
@@ -21,6 +22,10 @@ from typing import Callable, List, Optional
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 SHAPES = [(16, 32), (2, 8, 100), (8, 64, 256), (8, 4, 64, 64), (512, 1024)]
+# (label, view of a fresh (8, 64, 768) tensor): the strided views the default preset records at L1
+VIEWS = [("q slice 8x64x256 of 8x64x768", lambda x: x[..., :256]),
+         ("q heads 8x4x64x64, inner stride 1", lambda x: x.view(8, 64, 3, 4, 64)[:, :, 0].transpose(1, 2)),
+         ("k^T 8x4x64x64, inner stride 768", lambda x: x.view(8, 64, 3, 4, 64)[:, :, 1].permute(0, 2, 3, 1))]
 
 
 def best_us(fn: Callable[[], object], number: int, repeat: int) -> float:
@@ -69,7 +74,10 @@ def main(argv: Optional[List[str]] = None) -> int:
 
         def fused() -> None:
             if kernel is not None:
-                kernel.run(t.data_ptr(), t.numel(), code, code, args.threads)
+                if t.is_contiguous():
+                    kernel.run(t.data_ptr(), t.numel(), code, code, args.threads)
+                else:
+                    kernel.run_strided(t.data_ptr(), t.shape, t.stride(), code, code, args.threads)
 
         n = 2000 if t.numel() < 100_000 else (50 if t.numel() < 4_000_000 else 3)
         return [best_us(f, n, args.repeat) for f in (lambda: torch.aminmax(t), lambda: (t.amax(), t.amin()),
@@ -80,6 +88,10 @@ def main(argv: Optional[List[str]] = None) -> int:
         t = torch.randn(shape).to(dtype)
         row = measure(t)
         print("| %s | %d | %s |" % ("x".join(map(str, shape)), t.numel(), " | ".join("%.1f" % v for v in row)))
+    for label, make in VIEWS:
+        t = make(torch.randn(8, 64, 768).to(dtype))
+        row = measure(t)
+        print("| %s | %d | %s |" % (label, t.numel(), " | ".join("%.1f" % v for v in row)))
     print("(µs, best of %d; pid %d)" % (args.repeat, os.getpid()))
     return 0
 

@@ -39,9 +39,11 @@ def native_stats_on() -> bool:
 
 
 def fused_path(t: torch.Tensor) -> bool:
-    """Whether the capture summarises ``t`` with the fused kernel: a CPU float tensor of one dense block."""
+    """Whether the capture summarises ``t`` with the fused kernel: a CPU float tensor of at least one dimension,
+    of any strided layout (a dense block read in place, any other view by the strided walk), not a negative
+    view."""
     return (native_stats_on() and t.device.type == "cpu" and t.dtype in _NATIVE_DTYPES and t.dim() > 0
-            and (t.is_contiguous() or (t.dim() >= 2 and t.mT.is_contiguous())))
+            and not t.is_neg())
 
 
 def round_to(v: float, dtype: torch.dtype) -> float:

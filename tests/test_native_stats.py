@@ -175,9 +175,17 @@ def test_vector_clones_give_the_same_bits(kernel, plain_kernel, avx2_kernel):
             for out in (None, torch.float32):
                 want = run(kernel, t, out)
                 assert run(plain_kernel, t, out) == want and run(avx2_kernel, t, out) == want, dtype
+    for dtype in CODES:  # the strided walk feeds the same block code
+        for view in strided_views(dtype):
+            want = list(kernel.run_strided(view.data_ptr(), view.shape, view.stride(), CODES[dtype], FLOAT32))
+            for k in (plain_kernel, avx2_kernel):
+                assert list(k.run_strided(view.data_ptr(), view.shape, view.stride(), CODES[dtype], FLOAT32)) \
+                    == want, dtype
 
 
-def test_statsbatch_uses_the_kernel_for_dense_and_torch_for_strided(kernel):
+def test_statsbatch_uses_the_kernel_for_dense_and_strided_views(kernel):
+    """Dense blocks as before; any other strided view (a slice, an expanded tensor) by the strided walk: the
+    kernel's figures of the view's contiguous copy (before, torch's reductions: other last bits of the sum)."""
     torch.manual_seed(4)
     base = torch.randn(300, 200)
     batch = StatsBatch()
@@ -187,9 +195,87 @@ def test_statsbatch_uses_the_kernel_for_dense_and_torch_for_strided(kernel):
     # (a row the kernel filled is a tuple: engines/adapters/torch/tensor_stats.py)
     assert list(batch.host[0][:4]) == want_dense and list(batch.host[1][:4]) == want_dense
     for i, view in ((2, base[:, ::2]), (3, base.unsqueeze(0).expand(3, 300, 200))):
-        assert batch.host[i][:4] == [float(view.max()), float(view.min()), float(view.sum()),
-                                     float(torch.linalg.vector_norm(view))]
+        assert list(batch.host[i]) == run(kernel, view.contiguous())[:4] + [view.numel(), batch.host[0][5], 0, 0, 0]
     assert list(batch.host[0][4:]) == [60000, batch.host[0][5], 0, 0, 0]
+
+
+def strided_views(dtype):
+    """Views no dense read covers, of every kind the walk handles; some span several blocks (65,536 elements)."""
+    torch.manual_seed(12)
+    base = (torch.randn(8, 64, 768) * 3).to(dtype)
+    big = (torch.randn(400, 700) * 2 + 0.25).to(dtype)
+    return [base[..., 256:512],                                     # a slice of the last dimension (q of qkv)
+            base.view(8, 64, 3, 4, 64)[:, :, 1].transpose(1, 2),    # heads: a slice, then a transpose
+            base.permute(2, 0, 1),                                  # inner stride not 1
+            base[:, ::3, 5:700:7],                                  # steps in two dimensions
+            big.t()[3:, 7:],                                        # a transposed slice: 3 blocks
+            big[:, :699],                                           # rows of 699 of 700: 5 blocks
+            (torch.randn(5, 1) * 4).to(dtype).expand(5, 30000),     # stride 0
+            big[::2, ::2].unsqueeze(1).expand(200, 2, 350),         # stride 0 between strided dimensions
+            big[7:9, 3:9].unsqueeze(1),                             # a dimension of 1
+            big[:, 5]]                                              # one column: one dimension, stride 700
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16, torch.bfloat16])
+def test_strided_views_give_the_kernels_figures_of_their_contiguous_copy(kernel, dtype):
+    for i, view in enumerate(strided_views(dtype)):
+        assert not view.is_contiguous() and (view.dim() < 2 or not view.mT.is_contiguous()), i
+        dense = view.contiguous()
+        for out in (None, torch.float32):
+            code = CODES[out] if out else CODES[dtype]
+            got = list(kernel.run_strided(view.data_ptr(), view.shape, view.stride(), CODES[dtype], code))
+            assert got == run(kernel, dense, out), (i, out)
+        for high in (False, True):
+            batch = StatsBatch(high_precision=high)
+            batch.add(0, view)
+            batch.add(1, dense)
+            assert list(batch.host[0]) == list(batch.host[1]), (i, high)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_strided_views_count_nan_and_inf_like_their_copy(kernel, dtype):
+    torch.manual_seed(13)
+    big = torch.randn(300, 500).to(dtype)
+    big[4, 10] = float("inf")
+    big[200, 3] = -float("inf")
+    big[250, 100] = float("inf")
+    view = big.t()[2:, :]  # holds all three
+    got = list(kernel.run_strided(view.data_ptr(), view.shape, view.stride(), CODES[dtype], CODES[dtype]))
+    want = run(kernel, view.contiguous())
+    assert all(same(a, b) for a, b in zip(got, want)) and got[4:] == [0.0, 2.0, 1.0]
+    big[9, 9] = float("nan")
+    got = list(kernel.run_strided(view.data_ptr(), view.shape, view.stride(), CODES[dtype], CODES[dtype]))
+    want = run(kernel, view.contiguous())
+    assert all(same(a, b) for a, b in zip(got, want)) and got[4:] == [1.0, 2.0, 1.0] and math.isnan(got[0])
+
+
+def test_strided_results_do_not_depend_on_the_thread_count(kernel):
+    """Large views are walked by several threads (whole blocks each, their own walk and scratch): the same bits
+    as one thread and as the contiguous copy, NaN/inf counts included."""
+    torch.manual_seed(14)
+    big = torch.randn(1500, 1401) * 3 + 0.5
+    view = big.t()[:, 1:]  # 1401 x 1499: 33 blocks, uneven rows
+    want = run(kernel, view.contiguous())
+    for threads in (1, 2, 3, 8):
+        got = list(kernel.run_strided(view.data_ptr(), view.shape, view.stride(), FLOAT32, FLOAT32, threads))
+        assert got == want, threads
+    d = (torch.randn(1100, 1100, dtype=torch.float64))[:, :1090]
+    want = run(kernel, d.contiguous())
+    assert list(kernel.run_strided(d.data_ptr(), d.shape, d.stride(), FLOAT64, FLOAT64, 4)) == want
+    big[700, 3] = float("inf")
+    big[9, 900] = float("nan")
+    want = run(kernel, view.contiguous())
+    got = list(kernel.run_strided(view.data_ptr(), view.shape, view.stride(), FLOAT32, FLOAT32, 3))
+    assert all(same(a, b) for a, b in zip(got, want)) and got[4:] == [1.0, 1.0, 0.0]
+    batch = StatsBatch()  # StatsBatch passes torch's thread count from THREADS_FROM elements
+    batch.add(0, view)
+    assert all(same(a, b) for a, b in zip(batch.host[0][:4], want[:4]))
+
+
+def test_the_strided_walk_refuses_negative_strides(kernel):
+    t = torch.randn(10)
+    with pytest.raises(ValueError):
+        kernel.run_strided(t.data_ptr(), (5,), (-1,), FLOAT32, FLOAT32)
 
 
 def test_views_the_raw_pointer_misreads_take_torch(kernel):

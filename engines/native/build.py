@@ -122,7 +122,13 @@ def _bind(path: Path) -> ctypes.CDLL:
     fn.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int, ctypes.c_int, ctypes.c_int,
                    ctypes.POINTER(ctypes.c_double)]
     fn.restype = ctypes.c_int
+    sfn = lib.pt_stats_strided
+    i64p = ctypes.POINTER(ctypes.c_int64)
+    sfn.argtypes = [ctypes.c_void_p, ctypes.c_int, i64p, i64p, ctypes.c_int, ctypes.c_int, ctypes.c_int,
+                    ctypes.c_void_p, ctypes.POINTER(ctypes.c_double)]
+    sfn.restype = ctypes.c_int
     _self_check(fn)
+    _self_check_strided(sfn)
     return lib
 
 
@@ -135,6 +141,19 @@ def _self_check(fn: Any) -> None:
         raise RuntimeError("self-check failed: %s" % list(out))
     if fn(ctypes.addressof(values), 5, 0, 0, 1, out) != 0 or out[2] != float("inf") or out[5] != 1.0:
         raise RuntimeError("self-check failed on inf: %s" % list(out))
+
+
+def _self_check_strided(fn: Any) -> None:
+    """The strided walk: a 2 x 3 float32 array read transposed (column order), against the figures of its
+    contiguous copy."""
+    values = (ctypes.c_float * 6)(1.0, -2.0, 3.0, 0.5, 4.0, -8.0)
+    shape, strides = (ctypes.c_int64 * 2)(3, 2), (ctypes.c_int64 * 2)(1, 3)
+    scratch = ctypes.create_string_buffer(64)
+    out = (ctypes.c_double * 7)()
+    norm = struct.unpack("f", struct.pack("f", math.sqrt(94.25)))[0]
+    if fn(ctypes.addressof(values), 2, shape, strides, 0, 0, 1, scratch, out) != 0 \
+            or list(out) != [4.0, -8.0, -1.5, norm, 0.0, 0.0, 0.0]:
+        raise RuntimeError("self-check of the strided walk failed: %s" % list(out))
 
 
 def _load() -> Optional[ctypes.CDLL]:

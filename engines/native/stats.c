@@ -11,6 +11,13 @@
  * order. Threads only share out blocks, so the result does not depend on nthreads. Compile without -ffast-math
  * and with -ffp-contract=off (no fused multiply-add: the same bits on every CPU and in every clone).
  * No framework headers: the caller passes a raw pointer. Returns 0, or -1 for an unknown dtype.
+ *
+ * pt_stats_strided(data, ndim, shape, strides, dtype, out_dtype, nthreads, scratch, out): the same figures of a strided
+ * view (strides in elements, none negative; a transposed or sliced view, an expanded one), read in place without
+ * a copy of the whole view: each block of BLOCK elements in the view's logical (row-major) order is gathered
+ * into `scratch` (BLOCK * 8 bytes, the caller's) and summarised by the same block code, folded in the same
+ * order. So the result has the same bits as pt_stats on the view's contiguous copy, for any thread count (threads
+ * take whole blocks, each with its own walk and scratch, as pt_stats's do).
  */
 #include <math.h>
 #include <pthread.h>
@@ -238,6 +245,14 @@ static void count_special(const void *data, int dtype, size_t n, double *out) {
     out[6] = (double)ninf;
 }
 
+static void finish(const part_t *acc, int out_dtype, double *out) {
+    out[0] = acc->hi;
+    out[1] = acc->lo;
+    out[2] = round_to(acc->sum, out_dtype);
+    out[3] = round_to(sqrt(acc->sq), out_dtype);
+    out[4] = out[5] = out[6] = 0.0;
+}
+
 int pt_stats(const void *data, int64_t count, int dtype, int out_dtype, int nthreads, double *out) {
     if (dtype < 0 || dtype > 3 || out_dtype < 0 || out_dtype > 3 || count < 0) return -1;
     size_t n = (size_t)count;
@@ -276,14 +291,193 @@ int pt_stats(const void *data, int64_t count, int dtype, int out_dtype, int nthr
         for (size_t b = 0; b < nblocks; b++) fold(&acc, &parts[b]);
         free(parts);
     }
-    out[0] = acc.hi;
-    out[1] = acc.lo;
-    out[2] = round_to(acc.sum, out_dtype);
-    out[3] = round_to(sqrt(acc.sq), out_dtype);
-    out[4] = out[5] = out[6] = 0.0;
+    finish(&acc, out_dtype, out);
     if (!isfinite(acc.sum) || !isfinite(acc.sq)) { /* something to count: a second read, only then */
         count_special(data, dtype, n, out);
         if (out[4] > 0) out[0] = out[1] = NAN;
+    }
+    return 0;
+}
+
+/* A walk over a strided view in logical order: dimensions of size 1 dropped, neighbours that are one run merged
+ * (only the order of the elements matters, and merging keeps it). */
+#define MAXDIM 64
+
+typedef struct {
+    int nd;
+    int64_t shape[MAXDIM], stride[MAXDIM], idx[MAXDIM];
+    int64_t off; /* elements from data to the current one */
+    const char *data;
+    size_t item;
+} walk_t;
+
+/* The next len elements of the walk, in order, copied to buf. */
+static void gather(walk_t *w, char *buf, size_t len) {
+    int in = w->nd - 1;
+    const size_t item = w->item;
+    const int64_t n0 = w->shape[in], s0 = w->stride[in];
+    while (len) {
+        size_t take = (size_t)(n0 - w->idx[in]);
+        if (take > len) take = len;
+        const char *src = w->data + w->off * (int64_t)item;
+        if (s0 == 1) {
+            memcpy(buf, src, take * item);
+        } else if (item == 4) {
+            for (size_t k = 0; k < take; k++) memcpy(buf + 4 * k, src + (int64_t)k * s0 * 4, 4);
+        } else if (item == 8) {
+            for (size_t k = 0; k < take; k++) memcpy(buf + 8 * k, src + (int64_t)k * s0 * 8, 8);
+        } else {
+            for (size_t k = 0; k < take; k++) memcpy(buf + 2 * k, src + (int64_t)k * s0 * 2, 2);
+        }
+        buf += take * item;
+        len -= take;
+        w->idx[in] += (int64_t)take;
+        w->off += (int64_t)take * s0;
+        if (w->idx[in] == n0) { /* carry into the outer dimensions */
+            w->off -= n0 * s0;
+            w->idx[in] = 0;
+            for (int d = in - 1; d >= 0; d--) {
+                w->off += w->stride[d];
+                if (++w->idx[d] < w->shape[d]) break;
+                w->off -= w->shape[d] * w->stride[d];
+                w->idx[d] = 0;
+            }
+        }
+    }
+}
+
+/* The walk moved to the pos-th element of the view. */
+static void walk_seek(walk_t *w, size_t pos) {
+    w->off = 0;
+    for (int d = w->nd - 1; d >= 0; d--) {
+        w->idx[d] = (int64_t)(pos % (size_t)w->shape[d]);
+        pos /= (size_t)w->shape[d];
+        w->off += w->idx[d] * w->stride[d];
+    }
+}
+
+typedef struct {
+    walk_t w;
+    int dtype;
+    size_t n, first, last; /* blocks [first, last) */
+    part_t *parts;
+    void *scratch;
+} walk_job_t;
+
+static void *run_walk_job(void *arg) {
+    walk_job_t *j = (walk_job_t *)arg;
+    walk_seek(&j->w, j->first * (size_t)BLOCK);
+    for (size_t b = j->first; b < j->last; b++) {
+        size_t start = b * (size_t)BLOCK;
+        size_t len = j->n - start < (size_t)BLOCK ? j->n - start : (size_t)BLOCK;
+        gather(&j->w, (char *)j->scratch, len);
+        block_any(j->scratch, j->dtype, 0, len, &j->parts[b]);
+    }
+    return NULL;
+}
+
+/* Blocks shared out to threads, each with its own walk and scratch; the partials folded in block order (the same
+ * bits as one thread). Returns 0, or -1 where memory or threads could not be had (the caller walks alone). */
+static int walk_threads(const walk_t *w, int dtype, size_t n, size_t threads, void *scratch, part_t *acc) {
+    size_t nblocks = (n + BLOCK - 1) / BLOCK;
+    walk_job_t *jobs = (walk_job_t *)malloc(threads * sizeof(walk_job_t));
+    part_t *parts = (part_t *)malloc(nblocks * sizeof(part_t));
+    pthread_t tids[64];
+    int started[64];
+    int ok = jobs != NULL && parts != NULL;
+    size_t made = 0;
+    for (; ok && made < threads; made++) {
+        jobs[made].w = *w;
+        jobs[made].dtype = dtype;
+        jobs[made].n = n;
+        jobs[made].first = nblocks * made / threads;
+        jobs[made].last = nblocks * (made + 1) / threads;
+        jobs[made].parts = parts;
+        jobs[made].scratch = made == 0 ? scratch : malloc((size_t)BLOCK * ITEMSIZE[dtype]);
+        if (jobs[made].scratch == NULL) ok = 0;
+    }
+    if (ok) {
+        for (size_t t = 1; t < threads; t++) started[t] = pthread_create(&tids[t], NULL, run_walk_job, &jobs[t]) == 0;
+        run_walk_job(&jobs[0]);
+        for (size_t t = 1; t < threads; t++) {
+            if (started[t]) pthread_join(tids[t], NULL);
+            else run_walk_job(&jobs[t]); /* no thread to be had: its share here */
+        }
+        for (size_t b = 0; b < nblocks; b++) fold(acc, &parts[b]);
+    }
+    if (jobs != NULL)
+        for (size_t t = 1; t < made; t++) free(jobs[t].scratch);
+    free(jobs);
+    free(parts);
+    return ok ? 0 : -1;
+}
+
+int pt_stats_strided(const void *data, int ndim, const int64_t *shape, const int64_t *strides, int dtype,
+                     int out_dtype, int nthreads, void *scratch, double *out) {
+    if (dtype < 0 || dtype > 3 || out_dtype < 0 || out_dtype > 3 || ndim < 0 || scratch == NULL) return -1;
+    walk_t w;
+    w.nd = 0;
+    size_t n = 1;
+    for (int d = 0; d < ndim; d++) {
+        if (shape[d] < 0 || strides[d] < 0) return -1;
+        n *= (size_t)shape[d];
+        if (shape[d] == 1) continue;
+        if (w.nd > 0 && w.stride[w.nd - 1] == strides[d] * shape[d]) { /* one run with the previous */
+            w.shape[w.nd - 1] *= shape[d];
+            w.stride[w.nd - 1] = strides[d];
+            continue;
+        }
+        if (w.nd == MAXDIM) return -1;
+        w.shape[w.nd] = shape[d];
+        w.stride[w.nd] = strides[d];
+        w.nd++;
+    }
+    if (w.nd == 0) { /* one element (or a shape of ones) */
+        w.shape[0] = 1;
+        w.stride[0] = 1;
+        w.nd = 1;
+    }
+    for (int d = 0; d < w.nd; d++) w.idx[d] = 0;
+    w.off = 0;
+    w.data = (const char *)data;
+    w.item = ITEMSIZE[dtype];
+    part_t acc = {0.0, 0.0, INFINITY, -INFINITY};
+    if (n == 0) {
+        finish(&acc, out_dtype, out);
+        return 0;
+    }
+    size_t threads = nthreads > 1 ? (size_t)nthreads : 1, nblocks = (n + BLOCK - 1) / BLOCK;
+    if (threads > nblocks / MIN_BLOCKS_PER_THREAD) threads = nblocks / MIN_BLOCKS_PER_THREAD;
+    if (threads > 64) threads = 64;
+    if (threads <= 1 || walk_threads(&w, dtype, n, threads, scratch, &acc) != 0) {
+        acc.sum = acc.sq = 0.0;
+        acc.lo = INFINITY;
+        acc.hi = -INFINITY;
+        for (size_t start = 0; start < n; start += BLOCK) {
+            size_t len = n - start < (size_t)BLOCK ? n - start : (size_t)BLOCK;
+            part_t p;
+            gather(&w, (char *)scratch, len);
+            block_any(scratch, dtype, 0, len, &p);
+            fold(&acc, &p);
+        }
+    }
+    finish(&acc, out_dtype, out);
+    if (!isfinite(acc.sum) || !isfinite(acc.sq)) { /* a second walk, counting */
+        double c[7], nan = 0, pinf = 0, ninf = 0;
+        for (int d = 0; d < w.nd; d++) w.idx[d] = 0;
+        w.off = 0;
+        for (size_t start = 0; start < n; start += BLOCK) {
+            size_t len = n - start < (size_t)BLOCK ? n - start : (size_t)BLOCK;
+            gather(&w, (char *)scratch, len);
+            count_special(scratch, dtype, len, c);
+            nan += c[4];
+            pinf += c[5];
+            ninf += c[6];
+        }
+        out[4] = nan;
+        out[5] = pinf;
+        out[6] = ninf;
+        if (nan > 0) out[0] = out[1] = NAN;
     }
     return 0;
 }

@@ -6,7 +6,7 @@ output array (so one instance per thread of use) and the bound C function (argum
 """
 
 import ctypes
-from typing import Optional
+from typing import Optional, Sequence
 
 from engines.native import build
 
@@ -17,14 +17,34 @@ FLOAT32, FLOAT64, FLOAT16, BFLOAT16 = 0, 1, 2, 3
 THREADS_FROM = 1 << 20
 
 
-class FusedStats:
-    """``run(ptr, numel, dtype, out_dtype, threads)`` fills ``out``: max, min, sum, norm, nan, +inf, -inf."""
+# The strided walk's scratch: one block (stats.c's BLOCK) of the widest item (float64).
+SCRATCH_BYTES = 65536 * 8
 
-    __slots__ = ("fn", "out")
+
+class FusedStats:
+    """``run(ptr, numel, dtype, out_dtype, threads)`` fills ``out``: max, min, sum, norm, nan, +inf, -inf.
+    ``run_strided(ptr, shape, strides, dtype, out_dtype, threads)``: the same figures of a strided view (strides
+    in elements, none negative), equal bit for bit to ``run`` on the view's contiguous copy (any thread count)."""
+
+    __slots__ = ("fn", "fn_strided", "out", "_scratch")
 
     def __init__(self, lib: ctypes.CDLL) -> None:
         self.fn = lib.pt_stats
+        self.fn_strided = lib.pt_stats_strided
         self.out = (ctypes.c_double * 7)()
+        self._scratch: Optional[ctypes.Array[ctypes.c_char]] = None  # allocated at the first strided read
+
+    def run_strided(self, ptr: int, shape: Sequence[int], strides: Sequence[int], dtype: int, out_dtype: int,
+                    threads: int = 1) -> "ctypes.Array[ctypes.c_double]":
+        scratch = self._scratch
+        if scratch is None:
+            scratch = self._scratch = ctypes.create_string_buffer(SCRATCH_BYTES)
+        nd = len(shape)
+        arr = ctypes.c_int64 * nd
+        if self.fn_strided(ptr, nd, arr(*shape), arr(*strides), dtype, out_dtype, threads, scratch, self.out) != 0:
+            raise ValueError("pt_stats_strided: bad arguments (dtype %d, shape %s, strides %s)"
+                             % (dtype, tuple(shape), tuple(strides)))
+        return self.out
 
     def run(self, ptr: int, numel: int, dtype: int, out_dtype: int, threads: int = 1) -> "ctypes.Array[ctypes.c_double]":
         if self.fn(ptr, numel, dtype, out_dtype, threads, self.out) != 0:

@@ -2,9 +2,9 @@
 
 Rules (docs/reference/msprobe-tasks.md §5.2 / §14 S1 / S2, docs/CAPTURE.md):
 
-- float16/bfloat16/float32/float64 on the CPU, one dense block (contiguous or a transposed contiguous block), at
-  least one dimension (the common case): one fused
-  read by the native kernel (decision 28, ``engines/native/``): max and min exactly, sum and sum of squares
+- float16/bfloat16/float32/float64 on the CPU, at least one dimension (the common case): one fused read by the
+  native kernel (a dense block, contiguous or a transposed contiguous block, in memory order; any other strided
+  view by the kernel's strided walk, in logical order: the kernel's figures of ``t.contiguous()``) (decision 28, ``engines/native/``): max and min exactly, sum and sum of squares
   accumulated in float64, sum and norm rounded once to the tensor's dtype (``precision: low``) or to float32 for
   the half types (``precision: high``). Without the kernel (no compiler, ``PROBE_TUI_NATIVE=0``), and for other
   layouts and devices, torch's reductions: sum and L2 norm in the tensor's dtype or accumulated and returned in
@@ -174,8 +174,8 @@ class StatsBatch(StatsBatchBase):
 
     def _add_host_float(self, entry: int, t: torch.Tensor, dtype: torch.dtype) -> None:
         """The common case, a float tensor of at least one dimension on the CPU: one fused read by the native
-        kernel when its values are one dense block (contiguous, or contiguous once its last two dimensions are
-        swapped), else torch's reductions; read at once into the row."""
+        kernel (one dense block, contiguous or contiguous once its last two dimensions are swapped, in memory
+        order; any other strided view by the strided walk), else torch's reductions; read at once into the row."""
         numel = t.numel()
         if numel == 0:
             self.host[entry] = new_row(0)
@@ -195,6 +195,21 @@ class StatsBatch(StatsBatchBase):
                                         int(out[5]), int(out[6])]
                     return
             except (RuntimeError, ValueError):  # no readable pointer: torch's reductions below
+                pass
+        elif fused is not None and not t.is_neg():
+            # any other strided view (a slice, a transpose of more than the last two dimensions, an expanded
+            # tensor): read in place in its logical order, the same bits as the kernel on t.contiguous()
+            code, align = _NATIVE_CODE[dtype]
+            try:
+                ptr = t.data_ptr()
+                if not ptr & align:
+                    out = fused.run_strided(ptr, t.shape, t.stride(), code,
+                                            FLOAT32 if self.high and code >= FLOAT16 else code,
+                                            _num_threads() if numel >= THREADS_FROM else 1)
+                    self.host[entry] = [out[0], out[1], out[2], out[3], numel, VALID_STATS, int(out[4]),
+                                        int(out[5]), int(out[6])]
+                    return
+            except (RuntimeError, ValueError):  # no readable pointer, or a layout the walk refuses: torch's
                 pass
         self._add_host_float_torch(entry, t, dtype, numel)
 
