@@ -33,6 +33,8 @@ SOURCE = Path(__file__).with_name("stats.c")
 # Every C file of this folder goes into the one library (each kernel in its own file; ``stats.c`` is bound and
 # checked here, the others by their own Python module, which checks its functions before use).
 SOURCES = tuple(sorted(Path(__file__).parent.glob("*.c")))
+HEADERS = tuple(sorted(Path(__file__).parent.glob("*.h")))
+"""What the sources include (``pt_common.h``): part of the cache key, not compiled on their own."""
 FLAGS = ["-O3", "-fPIC", "-shared", "-pthread", "-ffp-contract=off", "-fno-math-errno", "-fvisibility=default"]
 ENV_SWITCH = "PROBE_TUI_NATIVE"
 ENV_DIR = "PROBE_TUI_NATIVE_DIR"
@@ -73,7 +75,7 @@ def library_path(cc: str, folder: Optional[Path] = None) -> Path:
     ``cache_dir()``)."""
     st = os.stat(cc)
     key = hashlib.sha256()
-    for part in (*(src.read_bytes() for src in SOURCES), " ".join(FLAGS).encode(), sys.platform.encode(),
+    for part in (*(src.read_bytes() for src in SOURCES + HEADERS), " ".join(FLAGS).encode(), sys.platform.encode(),
                  os.uname().machine.encode(), ("%s:%d:%d" % (os.path.realpath(cc), st.st_size,
                                                               st.st_mtime_ns)).encode()):
         key.update(part)
@@ -201,4 +203,4 @@ def reset() -> None:
 
 
 __all__ = ["load", "reset", "build", "library_path", "compiler", "cache_dir", "cache_dirs", "FolderError", "ENV_SWITCH", "ENV_DIR",
-           "SOURCE", "SOURCES"]
+           "SOURCE", "SOURCES", "HEADERS"]

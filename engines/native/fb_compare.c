@@ -21,44 +21,14 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "pt_common.h"
+
 #define CMP_LANES 16
 #define CMP_MIN_PER_THREAD (1u << 18)
 
-#ifndef PT_CLONE_TARGETS
-#define PT_CLONE_TARGETS "arch=x86-64-v4", "arch=x86-64-v3", "default"
-#endif
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__) && !defined(PT_NO_CLONES)
-#define CMP_CLONES __attribute__((target_clones(PT_CLONE_TARGETS)))
-#else
-#define CMP_CLONES
-#endif
-
-static inline float cmp_bits_f32(uint32_t b) {
-    float f;
-    memcpy(&f, &b, sizeof f);
-    return f;
-}
-
-static inline uint32_t cmp_f32_bits(float f) {
-    uint32_t b;
-    memcpy(&b, &f, sizeof b);
-    return b;
-}
-
-/* float16 -> float32, exact (integer operations; subnormals by an exact integer-to-float conversion). */
-static inline float cmp_half(uint16_t h) {
-    uint32_t u = h & 0x7fffu;
-    uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
-    uint32_t sub = cmp_f32_bits((float)(int32_t)u * 0x1p-24f);
-    uint32_t r = u < 0x400u ? sub : (u >= 0x7c00u ? (u << 13) + 0x70000000u : (u << 13) + 0x38000000u);
-    return cmp_bits_f32(r | sign);
-}
-
-static inline float cmp_bf16(uint16_t h) { return cmp_bits_f32((uint32_t)h << 16); }
-
 #define LOAD_F32(p, i) (((const float *)(p))[i])
-#define LOAD_F16(p, i) cmp_half(((const uint16_t *)(p))[i])
-#define LOAD_BF16(p, i) cmp_bf16(((const uint16_t *)(p))[i])
+#define LOAD_F16(p, i) pt_half_f32(((const uint16_t *)(p))[i])
+#define LOAD_BF16(p, i) pt_bf16_f32(((const uint16_t *)(p))[i])
 
 typedef struct {
     float zmin, lo, hi;
@@ -82,7 +52,7 @@ typedef struct {
     } while (0)
 
 #define DEFINE_CMP(NAME, LOADA, LOADB)                                                                  \
-    CMP_CLONES static void NAME(const void *a, const void *b, size_t first, size_t last, float tol,    \
+    PT_CLONES static void NAME(const void *a, const void *b, size_t first, size_t last, float tol,    \
                                 cmp_part_t *out) {                                                      \
         float zmin[CMP_LANES], lo[CMP_LANES], hi[CMP_LANES];                                            \
         int nan[CMP_LANES];                                                                             \
@@ -209,18 +179,18 @@ int pt_fb_compare(const void *a, int a_dtype, const void *b, int b_dtype, int64_
  * Returns 0, or -1 for an unknown dtype or mode. */
 
 static inline uint16_t cmp_to_bf16(float f) { /* not NaN here: v + add is NaN only where v is */
-    uint32_t u = cmp_f32_bits(f);
+    uint32_t u = pt_f32_bits(f);
     return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
 }
 
 static inline uint16_t cmp_to_half(float f) {
-    uint32_t x = cmp_f32_bits(f);
+    uint32_t x = pt_f32_bits(f);
     uint32_t sign = (x >> 16) & 0x8000u;
     uint32_t a = x & 0x7fffffffu;
     if (a > 0x7f800000u) return (uint16_t)(sign | 0x7e00u | ((a >> 13) & 0x3ffu));
     if (a >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u); /* 65520 and up (inf too) round to inf */
     if (a < 0x38800000u) {                                   /* below 2^-14: a subnormal half (or zero) */
-        uint32_t m = (uint32_t)nearbyintf(cmp_bits_f32(a) * 0x1p24f); /* exact scaling, one rounding to even */
+        uint32_t m = (uint32_t)nearbyintf(pt_bits_f32(a) * 0x1p24f); /* exact scaling, one rounding to even */
         return (uint16_t)(sign | m);
     }
     uint32_t r = a + 0xfffu + ((a >> 13) & 1u) - 0x38000000u;
@@ -238,7 +208,7 @@ static inline uint16_t cmp_to_half(float f) {
     } while (0)
 
 #define DEFINE_NOISE(NAME, T, LOADV, NOISY)                                                             \
-    CMP_CLONES static void NAME(const T *x, T *out, size_t n, float add, float thr, int flip, float *top, \
+    PT_CLONES static void NAME(const T *x, T *out, size_t n, float add, float thr, int flip, float *top, \
                                 int *has_nan) {                                                         \
         float hi[CMP_LANES];                                                                            \
         int nan[CMP_LANES];                                                                             \
@@ -265,10 +235,10 @@ static inline uint16_t cmp_to_half(float f) {
         *has_nan = any;                                                                                 \
     }
 
-#define V_F32(b) cmp_bits_f32(b)
-#define V_F16(b) cmp_half(b)
-#define V_BF16(b) cmp_bf16(b)
-#define NOISY_F32(J) (flip ? x[i + (J)] ^ 1u : cmp_f32_bits(v + add))
+#define V_F32(b) pt_bits_f32(b)
+#define V_F16(b) pt_half_f32(b)
+#define V_BF16(b) pt_bf16_f32(b)
+#define NOISY_F32(J) (flip ? x[i + (J)] ^ 1u : pt_f32_bits(v + add))
 #define NOISY_F16(J) (flip ? (uint16_t)(x[i + (J)] ^ 1u) : cmp_to_half(v + add))
 #define NOISY_BF16(J) (flip ? (uint16_t)(x[i + (J)] ^ 1u) : cmp_to_bf16(v + add))
 

@@ -21,46 +21,17 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "pt_common.h"
+
 #define MON_LANES 16
 #define MON_BLOCK 65536
 #define MON_MIN_BLOCKS_PER_THREAD 8
 #define MON_STAGE 1024
 
-/* Run-time vector clones, as in stats.c (the same PT_CLONE_TARGETS / PT_NO_CLONES switches). */
-#ifndef PT_CLONE_TARGETS
-#define PT_CLONE_TARGETS "arch=x86-64-v4", "arch=x86-64-v3", "default"
-#endif
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__) && !defined(PT_NO_CLONES)
-#define MON_CLONES __attribute__((target_clones(PT_CLONE_TARGETS)))
-#else
-#define MON_CLONES
-#endif
-
 typedef struct {
     double sum, sq, lo, hi;
     uint64_t zeros;
 } mon_part_t;
-
-static inline float mon_bits_f32(uint32_t b) {
-    float f;
-    memcpy(&f, &b, sizeof f);
-    return f;
-}
-
-static inline uint32_t mon_f32_bits(float f) {
-    uint32_t b;
-    memcpy(&b, &f, sizeof b);
-    return b;
-}
-
-/* float16 -> float32 bits, exact (integer blends; subnormals by an exact integer-to-float conversion). */
-static inline uint32_t mon_half_bits(uint16_t h) {
-    uint32_t u = h & 0x7fffu;
-    uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
-    uint32_t sub = mon_f32_bits((float)(int32_t)u * 0x1p-24f);
-    uint32_t r = u < 0x400u ? sub : (u >= 0x7c00u ? (u << 13) + 0x70000000u : (u << 13) + 0x38000000u);
-    return r | sign;
-}
 
 /* One element into lane J's accumulators. |v| < e is written -e < v < e (false for NaN, as torch's test). */
 #define MON_STEP(M, VALUE, J)                                                                           \
@@ -76,7 +47,7 @@ static inline uint32_t mon_half_bits(uint16_t h) {
 
 /* One block (at most MON_BLOCK elements: a lane's zero count fits 32 bits). M: the type compared in. */
 #define MON_DEFINE_BLOCK(NAME, T, M, LOAD)                                                              \
-    MON_CLONES static void NAME(const T *x, size_t n, M e, mon_part_t *out) {                          \
+    PT_CLONES static void NAME(const T *x, size_t n, M e, mon_part_t *out) {                          \
         double s[MON_LANES], q[MON_LANES];                                                              \
         M lo[MON_LANES], hi[MON_LANES];                                                                 \
         uint32_t z[MON_LANES];                                                                          \
@@ -117,7 +88,7 @@ static inline uint32_t mon_half_bits(uint16_t h) {
 
 MON_DEFINE_BLOCK(mon_block_f32, float, float, MON_SAME)
 MON_DEFINE_BLOCK(mon_block_f64, double, double, MON_SAME)
-MON_DEFINE_BLOCK(mon_block_f32_bits, uint32_t, float, mon_bits_f32)
+MON_DEFINE_BLOCK(mon_block_f32_bits, uint32_t, float, pt_bits_f32)
 
 static void mon_fold(mon_part_t *acc, const mon_part_t *p) {
     acc->sum += p->sum;
@@ -129,11 +100,11 @@ static void mon_fold(mon_part_t *acc, const mon_part_t *p) {
 
 /* Half types: MON_STAGE elements at a time widened to float32 bits (exact), summarised as float32, folded in
  * order (so a block's value is the fold of its stages: the same for any thread count). */
-#define MON_HALF_BITS(v) mon_half_bits(v)
+#define MON_HALF_BITS(v) pt_half_bits(v)
 #define MON_BF16_BITS(v) ((uint32_t)(v) << 16)
 
 #define MON_DEFINE_STAGED(NAME, BITS)                                                                   \
-    MON_CLONES static void NAME(const uint16_t *x, size_t n, float e, mon_part_t *out) {              \
+    PT_CLONES static void NAME(const uint16_t *x, size_t n, float e, mon_part_t *out) {              \
         uint32_t buf[MON_STAGE];                                                                        \
         mon_part_t acc = {0.0, 0.0, INFINITY, -INFINITY, 0};                                            \
         for (size_t i = 0; i < n; i += MON_STAGE) {                                                     \
@@ -155,7 +126,7 @@ MON_DEFINE_STAGED(mon_block_bf16, MON_BF16_BITS)
  * summarised as it is made: the update is never stored. */
 #define MON_ADAM_VALUE(SQRT, i) ((mo[i] / c1) / (SQRT(ve[i] / c2) + aeps))
 #define MON_DEFINE_ADAM_BLOCK(NAME, T, SQRT)                                                            \
-    MON_CLONES static void NAME(const T *mo, const T *ve, size_t n, T c1, T c2, T aeps, T e, mon_part_t *out) { \
+    PT_CLONES static void NAME(const T *mo, const T *ve, size_t n, T c1, T c2, T aeps, T e, mon_part_t *out) { \
         double s[MON_LANES], q[MON_LANES];                                                              \
         T lo[MON_LANES], hi[MON_LANES];                                                                 \
         uint32_t z[MON_LANES];                                                                          \
@@ -285,8 +256,8 @@ static inline double mon_value(const void *data, int dtype, size_t i) {
     switch (dtype) {
     case 0: return ((const float *)data)[i];
     case 1: return ((const double *)data)[i];
-    case 2: return mon_bits_f32(mon_half_bits(((const uint16_t *)data)[i]));
-    default: return mon_bits_f32((uint32_t)((const uint16_t *)data)[i] << 16);
+    case 2: return pt_bits_f32(pt_half_bits(((const uint16_t *)data)[i]));
+    default: return pt_bits_f32((uint32_t)((const uint16_t *)data)[i] << 16);
     }
 }
 
@@ -346,7 +317,7 @@ int pt_monitor_adam_update(const void *m, const void *v, int64_t count, int dtyp
  * integer): out[0]; out[1] the number of elements where either is NaN (their sign is 0 here: comparisons with NaN
  * are false). */
 #define MON_DEFINE_SIGNS(NAME, T)                                                                       \
-    MON_CLONES static void NAME(const T *g, const T *m, size_t n, int64_t *agree, int64_t *nan) {      \
+    PT_CLONES static void NAME(const T *g, const T *m, size_t n, int64_t *agree, int64_t *nan) {      \
         int64_t a = 0, d = 0, k = 0;                                                                    \
         for (size_t i = 0; i < n; i++) {                                                                \
             T x = g[i], y = m[i];                                                                       \

@@ -25,50 +25,15 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "pt_common.h"
+
 #define LANES 16
 #define BLOCK 65536
 #define MIN_BLOCKS_PER_THREAD 8
 
-/* Run-time vector clones (GCC on x86-64 Linux): AVX-512 (x86-64-v4), AVX2 (v3), baseline; the same operations in
- * the same order in each, so the same bits. PT_CLONE_TARGETS overrides the list (the tests build v3 alone). */
-#ifndef PT_CLONE_TARGETS
-#define PT_CLONE_TARGETS "arch=x86-64-v4", "arch=x86-64-v3", "default"
-#endif
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__) && !defined(PT_NO_CLONES)
-#define PT_CLONES __attribute__((target_clones(PT_CLONE_TARGETS)))
-#else
-#define PT_CLONES
-#endif
-
 typedef struct {
     double sum, sq, lo, hi;
 } part_t;
-
-static inline float bits_f32(uint32_t b) {
-    float f;
-    memcpy(&f, &b, sizeof f);
-    return f;
-}
-
-static inline uint32_t f32_bits(float f) {
-    uint32_t b;
-    memcpy(&b, &f, sizeof b);
-    return b;
-}
-
-/* float16 -> float32 bits, exact, written to vectorise (integer blends; subnormals through an exact integer to
- * float conversion of normal operands, so denormals-are-zero modes do not touch them). */
-static inline uint32_t half_bits(uint16_t h) {
-    uint32_t u = h & 0x7fffu;
-    uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
-    uint32_t sub = f32_bits((float)(int32_t)u * 0x1p-24f);
-    uint32_t r = u < 0x400u ? sub : (u >= 0x7c00u ? (u << 13) + 0x70000000u : (u << 13) + 0x38000000u);
-    return r | sign;
-}
-
-static inline float half_f32(uint16_t h) { return bits_f32(half_bits(h)); }
-
-static inline float bf16_f32(uint16_t h) { return bits_f32((uint32_t)h << 16); }
 
 /* One element into lane J's accumulators (the main loop and the tail take the same step). */
 #define LANE_STEP(M, VALUE, J)                                                                          \
@@ -129,14 +94,14 @@ static void fold(part_t *acc, const part_t *p) {
 
 /* Half types: STAGE elements at a time widened to float32 (exact) as bits in a buffer, then summarised as
  * float32 and folded in order. Converting apart keeps both loops vectorised. float16: by integer operations
- * (half_bits, vectorised on any x86-64), or by the F16C instructions where the CPU has them (the compiler's own
+ * (pt_half_bits, vectorised on any x86-64), or by the F16C instructions where the CPU has them (the compiler's own
  * _Float16 conversion; 2.3x faster there, a library call per element elsewhere); both exact, the same bits. */
 #define STAGE 1024
-#define HALF_BITS(v) half_bits(v)
+#define HALF_BITS(v) pt_half_bits(v)
 #define BF16_BITS(v) ((uint32_t)(v) << 16)
-#define F16C_BITS(v) f32_bits((float)(v))
+#define F16C_BITS(v) pt_f32_bits((float)(v))
 
-DEFINE_BLOCK(block_f32_bits, uint32_t, float, bits_f32)
+DEFINE_BLOCK(block_f32_bits, uint32_t, float, pt_bits_f32)
 
 #define DEFINE_STAGED(ATTR, NAME, T, BITS)                                                              \
     ATTR static void NAME(const T *x, size_t n, part_t *out) {                                          \
@@ -206,7 +171,6 @@ static void *run_job(void *arg) {
     return NULL;
 }
 
-
 /* Round v to the nearest value of out_dtype (ties to even), once: overflow gives inf. */
 static double round_to(double v, int out_dtype) {
     int mant, emin;
@@ -233,8 +197,8 @@ static void count_special(const void *data, int dtype, size_t n, double *out) {
         switch (dtype) {
         case 0: v = ((const float *)data)[i]; break;
         case 1: v = ((const double *)data)[i]; break;
-        case 2: v = half_f32(((const uint16_t *)data)[i]); break;
-        default: v = bf16_f32(((const uint16_t *)data)[i]); break;
+        case 2: v = pt_half_f32(((const uint16_t *)data)[i]); break;
+        default: v = pt_bf16_f32(((const uint16_t *)data)[i]); break;
         }
         if (v != v) nan++;
         else if (v == INFINITY) pinf++;
