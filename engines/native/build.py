@@ -23,9 +23,10 @@ import struct
 import subprocess
 import sys
 import tempfile
-import threading
 from pathlib import Path
 from typing import Any, List, Optional
+
+from engines.native.once import Once
 
 log = logging.getLogger("engines.native")
 
@@ -40,8 +41,6 @@ ENV_SWITCH = "PROBE_TUI_NATIVE"
 ENV_DIR = "PROBE_TUI_NATIVE_DIR"
 BUILD_TIMEOUT_S = 120
 
-_lock = threading.Lock()
-_state: List[Optional[ctypes.CDLL]] = []  # empty until the first load(); then [library or None]
 
 
 def compiler() -> Optional[str]:
@@ -186,20 +185,17 @@ def _load() -> Optional[ctypes.CDLL]:
         return None
 
 
+_library: Once[Optional[ctypes.CDLL]] = Once(_load)
+
+
 def load() -> Optional[ctypes.CDLL]:
     """The kernel library (built at first use, cached), or None; the outcome is kept for the process."""
-    if _state:
-        return _state[0]
-    with _lock:
-        if not _state:
-            _state.append(_load())
-    return _state[0]
+    return _library.get()
 
 
 def reset() -> None:
     """Forget the outcome of ``load()`` (tests)."""
-    with _lock:
-        _state.clear()
+    _library.reset()
 
 
 __all__ = ["load", "reset", "build", "library_path", "compiler", "cache_dir", "cache_dirs", "FolderError", "ENV_SWITCH", "ENV_DIR",

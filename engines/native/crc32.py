@@ -13,13 +13,13 @@ import ctypes
 import logging
 import os
 import random
-import threading
 import zlib
-from typing import Any, List, Optional
+from typing import Any, Optional
 
 import numpy as np
 
 from engines.native import build
+from engines.native.once import Once
 
 log = logging.getLogger("engines.native")
 
@@ -105,8 +105,6 @@ def self_check(kernel: NativeCrc32) -> None:
         raise RuntimeError("self-check failed on combine")
 
 
-_lock = threading.Lock()
-_state: List[Optional[NativeCrc32]] = []  # empty until first use; then [kernel or None]
 
 
 def _load() -> Optional[NativeCrc32]:
@@ -126,20 +124,17 @@ def _load() -> Optional[NativeCrc32]:
         return None
 
 
+_kernel: Once[Optional[NativeCrc32]] = Once(_load)
+
+
 def kernel() -> Optional[NativeCrc32]:
     """The checked native kernel, or None (zlib then); decided once a process."""
-    if _state:
-        return _state[0]
-    with _lock:
-        if not _state:
-            _state.append(_load())
-    return _state[0]
+    return _kernel.get()
 
 
 def reset() -> None:
     """Forget the outcome of ``kernel()`` (tests)."""
-    with _lock:
-        _state.clear()
+    _kernel.reset()
 
 
 def crc32(data: Any, value: int = 0) -> int:

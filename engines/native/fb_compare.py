@@ -16,6 +16,7 @@ import threading
 from typing import List, Optional, Sequence, Tuple
 
 from engines.native import build
+from engines.native.once import Once
 
 log = logging.getLogger("engines.native")
 
@@ -128,8 +129,6 @@ def self_check(kernel: FusedCompare) -> None:
         raise RuntimeError("self-check failed on noise: %s %s %s" % (top, list(fout), ftop))
 
 
-_lock = threading.Lock()
-_state: List[Optional[ctypes.CDLL]] = []  # empty until the first use; then [library or None]
 _local = threading.local()
 
 
@@ -145,16 +144,15 @@ def _load() -> Optional[ctypes.CDLL]:
     return lib
 
 
+_library: Once[Optional[ctypes.CDLL]] = Once(_load)
+
+
 def fused_compare() -> Optional[FusedCompare]:
     """This thread's ``FusedCompare`` over the cached library, or None when the kernel is unavailable."""
     kernel = getattr(_local, "kernel", None)
     if kernel is not None:
         return kernel
-    if not _state:
-        with _lock:
-            if not _state:
-                _state.append(_load())
-    lib = _state[0]
+    lib = _library.get()
     if lib is None:
         return None
     kernel = _local.kernel = FusedCompare(lib)
@@ -163,8 +161,7 @@ def fused_compare() -> Optional[FusedCompare]:
 
 def reset() -> None:
     """Forget the outcome of the first use (tests)."""
-    with _lock:
-        _state.clear()
+    _library.reset()
     _local.__dict__.clear()
 
 

@@ -11,9 +11,10 @@ import ctypes
 import logging
 import math
 import threading
-from typing import Any, List, Optional, Tuple
+from typing import Any, Optional, Tuple
 
 from engines.native import build
+from engines.native.once import Once
 from engines.native.stats import BFLOAT16, FLOAT16, FLOAT32, FLOAT64, THREADS_FROM
 
 log = logging.getLogger("engines.native")
@@ -129,24 +130,17 @@ def _bind() -> Optional[MonitorStats]:
         return None
 
 
-_lock = threading.Lock()
-_state: List[Optional[MonitorStats]] = []  # empty until the first monitor_kernel(); then [kernel or None]
+_kernel: Once[Optional[MonitorStats]] = Once(_bind)
 
 
 def monitor_kernel() -> Optional[MonitorStats]:
     """The checked kernel, or None; the outcome is kept for the process."""
-    if _state:
-        return _state[0]
-    with _lock:
-        if not _state:
-            _state.append(_bind())
-    return _state[0]
+    return _kernel.get()
 
 
 def reset() -> None:
     """Forget the outcome of ``monitor_kernel()`` (tests; with ``build.reset()`` to rebuild or reload)."""
-    with _lock:
-        _state.clear()
+    _kernel.reset()
 
 
 __all__ = ["MonitorStats", "monitor_kernel", "bind", "reset", "FLOAT32", "FLOAT64", "FLOAT16", "BFLOAT16", "THREADS_FROM"]
