@@ -27,6 +27,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "pt_common.h"
+
 #ifndef POLY /* (the tests build one with a wrong polynomial, to see the self-check refuse it) */
 #define POLY 0xEDB88320u /* P = x^32 + x^26 + ... + 1, reflected (bit 31 - i is the coefficient of x^i) */
 #endif
@@ -300,12 +302,10 @@ static void *crc_job(void *arg) {
 
 uint32_t pt_crc32_threads(uint32_t crc, const void *buf, size_t len, int nthreads) {
     size_t n = nthreads > 1 ? (size_t)nthreads : 1;
-    if (n > 64) n = 64;
+    if (n > PT_MAX_THREADS) n = PT_MAX_THREADS;
     if (n > len / CRC_MIN_PIECE) n = len / CRC_MIN_PIECE;
     if (n < 2) return pt_crc32(crc, buf, len);
-    crc_job_t jobs[64];
-    pthread_t tids[64];
-    int started[64];
+    crc_job_t jobs[PT_MAX_THREADS];
     const unsigned char *p = (const unsigned char *)buf;
     for (size_t t = 0; t < n; t++) {
         size_t a = len * t / n, b = len * (t + 1) / n;
@@ -313,13 +313,8 @@ uint32_t pt_crc32_threads(uint32_t crc, const void *buf, size_t len, int nthread
         jobs[t].len = b - a;
         jobs[t].crc = t ? 0u : crc;
     }
-    for (size_t t = 1; t < n; t++) started[t] = pthread_create(&tids[t], NULL, crc_job, &jobs[t]) == 0;
-    crc_job(&jobs[0]);
+    pt_run_jobs(crc_job, jobs, sizeof jobs[0], n);
     uint32_t out = jobs[0].crc;
-    for (size_t t = 1; t < n; t++) {
-        if (started[t]) pthread_join(tids[t], NULL);
-        else crc_job(&jobs[t]); /* no thread to be had: its piece here */
-        out = pt_crc32_combine(out, jobs[t].crc, jobs[t].len);
-    }
+    for (size_t t = 1; t < n; t++) out = pt_crc32_combine(out, jobs[t].crc, jobs[t].len);
     return out;
 }

@@ -126,14 +126,12 @@ int pt_fb_compare(const void *a, int a_dtype, const void *b, int b_dtype, int64_
     size_t n = (size_t)count;
     size_t threads = nthreads > 1 ? (size_t)nthreads : 1;
     if (threads > n / CMP_MIN_PER_THREAD) threads = n / CMP_MIN_PER_THREAD;
-    if (threads > 64) threads = 64;
+    if (threads > PT_MAX_THREADS) threads = PT_MAX_THREADS;
     cmp_part_t acc;
     if (threads <= 1) {
         fn(a, b, 0, n, tol, &acc);
     } else {
-        cmp_job_t jobs[64];
-        pthread_t tids[64];
-        int started[64];
+        cmp_job_t jobs[PT_MAX_THREADS];
         for (size_t t = 0; t < threads; t++) {
             jobs[t].fn = fn;
             jobs[t].a = a;
@@ -142,12 +140,7 @@ int pt_fb_compare(const void *a, int a_dtype, const void *b, int b_dtype, int64_
             jobs[t].last = n * (t + 1) / threads;
             jobs[t].tol = tol;
         }
-        for (size_t t = 1; t < threads; t++) started[t] = pthread_create(&tids[t], NULL, cmp_run, &jobs[t]) == 0;
-        cmp_run(&jobs[0]);
-        for (size_t t = 1; t < threads; t++) {
-            if (started[t]) pthread_join(tids[t], NULL);
-            else cmp_run(&jobs[t]); /* no thread to be had: its share here */
-        }
+        pt_run_jobs(cmp_run, jobs, sizeof jobs[0], threads);
         acc = jobs[0].part;
         for (size_t t = 1; t < threads; t++) {
             cmp_part_t *p = &jobs[t].part;

@@ -230,10 +230,8 @@ static mon_part_t mon_run(const mon_src_t *src, size_t n, int nthreads) {
         }
         return acc;
     }
-    mon_job_t jobs[64];
-    pthread_t tids[64];
-    int started[64];
-    if (threads > 64) threads = 64;
+    mon_job_t jobs[PT_MAX_THREADS];
+    if (threads > PT_MAX_THREADS) threads = PT_MAX_THREADS;
     for (size_t t = 0; t < threads; t++) {
         jobs[t].src = src;
         jobs[t].n = n;
@@ -241,12 +239,7 @@ static mon_part_t mon_run(const mon_src_t *src, size_t n, int nthreads) {
         jobs[t].last = nblocks * (t + 1) / threads;
         jobs[t].parts = parts;
     }
-    for (size_t t = 1; t < threads; t++) started[t] = pthread_create(&tids[t], NULL, mon_run_job, &jobs[t]) == 0;
-    mon_run_job(&jobs[0]);
-    for (size_t t = 1; t < threads; t++) {
-        if (started[t]) pthread_join(tids[t], NULL);
-        else mon_run_job(&jobs[t]); /* no thread to be had: do its share here */
-    }
+    pt_run_jobs(mon_run_job, jobs, sizeof jobs[0], threads);
     for (size_t b = 0; b < nblocks; b++) mon_fold(&acc, &parts[b]);
     free(parts);
     return acc;

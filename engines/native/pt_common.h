@@ -7,8 +7,12 @@
 #ifndef PT_COMMON_H
 #define PT_COMMON_H
 
+#include <pthread.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <string.h>
+
+#define PT_MAX_THREADS 64
 
 #ifndef PT_CLONE_TARGETS
 #define PT_CLONE_TARGETS "arch=x86-64-v4", "arch=x86-64-v3", "default"
@@ -44,5 +48,20 @@ static inline uint32_t pt_half_bits(uint16_t h) {
 static inline float pt_half_f32(uint16_t h) { return pt_bits_f32(pt_half_bits(h)); }
 
 static inline float pt_bf16_f32(uint16_t h) { return pt_bits_f32((uint32_t)h << 16); }
+
+/* Run ``fn`` on each of ``count`` (<= PT_MAX_THREADS) jobs laid out ``size`` bytes apart: the first on this thread,
+ * the others each on a thread of its own (a job no thread could be had for runs here, after the first); returns
+ * once every job is done. What a job computes must not depend on which thread runs it. */
+static inline void pt_run_jobs(void *(*fn)(void *), void *jobs, size_t size, size_t count) {
+    pthread_t tids[PT_MAX_THREADS];
+    int started[PT_MAX_THREADS];
+    char *at = (char *)jobs;
+    for (size_t t = 1; t < count; t++) started[t] = pthread_create(&tids[t], NULL, fn, at + t * size) == 0;
+    fn(at);
+    for (size_t t = 1; t < count; t++) {
+        if (started[t]) pthread_join(tids[t], NULL);
+        else fn(at + t * size);
+    }
+}
 
 #endif

@@ -234,10 +234,8 @@ int pt_stats(const void *data, int64_t count, int dtype, int out_dtype, int nthr
             fold(&acc, &p);
         }
     } else {
-        job_t jobs[64];
-        pthread_t tids[64];
-        int started[64];
-        if (threads > 64) threads = 64;
+        job_t jobs[PT_MAX_THREADS];
+        if (threads > PT_MAX_THREADS) threads = PT_MAX_THREADS;
         for (size_t t = 0; t < threads; t++) {
             jobs[t].data = data;
             jobs[t].dtype = dtype;
@@ -246,12 +244,7 @@ int pt_stats(const void *data, int64_t count, int dtype, int out_dtype, int nthr
             jobs[t].last = nblocks * (t + 1) / threads;
             jobs[t].parts = parts;
         }
-        for (size_t t = 1; t < threads; t++) started[t] = pthread_create(&tids[t], NULL, run_job, &jobs[t]) == 0;
-        run_job(&jobs[0]);
-        for (size_t t = 1; t < threads; t++) {
-            if (started[t]) pthread_join(tids[t], NULL);
-            else run_job(&jobs[t]); /* no thread to be had: do its share here */
-        }
+        pt_run_jobs(run_job, jobs, sizeof jobs[0], threads);
         for (size_t b = 0; b < nblocks; b++) fold(&acc, &parts[b]);
         free(parts);
     }
@@ -346,8 +339,6 @@ static int walk_threads(const walk_t *w, int dtype, size_t n, size_t threads, vo
     size_t nblocks = (n + BLOCK - 1) / BLOCK;
     walk_job_t *jobs = (walk_job_t *)malloc(threads * sizeof(walk_job_t));
     part_t *parts = (part_t *)malloc(nblocks * sizeof(part_t));
-    pthread_t tids[64];
-    int started[64];
     int ok = jobs != NULL && parts != NULL;
     size_t made = 0;
     for (; ok && made < threads; made++) {
@@ -361,12 +352,7 @@ static int walk_threads(const walk_t *w, int dtype, size_t n, size_t threads, vo
         if (jobs[made].scratch == NULL) ok = 0;
     }
     if (ok) {
-        for (size_t t = 1; t < threads; t++) started[t] = pthread_create(&tids[t], NULL, run_walk_job, &jobs[t]) == 0;
-        run_walk_job(&jobs[0]);
-        for (size_t t = 1; t < threads; t++) {
-            if (started[t]) pthread_join(tids[t], NULL);
-            else run_walk_job(&jobs[t]); /* no thread to be had: its share here */
-        }
+        pt_run_jobs(run_walk_job, jobs, sizeof jobs[0], threads);
         for (size_t b = 0; b < nblocks; b++) fold(acc, &parts[b]);
     }
     if (jobs != NULL)
@@ -412,7 +398,7 @@ int pt_stats_strided(const void *data, int ndim, const int64_t *shape, const int
     }
     size_t threads = nthreads > 1 ? (size_t)nthreads : 1, nblocks = (n + BLOCK - 1) / BLOCK;
     if (threads > nblocks / MIN_BLOCKS_PER_THREAD) threads = nblocks / MIN_BLOCKS_PER_THREAD;
-    if (threads > 64) threads = 64;
+    if (threads > PT_MAX_THREADS) threads = PT_MAX_THREADS;
     if (threads <= 1 || walk_threads(&w, dtype, n, threads, scratch, &acc) != 0) {
         acc.sum = acc.sq = 0.0;
         acc.lo = INFINITY;
