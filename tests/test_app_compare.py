@@ -350,6 +350,16 @@ async def test_a_tab_switch_back_shows_its_detail_with_the_tab(tree_result):
         assert screen.results_table.has_focus
 
 
+def _suspect_off_the_first_row(screen):
+    """(ranking line, worst results row) of a suspect whose row is not the results view's first."""
+    data, divergence = screen.data, screen.divergence
+    suspects = [(line, data.worst_row_of_record(int(first)))
+                for line, first in enumerate(divergence["first_row"]) if 0 <= int(first) < data.n_rows]
+    line, target = next((s for s in suspects if screen.view.position_of(s[1]) != 0), (None, None))
+    assert target is not None, suspects
+    return line, target
+
+
 async def _seen(pilot, screen, position: int) -> int:
     """Put the results cursor on ``position`` and wait until its row's detail is drawn; return that row."""
     from probe_tui.app.widgets.detail_pane import DetailPane
@@ -380,11 +390,7 @@ async def test_enter_on_a_suspect_shows_the_results_tab_with_its_rows_detail(tre
     async with app.run_test(size=(120, 40)) as pilot:
         screen = await open_view(pilot, tree_result, CompareScreen)
         await wait_until(pilot, lambda: loaded(pilot.app))
-        data, divergence = screen.data, screen.divergence
-        suspects = [(line, data.worst_row_of_record(int(first)))
-                    for line, first in enumerate(divergence["first_row"]) if 0 <= int(first) < data.n_rows]
-        line, target = next((s for s in suspects if screen.view.position_of(s[1]) != 0), (None, None))
-        assert target is not None, suspects
+        line, target = _suspect_off_the_first_row(screen)
         assert await _seen(pilot, screen, screen.view.position_of(target)) == target
         await _on_the_ranking(pilot, screen)
         screen.divergence_table.move_cursor(line)
@@ -393,6 +399,7 @@ async def test_enter_on_a_suspect_shows_the_results_tab_with_its_rows_detail(tre
         layouts = _count_layouts(screen)
         await pilot.press("enter")
         await _shows_results_at_once(pilot, screen, target, layouts)
+
 
 @pilot_test
 async def test_enter_on_a_suspect_reads_its_rows_detail_at_once_and_shows_the_tab_with_it(tree_result):
@@ -403,11 +410,7 @@ async def test_enter_on_a_suspect_reads_its_rows_detail_at_once_and_shows_the_ta
     async with app.run_test(size=(120, 40)) as pilot:
         screen = await open_view(pilot, tree_result, CompareScreen)
         await wait_until(pilot, lambda: loaded(pilot.app))
-        data, divergence = screen.data, screen.divergence
-        suspects = [(line, data.worst_row_of_record(int(first)))
-                    for line, first in enumerate(divergence["first_row"]) if 0 <= int(first) < data.n_rows]
-        line, target = next((s for s in suspects if screen.view.position_of(s[1]) != 0), (None, None))
-        assert target is not None, suspects
+        line, target = _suspect_off_the_first_row(screen)
         await _on_the_ranking(pilot, screen)
         screen.divergence_table.move_cursor(line)
         await wait_until(pilot, lambda: screen._detail_key == ("suspect", line) and ("suspect", line) in screen._details)
