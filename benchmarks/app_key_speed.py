@@ -12,7 +12,9 @@ the run summary, the monitor, the acc_check result, the diagnose verdict — and
 the navigation keys (down, pagedown, end, home, tab, enter, /, the filter and sort keys). A key is timed from the
 press to the app being idle again (its messages handled, its workers done, the detail of the row it lands on
 read, a repaint): wall time and the CPU time of the process (all threads), the pilot's own cost and the wait for
-the detail (the same for a key bound to nothing) taken off. A key that
+the detail (the same for a key bound to nothing) taken off; and the last frame: when the app wrote the last frame
+of the key's answer to the terminal, from the press (what the user sees settle; 0 for a key that changes nothing
+on screen). A key that
 opens another screen or a search field is closed again (escape) untimed.
 
 Prints per view the median and the worst key, and the keys over 100 ms; ``--profile VIEW`` runs that view's keys
@@ -78,7 +80,7 @@ class Timer:
     def __init__(self, pilot: Any, floor_ms: Tuple[float, float] = (0.0, 0.0)) -> None:
         self.pilot = pilot
         self.floor = floor_ms
-        self.figures: List[Tuple[str, float, float]] = []
+        self.figures: List[Tuple[str, float, float, float]] = []
         self.profile_keys: Sequence[str] = ()
         """Labels of keys (``"divergence 2"``, ``"enter"``) to run under cProfile, one by one."""
         self.profiles: List[str] = []
@@ -91,15 +93,15 @@ class Timer:
         await self.pilot.app.workers.wait_for_complete()
         await self.pilot.pause()
 
-    async def press(self, key: str) -> Tuple[float, float]:
-        app = self.pilot.app
+    async def press(self, key: str) -> Tuple[float, float, float]:
+        frames = FrameClock.of(self.pilot.app)
         wall, cpu = time.perf_counter(), time.process_time()
+        frames.last = 0.0
         await self.pilot.press(key)
         await self.settle()
-        ms = ((time.perf_counter() - wall) * 1000.0 - self.floor[0],
-              (time.process_time() - cpu) * 1000.0 - self.floor[1])
-        del app
-        return ms
+        return ((time.perf_counter() - wall) * 1000.0 - self.floor[0],
+                (time.process_time() - cpu) * 1000.0 - self.floor[1],
+                max(0.0, (frames.last - wall) * 1000.0))
 
     async def keys(self, view: Any, keys: Sequence[str], label: str = "") -> None:
         from textual.widgets import Input
@@ -110,7 +112,7 @@ class Timer:
             profiler = cProfile.Profile() if name in self.profile_keys else None
             if profiler is not None:
                 profiler.enable()
-            wall, cpu = await self.press(key)
+            wall, cpu, frame = await self.press(key)
             if profiler is not None:
                 profiler.disable()
                 out = io.StringIO()
@@ -118,12 +120,33 @@ class Timer:
                 stats.sort_stats("cumulative").print_stats(40)
                 stats.sort_stats("tottime").print_stats(20)
                 self.profiles.append("---- {} ----\n{}".format(name, out.getvalue()))
-            self.figures.append((name, wall, cpu))
+            self.figures.append((name, wall, cpu, frame))
             for _ in range(5):  # back to the view: close what the key opened (untimed)
                 if app.screen is view and not isinstance(app.focused, Input):
                     break
                 await self.pilot.press("escape")
                 await self.settle()
+
+
+class FrameClock:
+    """When the app last wrote a frame to its (headless) terminal: wraps the app's one way out, ``_display``."""
+
+    def __init__(self, app: Any) -> None:
+        self.last = 0.0
+        write = app._display
+
+        def display(screen: Any, update: Any) -> Any:
+            self.last = time.perf_counter()
+            return write(screen, update)
+
+        app._display = display
+
+    @staticmethod
+    def of(app: Any) -> "FrameClock":
+        clock = getattr(app, "_bench_frames", None)
+        if clock is None:
+            clock = app._bench_frames = FrameClock(app)
+        return clock
 
 
 async def until(pilot: Any, predicate: Callable[[], Any], timeout: float = 120.0) -> Any:
@@ -227,9 +250,9 @@ VIEWS = {"home": view_home, "compare": view_compare, "dump": view_dump, "summary
          "monitor": view_monitor, "acc_check": view_acc_check, "diagnose": view_diagnose}
 
 
-def merge(runs: List[List[Tuple[str, float, float]]]) -> List[Tuple[str, float, float]]:
-    """Several passes over a view: each key's median wall and CPU (keys by their place in the pass)."""
-    return [(runs[0][n][0], statistics.median(r[n][1] for r in runs), statistics.median(r[n][2] for r in runs))
+def merge(runs: List[List[Tuple[str, float, float, float]]]) -> List[Tuple[str, float, float, float]]:
+    """Several passes over a view: each key's median wall, CPU and last frame (keys by their place in the pass)."""
+    return [(runs[0][n][0], *(statistics.median(r[n][i] for r in runs) for i in (1, 2, 3)))  # type: ignore[misc]
             for n in range(min(len(r) for r in runs))]
 
 
@@ -286,21 +309,24 @@ def report(results: Dict[str, Any], every_key: bool = False) -> None:
         walls = [f[1] for f in figures]
         cpus = [f[2] for f in figures]
         worst = max(figures, key=lambda f: f[1])
-        slow = ", ".join("{} {:.0f}/{:.0f}".format(*f) for f in figures if f[1] > TARGET_MS or f[2] > TARGET_MS / 2)
-        print("  {:<10} {:>3} keys  wall median {:6.1f} worst {:6.1f} ms ({})  CPU median {:6.1f} worst {:6.1f} ms"
-              .format(name, len(figures), statistics.median(walls), worst[1], worst[0], statistics.median(cpus),
-                      max(cpus)))
+        last = max(figures, key=lambda f: f[3])
+        slow = ", ".join("{} {:.0f}/{:.0f}/{:.0f}".format(*f) for f in figures
+                         if f[1] > TARGET_MS or f[2] > TARGET_MS / 2 or f[3] > TARGET_MS)
+        print("  {:<10} {:>3} keys  wall median {:6.1f} worst {:6.1f} ms ({})  CPU median {:6.1f} worst {:6.1f} ms  "
+              "last frame worst {:6.1f} ms ({})".format(name, len(figures), statistics.median(walls), worst[1], worst[0],
+                                                        statistics.median(cpus), max(cpus), last[3], last[0]))
         if slow:
-            print("             over {:.0f} ms wall or {:.0f} ms CPU (wall/CPU): {}".format(TARGET_MS, TARGET_MS / 2, slow))
+            print("             over {:.0f} ms wall or last frame, or {:.0f} ms CPU (wall/CPU/frame): {}".format(
+                TARGET_MS, TARGET_MS / 2, slow))
     for name, values in results.get("idle", {}).items():
         print("  {:<10} idle {:.2f} % of a core (over {} s, {} pass{})".format(
             name, statistics.median(values), results.get("idle_s", 0), len(values), "es" if len(values) > 1 else ""))
     if every_key:
-        print("  each key, CPU ms (wall ms):")
+        print("  each key, CPU ms (wall ms, last frame ms):")
         for name in VIEWS:
             figures = results.get(name)
             if figures:
-                print("  {:<10} ".format(name) + ", ".join("{} {:.0f} ({:.0f})".format(f[0], f[2], f[1])
+                print("  {:<10} ".format(name) + ", ".join("{} {:.0f} ({:.0f}, {:.0f})".format(f[0], f[2], f[1], f[3])
                                                        for f in figures))
     if "profile" in results:
         print(results["profile"])

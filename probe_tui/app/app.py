@@ -14,6 +14,7 @@ from textual.app import App, SystemCommand
 from textual.message import Message
 from textual.screen import Screen
 from textual.theme import Theme
+from textual.timer import Timer
 from textual.widgets import DataTable
 from textual.worker import get_current_worker
 
@@ -21,6 +22,7 @@ from probe_tui.app.actions import SCOPE_TITLES, bindings_for, keymap_path, load_
 from probe_tui.app.child import ChildRun
 from probe_tui.app.commands import ActionCommands
 from probe_tui.app.config_backend import SchemaBackend, sample_configs
+from probe_tui.app.idle_gc import QUIET_S, IdleCollector
 from probe_tui.app.openers import detect_kind, factory_for
 from probe_tui.app.screens.base import ResultScreen, open_read_first
 
@@ -95,6 +97,9 @@ class ProbeApp(App):
         """The theme the text on screen was coloured for (``probe_tui.app.recolour``)."""
         self.startup_frozen = False
         """:meth:`freeze_startup` done (undone as the app ends)."""
+        self.idle_gc = IdleCollector()
+        """Collects the collector's middle generation once the user stops typing (``probe_tui.app.idle_gc``)."""
+        self._idle_gc_timer: Optional[Timer] = None
 
     def on_mount(self) -> None:
         from probe_tui.app.screens.home import HomeScreen
@@ -120,6 +125,22 @@ class ProbeApp(App):
 
         old, self.drawn_theme = self.drawn_theme, theme.name
         recolour_app(self, old, theme.name)
+
+    async def on_event(self, event: events.Event) -> None:
+        if isinstance(event, events.InputEvent) and not event.is_forwarded:
+            self._input_seen()
+        await super().on_event(event)
+
+    def _input_seen(self) -> None:
+        """A key or a click: the garbage collector waits until the user has been quiet for ``QUIET_S``."""
+        self.idle_gc.input_seen()
+        if self._idle_gc_timer is not None:
+            self._idle_gc_timer.stop()
+        self._idle_gc_timer = self.set_timer(QUIET_S, self._collect_while_quiet, name="idle-gc")
+
+    def _collect_while_quiet(self) -> None:
+        self._idle_gc_timer = None
+        self.idle_gc.tick()
 
     def on_resize(self, event: events.Resize) -> None:
         self.set_class(event.size.width < 81, "narrow")
@@ -225,6 +246,13 @@ class ProbeApp(App):
             open_read_first(self, screen)  # its first frame holds its result
         else:
             self.push_screen(screen)
+
+    def open_prefetched(self, screen: Screen, loaded: Optional[ResultScreen.Loaded] = None) -> None:
+        """Push a view read ahead (``probe_tui.app.view_prefetch``): built, its result (if it shows one) read."""
+        if isinstance(screen, ResultScreen) and loaded is not None:
+            screen.preloaded = loaded
+            screen.reading_elsewhere = False
+        self.push_screen(screen)
 
     def action_open_any(self) -> None:
         """Ask for a path and open it in its view: a run, rank or step folder, a dump.json, a metrics.h5, a compare

@@ -23,6 +23,7 @@ from probe_tui.app.discovery import (
 from probe_tui.app.screens.base import AppScreen
 from probe_tui.app.styles import themed
 from probe_tui.app.tables import fill_table
+from probe_tui.app.view_prefetch import ViewPrefetch
 from probe_tui.app.widgets.find_table import FindTable
 from probe_tui.app.widgets.key_footer import KeyFooter
 
@@ -57,6 +58,8 @@ class HomeScreen(AppScreen):
         self.runs: List[Dict[str, Any]] = []
         self.configs: List[ConfigFile] = []
         self.scanned = False
+        self.prefetch = ViewPrefetch(self)
+        """The run under the cursor, read ahead while the cursor rests on it (``probe_tui.app.view_prefetch``)."""
 
     def compose(self) -> ComposeResult:
         yield Static(self._title_text(), id="home-title")
@@ -127,6 +130,7 @@ class HomeScreen(AppScreen):
             if first or not (self.focused is runs or self.focused is configs):
                 # at once, not on the next idle (focus()): keys typed as soon as the listing shows go to it
                 self.set_focus(runs if self.runs or not self.configs else configs)
+        self._read_ahead()  # (a listing that keeps the cursor's row posts no highlight)
         for error in message.errors:
             self.notify(error, severity="error", title="Home")
         if first and self.app.screen is self:  # (not while a view the app started on opens)
@@ -215,6 +219,20 @@ class HomeScreen(AppScreen):
                 return kind, (self.app.root / key if kind == "run" else Path(key))
         return None
 
+    @on(DataTable.RowHighlighted, "#runs")
+    def _run_highlighted(self) -> None:
+        self._read_ahead()
+
+    def _read_ahead(self) -> None:
+        """The run under the cursor is read ahead once the cursor rests on it (not a run still being written)."""
+        table = self.query_one("#runs", DataTable)
+        key = self._selected_key(table) if table.display else None
+        row = next((r for r in self.runs if r["folder"] == key), None) if key is not None else None
+        if row is None:
+            self.prefetch.rest(None)
+        else:
+            self.prefetch.rest(self.app.root / row["folder"], live=row["status"] == "running")
+
     @on(DataTable.RowSelected)
     def _row_chosen(self, event: DataTable.RowSelected) -> None:
         self.action_open_selected()
@@ -257,7 +275,11 @@ class HomeScreen(AppScreen):
             return
         kind, path = selection
         if kind == "run":
-            self.app.open_path(path)
+            ready = self.prefetch.take(path)
+            if ready is not None:
+                self.app.open_prefetched(ready.screen, ready.loaded)
+            else:
+                self.app.open_path(path)
         else:
             self.app.load_into_builder(path)
 

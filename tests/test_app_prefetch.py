@@ -1,0 +1,123 @@
+"""Home reads the run under its cursor ahead (``probe_tui.app.view_prefetch``), and the garbage collector's middle
+generation runs once the user is quiet (``probe_tui.app.idle_gc``)."""
+
+import gc
+
+from textual.widgets import DataTable
+
+from probe_tui.app import idle_gc
+from probe_tui.app.app import ProbeApp
+from probe_tui.app.screens.acc_check import AccCheckScreen
+from probe_tui.app.screens.home import HomeScreen
+from probe_tui.app.view_prefetch import signature
+from tests.app_pilot import pilot_test, wait_until
+from tests.test_app_acc_check import make_acc_check_result
+
+
+async def _home_on_the_result(pilot, app):
+    home = await wait_until(pilot, lambda: isinstance(app.screen, HomeScreen) and app.screen.scanned and app.screen,
+                            what="home listed")
+    table = home.query_one("#runs", DataTable)
+    await wait_until(pilot, lambda: table.row_count == 1, what="the result listed")
+    return home
+
+
+@pilot_test
+async def test_enter_opens_the_view_read_ahead_while_the_cursor_rested_on_its_row(tmp_path):
+    """The result is read before enter: the screen pushed is the one built ahead, its first frame holds the
+    result, and the key itself reads nothing (no detection, no read worker)."""
+    result = make_acc_check_result(tmp_path / "checks" / "acc")
+    app = ProbeApp(tmp_path, root_label="~/exp")
+    async with app.run_test(size=(120, 40)) as pilot:
+        home = await _home_on_the_result(pilot, app)
+        await wait_until(pilot, lambda: home.prefetch.reads == 1, what="the row read ahead")
+        ahead = home.prefetch.current
+        assert ahead is not None and ahead.path == result and ahead.kind == "acc-check"
+        assert ahead.loaded is not None and ahead.loaded.error == ""
+        started = []
+        original = app.run_worker
+
+        def counted(*args, **kwargs):
+            started.append(kwargs.get("group"))
+            return original(*args, **kwargs)
+
+        app.run_worker = counted  # type: ignore[method-assign]
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: isinstance(app.screen, AccCheckScreen), what="the view open")
+        screen = app.screen
+        assert screen is ahead.screen
+        table = screen.query_one("#ac-apis", DataTable)
+        assert table.row_count == 5  # in the screen as it opened
+        assert "open-path" not in started and "open-view" not in started
+        assert home.prefetch.current is None  # a screen opens once
+
+
+@pilot_test
+async def test_a_folder_changed_since_it_was_read_ahead_opens_as_usual(tmp_path):
+    """A file added to the result after the read ahead: enter does not show what was read, it opens the view
+    the usual way (detected and read again)."""
+    result = make_acc_check_result(tmp_path / "checks" / "acc")
+    app = ProbeApp(tmp_path, root_label="~/exp")
+    async with app.run_test(size=(120, 40)) as pilot:
+        home = await _home_on_the_result(pilot, app)
+        await wait_until(pilot, lambda: home.prefetch.reads == 1, what="the row read ahead")
+        ahead = home.prefetch.current
+        before = signature(result)
+        (result / "later.txt").write_text("written after the read ahead")
+        assert signature(result) != before
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: isinstance(app.screen, AccCheckScreen), what="the view open")
+        assert app.screen is not ahead.screen
+        table = app.screen.query_one("#ac-apis", DataTable)
+        await wait_until(pilot, lambda: table.row_count == 5, what="the result read again")
+
+
+@pilot_test
+async def test_a_run_still_being_written_is_not_read_ahead(tmp_path):
+    make_acc_check_result(tmp_path / "checks" / "acc")
+    app = ProbeApp(tmp_path, root_label="~/exp")
+    async with app.run_test(size=(120, 40)) as pilot:
+        home = await _home_on_the_result(pilot, app)
+        await wait_until(pilot, lambda: home.prefetch.reads == 1, what="the row read ahead")
+        home.prefetch.forget()
+        home.prefetch.rest(tmp_path / "checks" / "acc", live=True)
+        await pilot.pause(0.4)
+        assert home.prefetch.current is None and home.prefetch.reads == 1
+
+
+def test_the_idle_collector_waits_for_quiet_and_for_something_to_collect():
+    now = [100.0]
+    collector = idle_gc.IdleCollector(clock=lambda: now[0])
+    gc.collect()
+    kept = [[n] for n in range(5_000)]  # young objects the collector has not seen
+    assert gc.get_count()[0] >= idle_gc.MIN_YOUNG
+    collector.input_seen()
+    now[0] += idle_gc.QUIET_S / 2
+    assert collector.tick() is None  # the user is typing
+    assert collector.tick(busy=True) is None
+    now[0] += idle_gc.QUIET_S
+    assert collector.tick() == 1
+    assert gc.get_count()[0] < idle_gc.MIN_YOUNG and gc.get_count()[1] == 0
+    assert collector.tick() is None  # nothing new since
+    for _ in range(idle_gc.FULL_EVERY - 2):
+        kept.extend([n] for n in range(2_000))
+        assert collector.tick() == 1
+    kept.extend([n] for n in range(2_000))
+    assert collector.tick() == 2  # every FULL_EVERY-th, the oldest generation too
+    assert collector.collections == idle_gc.FULL_EVERY
+    del kept
+
+
+@pilot_test
+async def test_the_app_collects_once_keys_stop(tmp_path):
+    """A key, then quiet: the app runs the middle collection itself (not the key that crosses the threshold)."""
+    app = ProbeApp(tmp_path, root_label="~/exp")
+    async with app.run_test(size=(100, 30)) as pilot:
+        await wait_until(pilot, lambda: isinstance(app.screen, HomeScreen) and app.screen.scanned)
+        await pilot.pause(0.3)
+        before = app.idle_gc.collections
+        kept = [[n] for n in range(5_000)]
+        await pilot.press("down")
+        await wait_until(pilot, lambda: app.idle_gc.collections > before, timeout=5, what="a collection once quiet")
+        assert gc.get_count()[1] == 0
+        del kept
