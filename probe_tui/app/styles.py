@@ -25,6 +25,9 @@ FALLBACK_THEME = "textual-dark"
 
 _colours: Dict[str, Dict[str, RichColor]] = {}
 """Theme name -> role -> colour (a theme's variables are computed once)."""
+_styles: Dict[Tuple[str, str], Style] = {}
+"""(theme name, spec) -> the style :func:`themed` built (Rich styles are immutable: one object serves every cell;
+a table of 338 rows asked for ~340 styles as it filled, each parsed and combined anew)."""
 
 
 def _running_app() -> Optional[App]:
@@ -63,11 +66,20 @@ def role_colour(role: str) -> RichColor:
 
 def themed(spec: str) -> Style:
     """``spec``'s Rich attributes with its role's colour from the current theme (``""``: no style)."""
+    app = _running_app()
+    key = (app.theme if app is not None else FALLBACK_THEME, spec)
+    style = _styles.get(key)
+    if style is None:
+        style = _styles[key] = _build_style(spec, _theme_colours(app))
+    return style
+
+
+def _build_style(spec: str, colours: Dict[str, RichColor]) -> Style:
     colour: Optional[RichColor] = None
     attributes = []
     for word in spec.split():
         if word in ROLE_VARIABLES:
-            colour = role_colour(word)
+            colour = colours[word]
         else:
             attributes.append(ATTRIBUTE_ROLES.get(word, word))
     style = Style.parse(" ".join(attributes)) if attributes else Style()

@@ -101,10 +101,12 @@ class KeyFooter(Footer):
         kept = {id(b) for b, _ in fit_keys([(b, d) for b, d, _, _ in keys], width)}
         for binding, display, enabled, tooltip in keys:
             if id(binding) in kept:
+                # born compact (this footer always is): bound to the footer's ``compact`` as Textual's footer does,
+                # each key gained the class after mounting and was styled a second time (~1 ms of an open each)
                 yield FooterKey(binding.key, display, binding.description, binding.action, disabled=not enabled,
-                                tooltip=tooltip or binding.description).data_bind(compact=Footer.compact)
+                                tooltip=tooltip or binding.description, classes="-compact")
         if palette is not None:
             _node, binding, enabled, tooltip = palette
             yield FooterKey(binding.key, self.app.get_key_display(binding), "", binding.action,
-                            classes="-command-palette", disabled=not enabled,
+                            classes="-command-palette -compact", disabled=not enabled,
                             tooltip=binding.tooltip or binding.description)
