@@ -127,8 +127,8 @@ class ProbeApp(App):
         recolour_app(self, old, theme.name)
 
     async def on_event(self, event: events.Event) -> None:
-        if isinstance(event, events.InputEvent) and not event.is_forwarded:
-            self._input_seen()
+        if isinstance(event, events.InputEvent) and not event.is_forwarded and not isinstance(event, events.MouseMove):
+            self._input_seen()  # (a mouse moving over the app is not a key: it re-arms no timer)
         await super().on_event(event)
 
     def _input_seen(self) -> None:
