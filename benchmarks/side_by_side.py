@@ -25,7 +25,9 @@ ms a step), run only when asked (``--preset llama`` or ``all``); it needs ``tran
 Printed: the table of ratios with the overhead share ((probe-tui ratio - 1) / (msprobe ratio - 1)), then per
 tool, preset and mode: microseconds added per record (records counted from what the tool wrote: msprobe's
 dump.json entries, probe-tui's store rows of records), records and files a step, and the growth of peak resident
-memory over the process's bare warm-up; the machine's load (``uptime``) before and after.
+memory over the process's bare warm-up (both copies stepped until that peak stops growing: ``WARM_MIN``...), with
+an uninstrumented control per preset (the same loop, no tool: the noise floor of that figure; ``--no-control``
+skips it); the machine's load (``uptime``) before and after.
 
 The tensor dump's bandwidth: bytes the tool wrote a step over the time it added to the step (MB/s), next to this
 disk's sequential write bandwidth measured in the same run where the dumps go (the temporary folder): 256 MiB in
@@ -72,6 +74,7 @@ PRESETS: Dict[str, Dict[str, Any]] = {
 }
 PRESET_CHOICES = {"both": ["default", "tiny"], "all": ["default", "tiny", "llama"]}
 TOOLS = ("msprobe", "probe-tui")
+CONTROL = "uninstrumented"  # the worker's control: the same loop with no tool (memory's noise floor)
 
 
 def disk_write_mb_s(folder: str, total_mb: int = 256, block_mb: int = 4) -> Tuple[float, float]:
@@ -163,6 +166,27 @@ def _peak_rss_mb() -> float:
     return peak_rss_mb()
 
 
+# Warm-up before the baseline of peak memory: at least WARM_MIN pairs (bare, then the copy the tool will get),
+# then until WARM_STEADY pairs in a row leave the peak where it was, at most WARM_MAX. After only two pairs the
+# bare steps alone still raised the peak by 7-16 MB over the next ten (glibc's heap settling around torch's
+# activations), which the figure then charged to the tool (issue 21, docs/CAPTURE.md "Memory (issue 21)").
+WARM_MIN, WARM_STEADY, WARM_MAX = 4, 3, 16
+
+
+def warm_to_steady_peak(steps: List[Any], peak: Any = None) -> int:
+    """Run each of ``steps`` once a pair until the process's peak resident memory (``peak()``, MB) stops growing
+    (see WARM_MIN/WARM_STEADY/WARM_MAX); returns the pairs run."""
+    peak = peak or _peak_rss_mb
+    steady = pairs = 0
+    while pairs < WARM_MAX and (pairs < WARM_MIN or steady < WARM_STEADY):
+        before = peak()
+        for step in steps:
+            step()
+        pairs += 1
+        steady = steady + 1 if peak() <= before else 0
+    return pairs
+
+
 def _msprobe_records(dump: Path) -> Tuple[int, int, int]:
     """(records, files, bytes) of msprobe's finished step folders under ``dump``, which are then removed (a tensor
     dump writes ~0.5 GB a step on the default preset)."""
@@ -214,9 +238,8 @@ def worker(tool: str, preset: str, mode: str, rounds: int, steps: int, warmup: i
     try:
         torch.manual_seed(0)
         bare, work = _work(preset), _work(preset)
-        for _ in range(2):  # both copies warmed (AdamW's state allocated) before the baseline of peak memory
-            bare.step()
-            work.step()
+        # both copies warmed (AdamW's state allocated, the heap settled) before the baseline of peak memory
+        warm_pairs = warm_to_steady_peak([bare.step, work.step])
         rss0 = _peak_rss_mb()
         cfg_path = tmp / "config.json"
         dump = tmp / "dump"
@@ -230,8 +253,10 @@ def worker(tool: str, preset: str, mode: str, rounds: int, steps: int, warmup: i
         cfg_path.write_text(json.dumps(cfg))
         if tool == "msprobe":
             from msprobe.pytorch import PrecisionDebugger
-        else:
+        elif tool == "probe-tui":
             from probe_tui.debugger import PrecisionDebugger  # type: ignore[no-redef]
+        else:  # CONTROL: no tool; the second copy steps bare too (the noise floor of the memory figure)
+            PrecisionDebugger = _NoTool  # type: ignore[assignment,misc]
         debugger = PrecisionDebugger(config_path=str(cfg_path))
         records = files = nbytes = instrumented = 0
 
@@ -274,7 +299,7 @@ def worker(tool: str, preset: str, mode: str, rounds: int, steps: int, warmup: i
             ratios.append(statistics.median(arm_t) / statistics.median(base_t))
             added.append(statistics.median(arm_t) - statistics.median(base_t))
             base_s = statistics.median(base_t)
-        if tool == "probe-tui":
+        if tool != "msprobe":
             summary = debugger.close()
             records = int(summary.get("records", 0))
             written = [p for p in dump.rglob("*") if p.is_file()]
@@ -288,13 +313,28 @@ def worker(tool: str, preset: str, mode: str, rounds: int, steps: int, warmup: i
                 "ratio_min": min(ratios), "ratio_max": max(ratios), "base_ms": base_s * 1e3,
                 "records_per_step": per_step, "files_per_step": files / max(instrumented, 1),
                 "us_per_record": added_s / per_step * 1e6 if per_step else None,
-                "rss_growth_mb": rss_growth, "mb_per_step": mb_step,
+                "rss_growth_mb": rss_growth, "warm_pairs": warm_pairs, "mb_per_step": mb_step,
                 "write_mb_s": mb_step / added_s if added_s > 0 else None, "memory_budget": memory_budget,
                 "async_dump": async_dump,
                 "step_end_ms": statistics.median(ends["step_end"]) * 1e3 if ends.get("step_end") else None,
                 "write_ms": statistics.median(ends["write"]) * 1e3 if ends.get("write") else None}
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+class _NoTool:
+    """The control's stand-in for a debugger: every call does nothing."""
+
+    def __init__(self, config_path: str) -> None:
+        pass
+
+    def start(self, model: Any = None) -> None:
+        pass
+
+    stop = step = start
+
+    def close(self) -> Dict[str, Any]:
+        return {}
 
 
 # -- the driver -----------------------------------------------------------------------------------------------
@@ -411,7 +451,9 @@ def main(argv: Optional[List[str]] = None) -> int:
                              "single steps: a writer thread's work then counts against the captured steps")
     parser.add_argument("--async-dump", default="off",
                         help="probe-tui's async_dump: off, on, or off,on (one run each)")
-    parser.add_argument("--worker", choices=TOOLS, help=argparse.SUPPRESS)
+    parser.add_argument("--no-control", action="store_true",
+                        help="skip the uninstrumented control run per preset (peak memory's noise floor)")
+    parser.add_argument("--worker", choices=TOOLS + (CONTROL,), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
     unknown = [m for m in modes if m not in MODES]
@@ -437,6 +479,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     print("disk (%s): %.0f MB/s to the page cache, %.0f MB/s through fdatasync" % (
         (tempfile.gettempdir(),) + disk[0]), flush=True)
     results: Dict[str, Dict[str, Dict[str, Dict[str, Any]]]] = {}
+    controls: Dict[str, Dict[str, Any]] = {}
     for preset in presets:
         for mode in modes:
             steps = args.steps or ((2 if preset == "default" else 5) if args.quick else
@@ -457,6 +500,11 @@ def main(argv: Optional[List[str]] = None) -> int:
                 results.setdefault(preset, {}).setdefault(mode, {})[label] = got
                 print("  %s %s %s: %s" % (preset, mode, label, got.get("error") or "%.2f×, %s µs/record" % (
                     got["ratio"], _fmt(got["us_per_record"], "%.0f"))), flush=True)
+        if not args.no_control:  # the same loop with no tool, as many steps as a statistics mode
+            steps = args.steps or ((2 if preset == "default" else 5) if args.quick else
+                                   (5 if preset == "default" else 30 if preset == "tiny" else 20))
+            controls[preset] = run_worker(sys.executable, CONTROL, preset, "statistics L1", rounds, steps,
+                                          args.warmup, args.timeout)
     print()
     print("\n".join(format_table(results, presets, modes)))
     print()
@@ -465,6 +513,10 @@ def main(argv: Optional[List[str]] = None) -> int:
         "%s %.1f ms" % (p, statistics.median(r["base_ms"] for m in results.get(p, {}).values() for r in m.values()
                                              if "base_ms" in r))
         for p in presets if any("base_ms" in r for m in results.get(p, {}).values() for r in m.values())))
+    if controls:
+        print("peak RSS growth of the uninstrumented control (the same loop, no tool; the figures' noise floor): "
+              + ", ".join("%s %s" % (p, c.get("error") or "%.0f MB (warm-up %d pairs)" % (
+                  c["rss_growth_mb"], c["warm_pairs"])) for p, c in controls.items()))
     disk.append(disk_write_mb_s(tempfile.gettempdir()))
     print("disk after: %.0f MB/s to the page cache, %.0f MB/s through fdatasync" % disk[-1])
     sync_mb_s = statistics.median([d[1] for d in disk])

@@ -21,7 +21,11 @@ def _schema_rules(schema: Dict[str, Any], cls: type) -> None:
 
 
 class ConfigModel(BaseModel):
-    model_config = ConfigDict(strict=True, extra="forbid", allow_inf_nan=False, json_schema_extra=_schema_rules)
+    # defer_build: a model's validator and serializer are built at its first use, not when its class is defined;
+    # a run validates one task's models, and building all of them cost a debugged training process ~2 MB of
+    # resident memory (issue 21, docs/CAPTURE.md "Memory (issue 21)").
+    model_config = ConfigDict(strict=True, extra="forbid", allow_inf_nan=False, json_schema_extra=_schema_rules,
+                              defer_build=True)
 
     # Scopes of `schemas.foreign.FOREIGN_KEYS` whose keys may appear in this object: msprobe keys we accept with
     # one warning each and drop. Empty: none.

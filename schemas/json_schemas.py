@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
-from .jobs import JOB_ADAPTER, TASKS
+from .jobs import TASKS, job_adapter
 
 __all__ = ["json_schema", "union_json_schema", "export_json_schemas", "schema_text", "DEFAULT_DIR"]
 
@@ -29,7 +29,7 @@ def json_schema(task: str) -> Dict[str, Any]:
 
 
 def union_json_schema() -> Dict[str, Any]:
-    schema = JOB_ADAPTER.json_schema()
+    schema = job_adapter().json_schema()
     schema.setdefault("title", "probe-tui job")
     schema.setdefault("description", "Any probe-tui job config; `task` selects the model.")
     return _finish(schema, "job")

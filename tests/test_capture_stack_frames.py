@@ -141,3 +141,32 @@ def test_a_generator_resumed_from_another_caller_gets_that_callers_stack():
     assert "_resume_from_a" in " ".join(table.frames(from_a))
     assert "_resume_from_b" in " ".join(table.frames(from_b))
     assert seen[1] == seen[0]
+
+
+def test_source_lines_read_without_filling_the_process_line_cache(tmp_path):
+    """Issue 21: a stack's source lines are those ``linecache.getline`` gives, but a file ``linecache`` did not
+    hold before is not left in it (it kept every file a stack passed through, torch's modules among them, for the
+    life of the process); one it held stays."""
+    import linecache
+
+    from engines.capture.stacks import StackTable
+
+    user = tmp_path / "user_code_issue21.py"
+    user.write_text("def where(table):\n    x = 1\n    return table.current(0)  # the call site\n")
+    namespace: dict = {}
+    exec(compile(user.read_text(), str(user), "exec"), namespace)
+    linecache.cache.pop(str(user), None)
+    held = __file__
+    linecache.getline(held, 1)
+    assert held in linecache.cache
+
+    table = StackTable()
+    sid = namespace["where"](table)
+    frames = table.frames(sid)
+    assert frames[0] == "File %s, line 3, in where,\n return table.current(0)  # the call site" % user
+    assert "File %s, line " % held in frames[1]
+    text = frames[1].split(",\n ", 1)[1]
+    line = int(frames[1].split(", line ")[1].split(",")[0])
+    assert text == linecache.getline(held, line).strip()  # what linecache gives
+    assert str(user) not in linecache.cache and held in linecache.cache
+    assert table.drain_new() and table._lines == {}  # the step's lines let go at its end

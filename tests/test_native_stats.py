@@ -439,3 +439,31 @@ def test_ranks_building_at_once_all_load_one_library(tmp_path):
     results = [(p.wait(timeout=120), p.stderr.read() if p.stderr else "") for p in procs]
     assert all(rc == 0 for rc, _ in results), results
     assert [p.name for p in cache.iterdir()] == [build.library_path(build.compiler(), cache).name]
+
+
+def test_strided_scratch_is_resident_only_where_written():
+    """Issue 21: the strided walk's 512 KiB scratch is an anonymous mapping, not a zero-filled heap block: the first
+    strided read of a small view adds a page or two of resident memory, not the whole scratch."""
+    code = (
+        "import torch\n"
+        "from engines.native.stats import FLOAT32, fused_stats\n"
+        "def anon():\n"
+        "    for line in open('/proc/self/status'):\n"
+        "        if line.startswith('RssAnon:'):\n"
+        "            return int(line.split()[1])\n"
+        "k = fused_stats()\n"
+        "assert k is not None\n"
+        "view = torch.arange(12.0).reshape(3, 4).t()\n"
+        "before = anon()\n"
+        "got = list(k.run_strided(view.data_ptr(), view.shape, view.stride(), FLOAT32, FLOAT32))\n"
+        "after = anon()\n"
+        "assert got[:3] == [11.0, 0.0, 66.0] and abs(got[3] - 506 ** 0.5) < 1e-5, got\n"
+        "print(after - before)\n"
+    )
+    if not os.path.exists("/proc/self/status"):
+        pytest.skip("no /proc: resident memory unread here")
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=root, timeout=120,
+                          env={**os.environ, "PYTHONPATH": root})
+    assert done.returncode == 0, done.stderr
+    assert int(done.stdout.split()[-1]) < 256, done.stdout  # KiB; the zero-filled scratch was 512

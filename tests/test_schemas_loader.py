@@ -1,6 +1,7 @@
 """load_config's sources and error reporting: files, JSON strings, dicts; one line per issue, naming the file."""
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -127,3 +128,25 @@ def test_export_command_writes_schemas(tmp_path):
     assert "RuntimeWarning" not in result.stderr
     names = sorted(p.name for p in tmp_path.glob("*.schema.json"))
     assert names == sorted([f"{t}.schema.json" for t in schemas.TASKS] + ["job.schema.json"])
+
+
+def test_loading_one_task_builds_only_its_models():
+    """Issue 21: a debugged training process validates one task's config; the other tasks' validators (every job
+    model, and the union's TypeAdapter) are not built (resident memory), yet still build on first use."""
+    code = (
+        "import schemas\n"
+        "from schemas.monitor import MonitorJob\n"
+        "from schemas.analysis import CompareJob\n"
+        "from schemas.dump_jobs import StatisticsJob\n"
+        "job = schemas.load_config({'task': 'statistics', 'dump_path': '/tmp/x', 'level': 'L1'},"
+        " on_warning=lambda *a: None)\n"
+        "schemas.dump_config(job)\n"
+        "print(StatisticsJob.__pydantic_complete__, MonitorJob.__pydantic_complete__,"
+        " CompareJob.__pydantic_complete__)\n"
+        "from schemas.jobs import JOB_ADAPTER\n"
+        "print(JOB_ADAPTER.validate_python({'task': 'monitor'}).task, MonitorJob.model_validate({}).task)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=str(ROOT),
+                          env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split("\n")[:2] == ["True False False", "monitor monitor"]

@@ -72,3 +72,30 @@ def test_llama_preset_trains_a_real_llama():
     work.step()
     assert any(not (a == p).all() for a, p in zip(before, work.model.parameters()))
     assert bench.PRESET_CHOICES["all"] == ["default", "tiny", "llama"]
+
+
+def test_warm_up_runs_until_the_peak_stops_growing():
+    bench = _bench()
+    calls = []
+    peaks = iter([110, 110, 120, 125, 125, 125, 125, 125, 125, 125, 125, 125, 125])
+    current = [100]
+
+    def step():
+        calls.append(1)
+
+    def peak():  # read before and after each pair: the after-read of a pair advances the figure
+        return current[0]
+
+    def pair_step():
+        step()
+        current[0] = next(peaks)
+
+    pairs = bench.warm_to_steady_peak([pair_step], peak)
+    # grew on pairs 1, 3, 4 (100->110, 110->120, 120->125); steady on 5, 6, 7
+    assert pairs == 7 and len(calls) == 7
+    growing = iter(range(1000))
+    current[0] = 0
+    assert bench.warm_to_steady_peak([lambda: current.__setitem__(0, next(growing) + 1)],
+                                     peak) == bench.WARM_MAX
+    current[0] = 5
+    assert bench.warm_to_steady_peak([lambda: None], peak) == max(bench.WARM_MIN, bench.WARM_STEADY)

@@ -50,6 +50,8 @@ class StackTable:
         self._last_frame: Optional[FrameType] = None
         self._last_outer: Tuple[int, ...] = ()
         self._last_sids: Dict[int, int] = {}
+        # file -> its lines, for the source lines of the stacks first seen this step; let go at the step's end
+        self._lines: Dict[str, List[str]] = {}
 
     def current(self, skip: int = 1) -> int:
         """Id of the caller's stack (innermost frame first), skipping tool frames.
@@ -134,7 +136,8 @@ class StackTable:
             sid = len(self._frames)
             self._ids[tkey] = sid
             user = self._codes
-            self._frames.append(_format(tuple(user[c] if i % 2 == 0 else c for i, c in enumerate(tkey))))
+            self._frames.append(_format(tuple(user[c] if i % 2 == 0 else c for i, c in enumerate(tkey)),
+                                        self._lines))
             self._new.append(sid)
         return sid
 
@@ -146,6 +149,7 @@ class StackTable:
         new = [(sid, self._frames[sid]) for sid in self._new]
         self._new = []
         self._last_frame = None
+        self._lines = {}
         return new
 
     def __len__(self) -> int:
@@ -159,12 +163,28 @@ def _line_of(code: CodeType, lasti: int) -> int:
     return code.co_firstlineno
 
 
-def _format(key: Sequence[object]) -> List[str]:
+def _source_line(filename: str, line: int, lines: Dict[str, List[str]]) -> str:
+    """``linecache.getline(filename, line)``, the file's lines kept in ``lines`` (the table's, for one step) rather
+    than in ``linecache``'s process-wide cache, which kept every source file a stack passed through (torch's
+    modules among them: ~0.5 MB on the reference workload) for the life of the process (issue 21). A file the
+    cache already held stays there; one it did not is not added."""
+    text = lines.get(filename)
+    if text is None:
+        held = filename in linecache.cache
+        text = lines[filename] = linecache.getlines(filename)
+        if not held:
+            linecache.cache.pop(filename, None)
+    return text[line - 1] if 1 <= line <= len(text) else ""
+
+
+def _format(key: Sequence[object], lines: Optional[Dict[str, List[str]]] = None) -> List[str]:
     out = []
+    if lines is None:
+        lines = {}
     for i in range(0, len(key), 2):
         code, lasti = key[i], key[i + 1]
         filename = code.co_filename  # type: ignore[attr-defined]
         line = _line_of(code, lasti)  # type: ignore[arg-type]
-        text = linecache.getline(filename, line).strip()
+        text = _source_line(filename, line, lines).strip()
         out.append("File %s, line %d, in %s,\n %s" % (filename, line, code.co_name, text))  # type: ignore[attr-defined]
     return out

@@ -6,7 +6,8 @@ output array (so one instance per thread of use) and the bound C function (argum
 """
 
 import ctypes
-from typing import Optional, Sequence
+import mmap
+from typing import Optional, Sequence, Tuple
 
 from engines.native import build
 
@@ -21,24 +22,36 @@ THREADS_FROM = 1 << 20
 SCRATCH_BYTES = 65536 * 8
 
 
+def _scratch() -> "Tuple[mmap.mmap, ctypes.Array[ctypes.c_char]]":
+    """The strided walk's scratch, an anonymous mapping: its pages become resident only as a walk writes them (a
+    float32 walk uses half, a small view a page or two), and it stays out of the heap the training step's tensors
+    come from, where a half-MB block allocated at the first captured step split the free space the next steps'
+    activations would have reused (issue 21, docs/CAPTURE.md "Memory (issue 21)"). ``create_string_buffer``
+    zero-filled all 512 KiB there."""
+    region = mmap.mmap(-1, SCRATCH_BYTES)
+    return region, (ctypes.c_char * SCRATCH_BYTES).from_buffer(region)
+
+
 class FusedStats:
     """``run(ptr, numel, dtype, out_dtype, threads)`` fills ``out``: max, min, sum, norm, nan, +inf, -inf.
     ``run_strided(ptr, shape, strides, dtype, out_dtype, threads)``: the same figures of a strided view (strides
     in elements, none negative), equal bit for bit to ``run`` on the view's contiguous copy (any thread count)."""
 
-    __slots__ = ("fn", "fn_strided", "out", "_scratch")
+    __slots__ = ("fn", "fn_strided", "out", "_scratch", "_region")
 
     def __init__(self, lib: ctypes.CDLL) -> None:
         self.fn = lib.pt_stats
         self.fn_strided = lib.pt_stats_strided
         self.out = (ctypes.c_double * 7)()
-        self._scratch: Optional[ctypes.Array[ctypes.c_char]] = None  # allocated at the first strided read
+        self._scratch: Optional[ctypes.Array[ctypes.c_char]] = None  # mapped at the first strided read
+        self._region: Optional[mmap.mmap] = None  # the mapping the scratch lies in
 
     def run_strided(self, ptr: int, shape: Sequence[int], strides: Sequence[int], dtype: int, out_dtype: int,
                     threads: int = 1) -> "ctypes.Array[ctypes.c_double]":
         scratch = self._scratch
         if scratch is None:
-            scratch = self._scratch = ctypes.create_string_buffer(SCRATCH_BYTES)
+            self._region, scratch = _scratch()
+            self._scratch = scratch
         nd = len(shape)
         arr = ctypes.c_int64 * nd
         if self.fn_strided(ptr, nd, arr(*shape), arr(*strides), dtype, out_dtype, threads, scratch, self.out) != 0:
