@@ -93,7 +93,7 @@ class Growing:
     back to the rows, so a closed file's datasets hold exactly their rows. ``ahead=False`` keeps the extent at the
     rows (the commit log, whose length plain-h5py readers take as the number of commits)."""
 
-    __slots__ = ("dset", "rows", "extent", "tail", "dtype", "chunk_rows", "ahead", "_fspace")
+    __slots__ = ("dset", "rows", "extent", "tail", "dtype", "chunk_rows", "ahead", "_fspace", "_mtype")
 
     def __init__(self, dset: h5py.Dataset, ahead: bool = True):
         self.dset = dset
@@ -104,6 +104,9 @@ class Growing:
         self.chunk_rows = int(chunks[0]) if chunks else max(1, self.rows)
         self.ahead = ahead
         self._fspace: Any = None
+        # The memory type of every write (values are converted to the dataset's dtype first): made once, not by
+        # h5py at each write (~6 us of an ~14 us write, most of it registering the new type object).
+        self._mtype = h5py.h5t.py_create(self.dtype)
 
     def append(self, values: np.ndarray) -> None:
         n = len(values)
@@ -123,7 +126,7 @@ class Growing:
                 self.extent = extent
             fspace = self._fspace = self.dset.id.get_space()
         fspace.select_hyperslab((start,) + (0,) * len(self.tail), (n,) + self.tail)
-        self.dset.id.write(_memory_space(values.shape), fspace, values)
+        self.dset.id.write(_memory_space(values.shape), fspace, values, self._mtype)
         self.rows = end
 
     def trim(self) -> None:
