@@ -33,9 +33,13 @@ class StringTable:
     def intern_batch(self, values: Sequence[Any], where: str) -> np.ndarray:
         """Ids of a batch of ``str`` values: the run's names repeat step after step, so the known ones are looked
         up in one pass at C speed and only new (or non-str) values take the per-value path."""
+        try:  # every value known (the usual step): straight into the array; a new one (None) raises
+            return np.fromiter(map(self._ids.get, values), dtype=np.int64, count=len(values))
+        except TypeError:  # a new value, or an unhashable one (a list: the per-value path says what is wrong)
+            pass
         try:
             ids: List[Any] = list(map(self._ids.get, values))
-        except TypeError:  # an unhashable value (a list): the per-value path says what is wrong with it
+        except TypeError:
             ids = [None] * len(values)
         if None in ids:
             for i, sid in enumerate(ids):
