@@ -93,10 +93,11 @@ class Growing:
     back to the rows, so a closed file's datasets hold exactly their rows. ``ahead=False`` keeps the extent at the
     rows (the commit log, whose length plain-h5py readers take as the number of commits)."""
 
-    __slots__ = ("dset", "rows", "extent", "tail", "dtype", "chunk_rows", "ahead", "_fspace", "_mtype")
+    __slots__ = ("dset", "rows", "extent", "tail", "dtype", "chunk_rows", "ahead", "_dsid", "_fspace", "_mtype")
 
     def __init__(self, dset: h5py.Dataset, ahead: bool = True):
         self.dset = dset
+        self._dsid = dset.id  # h5py's ``id`` is a property, asked once
         self.rows = self.extent = dset.shape[0]
         self.tail = tuple(dset.shape[1:])
         self.dtype = dset.dtype
@@ -118,20 +119,25 @@ class Growing:
         start = self.rows
         end = start + n
         fspace = self._fspace
+        dsid = self._dsid
         if end > self.extent or fspace is None:
             if end > self.extent:
                 step = self.chunk_rows if self.ahead else 1
                 extent = -(-end // step) * step  # the end of the chunk the rows reach
-                self.dset.id.set_extent((extent,) + self.tail)
+                dsid.set_extent((extent,) + self.tail)
                 self.extent = extent
-            fspace = self._fspace = self.dset.id.get_space()
-        fspace.select_hyperslab((start,) + (0,) * len(self.tail), (n,) + self.tail)
-        self.dset.id.write(_memory_space(values.shape), fspace, values, self._mtype)
+            fspace = self._fspace = dsid.get_space()
+        shape = values.shape
+        mspace = _SPACES.get(shape)
+        if mspace is None:
+            mspace = _memory_space(shape)
+        fspace.select_hyperslab((start,) + (0,) * len(self.tail), shape)
+        dsid.write(mspace, fspace, values, self._mtype)
         self.rows = end
 
     def trim(self) -> None:
         """Cut the extent back to the rows written (before the file closes)."""
         if self.extent > self.rows:
-            self.dset.id.set_extent((self.rows,) + self.tail)
+            self._dsid.set_extent((self.rows,) + self.tail)
             self.extent = self.rows
             self._fspace = None

@@ -119,6 +119,10 @@ class SegmentFile:
                                                     compression=self.compression)
 
     def _column(self, table: str, column: str, first_rows: int, final: bool = False) -> h5io.Growing:
+        grow = self._growing.get("/%s/%s" % (table_key(table), column))  # the usual case: no closure to make
+        if grow is not None:
+            return grow
+
         def create(group: h5py.Group) -> h5py.Dataset:
             col = self.tables[table].column(column)
             rows = self._chunk(self.chunk_rows, first_rows, final)
