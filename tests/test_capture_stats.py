@@ -283,3 +283,19 @@ def test_stats_columns_in_one_pass_equal_the_entry_at_a_time_loop():
     assert fast_rows == rows and loop_rows == rows  # the rows are left as they are
     assert step_entries.stats_columns({k: tuple(v) for k, v in rows.items()}, 8)[0].tobytes() == want[0].tobytes()
     assert got[2][5].tolist() == [-1, -1, -1] and got[1][4] == 0 and got[2][3].tolist() == [2, 1, 0]
+
+
+def test_stats_columns_takes_odd_rows_as_np_array_did():
+    """The one-pass read of the rows (np.fromiter) hands anything it cannot take to np.array as before: a None
+    (np.array reads it as NaN), a 0-d numpy value; rows of another length go to the entry-at-a-time loop."""
+    from engines.capture import entries as step_entries
+
+    rows = {0: [None, 1.0, 2.0, 3.0, 2, VALID_STATS, 0, 0, 0], 1: (np.float32(2.5), np.float64(-1.0), 4.0, 2.0, 2,
+                                                                  VALID_STATS, 0, 0, 0)}
+    stats, valid, counts = step_entries.stats_columns(rows, 2)
+    assert np.isnan(stats[0, 0]) and stats[0, 1] == 1.0 and stats[0, 2] == 1.0
+    assert stats[1].tolist() == [2.5, -1.0, 2.0, 2.0] and valid.tolist() == [VALID_STATS, VALID_STATS]
+    # a row one short and one a value long: never read as two rows shifted by one (the loop takes what it can)
+    uneven = {0: [1.0, 1.0, 1.0, 1.0, 1, VALID_STATS, 0, 0, 0, 7.0], 1: [2.0, 2.0, 2.0, 2.0, 1, VALID_STATS, 0, 0]}
+    with pytest.raises(IndexError):  # the loop's own complaint about the short row, as before
+        step_entries.stats_columns(uneven, 2)

@@ -133,3 +133,37 @@ def test_a_swmr_writer_does_not_grow_with_the_run(tmp_path):
     assert done.returncode == 0, done.stderr[-2000:]
     marks = dict(json.loads(done.stdout.strip().splitlines()[-1])["marks"])
     assert marks[2000] - marks[1000] < 10, marks  # MB; it was +30
+
+
+def test_swmr_extents_run_ahead_of_the_rows_and_close_trims_them(tmp_path):
+    """Issue 21: a SWMR writer grows its data datasets a chunk at a time, not at every append (``set_extent`` and a
+    new file space were a third of an append). While it runs (or after a kill) a dataset may hold fill values past
+    the committed rows: readers take the lengths from the commit log. The commit log itself stays exact (its
+    length is the number of commits), and a closed file's datasets hold exactly their rows."""
+    import h5py
+
+    with writer(tmp_path, "swmr") as proc:
+        tell(proc, "next")
+        tell(proc, "next")
+        with h5py.File(tmp_path / "metrics.h5", "r", swmr=True) as f:
+            value, hist = f["tables/metrics/value"], f["tables/metrics/hist"]
+            assert value.shape[0] > 300 and value.shape[0] % value.chunks[0] == 0, value.shape
+            assert hist.shape[0] > 300 and hist.shape[0] % hist.chunks[0] == 0, hist.shape
+            assert f["commits/step"].shape == (2,) and f["commits/counts"].shape[0] == 2
+            assert (value[300:] == 0).all()  # past the commit: fill values
+        r = StoreReader(tmp_path, "metrics")
+        assert r.num_rows("metrics") == 300
+        check_step(r, 1)
+        check_step(r, 0)
+        r.close()
+        tell(proc, "next")
+        tell(proc, "close")
+        proc.wait(timeout=60)
+    with h5py.File(tmp_path / "metrics.h5", "r") as f:
+        assert f["tables/metrics/value"].shape == (600,) and f["tables/metrics/hist"].shape == (600, 4)
+        assert f["strings/offset"].shape == (f["commits/counts"][-1][1],)
+        assert f["pools/float16"].shape == (3000,) and f["commits/step"].shape == (3,)
+    r = StoreReader(tmp_path, "metrics")
+    assert r.steps() == [0, 1, 2] and r.num_rows("metrics") == 600
+    check_step(r, 2)
+    r.close()

@@ -227,3 +227,8 @@ def test_json_column_batches_of_text_stage_as_value_by_value():
     assert stage.take()["args"].tolist() == [0, 1]
     blob, lengths = strings.take()
     assert blob == b'x{"k":1}' and lengths.tolist() == [1, 7]
+    ascii_table = StringTable()  # all ASCII (JSON from ensure_ascii): lengths from the characters, one blob
+    assert ascii_table.add_batch(['{"a":1}', "", "{}"]).tolist() == [0, 1, 2] and ascii_table.staged == 3
+    ascii_table.add("é")
+    blob, lengths = ascii_table.take()
+    assert blob == '{"a":1}{}é'.encode() and lengths.tolist() == [7, 0, 2, 2] and ascii_table.staged == 0

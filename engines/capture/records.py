@@ -125,7 +125,10 @@ class StepBuffer:
         counts = np.where(has[:, None], entries.counts[safe], -1)
         # A tensor is stored once, but only rows of records that asked for it (task tensor, tensor_list) point at it.
         stored = has & np.asarray(self.row_save, dtype=bool)
-        pools = [entries.pool[i] if h else "" for i, h in zip(safe.tolist(), stored.tolist())]
+        if stored.any():
+            pools = [entries.pool[i] if h else "" for i, h in zip(safe.tolist(), stored.tolist())]
+        else:  # nothing stored (the statistics task): no per-row look-up
+            pools = [""] * len(entry)
         record_local = np.asarray(self.row_record, dtype=np.int64)
         flags = np.asarray(self.rec_flags, dtype=np.uint32)
         nonfinite = (counts[:, 0] > 0) | (counts[:, 1] > 0) | (counts[:, 2] > 0)
@@ -133,7 +136,7 @@ class StepBuffer:
             flags[np.unique(record_local[nonfinite])] |= FLAG_NONFINITE
         stacks = self.rec_stack
         if stack_ids:
-            stacks = [stack_ids.get(s, -1) if s >= 0 else -1 for s in stacks]
+            stacks = list(map(stack_ids.get, stacks, repeat(-1)))  # -1 (none) is never a key: it stays -1
         records = {
             "step": np.full(n_rec, step, dtype=np.int64),
             "seq": np.arange(n_rec, dtype=np.int64),

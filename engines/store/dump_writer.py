@@ -17,6 +17,8 @@ from .errors import StoreError
 from .spec import TensorRef, shape_json
 from .writer import StoreWriter
 
+_STR_ONLY = frozenset((str,))
+
 
 class DumpWriter:
     def __init__(self, rank_dir: PathLike, *, meta: Optional[Dict[str, Any]] = None, mode: str = "auto",
@@ -72,7 +74,7 @@ class DumpWriter:
             except ValueError:
                 raise StoreError(f"table 'tensors': column 'numel' does not match {len(refs)} refs") from None
             columns["numel"] = [r.numel if r is not None else int(given[i]) for i, r in enumerate(refs)]
-        if isinstance(shapes, (list, tuple)):
+        if isinstance(shapes, (list, tuple)) and not set(map(type, shapes)) <= _STR_ONLY:  # text already: as is
             columns["shape"] = [s if isinstance(s, str) else shape_json(s) for s in shapes]
         return self.store.append("tensors", **columns)
 

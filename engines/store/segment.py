@@ -99,15 +99,16 @@ class SegmentFile:
         return min(configured, max(1, first)) if final and not self.swmr else configured
 
     def _appender(self, group_key: str, name: str,
-                  create: Optional[Callable[[h5py.Group], h5py.Dataset]] = None) -> h5io.Growing:
+                  create: Optional[Callable[[h5py.Group], h5py.Dataset]] = None, ahead: bool = True
+                  ) -> h5io.Growing:
         """The appender of ``group_key/name``, looked up once; ``create(group)`` makes the dataset when the file
-        lacks it."""
+        lacks it. ``ahead``: see ``h5io.Growing``."""
         path = "/%s/%s" % (group_key, name)
         grow = self._growing.get(path)
         if grow is None:
             group = self._group(group_key)
             dset = group[name] if create is None or name in group else create(group)
-            grow = self._growing[path] = h5io.Growing(dset)
+            grow = self._growing[path] = h5io.Growing(dset, ahead)
         return grow
 
     def _extendible(self, name: str, dtype: DTypeLike, configured: int, first: int, final: bool
@@ -118,6 +119,10 @@ class SegmentFile:
                                                     compression=self.compression)
 
     def _column(self, table: str, column: str, first_rows: int, final: bool = False) -> h5io.Growing:
+        grow = self._growing.get("/%s/%s" % (table_key(table), column))  # the usual case: no closure to make
+        if grow is not None:
+            return grow
+
         def create(group: h5py.Group) -> h5py.Dataset:
             col = self.tables[table].column(column)
             rows = self._chunk(self.chunk_rows, first_rows, final)
@@ -144,7 +149,7 @@ class SegmentFile:
         return self._appender("pools", dtype, self._extendible(dtype, dtype, elems, first_elems, final))
 
     def _commit_column(self, name: str) -> h5io.Growing:
-        return self._appender("commits", name)
+        return self._appender("commits", name, ahead=False)  # its length is the number of commits
 
     # -- writes --------------------------------------------------------------------------------------------
     def write_table(self, table: str, columns: Dict[str, np.ndarray], final: bool = False) -> None:
@@ -180,6 +185,8 @@ class SegmentFile:
 
     def close(self) -> None:
         if self.file.id.valid:
+            for grow in self._growing.values():  # extents ran ahead of the rows (h5io.Growing): cut them back
+                grow.trim()
             # Flush first: a flush that fails (a full disk) leaves the file in a state ``abandon`` can close; a
             # close that fails half-way through closing its objects does not.
             self.file.flush()

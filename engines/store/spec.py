@@ -120,12 +120,13 @@ class TableSpec:
                 raise StoreError(f"table {self.name!r}: column {c.name!r} given twice")
             seen.add(c.name)
         object.__setattr__(self, "columns", cols)
+        object.__setattr__(self, "_by_name", {c.name: c for c in cols})  # not a field: no part of eq, repr
 
     def column(self, name: str) -> Column:
-        for c in self.columns:
-            if c.name == name:
-                return c
-        raise StoreError(f"table {self.name!r} has no column {name!r}")
+        col = self._by_name.get(name)  # type: ignore[attr-defined]
+        if col is None:
+            raise StoreError(f"table {self.name!r} has no column {name!r}")
+        return col
 
     @property
     def column_names(self) -> List[str]:

@@ -20,7 +20,8 @@ class StringTable:
     def __init__(self) -> None:
         self._ids: Dict[str, int] = {}
         self.count = 0
-        self._staged: List[bytes] = []
+        self._blobs: List[bytes] = []  # staged UTF-8 text, one blob per value or per batch
+        self._lengths: List[int] = []  # byte length of each staged value
         self.staged_bytes = 0
 
     def intern(self, value: str) -> int:
@@ -33,9 +34,13 @@ class StringTable:
     def intern_batch(self, values: Sequence[Any], where: str) -> np.ndarray:
         """Ids of a batch of ``str`` values: the run's names repeat step after step, so the known ones are looked
         up in one pass at C speed and only new (or non-str) values take the per-value path."""
+        try:  # every value known (the usual step): straight into the array; a new one (None) raises
+            return np.fromiter(map(self._ids.get, values), dtype=np.int64, count=len(values))
+        except TypeError:  # a new value, or an unhashable one (a list: the per-value path says what is wrong)
+            pass
         try:
             ids: List[Any] = list(map(self._ids.get, values))
-        except TypeError:  # an unhashable value (a list): the per-value path says what is wrong with it
+        except TypeError:
             ids = [None] * len(values)
         if None in ids:
             for i, sid in enumerate(ids):
@@ -50,16 +55,23 @@ class StringTable:
     def add_batch(self, values: Sequence[str]) -> np.ndarray:
         """``add`` of every value of a batch of ``str`` (a step's record arguments, JSON text already): fresh
         ids in order, without a Python call per value."""
-        encoded = [v.encode("utf-8", "surrogatepass") for v in values]
-        self._staged.extend(encoded)
-        self.staged_bytes += sum(map(len, encoded))
+        joined = "".join(values)
+        blob = joined.encode("utf-8", "surrogatepass")
+        if len(blob) == len(joined):  # ASCII (JSON text from ensure_ascii): a value's bytes are its characters
+            lengths = list(map(len, values))
+        else:
+            lengths = [len(v.encode("utf-8", "surrogatepass")) for v in values]
+        self._blobs.append(blob)
+        self._lengths.extend(lengths)
+        self.staged_bytes += len(blob)
         start = self.count
-        self.count += len(encoded)
+        self.count += len(lengths)
         return np.arange(start, self.count, dtype=np.int64)
 
     def _new(self, value: str) -> int:
         encoded = value.encode("utf-8", "surrogatepass")
-        self._staged.append(encoded)
+        self._blobs.append(encoded)
+        self._lengths.append(len(encoded))
         self.staged_bytes += len(encoded)
         sid = self.count
         self.count += 1
@@ -67,14 +79,14 @@ class StringTable:
 
     @property
     def staged(self) -> int:
-        return len(self._staged)
+        return len(self._lengths)
 
     def take(self) -> Tuple[bytes, np.ndarray]:
         """Staged strings as one UTF-8 blob and their byte lengths; clears the stage."""
-        parts, self._staged = self._staged, []
+        blobs, lengths = self._blobs, self._lengths
+        self._blobs, self._lengths = [], []
         self.staged_bytes = 0
-        lengths = np.fromiter(map(len, parts), dtype=np.int64, count=len(parts))
-        return b"".join(parts), lengths
+        return b"".join(blobs), np.array(lengths, dtype=np.int64)
 
 
 class TableStage:

@@ -90,6 +90,7 @@ class StoreWriter(SpaceGuard):
         self._stages = {t.name: TableStage(t) for t in self.tables}
         self._strings = StringTable()
         self._pools = {d: PoolStage(d, POOL_STAGE_BYTES) for d in POOL_DTYPES}
+        self._column_sizes_cache: Dict[str, List[Tuple[str, int]]] = {}  # SpaceGuard._column_sizes
         self._meta_attrs = self._build_meta(meta or {})
         self._committed = np.zeros(len(self._arrays), dtype=np.int64)
         self._segment: Optional[SegmentFile] = None

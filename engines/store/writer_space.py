@@ -38,6 +38,7 @@ class SpaceGuard:
     _stages: Dict[str, TableStage]
     _strings: StringTable
     _pools: Dict[str, PoolStage]
+    _column_sizes_cache: Dict[str, List[Tuple[str, int]]]
     _segment: Optional[SegmentFile]
     _last_step: Optional[int]
     _closed_bytes: int
@@ -82,8 +83,8 @@ class SpaceGuard:
         for t in self.tables:
             n = self._stages[t.name].staged_rows + (more_rows or {}).get(t.name, 0)
             if n:
-                writes += [(f"/{table_key(t.name)}/{c.name}", n, c.storage_dtype.itemsize * (c.width or 1),
-                            self._chunk_rows) for c in t.columns]
+                chunk = self._chunk_rows
+                writes += [(path, n, row_bytes, chunk) for path, row_bytes in self._column_sizes(t)]
         n = self._strings.staged
         if n:
             writes += [("/strings/data", self._strings.staged_bytes, 1, STRING_CHUNK_BYTES),
@@ -97,6 +98,14 @@ class SpaceGuard:
         if final:  # the commit row
             writes.append(("/commits/counts", 1, 8 * len(self._arrays), COMMIT_CHUNK_ROWS))
         return writes
+
+    def _column_sizes(self, table: TableSpec) -> List[Tuple[str, int]]:
+        """``(dataset path, bytes a row)`` of each column of ``table``, worked out once (checked at every commit)."""
+        sizes = self._column_sizes_cache.get(table.name)
+        if sizes is None:
+            sizes = self._column_sizes_cache[table.name] = [(f"/{table_key(table.name)}/{c.name}",
+                                          c.storage_dtype.itemsize * (c.width or 1)) for c in table.columns]
+        return sizes
 
     def _kept(self) -> str:
         if not self.commits:
