@@ -26,7 +26,7 @@ class ModuleFrame:
     """One active module call on the forward stack."""
 
     __slots__ = ("module", "name", "listed", "record", "edges", "seq", "want_bwd", "flags", "stack", "parent",
-                 "save")
+                 "save", "anchor", "skey")
 
     def __init__(self, module: Any, name: str, listed: bool) -> None:
         self.module = module
@@ -40,6 +40,10 @@ class ModuleFrame:
         self.stack = -1
         self.parent = ""
         self.save = False
+        # the frame that called the call's hook and the call's stack key (``StackTable.module_key``): where the
+        # stack walks of the calls inside it stop
+        self.anchor: Any = None
+        self.skey: Tuple[int, ...] = ()
 
 
 class ModuleTree:
@@ -170,6 +174,11 @@ class ModuleTree:
         listed_parent = parent_frame is not None and parent_frame.listed
         if info is None or (named is None and not s.options.module_level):
             frame = ModuleFrame(module, parent_frame.name if parent_frame else "", listed_parent)
+            if s.keep_stacks and named is None:  # a root or a wrapper: its anchor serves the calls inside it
+                if parent_frame is not None:
+                    frame.anchor, frame.skey = s.stacks.module_key(1, parent_frame.anchor, parent_frame.skey)
+                else:
+                    frame.anchor, frame.skey = s.stacks.module_key(1, None, ())
             self.frames.append(frame)
             return frame
         path, cls = info
@@ -190,7 +199,18 @@ class ModuleTree:
                           and (reason is None or s.backward_may_be_wanted(naming.backward_of(name), frame.listed)))
         if reason is not None:
             s.summary.skipped(reason)
-        frame.stack = s.stacks.current(1) if s.keep_stacks else -1  # from the caller: no frame object for this one
+        if not s.keep_stacks:
+            frame.stack = -1
+        elif named is None:  # from the caller (no frame object for this one), walked up to the enclosing call
+            stacks = s.stacks
+            if parent_frame is not None:
+                frame.anchor, skey = stacks.module_key(1, parent_frame.anchor, parent_frame.skey)
+            else:
+                frame.anchor, skey = stacks.module_key(1, None, ())
+            frame.skey = skey
+            frame.stack = stacks.intern_key(skey)
+        else:  # a module_dump's own hook: its caller is not torch's module call
+            frame.stack = s.stacks.current(1)
         rows: List = []
         skeleton = self.walkers.call_rows(args, kwargs, rows)
         if reason is None:
