@@ -184,7 +184,7 @@ class _Outer(torch.nn.Module):
         return self.head(self.inner(x))
 
 
-def _module_stacks(depth: int, anchored: bool, monkeypatch) -> List[tuple]:
+def _module_stacks(depth: int, anchored: bool, monkeypatch, level: str = "L0") -> List[tuple]:
     from engines.adapters.torch.session import TorchCaptureSession
     from engines.capture.options import CaptureOptions
     from engines.capture.stacks import StackTable
@@ -193,6 +193,8 @@ def _module_stacks(depth: int, anchored: bool, monkeypatch) -> List[tuple]:
     if not anchored:  # every walk to the top, as ``current`` makes it
         full = StackTable.module_key
         monkeypatch.setattr(StackTable, "module_key", lambda self, skip, anchor, key: full(self, skip + 1, None, ()))
+        current = StackTable.current
+        monkeypatch.setattr(StackTable, "current", lambda self, skip=1, anchor=None, key=(): current(self, skip + 1))
     else:  # the walks that meet an anchor take the key above it from there (another key there, another result)
         walk_to = StackTable._walk_to
 
@@ -210,7 +212,7 @@ def _module_stacks(depth: int, anchored: bool, monkeypatch) -> List[tuple]:
     torch.manual_seed(0)
     model = _Outer()
     sink = _Payloads()
-    session = TorchCaptureSession(CaptureOptions(level="L0", stack_depth=depth), lambda rank: sink, rank=0)
+    session = TorchCaptureSession(CaptureOptions(level=level, stack_depth=depth), lambda rank: sink, rank=0)
 
     def deep(n):  # frames above the model's call, more than the smaller depths keep
         return deep(n - 1) if n else model(torch.randn(3, 4)).sum().backward()
@@ -222,17 +224,22 @@ def _module_stacks(depth: int, anchored: bool, monkeypatch) -> List[tuple]:
         session.step_end()
     session.close()
     monkeypatch.undo()
-    if anchored:  # every module call but the root's (one a step) walks up to its parent's anchor
-        assert met and met.count(False) == 2, met
+    if anchored:  # every module call but the root's (one a step) walks up to its parent's anchor: 9 a step
+        assert met.count(False) == 2, met
+        if level == "mix":  # and API calls inside a module call, when not from the previous call's frame
+            assert met.count(True) >= 2 * 9 + 8, met
     return [(name, sink.stacks.get(sid) if sid >= 0 else None) for name, sid in sink.records]
 
 
+@pytest.mark.parametrize("level", ["L0", "mix"])
 @pytest.mark.parametrize("depth", [1, 2, 3, 5, 48])
-def test_module_stacks_through_anchors_equal_full_walks(depth, monkeypatch):
-    anchored, full = [_module_stacks(depth, a, monkeypatch) for a in (True, False)]  # one call site: one stack
+def test_module_stacks_through_anchors_equal_full_walks(depth, level, monkeypatch):
+    """Module calls (L0) and API calls inside them (mix): their stacks walked up to the enclosing module call's
+    anchor equal the walks to the top, at every depth."""
+    anchored, full = [_module_stacks(depth, a, monkeypatch, level) for a in (True, False)]  # one call site
     assert [n for n, _ in anchored] == [n for n, _ in full]
     assert anchored == full
-    forward = [frames for name, frames in anchored if ".forward." in name]
+    forward = [frames for name, frames in anchored if ".forward" in name]
     assert forward and all(frames and len(frames) <= depth for frames in forward)
     if depth == 48:  # the helper's frame and the callers above the model are there
         b = [frames for name, frames in anchored if name.startswith("Module.inner.0.b.")][0]

@@ -51,7 +51,7 @@ class StackTable:
         self._last_outer: Tuple[int, ...] = ()
         self._last_sids: Dict[int, int] = {}
 
-    def current(self, skip: int = 1) -> int:
+    def current(self, skip: int = 1, anchor: Optional[FrameType] = None, anchor_key: Tuple[int, ...] = ()) -> int:
         """Id of the caller's stack (innermost frame first), skipping tool frames.
 
         The key is the flat tuple (id of code, last instruction offset, ...): no per-frame objects and no
@@ -64,6 +64,9 @@ class StackTable:
         unchanged (its callers are suspended in the call to it), so the stack is known from its current line
         alone. That frame is held until the next call comes from another one (or the step ends); generator and
         coroutine frames, which can be resumed from another caller, are never reused this way.
+
+        ``anchor``, ``anchor_key``: the enclosing module call's (``module_key``): a walk above the innermost frame
+        stops there and takes the key above it from ``anchor_key``, the same key.
         """
         frame: Optional[FrameType]
         try:
@@ -93,7 +96,10 @@ class StackTable:
             if sid is None:
                 sid = self._last_sids[lasti] = self._intern((cid, lasti) + self._last_outer)
             return sid
-        outer = self._walk(frame.f_back, self.depth - 1)
+        if anchor is None:
+            outer = self._walk(frame.f_back, self.depth - 1)
+        else:
+            outer = self._walk_to(frame.f_back, self.depth - 1, anchor, anchor_key)
         sid = self._intern((cid, lasti) + outer)
         if frame.f_code.co_flags & _RESUMABLE:
             self._last_frame = None
