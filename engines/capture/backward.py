@@ -299,12 +299,11 @@ def _identity_grads(pending: PendingBackward, grad_outputs: Grads, items: Identi
 
 def node_hook(pending: PendingBackward, in_pairs: EdgeSlots, out_pairs: EdgeSlots, keep_alive: Any = None
               ) -> Callable[[Grads, Grads], None]:
-    """A node hook: gradients w.r.t. the node's inputs (edges ``in_pairs``) and outputs (``out_pairs``)."""
-    def hook(grad_inputs: Grads, grad_outputs: Grads) -> None:
+    """A node hook: gradients w.r.t. the node's inputs (edges ``in_pairs``) and outputs (``out_pairs``).
+    ``keep_alive`` lives as long as the hook (a default argument: no attribute dictionary made a hook)."""
+    def hook(grad_inputs: Grads, grad_outputs: Grads, _keep_alive: Any = keep_alive) -> None:
         return _fire(pending, _node_grads, grad_inputs, grad_outputs, in_pairs, out_pairs)
 
-    if keep_alive is not None:
-        hook._keep_alive = keep_alive  # type: ignore[attr-defined]
     return hook
 
 
