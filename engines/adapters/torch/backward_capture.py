@@ -21,6 +21,7 @@ import torch
 
 from engines.capture.backward import (
     MAX_WALK_NODES,
+    PARTIAL_HOOKS,
     NodePairs,
     PendingBackward,
     install_hooks,
@@ -96,7 +97,8 @@ def attach(pending: PendingBackward, input_edges: List[InputEdge], outputs: List
             keep_alive.append(fn)
 
     single, boundary = _find_boundary(out_nodes, by_node, by_leaf, seq_before, memo)
-    return install_hooks(pending, out_nodes, boundary, single, id(single), want_inputs, want_outputs, keep_alive)
+    return install_hooks(pending, out_nodes, boundary, single, id(single), want_inputs, want_outputs, keep_alive,
+                         PARTIAL_HOOKS)
 
 
 def _find_boundary(out_nodes: NodePairs, by_node: "_ByNode", by_leaf: Dict[int, List[str]], seq_before: int,
@@ -239,7 +241,7 @@ def _attach_identity(pending: PendingBackward, input_edges: List[InputEdge], out
         if entry is None:
             entry = nodes[id(fn)] = (fn, [])
         entry[1].append((t.output_nr, slot, same if want_inputs else []))
-    return install_identity_hooks(pending, nodes, want_outputs)
+    return install_identity_hooks(pending, nodes, want_outputs, PARTIAL_HOOKS)
 
 
 def _fallback_mark(input_edges: List[InputEdge]) -> int:
