@@ -8,8 +8,10 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from typing import Dict, List
 
 import pytest
+import torch
 
 from engines.dumps.opener import open_dump
 from engines.dumps.stack_frames import is_tool_path, user_frames
@@ -170,3 +172,103 @@ def test_source_lines_read_without_filling_the_process_line_cache(tmp_path):
     assert text == linecache.getline(held, line).strip()  # what linecache gives
     assert str(user) not in linecache.cache and held in linecache.cache
     assert table.drain_new() and table._lines == {}  # the step's lines let go at its end
+
+# -- a module call's stack walked up to the enclosing module call's anchor (StackTable.module_key) ----------------
+
+class _Payloads:
+    def __init__(self) -> None:
+        self.stacks: Dict[int, List[str]] = {}
+        self.records: List[tuple] = []
+
+    def write(self, payload) -> None:
+        self.stacks.update(dict(payload.stacks))
+        b = payload.buffer
+        self.records.extend(zip(b.rec_name, b.rec_stack))
+
+    def close(self, status: str = "finished") -> None:
+        return None
+
+
+class _Inner(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = torch.nn.Linear(4, 4)
+        self.b = torch.nn.Linear(4, 4)
+
+    def helper(self, x):
+        return self.b(x)
+
+    def forward(self, x):
+        return self.helper(torch.relu(self.a(x)))
+
+
+class _Outer(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.inner = torch.nn.Sequential(_Inner(), torch.nn.Tanh(), _Inner())
+        self.head = torch.nn.Linear(4, 2)
+
+    def forward(self, x):
+        return self.head(self.inner(x))
+
+
+def _module_stacks(depth: int, anchored: bool, monkeypatch, level: str = "L0") -> List[tuple]:
+    from engines.adapters.torch.session import TorchCaptureSession
+    from engines.capture.options import CaptureOptions
+    from engines.capture.stacks import StackTable
+
+    met = []
+    if not anchored:  # every walk to the top, as ``current`` makes it
+        full = StackTable.module_key
+        monkeypatch.setattr(StackTable, "module_key", lambda self, skip, anchor, key: full(self, skip + 1, None, ()))
+        current = StackTable.current
+        monkeypatch.setattr(StackTable, "current", lambda self, skip=1, anchor=None, key=(): current(self, skip + 1))
+    else:  # the walks that meet an anchor take the key above it from there (another key there, another result)
+        walk_to = StackTable._walk_to
+
+        def spy(self, frame, depth, anchor, anchor_key):
+            f, on_stack = frame, False
+            while f is not None:
+                on_stack = on_stack or f is anchor
+                f = f.f_back
+            key = walk_to(self, frame, depth, anchor, anchor_key)
+            taken = walk_to(self, frame, depth, anchor, (-1,) * len(anchor_key)) != key
+            met.append(on_stack and (taken or depth < 5))
+            return key
+
+        monkeypatch.setattr(StackTable, "_walk_to", spy)
+    torch.manual_seed(0)
+    model = _Outer()
+    sink = _Payloads()
+    session = TorchCaptureSession(CaptureOptions(level=level, stack_depth=depth), lambda rank: sink, rank=0)
+
+    def deep(n):  # frames above the model's call, more than the smaller depths keep
+        return deep(n - 1) if n else model(torch.randn(3, 4)).sum().backward()
+
+    for _ in range(2):
+        session.start(model)
+        deep(4)
+        session.stop()
+        session.step_end()
+    session.close()
+    monkeypatch.undo()
+    if anchored:  # every module call but the root's (one a step) walks up to its parent's anchor: 9 a step
+        assert met.count(False) == 2, met
+        if level == "mix":  # and API calls inside a module call, when not from the previous call's frame
+            assert met.count(True) >= 2 * 9 + 8, met
+    return [(name, sink.stacks.get(sid) if sid >= 0 else None) for name, sid in sink.records]
+
+
+@pytest.mark.parametrize("level", ["L0", "mix"])
+@pytest.mark.parametrize("depth", [1, 2, 3, 5, 48])
+def test_module_stacks_through_anchors_equal_full_walks(depth, level, monkeypatch):
+    """Module calls (L0) and API calls inside them (mix): their stacks walked up to the enclosing module call's
+    anchor equal the walks to the top, at every depth."""
+    anchored, full = [_module_stacks(depth, a, monkeypatch, level) for a in (True, False)]  # one call site
+    assert [n for n, _ in anchored] == [n for n, _ in full]
+    assert anchored == full
+    forward = [frames for name, frames in anchored if ".forward" in name]
+    assert forward and all(frames and len(frames) <= depth for frames in forward)
+    if depth == 48:  # the helper's frame and the callers above the model are there
+        b = [frames for name, frames in anchored if name.startswith("Module.inner.0.b.")][0]
+        assert "in helper" in b[0] and any("in deep" in f for f in b)

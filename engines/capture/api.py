@@ -144,7 +144,12 @@ class ApiRecords:
         marks0, marks1 = len(rec_name), len(buffer.row_slot)
         edges: List = []
         record = -1
-        stack = s.stacks.current(self.stack_skip) if s.keep_stacks else -1
+        if not s.keep_stacks:
+            stack = -1
+        elif frame is None:
+            stack = s.stacks.current(self.stack_skip)
+        else:  # walked up to the enclosing module call (``StackTable.module_key``)
+            stack = s.stacks.current(self.stack_skip, frame.anchor, frame.skey)
         parent = frame.name if frame is not None else ""
         save = self._saves(name) if self._may_save is not False else False
         walkers = self.walkers

@@ -16,7 +16,8 @@ matched to an input (torch's leaves are ``AccumulateGrad`` nodes holding the var
 the call (created before it), and reading tensors' nodes.
 """
 
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from functools import partial
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from engines.capture import naming
 
@@ -200,11 +201,13 @@ def find_boundary(out_nodes: NodePairs, match_all: Callable[[Any, int], Optional
 
 # -- hooks --------------------------------------------------------------------------------------------------
 def install_hooks(pending: PendingBackward, out_nodes: NodePairs, boundary: NodePairs, single: Any,
-                  single_key: Any, want_inputs: bool, want_outputs: bool, keep_alive: Any = None) -> bool:
+                  single_key: Any, want_inputs: bool, want_outputs: bool, keep_alive: Any = None,
+                  makers: "Optional[HookMakers]" = None) -> bool:
     """Register the hooks for one call: one node hook on ``single`` (the call's only node), else pre-hooks on
     the output nodes and node hooks on the boundary nodes. ``want_inputs``: gradients w.r.t. the call's inputs
     (the backward record's ``output.*`` slots); ``want_outputs``: w.r.t. its outputs (``input.*``). False when
-    there is nothing to observe."""
+    there is nothing to observe. ``makers``: how the hooks are made (closures unless given)."""
+    mk = makers if makers is not None else CLOSURE_HOOKS
     for _, pairs in boundary.values():
         for _, slot in pairs:
             pending.remaining[slot] = pending.remaining.get(slot, 0) + 1
@@ -212,17 +215,17 @@ def install_hooks(pending: PendingBackward, out_nodes: NodePairs, boundary: Node
     if single is not None:
         out_pairs = out_nodes[single_key][1]
         in_pairs = boundary.get(single_key, (None, []))[1]
-        single.register_hook(node_hook(pending, in_pairs if want_inputs else [], out_pairs if want_outputs else [],
-                                       keep_alive))
+        single.register_hook(mk.node(pending, in_pairs if want_inputs else [], out_pairs if want_outputs else [],
+                                     keep_alive))
         hooks = 1
     else:
         if want_outputs:
             for fn, pairs in out_nodes.values():
-                fn.register_prehook(pre_hook(pending, pairs))
+                fn.register_prehook(mk.pre(pending, pairs))
                 hooks += 1
         if want_inputs:
             for fn, pairs in boundary.values():
-                fn.register_hook(node_hook(pending, pairs, [], keep_alive))
+                fn.register_hook(mk.node(pending, pairs, [], keep_alive))
                 hooks += 1
     pending.expected = hooks
     return hooks > 0
@@ -231,15 +234,17 @@ def install_hooks(pending: PendingBackward, out_nodes: NodePairs, boundary: Node
 IdentityItems = Dict[Any, Tuple[Any, List[Tuple[int, str, List[str]]]]]
 
 
-def install_identity_hooks(pending: PendingBackward, nodes: IdentityItems, want_outputs: bool) -> bool:
+def install_identity_hooks(pending: PendingBackward, nodes: IdentityItems, want_outputs: bool,
+                           makers: "Optional[HookMakers]" = None) -> bool:
     """A call that returned inputs unchanged (``Dropout(p=0)``, ``Identity``, ``contiguous()`` of a contiguous
     tensor) created no node: the gradient w.r.t. such an output is the gradient of that very tensor, and equals
     the gradient w.r.t. the input it is. ``nodes``: key -> (the output's producer, [(output index, output slot,
     input slots it is)]); a pre-hook on each producer delivers it."""
     if not nodes:
         return False
+    make = (makers if makers is not None else CLOSURE_HOOKS).identity
     for fn, items in nodes.values():
-        fn.register_prehook(identity_hook(pending, items, want_outputs))
+        fn.register_prehook(make(pending, items, want_outputs))
     pending.expected = len(nodes)
     return True
 
@@ -299,12 +304,11 @@ def _identity_grads(pending: PendingBackward, grad_outputs: Grads, items: Identi
 
 def node_hook(pending: PendingBackward, in_pairs: EdgeSlots, out_pairs: EdgeSlots, keep_alive: Any = None
               ) -> Callable[[Grads, Grads], None]:
-    """A node hook: gradients w.r.t. the node's inputs (edges ``in_pairs``) and outputs (``out_pairs``)."""
-    def hook(grad_inputs: Grads, grad_outputs: Grads) -> None:
+    """A node hook: gradients w.r.t. the node's inputs (edges ``in_pairs``) and outputs (``out_pairs``).
+    ``keep_alive`` lives as long as the hook (a default argument: no attribute dictionary made a hook)."""
+    def hook(grad_inputs: Grads, grad_outputs: Grads, _keep_alive: Any = keep_alive) -> None:
         return _fire(pending, _node_grads, grad_inputs, grad_outputs, in_pairs, out_pairs)
 
-    if keep_alive is not None:
-        hook._keep_alive = keep_alive  # type: ignore[attr-defined]
     return hook
 
 
@@ -321,3 +325,44 @@ def identity_hook(pending: PendingBackward, items: IdentityEdges, want_outputs: 
         return _fire(pending, _identity_grads, grad_outputs, items, want_outputs)
 
     return hook
+
+
+# The same hooks as ``functools.partial`` objects, for frameworks that take any callable (torch): a partial and its
+# argument tuple are two objects for the collector where a closure is a function, its cells, the tuple of them and
+# its defaults (a call runs the same two Python frames). A step's hooks live until its backward ran.
+def _node_fire(pending: PendingBackward, in_pairs: EdgeSlots, out_pairs: EdgeSlots, keep_alive: Any,
+               grad_inputs: Grads, grad_outputs: Grads) -> None:
+    return _fire(pending, _node_grads, grad_inputs, grad_outputs, in_pairs, out_pairs)
+
+
+def _pre_fire(pending: PendingBackward, out_pairs: EdgeSlots, grad_outputs: Grads) -> None:
+    return _fire(pending, _node_grads, (), grad_outputs, (), out_pairs)
+
+
+def _identity_fire(pending: PendingBackward, items: IdentityEdges, want_outputs: bool, grad_outputs: Grads) -> None:
+    return _fire(pending, _identity_grads, grad_outputs, items, want_outputs)
+
+
+def partial_node_hook(pending: PendingBackward, in_pairs: EdgeSlots, out_pairs: EdgeSlots, keep_alive: Any = None
+                      ) -> Callable[[Grads, Grads], None]:
+    return partial(_node_fire, pending, in_pairs, out_pairs, keep_alive)
+
+
+def partial_pre_hook(pending: PendingBackward, out_pairs: EdgeSlots) -> Callable[[Grads], None]:
+    return partial(_pre_fire, pending, out_pairs)
+
+
+def partial_identity_hook(pending: PendingBackward, items: IdentityEdges, want_outputs: bool
+                          ) -> Callable[[Grads], None]:
+    return partial(_identity_fire, pending, items, want_outputs)
+
+
+class HookMakers(NamedTuple):
+    """How ``install_hooks`` and ``install_identity_hooks`` make their hooks."""
+    node: Callable[..., Callable[[Grads, Grads], None]]
+    pre: Callable[..., Callable[[Grads], None]]
+    identity: Callable[..., Callable[[Grads], None]]
+
+
+CLOSURE_HOOKS = HookMakers(node_hook, pre_hook, identity_hook)  # plain functions (a framework may ask for them)
+PARTIAL_HOOKS = HookMakers(partial_node_hook, partial_pre_hook, partial_identity_hook)

@@ -26,7 +26,7 @@ class ModuleFrame:
     """One active module call on the forward stack."""
 
     __slots__ = ("module", "name", "listed", "record", "edges", "seq", "want_bwd", "flags", "stack", "parent",
-                 "save")
+                 "save", "anchor", "skey")
 
     def __init__(self, module: Any, name: str, listed: bool) -> None:
         self.module = module
@@ -40,6 +40,10 @@ class ModuleFrame:
         self.stack = -1
         self.parent = ""
         self.save = False
+        # the frame that called the call's hook and the call's stack key (``StackTable.module_key``): where the
+        # stack walks of the calls inside it stop
+        self.anchor: Any = None
+        self.skey: Tuple[int, ...] = ()
 
 
 class ModuleTree:
@@ -57,9 +61,11 @@ class ModuleTree:
         self.frames: List[ModuleFrame] = []
         self.param_owners: Dict[int, List[Tuple[str, str, str]]] = {}  # id(param) -> [(path, cls, param name)]
         self.param_handles: Dict[int, Any] = {}
-        self.param_rounds: Dict[Tuple[str, str], List[Any]] = {}  # (path, cls) -> [index, names seen, record]
+        # (path, cls) -> [index, names seen, record (False: filtered out), record name]
+        self.param_rounds: Dict[Tuple[str, str], List[Any]] = {}
         self.new_modules: List[Tuple[str, str, str]] = []
         self.dumped: Dict[int, Any] = {}  # id(module) -> the module_dump of it (its own hooks record it)
+        self.counter_keys: Dict[Tuple[str, str], str] = {}  # (path, class) -> its call counter's key
 
     # -- what the adapter brings -----------------------------------------------------------------------------
     def _accepts_root(self, root: Any) -> bool:
@@ -165,17 +171,31 @@ class ModuleTree:
         """Push the frame of a module call and record its inputs (the caller holds the session busy). ``named``:
         the (path, class) a ``module_dump`` gives its module, recorded at any level."""
         s = self.session
-        info = named if named is not None else self.name_of(module)
+        if named is not None:
+            info: Optional[Tuple[str, str]] = named
+        else:  # ``name_of``'s first test inline: a module named before
+            entry = self.names.get(id(module))
+            info = entry[1] if entry is not None and entry[0]() is module else self.name_of(module)
         parent_frame = self.frames[-1] if self.frames else None
         listed_parent = parent_frame is not None and parent_frame.listed
         if info is None or (named is None and not s.options.module_level):
             frame = ModuleFrame(module, parent_frame.name if parent_frame else "", listed_parent)
+            if s.keep_stacks and named is None:  # a root or a wrapper: its anchor serves the calls inside it
+                if parent_frame is not None:
+                    frame.anchor, frame.skey = s.stacks.module_key(1, parent_frame.anchor, parent_frame.skey)
+                else:
+                    frame.anchor, frame.skey = s.stacks.module_key(1, None, ())
             self.frames.append(frame)
             return frame
         path, cls = info
         flags = self._call_flags()
         counter = s.recompute_counter if flags & naming.FLAG_RECOMPUTED else s.module_counter
-        index = counter.next(path + "\0" + cls)
+        key = self.counter_keys.get(info)
+        if key is None:
+            key = self.counter_keys[info] = path + "\0" + cls
+        counts = counter.counts  # ``CallCounter.next`` inline
+        index = counts.get(key, 0)
+        counts[key] = index + 1
         name = self.record_name(path, cls, index)
         filt = s.filter
         frame = ModuleFrame(module, name, listed_parent or (bool(filt.list_patterns) and filt.listed(name)))
@@ -190,7 +210,18 @@ class ModuleTree:
                           and (reason is None or s.backward_may_be_wanted(naming.backward_of(name), frame.listed)))
         if reason is not None:
             s.summary.skipped(reason)
-        frame.stack = s.stacks.current(1) if s.keep_stacks else -1  # from the caller: no frame object for this one
+        if not s.keep_stacks:
+            frame.stack = -1
+        elif named is None:  # from the caller (no frame object for this one), walked up to the enclosing call
+            stacks = s.stacks
+            if parent_frame is not None:
+                frame.anchor, skey = stacks.module_key(1, parent_frame.anchor, parent_frame.skey)
+            else:
+                frame.anchor, skey = stacks.module_key(1, None, ())
+            frame.skey = skey
+            frame.stack = stacks.intern_key(skey)
+        else:  # a module_dump's own hook: its caller is not torch's module call
+            frame.stack = s.stacks.current(1)
         rows: List = []
         skeleton = self.walkers.call_rows(args, kwargs, rows)
         if reason is None:
@@ -264,12 +295,12 @@ class ModuleTree:
         s = self.session
         state = self.param_rounds.get((path, cls))
         if state is None:
-            state = self.param_rounds[(path, cls)] = [-1, set(), None]
+            state = self.param_rounds[(path, cls)] = [-1, set(), None, ""]
         if state[2] is None or pname in state[1]:
             state[2] = None
             state[0] += 1
             state[1] = set()
-            name = self.param_grad_name(path, cls, state[0])
+            state[3] = name = self.param_grad_name(path, cls, state[0])
             reason = s.filter.record_reason(name, False)
             if reason is not None:
                 s.summary.skipped(reason)
@@ -279,8 +310,7 @@ class ModuleTree:
                                                "", -1, None, 0)
         state[1].add(pname)
         if state[2] is not False:
-            s.add_row(state[2], pname, grad, s.saves(self.param_grad_name(path, cls, state[0])),
-                      fresh=self.fresh_param_grads)
+            s.add_row(state[2], pname, grad, s.saves(state[3]), fresh=self.fresh_param_grads)
 
     def remove_param_hooks(self) -> None:
         for h in self.param_handles.values():

@@ -53,7 +53,7 @@ class StackTable:
         # file -> its lines, for the source lines of the stacks first seen this step; let go at the step's end
         self._lines: Dict[str, List[str]] = {}
 
-    def current(self, skip: int = 1) -> int:
+    def current(self, skip: int = 1, anchor: Optional[FrameType] = None, anchor_key: Tuple[int, ...] = ()) -> int:
         """Id of the caller's stack (innermost frame first), skipping tool frames.
 
         The key is the flat tuple (id of code, last instruction offset, ...): no per-frame objects and no
@@ -66,6 +66,9 @@ class StackTable:
         unchanged (its callers are suspended in the call to it), so the stack is known from its current line
         alone. That frame is held until the next call comes from another one (or the step ends); generator and
         coroutine frames, which can be resumed from another caller, are never reused this way.
+
+        ``anchor``, ``anchor_key``: the enclosing module call's (``module_key``): a walk above the innermost frame
+        stops there and takes the key above it from ``anchor_key``, the same key.
         """
         frame: Optional[FrameType]
         try:
@@ -95,7 +98,10 @@ class StackTable:
             if sid is None:
                 sid = self._last_sids[lasti] = self._intern((cid, lasti) + self._last_outer)
             return sid
-        outer = self._walk(frame.f_back, self.depth - 1)
+        if anchor is None:
+            outer = self._walk(frame.f_back, self.depth - 1)
+        else:
+            outer = self._walk_to(frame.f_back, self.depth - 1, anchor, anchor_key)
         sid = self._intern((cid, lasti) + outer)
         if frame.f_code.co_flags & _RESUMABLE:
             self._last_frame = None
@@ -129,6 +135,60 @@ class StackTable:
             n += 1
             frame = frame.f_back
         return tuple(key)
+
+    def module_key(self, skip: int, anchor: Optional[FrameType], anchor_key: Tuple[int, ...]
+                   ) -> Tuple[Optional[FrameType], Tuple[int, ...]]:
+        """The key ``current(skip)`` interns for a module call's hook, walked only up to the enclosing module
+        call's *anchor*, and the anchor this call hands its own children (with the key as their ``anchor_key``).
+
+        A module call's anchor is the frame that called its hook (torch's ``Module._call_impl``, which goes on to
+        call ``forward``): while the module runs, every call inside it passes through that frame, whose callers
+        are suspended, so their part of the key is the module's own. A child's walk stops there and takes
+        ``anchor_key`` (cut to the depth left): the same key as a walk to the top, a few frames walked instead of
+        the whole stack. An anchor not on the stack (a call left on the stack by a hook that did not pop it, or
+        another thread) is never met: the walk goes to the top as ``current`` does. The anchor is held by the
+        caller while the module runs (a frame held cannot be reused by another call). None is handed on when
+        the hook's own frame is not the tool's (its key would begin with it)."""
+        try:
+            frame = sys._getframe(skip + 1)
+        except ValueError:
+            return None, ()
+        if self.depth <= 0:
+            return None, ()
+        key = self._walk_to(frame, self.depth, anchor, anchor_key)
+        return (frame.f_back if id(frame.f_code) in self._tool else None), key
+
+    def _walk_to(self, frame: Optional[FrameType], depth: int, anchor: Optional[FrameType],
+                 anchor_key: Tuple[int, ...]) -> Tuple[int, ...]:
+        """``_walk`` that stops at ``anchor`` and takes ``anchor_key`` for everything above it."""
+        key: list = []
+        append = key.append
+        tool = self._tool
+        user = self._codes
+        n = 0
+        while frame is not None and n < depth:
+            if frame is anchor:
+                return tuple(key) + anchor_key[:2 * (depth - n)]
+            code = frame.f_code
+            cid = id(code)
+            if cid in tool:
+                frame = frame.f_back
+                continue
+            if cid not in user:
+                if _is_tool_file(code.co_filename):
+                    tool[cid] = code
+                    frame = frame.f_back
+                    continue
+                user[cid] = code
+            append(cid)
+            append(frame.f_lasti)
+            n += 1
+            frame = frame.f_back
+        return tuple(key)
+
+    def intern_key(self, tkey: Tuple[int, ...]) -> int:
+        """The id of a key ``module_key`` gave (as ``current`` interns it)."""
+        return self._intern(tkey)
 
     def _intern(self, tkey: Tuple[int, ...]) -> int:
         sid = self._ids.get(tkey)

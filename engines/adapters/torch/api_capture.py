@@ -221,7 +221,8 @@ class ApiCapture(ApiRecords):
         return out
 
     def pause(self) -> Any:
-        return pause_mode(self.session.fmode)
+        mode = self.session.fmode
+        return pause_mode(mode) if mode is not None else None  # L0: no mode pushed
 
     def resume(self, token: Any) -> None:
         resume_mode(token)

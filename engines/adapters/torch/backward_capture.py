@@ -20,9 +20,10 @@ from typing import Any, Dict, List, Optional, Tuple
 import torch
 
 from engines.capture.backward import (
+    MAX_WALK_NODES,
+    PARTIAL_HOOKS,
     NodePairs,
     PendingBackward,
-    find_boundary,
     install_hooks,
     install_identity_hooks,
 )
@@ -30,6 +31,7 @@ from engines.capture.backward import (
 _get_sequence_nr = getattr(torch._C._autograd, "_get_sequence_nr", None)
 
 InputEdge = Tuple[str, Any, int, Optional[torch.Tensor]]  # (slot, grad_fn or None, output_nr, leaf tensor or None)
+_ByNode = Dict[int, Dict[int, List[str]]]  # id(grad_fn) -> output_nr -> the input slots that edge reaches
 
 
 def sequence_mark() -> int:
@@ -83,7 +85,7 @@ def attach(pending: PendingBackward, input_edges: List[InputEdge], outputs: List
         seq_before = _fallback_mark(input_edges)
 
     # The same tensor may be passed twice (``x * x``): a key maps to every slot it fills, in argument order.
-    by_node: Dict[Tuple[int, int], List[str]] = {}
+    by_node: _ByNode = {}  # id(grad_fn) -> output_nr -> slots: an edge to no input costs one lookup
     by_leaf: Dict[int, List[str]] = {}
     keep_alive = []
     for slot, fn, nr, leaf in input_edges:
@@ -91,21 +93,139 @@ def attach(pending: PendingBackward, input_edges: List[InputEdge], outputs: List
             by_leaf.setdefault(id(leaf), []).append(slot)
             keep_alive.append(leaf)
         else:
-            by_node.setdefault((id(fn), nr), []).append(slot)
+            by_node.setdefault(id(fn), {}).setdefault(nr, []).append(slot)
             keep_alive.append(fn)
 
-    accumulate = _ACCUMULATE  # ``_is_accumulate`` inline: these run for every edge of the walk
+    single, boundary = _find_boundary(out_nodes, by_node, by_leaf, seq_before, memo)
+    return install_hooks(pending, out_nodes, boundary, single, id(single), want_inputs, want_outputs, keep_alive,
+                         PARTIAL_HOOKS)
 
-    def match_all(node: Any, nr: int) -> "Optional[List[str]]":  # quoted: not evaluated at every call
-        if type(node) is accumulate:
-            var = getattr(node, "variable", None)
-            return by_leaf.get(id(var)) if var is not None else None
-        return by_node.get((id(node), nr))
 
-    single, boundary = find_boundary(out_nodes, match_all, id,
-                                     lambda node: type(node) is accumulate or node._sequence_nr() < seq_before,
-                                     memo)
-    return install_hooks(pending, out_nodes, boundary, single, id(single), want_inputs, want_outputs, keep_alive)
+def _find_boundary(out_nodes: NodePairs, by_node: "_ByNode", by_leaf: Dict[int, List[str]], seq_before: int,
+                   memo: Optional[Dict[int, Any]]) -> Tuple[Any, NodePairs]:
+    """``engines.capture.backward.find_boundary`` for torch's nodes, with the edge matching (an ``AccumulateGrad``
+    holding an input leaf, else ``(id of node, output_nr)``), the node key (``id``) and the test for nodes outside
+    the call (a leaf, or a sequence number before ``seq_before``) written inline: the same boundary, in the same
+    order, and the same memo, without the three Python calls an edge that the neutral walk makes."""
+    accumulate = _ACCUMULATE
+    boundary: NodePairs = {}
+    single = None
+    one_out = len(out_nodes) == 1
+    if one_out:
+        # ``single_node_edges``: the call is one node when every edge of its output node reaches an input
+        (node, _), = out_nodes.values()
+        matched: Optional[List[Tuple[int, str]]] = []
+        used: Dict[int, int] = {}
+        for k, (nxt, nr) in enumerate(node.next_functions):
+            if nxt is None:
+                continue
+            if type(nxt) is accumulate:
+                var = getattr(nxt, "variable", None)
+                slots = by_leaf.get(id(var)) if var is not None else None
+            else:
+                per_nr = by_node.get(id(nxt))
+                slots = per_nr.get(nr) if per_nr is not None else None
+            if not slots:
+                matched = None
+                break
+            # Edges follow the op's tensor arguments in order: the i-th edge to a repeated tensor is its i-th slot.
+            i = used.get(id(slots), 0)
+            used[id(slots)] = i + 1
+            matched.append((k, slots[min(i, len(slots) - 1)]))  # type: ignore[union-attr]
+        if matched is not None:
+            single = node
+            if matched:
+                boundary[id(node)] = (node, matched)
+    frontier: Optional[List[Tuple[Any, int, Any, int]]] = [] if memo is not None and one_out else None
+    if single is not None:
+        if frontier is not None:
+            frontier.extend((single, k, nxt, nr) for k, (nxt, nr) in enumerate(single.next_functions)
+                            if nxt is not None)
+        complete = True
+    else:
+        complete = _walk_boundary(out_nodes, by_node, by_leaf, seq_before, boundary, memo, frontier)
+    if memo is not None and frontier is not None and complete:
+        # A parent module's walk jumps from this call's output node straight to the edges that leave it.
+        (node, _), = out_nodes.values()
+        memo[id(node)] = (node, frontier)
+    return single, boundary
+
+
+def _walk_boundary(out_nodes: NodePairs, by_node: "_ByNode", by_leaf: Dict[int, List[str]], seq_before: int,
+                   boundary: NodePairs, memo: Optional[Dict[int, Any]],
+                   frontier: Optional[List[Tuple[Any, int, Any, int]]]) -> bool:
+    """``engines.capture.backward.walk_boundary`` with torch's matching, key and outside test inline, and a node's
+    own edges read straight from ``next_functions`` (no list of tuples made a node): the same boundary, frontier
+    and order."""
+    accumulate = _ACCUMULATE
+    stack = [fn for fn, _ in out_nodes.values()]
+    seen = set(id(fn) for fn in stack)
+    visited = 0
+    limit = MAX_WALK_NODES
+    while stack:
+        if visited >= limit:
+            return False
+        node = stack.pop()
+        visited += 1
+        cached = memo.get(id(node)) if memo else None
+        if cached is not None and cached[0] is node:
+            # a child call's frontier: the edges that leave it, each from the node inside it they start at
+            for src, k, nxt, nr in cached[1]:
+                is_leaf = type(nxt) is accumulate
+                if is_leaf:
+                    var = getattr(nxt, "variable", None)
+                    slots = by_leaf.get(id(var)) if var is not None else None
+                else:
+                    per_nr = by_node.get(id(nxt))
+                    slots = per_nr.get(nr) if per_nr is not None else None
+                if slots:
+                    entry = boundary.get(id(src))
+                    if entry is None:
+                        entry = boundary[id(src)] = (src, [])
+                    entry[1].append((k, slots[0]))
+                    if frontier is not None:
+                        frontier.append((src, k, nxt, nr))
+                    continue
+                nxt_key = id(nxt)
+                if nxt_key in seen:
+                    continue
+                if is_leaf or nxt._sequence_nr() < seq_before:
+                    if frontier is not None:
+                        frontier.append((src, k, nxt, nr))
+                    continue
+                seen.add(nxt_key)
+                stack.append(nxt)
+            continue
+        k = -1
+        for nxt, nr in node.next_functions:  # the same body, ``src`` being ``node``
+            k += 1
+            if nxt is None:
+                continue
+            is_leaf = type(nxt) is accumulate
+            if is_leaf:
+                var = getattr(nxt, "variable", None)
+                slots = by_leaf.get(id(var)) if var is not None else None
+            else:
+                per_nr = by_node.get(id(nxt))
+                slots = per_nr.get(nr) if per_nr is not None else None
+            if slots:
+                entry = boundary.get(id(node))
+                if entry is None:
+                    entry = boundary[id(node)] = (node, [])
+                entry[1].append((k, slots[0]))
+                if frontier is not None:
+                    frontier.append((node, k, nxt, nr))
+                continue
+            nxt_key = id(nxt)
+            if nxt_key in seen:
+                continue
+            if is_leaf or nxt._sequence_nr() < seq_before:
+                if frontier is not None:
+                    frontier.append((node, k, nxt, nr))
+                continue
+            seen.add(nxt_key)
+            stack.append(nxt)
+    return True
 
 
 def _attach_identity(pending: PendingBackward, input_edges: List[InputEdge], outputs: List[Tuple[str, torch.Tensor]],
@@ -121,7 +241,7 @@ def _attach_identity(pending: PendingBackward, input_edges: List[InputEdge], out
         if entry is None:
             entry = nodes[id(fn)] = (fn, [])
         entry[1].append((t.output_nr, slot, same if want_inputs else []))
-    return install_identity_hooks(pending, nodes, want_outputs)
+    return install_identity_hooks(pending, nodes, want_outputs, PARTIAL_HOOKS)
 
 
 def _fallback_mark(input_edges: List[InputEdge]) -> int:

@@ -26,6 +26,7 @@ _DATA_PARALLEL = frozenset(("DistributedDataParallel", "DataParallel"))
 _COMPILED = "OptimizedModule"
 # The mixins composable parallelism puts in front of a module's class (fully_shard, replicate).
 _SHARDING_MIXINS = frozenset(("FSDPModule", "ReplicateModule", "DDP"))
+_NO_KWARGS: Dict[str, Any] = {}  # read only: a hook's calls without keyword arguments share it
 COMPILED_NOTE = "a torch.compile'd module ran: the operators inside compiled regions are not captured"
 
 
@@ -73,7 +74,9 @@ class ModuleCapture(ModuleTree):
         return input_edge(slot, t)
 
     def _call_flags(self) -> int:
-        return self.session.recompute_flags() if _in_backward() else 0
+        if _current_graph_task_id is not None and _current_graph_task_id() != -1:  # inside backward
+            return self.session.recompute_flags()
+        return 0
 
     def _backward_possible(self, flags: int) -> bool:
         # A non-reentrant checkpoint re-run only rebuilds saved tensors; its graph is thrown away.
@@ -94,13 +97,15 @@ class ModuleCapture(ModuleTree):
             return None
         try:
             s.busy_depth += 1
-            paused = pause_mode(s.fmode)
+            mode = s.fmode
+            paused = pause_mode(mode) if mode is not None else None  # L0: no function mode to take off
             try:
                 if type(module).__name__ == _COMPILED:
                     s.summary.note(COMPILED_NOTE)
-                self.enter(module, args, {})
+                self.enter(module, args, _NO_KWARGS)
             finally:
-                resume_mode(paused)
+                if paused is not None:
+                    resume_mode(paused)
                 s.busy_depth -= 1
         except Exception as exc:
             s.summary.failed("forward pre-hook of %s" % type(module).__name__, exc)
@@ -119,11 +124,13 @@ class ModuleCapture(ModuleTree):
         kwargs, output = rest
         try:
             s.busy_depth += 1
-            paused = pause_mode(s.fmode)
+            mode = s.fmode
+            paused = pause_mode(mode) if mode is not None else None
             try:
-                self.exit(frame, kwargs or {}, output)
+                self.exit(frame, kwargs or _NO_KWARGS, output)
             finally:
-                resume_mode(paused)
+                if paused is not None:
+                    resume_mode(paused)
                 s.busy_depth -= 1
         except Exception as exc:
             s.summary.failed("forward hook of %s" % frame.name, exc)
@@ -154,7 +161,8 @@ class ModuleCapture(ModuleTree):
             return
         try:
             s.busy_depth += 1
-            paused = pause_mode(s.fmode)
+            mode = s.fmode
+            paused = pause_mode(mode) if mode is not None else None
             try:
                 grad = getattr(param, "main_grad", None)
                 if grad is None:
@@ -163,7 +171,8 @@ class ModuleCapture(ModuleTree):
                     return
                 self.param_grad(id(param), grad)
             finally:
-                resume_mode(paused)
+                if paused is not None:
+                    resume_mode(paused)
                 s.busy_depth -= 1
         except Exception as exc:
             s.summary.failed("parameter-gradient hook", exc)
@@ -179,6 +188,4 @@ def class_name(cls: type) -> str:
     return cls.__name__
 
 
-def _in_backward() -> bool:
-    fn = getattr(torch._C, "_current_graph_task_id", None)
-    return fn is not None and fn() != -1
+_current_graph_task_id = getattr(torch._C, "_current_graph_task_id", None)
