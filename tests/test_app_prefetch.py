@@ -121,3 +121,37 @@ async def test_the_app_collects_once_keys_stop(tmp_path):
         await wait_until(pilot, lambda: app.idle_gc.collections > before, timeout=5, what="a collection once quiet")
         assert gc.get_count()[1] == 0
         del kept
+
+
+@pilot_test
+async def test_a_read_ahead_replaced_by_another_cancels_no_worker(tmp_path, monkeypatch):
+    """The cursor moves on while a row is being read ahead: the later read ahead wins, and the earlier worker
+    finishes rather than being cancelled (a cancelled worker fails whoever waits for the app's workers)."""
+    import time as time_module
+
+    from probe_tui.app import view_prefetch
+
+    first = make_acc_check_result(tmp_path / "checks" / "first")
+    second = make_acc_check_result(tmp_path / "checks" / "second")
+    slow_detect = view_prefetch.detect_kind
+
+    def detect(path):
+        time_module.sleep(0.3)
+        return slow_detect(path)
+
+    app = ProbeApp(tmp_path, root_label="~/exp")
+    async with app.run_test(size=(120, 40)) as pilot:
+        home = await wait_until(pilot, lambda: isinstance(app.screen, HomeScreen) and app.screen.scanned
+                                and app.screen, what="home listed")
+        await app.workers.wait_for_complete()
+        monkeypatch.setattr(view_prefetch, "detect_kind", detect)
+        home.prefetch.forget()
+        home.prefetch.rest(first)
+        await wait_until(pilot, lambda: home.prefetch.current is not None, what="the first read ahead started")
+        home.prefetch.rest(second)
+        await wait_until(pilot, lambda: home.prefetch.current is not None and home.prefetch.current.path == second,
+                         what="the second read ahead started")
+        await app.workers.wait_for_complete()  # raised WorkerCancelled with exclusive workers
+        await wait_until(pilot, lambda: home.prefetch.current is not None and home.prefetch.current.ready(),
+                         what="the second row read")
+        assert home.prefetch.current.path == second

@@ -107,24 +107,26 @@ class ViewPrefetch:
         path = self._wanted
         if path is None:
             return
-        self.current = Prefetched(path, (), None)
-        self.owner.run_worker(lambda: self._detect(path), thread=True, group="view-prefetch", exclusive=True,
-                              exit_on_error=False, name="reading ahead " + path.name)
+        entry = self.current = Prefetched(path, (), None)
+        # not exclusive: a cancelled worker fails whoever waits for the app's workers (a later read ahead replaces
+        # ``current``, and what an earlier one finds is dropped: each step checks its entry is still ``current``)
+        self.owner.run_worker(lambda: self._detect(entry), thread=True, group="view-prefetch", exit_on_error=False,
+                              name="reading ahead " + path.name)
 
-    def _detect(self, path: Path) -> None:
-        sig = signature(path)
-        kind = detect_kind(path) if sig is not None else None
-        self._call_from_thread(self._detected, path, sig, kind)
+    def _detect(self, entry: Prefetched) -> None:
+        sig = signature(entry.path)
+        kind = detect_kind(entry.path) if sig is not None else None
+        self._call_from_thread(self._detected, entry, sig, kind)
 
-    def _detected(self, path: Path, sig: Optional[Tuple[Any, ...]], kind: Optional[str]) -> None:
-        entry = self.current
-        if entry is None or entry.path != path or sig is None or kind in (None, "folder"):
-            if entry is not None and entry.path == path:
-                self.current = None
+    def _detected(self, entry: Prefetched, sig: Optional[Tuple[Any, ...]], kind: Optional[str]) -> None:
+        if self.current is not entry:
+            return
+        if sig is None or kind in (None, "folder"):
+            self.current = None
             return
         factory = factory_for(kind)
         try:
-            screen = factory(path) if factory is not None else None
+            screen = factory(entry.path) if factory is not None else None
         except Exception:  # the usual open names the problem when the user asks for it
             screen = None
         if screen is None:
@@ -133,7 +135,7 @@ class ViewPrefetch:
         entry.signature, entry.kind, entry.screen = sig, kind, screen
         if isinstance(screen, ResultScreen):
             self.owner.run_worker(lambda: self._read(entry, screen), thread=True, group="view-prefetch-read",
-                                  exclusive=True, exit_on_error=False, name="reading ahead " + path.name)
+                                  exit_on_error=False, name="reading ahead " + entry.path.name)
         else:
             self.reads += 1
 
