@@ -155,3 +155,14 @@ async def test_a_read_ahead_replaced_by_another_cancels_no_worker(tmp_path, monk
         await wait_until(pilot, lambda: home.prefetch.current is not None and home.prefetch.current.ready(),
                          what="the second row read")
         assert home.prefetch.current.path == second
+
+
+def test_the_idle_collector_waits_for_running_workers_but_not_for_good():
+    now = [10.0]
+    collector = idle_gc.IdleCollector(clock=lambda: now[0])
+    collector.input_seen()
+    now[0] += idle_gc.QUIET_S
+    assert collector.waits_for_workers(busy=True)
+    assert not collector.waits_for_workers(busy=False)
+    now[0] += idle_gc.MAX_WAIT_S
+    assert not collector.waits_for_workers(busy=True)  # a live view's worker runs for good

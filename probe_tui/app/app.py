@@ -22,7 +22,7 @@ from probe_tui.app.actions import SCOPE_TITLES, bindings_for, keymap_path, load_
 from probe_tui.app.child import ChildRun
 from probe_tui.app.commands import ActionCommands
 from probe_tui.app.config_backend import SchemaBackend, sample_configs
-from probe_tui.app.idle_gc import QUIET_S, IdleCollector
+from probe_tui.app.idle_gc import CHECK_S, QUIET_S, IdleCollector
 from probe_tui.app.openers import detect_kind, factory_for
 from probe_tui.app.screens.base import ResultScreen, open_read_first
 
@@ -140,6 +140,9 @@ class ProbeApp(App):
 
     def _collect_while_quiet(self) -> None:
         self._idle_gc_timer = None
+        if self.idle_gc.waits_for_workers(any(worker.is_running for worker in self.workers)):
+            self._idle_gc_timer = self.set_timer(CHECK_S, self._collect_while_quiet, name="idle-gc")
+            return
         self.idle_gc.tick()
 
     def on_resize(self, event: events.Resize) -> None:

@@ -15,11 +15,14 @@ import gc
 import time
 from typing import Callable, Optional
 
-QUIET_S = 0.12
-"""No input for this long (and no worker running) is a user reading: the collector may run. A key whose work is
-still going (a worker, a timer's detail read) is not interrupted: the check waits for its workers."""
+QUIET_S = 0.25
+"""No input for this long is a user reading: the collector may run. Longer than a key's own work takes to reach
+the screen (a view's detail waits 80 ms for the cursor to rest, then is read and drawn), so that the collection
+does not delay it."""
 CHECK_S = 0.05
-"""How often the app looks (a timer; a tick that does nothing costs a few microseconds)."""
+"""While a worker runs (a key's work still going), the app looks again after this long."""
+MAX_WAIT_S = 1.0
+"""How long a running worker may hold the collection back (a live view's worker runs for good)."""
 MIN_YOUNG = 1_000
 """Fewer new objects than this since the last collection: nothing worth a middle collection (an idle app)."""
 FULL_EVERY = 8
@@ -28,7 +31,8 @@ collections, and it then waits for a quarter more long-lived objects): the views
 
 
 class IdleCollector:
-    """Decides, on each tick, whether the app is quiet and the young generations are worth collecting now."""
+    """Decides, on each tick, whether the app is quiet and the young generations are worth collecting now. The app
+    calls :meth:`input_seen` on each key or click and :meth:`tick` once it has been quiet for :data:`QUIET_S`."""
 
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self.clock = clock
@@ -50,6 +54,11 @@ class IdleCollector:
         if young < MIN_YOUNG and middle == 0:
             return None
         return 2 if self.middle_runs + 1 >= FULL_EVERY else 1
+
+    def waits_for_workers(self, busy: bool) -> bool:
+        """Whether to look again later rather than collect now: a worker still runs (``busy``) and the quiet has
+        not lasted :data:`MAX_WAIT_S` yet."""
+        return busy and self.clock() - self.last_input < MAX_WAIT_S
 
     def tick(self, busy: bool = False) -> Optional[int]:
         """Collect if due and nothing is ``busy`` (a worker running); the generation collected, or None."""
