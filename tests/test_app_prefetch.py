@@ -3,6 +3,7 @@ generation runs once the user is quiet (``probe_tui.app.idle_gc``)."""
 
 import gc
 
+import pytest
 from textual.widgets import DataTable
 
 from probe_tui.app import idle_gc
@@ -85,6 +86,16 @@ async def test_a_run_still_being_written_is_not_read_ahead(tmp_path):
         assert home.prefetch.current is None and home.prefetch.reads == 1
 
 
+@pytest.fixture
+def no_automatic_collections():
+    """Only the collections the test asks for (the counts it checks are not moved by Python's own)."""
+    saved = gc.get_threshold()
+    gc.set_threshold(10_000_000, 1_000, 1_000)
+    yield
+    gc.set_threshold(*saved)
+
+
+@pytest.mark.usefixtures("no_automatic_collections")
 def test_the_idle_collector_waits_for_quiet_and_for_something_to_collect():
     now = [100.0]
     collector = idle_gc.IdleCollector(clock=lambda: now[0])
@@ -99,12 +110,19 @@ def test_the_idle_collector_waits_for_quiet_and_for_something_to_collect():
     assert collector.tick() == 1
     assert gc.get_count()[0] < idle_gc.MIN_YOUNG and gc.get_count()[1] == 0
     assert collector.tick() is None  # nothing new since
-    for _ in range(idle_gc.FULL_EVERY - 2):
+    assert collector.next_tick() is None  # no full collection pending (one middle collection since gc.collect())
+    for _ in range(idle_gc.FULL_EVERY - 1):
         kept.extend([n] for n in range(2_000))
         assert collector.tick() == 1
+    assert gc.get_count()[2] >= idle_gc.FULL_EVERY
+    wait = collector.next_tick()  # a full collection is pending: it waits for a longer quiet
+    assert wait is not None and 0 < wait <= idle_gc.FULL_QUIET_S - idle_gc.QUIET_S
     kept.extend([n] for n in range(2_000))
-    assert collector.tick() == 2  # every FULL_EVERY-th, the oldest generation too
-    assert collector.collections == idle_gc.FULL_EVERY
+    assert collector.tick() == 1  # (a middle one meanwhile)
+    now[0] += wait
+    assert collector.tick() == 2
+    assert gc.get_count()[2] == 0 and collector.next_tick() is None
+    assert collector.collections == idle_gc.FULL_EVERY + 2
     del kept
 
 

@@ -144,6 +144,9 @@ class ProbeApp(App):
             self._idle_gc_timer = self.set_timer(CHECK_S, self._collect_while_quiet, name="idle-gc")
             return
         self.idle_gc.tick()
+        wait = self.idle_gc.next_tick()  # a full collection pending: it waits for a longer quiet
+        if wait is not None:
+            self._idle_gc_timer = self.set_timer(wait, self._collect_while_quiet, name="idle-gc")
 
     def on_resize(self, event: events.Resize) -> None:
         self.set_class(event.size.width < 81, "narrow")

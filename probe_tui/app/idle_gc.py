@@ -6,9 +6,9 @@ generation's threshold is crossed several times an open, and every tenth young c
 walks every object that survived the young ones since the last (the views opened and closed since): 25-45 ms of
 CPU, in one open of two or three, at the key that opened it. Textual itself pauses the collector while a scroll
 animates (``App.PAUSE_GC_ON_SCROLL``); this does the same for the keys: once no input has come for
-:data:`QUIET_S` and no worker runs, the app collects the middle generation itself (the oldest every
-:data:`FULL_EVERY` of those), so the automatic middle collection, due after ten young ones, is rarely reached
-inside a key. Collecting earlier changes when garbage is freed, never what is kept.
+:data:`QUIET_S` and no worker runs, the app collects the middle generation itself, so the automatic middle
+collection, due after ten young ones, is rarely reached inside a key; once :data:`FULL_EVERY` middle collections
+have run and the user has been quiet for :data:`FULL_QUIET_S`, the oldest generation too. Collecting earlier changes when garbage is freed, never what is kept.
 """
 
 import gc
@@ -26,19 +26,21 @@ MAX_WAIT_S = 1.0
 MIN_YOUNG = 1_000
 """Fewer new objects than this since the last collection: nothing worth a middle collection (an idle app)."""
 FULL_EVERY = 8
-"""Every this many idle middle collections, the oldest generation too (Python's own threshold is ten middle
-collections, and it then waits for a quarter more long-lived objects): the views closed since are freed there."""
+"""Once this many middle collections ran since the last full one (``gc.get_count()[2]``; Python's own threshold is
+ten, and then it waits for a quarter more long-lived objects), the next long quiet collects the oldest generation
+too: the views closed since are freed there (24,000-34,000 objects each, 25-90 ms of CPU)."""
+FULL_QUIET_S = 1.0
+"""The quiet a full collection waits for: longer than the gaps between keys of someone working through a view."""
 
 
 class IdleCollector:
-    """Decides, on each tick, whether the app is quiet and the young generations are worth collecting now. The app
-    calls :meth:`input_seen` on each key or click and :meth:`tick` once it has been quiet for :data:`QUIET_S`."""
+    """Decides whether the app is quiet and which generation is worth collecting now. The app calls
+    :meth:`input_seen` on each key or click, :meth:`tick` once it has been quiet for :data:`QUIET_S`, and again
+    after :meth:`next_tick` seconds when that says so."""
 
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self.clock = clock
         self.last_input = clock()
-        self.middle_runs = 0
-        """Middle collections this collector ran since its last full one."""
         self.collections = 0
         """All collections this collector ran (for tests and the benchmark)."""
 
@@ -46,19 +48,32 @@ class IdleCollector:
         """A key, a click or a paste: the user is acting, not reading."""
         self.last_input = self.clock()
 
+    def quiet(self) -> float:
+        return self.clock() - self.last_input
+
     def due(self) -> Optional[int]:
         """The generation to collect now (1 or 2), or None: not quiet long enough, or too little to collect."""
-        if self.clock() - self.last_input < QUIET_S:
+        quiet = self.quiet()
+        if quiet < QUIET_S:
             return None
-        young, middle, _old = gc.get_count()
+        young, middle, old = gc.get_count()
+        if old >= FULL_EVERY and quiet >= FULL_QUIET_S:
+            return 2
         if young < MIN_YOUNG and middle == 0:
             return None
-        return 2 if self.middle_runs + 1 >= FULL_EVERY else 1
+        return 1
+
+    def next_tick(self) -> Optional[float]:
+        """Seconds until a full collection may run, when one is pending and the quiet is not long enough yet."""
+        if gc.get_count()[2] < FULL_EVERY:
+            return None
+        wait = FULL_QUIET_S - self.quiet()
+        return wait if wait > 0 else None
 
     def waits_for_workers(self, busy: bool) -> bool:
         """Whether to look again later rather than collect now: a worker still runs (``busy``) and the quiet has
         not lasted :data:`MAX_WAIT_S` yet."""
-        return busy and self.clock() - self.last_input < MAX_WAIT_S
+        return busy and self.quiet() < MAX_WAIT_S
 
     def tick(self, busy: bool = False) -> Optional[int]:
         """Collect if due and nothing is ``busy`` (a worker running); the generation collected, or None."""
@@ -69,5 +84,4 @@ class IdleCollector:
             return None
         gc.collect(generation)
         self.collections += 1
-        self.middle_runs = 0 if generation == 2 else self.middle_runs + 1
         return generation
