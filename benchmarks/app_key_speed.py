@@ -88,9 +88,9 @@ class Timer:
     async def settle(self) -> None:
         """Until the key's work is on screen: its workers, then what a view does once the cursor rests (the
         detail panes wait ~80 ms for it), then their workers and a repaint."""
-        await self.pilot.app.workers.wait_for_complete()
+        await workers_done(self.pilot.app)
         await self.pilot.pause(SETTLE_S)
-        await self.pilot.app.workers.wait_for_complete()
+        await workers_done(self.pilot.app)
         await self.pilot.pause()
 
     async def press(self, key: str) -> Tuple[float, float, float]:
@@ -126,6 +126,14 @@ class Timer:
                     break
                 await self.pilot.press("escape")
                 await self.settle()
+
+
+async def workers_done(app: Any) -> None:
+    """Until the app's workers are done; one a view cancelled (an exclusive worker replaced by a later one: a
+    listing scanned again, a detail of another row) is not waited for (Textual's ``wait_for_complete`` raises)."""
+    running = [worker for worker in app.workers if not worker.is_cancelled]
+    if running:  # (an empty list means every worker to Textual)
+        await app.workers.wait_for_complete(running)
 
 
 class FrameClock:
@@ -168,7 +176,7 @@ async def open_on(pilot: Any, path: Path, screen_type: type, ready: Callable[[An
     app.open_path(path)
     screen = await until(pilot, lambda: isinstance(app.screen, screen_type) and app.screen.is_mounted and app.screen)
     await until(pilot, lambda: ready(screen))
-    await app.workers.wait_for_complete()
+    await workers_done(app)
     await pilot.pause(0.3)
     return screen
 
@@ -213,7 +221,7 @@ async def view_summary(pilot: Any, timer: Timer, work: Path) -> None:
     app.open_path(run, kind="run")
     screen = await until(pilot, lambda: isinstance(app.screen, RunSummaryScreen) and app.screen.summary is not None
                          and app.screen)
-    await app.workers.wait_for_complete()
+    await workers_done(app)
     await timer.keys(screen, NAV + ["tab", "down"])
 
 
