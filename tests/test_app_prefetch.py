@@ -96,34 +96,39 @@ def no_automatic_collections():
 
 
 @pytest.mark.usefixtures("no_automatic_collections")
-def test_the_idle_collector_waits_for_quiet_and_for_something_to_collect():
+def test_the_idle_collector_collects_at_pythons_rate_once_the_user_is_quiet():
+    """A middle collection once ten young ones ran (Python's rate), at a short quiet; a full one once ten middle
+    ones ran, at a quiet of a second (or at a short one after FULL_ANYWAY)."""
     now = [100.0]
     collector = idle_gc.IdleCollector(clock=lambda: now[0])
     gc.collect()
-    kept = [[n] for n in range(5_000)]  # young objects the collector has not seen
-    assert gc.get_count()[0] >= idle_gc.MIN_YOUNG
+    for _ in range(idle_gc.MIDDLE_AFTER - 1):
+        gc.collect(0)
     collector.input_seen()
-    now[0] += idle_gc.QUIET_S / 2
-    assert collector.tick() is None  # the user is typing
-    assert collector.tick(busy=True) is None
     now[0] += idle_gc.QUIET_S
+    assert collector.tick() is None  # not yet at Python's rate
+    gc.collect(0)
+    now[0] -= idle_gc.QUIET_S / 2
+    assert collector.tick() is None  # the user is typing
+    now[0] += idle_gc.QUIET_S
+    assert collector.tick(busy=True) is None
     assert collector.tick() == 1
-    assert gc.get_count()[0] < idle_gc.MIN_YOUNG and gc.get_count()[1] == 0
-    assert collector.tick() is None  # nothing new since
-    assert collector.next_tick() is None  # no full collection pending (one middle collection since gc.collect())
+    assert gc.get_count()[1] == 0 and gc.get_count()[2] == 1
+    assert collector.next_tick() is None  # no full collection pending
     for _ in range(idle_gc.FULL_EVERY - 1):
-        kept.extend([n] for n in range(2_000))
-        assert collector.tick() == 1
-    assert gc.get_count()[2] >= idle_gc.FULL_EVERY
+        gc.collect(1)
     wait = collector.next_tick()  # a full collection is pending: it waits for a longer quiet
     assert wait is not None and 0 < wait <= idle_gc.FULL_QUIET_S - idle_gc.QUIET_S
-    kept.extend([n] for n in range(2_000))
-    assert collector.tick() == 1  # (a middle one meanwhile)
+    assert collector.tick() is None
     now[0] += wait
     assert collector.tick() == 2
     assert gc.get_count()[2] == 0 and collector.next_tick() is None
-    assert collector.collections == idle_gc.FULL_EVERY + 2
-    del kept
+    for _ in range(idle_gc.FULL_ANYWAY):
+        gc.collect(1)
+    collector.input_seen()
+    now[0] += idle_gc.QUIET_S
+    assert collector.tick() == 2  # never a second of quiet: the full one runs anyway
+    assert collector.collections == 3
 
 
 @pilot_test
@@ -134,11 +139,11 @@ async def test_the_app_collects_once_keys_stop(tmp_path):
         await wait_until(pilot, lambda: isinstance(app.screen, HomeScreen) and app.screen.scanned)
         await pilot.pause(0.3)
         before = app.idle_gc.collections
-        kept = [[n] for n in range(5_000)]
+        for _ in range(idle_gc.MIDDLE_AFTER):
+            gc.collect(0)  # as many young collections as make a middle one due
         await pilot.press("down")
         await wait_until(pilot, lambda: app.idle_gc.collections > before, timeout=5, what="a collection once quiet")
         assert gc.get_count()[1] == 0
-        del kept
 
 
 @pilot_test

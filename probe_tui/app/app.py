@@ -23,6 +23,7 @@ from probe_tui.app.child import ChildRun
 from probe_tui.app.commands import ActionCommands
 from probe_tui.app.config_backend import SchemaBackend, sample_configs
 from probe_tui.app.idle_gc import CHECK_S, QUIET_S, IdleCollector
+from probe_tui.app.idle_gc import THRESHOLDS as GC_THRESHOLDS  # noqa: N811
 from probe_tui.app.openers import detect_kind, factory_for
 from probe_tui.app.screens.base import ResultScreen, open_read_first
 
@@ -52,12 +53,6 @@ def home_label(root: Path) -> str:
         return "~/" + str(root.relative_to(home)) if root != home else "~"
     except ValueError:
         return str(root)
-
-
-GC_THRESHOLDS = (10_000, 10, 10)
-"""The app's garbage-collector thresholds (Python's: 700, 10, 10). Building a screen makes tens of thousands of
-short-lived objects: with the default the collector ran through every live object several times while the
-config builder opened (about a third of its CPU time)."""
 
 
 SCREEN_CSS = sorted("screens/" + path.name for path in (Path(__file__).parent / "screens").glob("*.tcss"))
@@ -105,7 +100,7 @@ class ProbeApp(App):
         from probe_tui.app.screens.home import HomeScreen
         from probe_tui.app.themes import apply_terminal_theme
 
-        gc.set_threshold(*GC_THRESHOLDS)
+        gc.set_threshold(*GC_THRESHOLDS)  # (probe_tui.app.idle_gc: the quiet collects the rest)
 
         apply_terminal_theme(self)
         self.drawn_theme = self.theme

@@ -6,9 +6,10 @@ generation's threshold is crossed several times an open, and every tenth young c
 walks every object that survived the young ones since the last (the views opened and closed since): 25-45 ms of
 CPU, in one open of two or three, at the key that opened it. Textual itself pauses the collector while a scroll
 animates (``App.PAUSE_GC_ON_SCROLL``); this does the same for the keys: once no input has come for
-:data:`QUIET_S` and no worker runs, the app collects the middle generation itself, so the automatic middle
-collection, due after ten young ones, is rarely reached inside a key; once :data:`FULL_EVERY` middle collections
-have run and the user has been quiet for :data:`FULL_QUIET_S`, the oldest generation too. Collecting earlier changes when garbage is freed, never what is kept.
+:data:`QUIET_S` (and no worker runs), the app collects the middle generation itself once Python would have
+(:data:`MIDDLE_AFTER`), and the oldest once :data:`FULL_EVERY` middle collections ran and the user has been quiet
+for :data:`FULL_QUIET_S`; the automatic thresholds (:data:`THRESHOLDS`) are raised so that the automatic middle
+and full collections, which fell inside keys, become a bound rather than the rule. Collecting earlier changes when garbage is freed, never what is kept.
 """
 
 import gc
@@ -23,14 +24,22 @@ CHECK_S = 0.05
 """While a worker runs (a key's work still going), the app looks again after this long."""
 MAX_WAIT_S = 1.0
 """How long a running worker may hold the collection back (a live view's worker runs for good)."""
-MIN_YOUNG = 1_000
-"""Fewer new objects than this since the last collection: nothing worth a middle collection (an idle app)."""
-FULL_EVERY = 8
-"""Once this many middle collections ran since the last full one (``gc.get_count()[2]``; Python's own threshold is
-ten, and then it waits for a quarter more long-lived objects), the next long quiet collects the oldest generation
-too: the views closed since are freed there (24,000-34,000 objects each, 25-90 ms of CPU)."""
+MIDDLE_AFTER = 10
+"""Young collections since the last middle one (``gc.get_count()[1]``) before a quiet collects the middle
+generation: Python's own rate (its threshold is ten), moved from the key that reaches it to the quiet after."""
+FULL_EVERY = 10
+"""Middle collections since the last full one (``gc.get_count()[2]``) before a long quiet (:data:`FULL_QUIET_S`)
+collects the oldest generation too: the views closed since are freed there (24,000-34,000 objects each, 25-90 ms
+of CPU). Python's own rate, moved out of the keys."""
 FULL_QUIET_S = 1.0
 """The quiet a full collection waits for: longer than the gaps between keys of someone working through a view."""
+FULL_ANYWAY = 40
+"""Middle collections after which the full one runs at the next short quiet (a user who never pauses a second)."""
+THRESHOLDS = (10_000, 50, 100)
+"""The app's automatic thresholds (``gc.set_threshold``; Python's 700, 10, 10): a young collection every 10,000
+new objects (building a screen makes tens of thousands of short-lived ones: with 700 the collector walked every live
+object several times while the config builder opened); the middle and oldest generations' automatic collections
+five and ten times rarer than the quiets above collect them, a bound for a user who never stops typing."""
 
 
 class IdleCollector:
@@ -56,12 +65,10 @@ class IdleCollector:
         quiet = self.quiet()
         if quiet < QUIET_S:
             return None
-        young, middle, old = gc.get_count()
-        if old >= FULL_EVERY and quiet >= FULL_QUIET_S:
+        _young, middle, old = gc.get_count()
+        if old >= FULL_ANYWAY or (old >= FULL_EVERY and quiet >= FULL_QUIET_S):
             return 2
-        if young < MIN_YOUNG and middle == 0:
-            return None
-        return 1
+        return 1 if middle >= MIDDLE_AFTER else None
 
     def next_tick(self) -> Optional[float]:
         """Seconds until a full collection may run, when one is pending and the quiet is not long enough yet."""
