@@ -148,8 +148,10 @@ async def test_the_live_monitor_of_a_running_demo(tmp_path):
     the chart moves and alerts arrive as the run writes them."""
     pytest.importorskip("torch")
     config = json.loads((ROOT / "sample_configs" / "monitor.json").read_text())
-    config["target"]["demo"].update({"steps": 400, "faults": {"grad_explosion": {"step": 20, "layer": 1,
-                                                                                 "scale": 10000.0}}})
+    # long enough to be still running when the view first reads it on a loaded machine: 400 steps last ~2 s here,
+    # and a CI run saw the chart never move while running (most likely the run had ended first); s stops it below
+    config["target"]["demo"].update({"steps": 20000, "faults": {"grad_explosion": {"step": 20, "layer": 1,
+                                                                                   "scale": 10000.0}}})
     config["monitor"]["format"] = ["hdf5"]
     path = tmp_path / "monitor.json"
     path.write_text(json.dumps(config))
