@@ -315,7 +315,11 @@ async def test_a_view_whose_result_reads_slowly_opens_before_it(tmp_path, monkey
     (tmp_path / "run.json").write_text('{"run_id": "r1", "task": "statistics"}')
     app = ProbeApp(tmp_path, root_label="~/exp")
     async with app.run_test(size=(100, 30)) as pilot:
-        await wait_until(pilot, lambda: isinstance(app.screen, HomeScreen))
+        # home's start first (the views warmed, then a full collection and a freeze on the UI thread: in a test
+        # process holding torch and the whole suite's objects it can hold the loop past the read's second, and the
+        # view then opened with its result; a CI run saw it)
+        await wait_until(pilot, lambda: isinstance(app.screen, HomeScreen) and app.startup_frozen, what="home's start")
+        await app.workers.wait_for_complete()
         screen = CountedSummary(tmp_path)
         screen.delay = 1.0
         app._push_view_screen(screen)
@@ -334,7 +338,9 @@ async def test_a_view_closed_before_its_slow_result_stays_closed(tmp_path, monke
     (tmp_path / "run.json").write_text('{"run_id": "r1", "task": "statistics"}')
     app = ProbeApp(tmp_path, root_label="~/exp")
     async with app.run_test(size=(100, 30)) as pilot:
-        home = await wait_until(pilot, lambda: isinstance(app.screen, HomeScreen) and app.screen)
+        home = await wait_until(pilot, lambda: isinstance(app.screen, HomeScreen) and app.startup_frozen and app.screen,
+                                what="home's start")  # (as in the test above)
+        await app.workers.wait_for_complete()
         screen = CountedSummary(tmp_path)
         screen.delay = 0.5
         app._push_view_screen(screen)
