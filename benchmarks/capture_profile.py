@@ -22,7 +22,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Dict, List, Tuple
+from typing import Any, Callable, Dict, List, Tuple
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -71,6 +71,29 @@ def by_phase(stats: pstats.Stats) -> Dict[str, Tuple[float, float]]:
     return out
 
 
+def warm_pair(preset: str, mode: str, folder: Path) -> Tuple[Any, Callable[[], None], Any]:
+    """Two copies of ``preset``'s model, a bare one and one captured in ``mode`` (side_by_side.py's msprobe config
+    through PrecisionDebugger, dumped under ``folder``), each stepped three times: (bare, the captured step, the
+    debugger). The set-up of capture_profile.py and hook_phases.py."""
+    from probe_tui.debugger import PrecisionDebugger
+
+    bare, work = _Work(PRESETS[preset]), _Work(PRESETS[preset])
+    cfg = folder / "config.json"
+    cfg.write_text(json.dumps(msprobe_config(mode, str(folder / "dump"))))
+    debugger = PrecisionDebugger(config_path=str(cfg))
+
+    def captured() -> None:
+        debugger.start(work.model)
+        work.step()
+        debugger.stop()
+        debugger.step()
+
+    for _ in range(3):
+        bare.step()
+        captured()
+    return bare, captured, debugger
+
+
 def main(argv: Any = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--steps", type=int, default=20)
@@ -81,25 +104,10 @@ def main(argv: Any = None) -> int:
     args = parser.parse_args(argv)
     import torch
 
-    from probe_tui.debugger import PrecisionDebugger
-
     torch.set_num_threads(1)
     tmp = Path(tempfile.mkdtemp(prefix="capture-profile-"))
     try:
-        bare, work = _Work(PRESETS[args.preset]), _Work(PRESETS[args.preset])
-        cfg = tmp / "config.json"
-        cfg.write_text(json.dumps(msprobe_config(args.mode, str(tmp / "dump"))))
-        debugger = PrecisionDebugger(config_path=str(cfg))
-
-        def captured() -> None:
-            debugger.start(work.model)
-            work.step()
-            debugger.stop()
-            debugger.step()
-
-        for _ in range(3):
-            bare.step()
-            captured()
+        bare, captured, debugger = warm_pair(args.preset, args.mode, tmp)
         prof_bare, prof_arm = cProfile.Profile(), cProfile.Profile()
         for _ in range(args.steps):
             prof_bare.runcall(bare.step)

@@ -22,7 +22,6 @@ time, and give the load.
 
 import argparse
 import gc
-import json
 import shutil
 import statistics as st
 import sys
@@ -33,7 +32,8 @@ from typing import Any, Callable, Dict, List
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.side_by_side import MODES, PRESETS, _Work, msprobe_config  # noqa: E402
+from benchmarks.capture_profile import warm_pair  # noqa: E402
+from benchmarks.side_by_side import MODES, PRESETS  # noqa: E402
 
 _acc: Dict[str, float] = {}
 _calls: Dict[str, int] = {}
@@ -88,7 +88,6 @@ def main(argv: Any = None) -> int:
     from engines.adapters.torch import session as torch_session
     from engines.capture import backward, modules, stacks
     from engines.capture import session as capture_session
-    from probe_tui.debugger import PrecisionDebugger
 
     torch.set_num_threads(1)
     _outer(module_capture.ModuleCapture, "_pre", "module pre-hook")
@@ -119,20 +118,7 @@ def main(argv: Any = None) -> int:
     gc.callbacks.append(on_gc)
     tmp = Path(tempfile.mkdtemp(prefix="hook-phases-"))
     try:
-        bare, work = _Work(PRESETS[args.preset]), _Work(PRESETS[args.preset])
-        cfg = tmp / "config.json"
-        cfg.write_text(json.dumps(msprobe_config(args.mode, str(tmp / "dump"))))
-        debugger = PrecisionDebugger(config_path=str(cfg))
-
-        def captured() -> None:
-            debugger.start(work.model)
-            work.step()
-            debugger.stop()
-            debugger.step()
-
-        for _ in range(3):
-            bare.step()
-            captured()
+        bare, captured, debugger = warm_pair(args.preset, args.mode, tmp)
         _acc.clear()
         _calls.clear()
         t_bare: List[float] = []

@@ -160,7 +160,8 @@ class StackTable:
 
     def _walk_to(self, frame: Optional[FrameType], depth: int, anchor: Optional[FrameType],
                  anchor_key: Tuple[int, ...]) -> Tuple[int, ...]:
-        """``_walk`` that stops at ``anchor`` and takes ``anchor_key`` for everything above it."""
+        """``_walk`` that stops at ``anchor`` and takes ``anchor_key`` for everything above it. (A copy of its loop
+        with the anchor test, rather than ``_walk`` calling it with no anchor: ``_walk`` runs for every API call.)"""
         key: list = []
         append = key.append
         tool = self._tool
