@@ -24,7 +24,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any, List, Optional
+from typing import Any, List, Optional, Sequence
 
 from engines.native.once import Once
 
@@ -86,9 +86,9 @@ class FolderError(RuntimeError):
     """The cache folder cannot be made or written (a read-only or missing home)."""
 
 
-def build(cc: str, target: Path) -> None:
-    """Compile ``SOURCES`` into ``target`` (temporary file, then an atomic rename); raises on failure
-    (``FolderError`` when the folder cannot be made or written)."""
+def build(cc: str, target: Path, sources: Sequence[Path] = SOURCES, flags: Sequence[str] = FLAGS) -> None:
+    """Compile ``sources`` (by default ``SOURCES``) into ``target`` (temporary file, then an atomic rename); raises
+    on failure (``FolderError`` when the folder cannot be made or written)."""
     try:
         target.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         fd, tmp = tempfile.mkstemp(prefix=".stats-", suffix=".so", dir=str(target.parent))
@@ -96,7 +96,7 @@ def build(cc: str, target: Path) -> None:
         raise FolderError("cannot write %s: %s" % (target.parent, exc)) from exc
     os.close(fd)
     try:
-        proc = subprocess.run([cc, *FLAGS, "-o", tmp, *map(str, SOURCES), "-lm"], capture_output=True, text=True,
+        proc = subprocess.run([cc, *flags, "-o", tmp, *map(str, sources), "-lm"], capture_output=True, text=True,
                               timeout=BUILD_TIMEOUT_S)
         if proc.returncode != 0:
             raise RuntimeError("%s exited %d: %s" % (os.path.basename(cc), proc.returncode,
@@ -107,7 +107,7 @@ def build(cc: str, target: Path) -> None:
             os.unlink(tmp)
 
 
-def _check_owner(path: Path) -> None:
+def check_owner(path: Path) -> None:
     """Load only a library that this user owns, from a folder no one else may write to."""
     for p in (path.parent, path):
         st = os.stat(p)
@@ -177,7 +177,7 @@ def _load() -> Optional[ctypes.CDLL]:
                     if i + 1 < len(folders):
                         continue
                     raise
-            _check_owner(path)
+            check_owner(path)
             return _bind(path)
         return None  # (not reached: the last folder returns or raises)
     except Exception as exc:  # noqa: BLE001 - any failure means the framework path, said once
@@ -199,4 +199,4 @@ def reset() -> None:
 
 
 __all__ = ["load", "reset", "build", "library_path", "compiler", "cache_dir", "cache_dirs", "FolderError", "ENV_SWITCH", "ENV_DIR",
-           "SOURCE", "SOURCES", "HEADERS"]
+           "SOURCE", "SOURCES", "HEADERS", "check_owner", "FLAGS"]

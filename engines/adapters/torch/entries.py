@@ -113,8 +113,15 @@ class TensorEntries(StepEntries):
             except UnsupportedTensor as exc:
                 self.summary.unsupported(str(exc))
                 return e
-        self.stats.add(e, base)
-        self.numels[e] = base.numel()
+        stats = self.stats
+        hot = stats.host_row  # ``StatsBatch.add`` without its frame
+        row = hot(base, stats.high) if hot is not None else None
+        if row is None:
+            stats.add_general(e, base)
+            self.numels[e] = base.numel()
+        else:
+            stats.host[e] = row
+            self.numels[e] = row[4]
         if save and not self.saving_stopped:
             self._save(e, base)
         if self.want_crc or self.want_xhash:

@@ -22,13 +22,18 @@ On an accelerator every result stays a 0-d device tensor; ``finish()`` stacks th
 each stack to the host once. On the CPU, where reading a value costs no synchronisation, values are read at once.
 """
 
+import logging
 import math
-from typing import Any, List
+from typing import Any, List, Optional
 
 import torch
 
 from engines.capture.entries import MAX, MIN, NORM, SUM, StatsBatchBase, new_row
 from engines.capture.records import VALID_MAX, VALID_MIN, VALID_NORM, VALID_STATS
+from engines.native import build as native_build
+from engines.native import fastpath
+from engines.native.fastpath import HostRow
+from engines.native.once import Once
 from engines.native.stats import BFLOAT16, FLOAT16, FLOAT32, FLOAT64, THREADS_FROM, fused_stats
 
 _HALF = (torch.float16, torch.bfloat16)
@@ -45,6 +50,49 @@ _num_threads = torch.get_num_threads
 
 # Below this many elements one aminmax kernel beats amax + amin for float32/float64 (measured on CPU).
 _AMINMAX_BELOW = 16384
+
+
+log = logging.getLogger("engines.native")
+
+
+def _rows_equal(a: Any, b: Any) -> bool:
+    return len(a) == len(b) and all(x == y or (x != x and y != y) for x, y in zip(a, b))
+
+
+def _bind_host_row() -> Optional[HostRow]:
+    """The fast path's ``host_row`` configured with this adapter's dtype codes and checked against
+    ``add_general`` on every float type (NaN, infinities, a half type's overflow, both precisions), or None."""
+    module, lib = fastpath.module(), native_build.load()
+    if module is None or lib is None:
+        return None
+    try:
+        fastpath.configure(module, lib, _NATIVE_CODE, FLOAT32, FLOAT16, THREADS_FROM, _num_threads, VALID_STATS)
+        fn = module.host_row
+        values = [1.0, -2.5, 3.0, 0.5, 60000.0, 70000.0, -1e-3]
+        cases = [torch.tensor(values, dtype=d) for d in _NATIVE_CODE]
+        cases += [torch.tensor([1.0, float("nan"), float("inf"), -float("inf")], dtype=torch.float32),
+                  torch.arange(12, dtype=torch.float64).reshape(3, 4)]
+        for high in (False, True):
+            ref = StatsBatch(high, fast=False)
+            for i, t in enumerate(cases):
+                ref.add_general(i, t)
+                row = fn(t, high)
+                if row is None or not _rows_equal(row, ref.host[i]):
+                    raise RuntimeError("self-check failed on %s: %s, not %s" % (t.dtype, row, ref.host[i]))
+            if fn(torch.zeros(3, dtype=torch.int64), high) is not None or fn(cases[-1].t(), high) is not None:
+                raise RuntimeError("self-check failed: a case for the Python path was taken")
+        return fn
+    except Exception as exc:  # noqa: BLE001 - the Python path, said once
+        log.warning("statistics fast path unavailable (%s); the Python path", exc)
+        return None
+
+
+_host_row: Once[Optional[HostRow]] = Once(_bind_host_row)
+
+
+def host_row() -> Optional[HostRow]:
+    """The checked fast path (``_bind_host_row``), decided once a process."""
+    return _host_row.get()
 
 
 class UnsupportedTensor(Exception):
@@ -76,15 +124,26 @@ class StatsBatch(StatsBatchBase):
     """Statistics of one step's tensor entries (``engines.capture.entries.StatsBatchBase``); on the CPU values
     are read at once, on an accelerator they wait per (device, dtype)."""
 
-    def __init__(self, high_precision: bool = False, force_batched: bool = False) -> None:
+    def __init__(self, high_precision: bool = False, force_batched: bool = False, fast: bool = True) -> None:
         super().__init__(high_precision, force_batched)
         self._fused = None if force_batched else fused_stats()
+        # The first case of ``add_general`` as one C call (``engines/native/pyext/fastpath.c``), or None
+        self.host_row: Optional[HostRow] = None if self._fused is None or not fast else host_row()
 
     def add(self, entry: int, t: torch.Tensor) -> None:
         """Summarise tensor ``t`` (summarisable; detached here before any torch reduction runs on it, so that
-        the statistics never add to the autograd graph) as ``entry``.
+        the statistics never add to the autograd graph) as ``entry``: by the fast path's C call where it
+        applies (the same row as ``add_general``'s first case), else ``add_general``."""
+        hot = self.host_row
+        if hot is not None:
+            row = hot(t, self.high)
+            if row is not None:
+                self.host[entry] = row
+                return
+        self.add_general(entry, t)
 
-        The per-entry path: a CPU float tensor's fused read (``_add_host_float``'s first case: a contiguous
+    def add_general(self, entry: int, t: torch.Tensor) -> None:
+        """``add`` in Python. The per-entry path: a CPU float tensor's fused read (``_add_host_float``'s first case: a contiguous
         block, aligned) runs here, calling the kernel's C function directly (``FusedStats.run`` without its
         frame; a failing call goes on as ``run``'s ValueError did: to torch's reductions); a CPU float 0-d tensor
         (an optimizer's step count, a loss) is read once. The values are those of the general paths."""

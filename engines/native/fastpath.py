@@ -1,0 +1,116 @@
+"""The per-entry statistics call as a CPython extension (``pyext/fastpath.c``), built and cached like the kernel
+library (``build.py``) and bound to that library's ``pt_stats`` by address.
+
+``host_row()`` returns the extension's ``host_row(t, high)``, or None when it is off (``PROBE_TUI_NATIVE=0`` or
+``PROBE_TUI_FASTPATH=0``), the kernel library is unavailable, Python's headers are missing (a system Python
+without its ``-dev`` package), or the build, the load or the self-check fails: the caller then keeps its Python
+path, which gives the same rows. One log line says why, once.
+
+The extension is built against this interpreter's headers, so its cache key holds the interpreter's version and
+ABI as well as the source, the flags and the compiler.
+"""
+
+import ctypes
+import hashlib
+import importlib.machinery
+import importlib.util
+import logging
+import os
+import sys
+import sysconfig
+from pathlib import Path
+from typing import Any, Callable, Dict, Optional, Tuple
+
+from engines.native import build
+from engines.native.once import Once
+
+log = logging.getLogger("engines.native")
+
+SOURCE = Path(__file__).parent / "pyext" / "fastpath.c"
+MODULE = "_probe_fastpath"
+ENV_SWITCH = "PROBE_TUI_FASTPATH"
+# The kernel library's flags (IEEE semantics, no -march) without -shared's companions that only a library needs.
+FLAGS = ["-O2", "-fPIC", "-shared", "-fvisibility=hidden", "-fno-strict-aliasing"]
+
+HostRow = Callable[[Any, bool], Optional[Tuple[Any, ...]]]
+
+
+def include_dir() -> Optional[str]:
+    """This interpreter's C headers, or None when ``Python.h`` is not installed."""
+    inc = sysconfig.get_paths().get("include") or ""
+    return inc if inc and os.path.exists(os.path.join(inc, "Python.h")) else None
+
+
+def library_path(cc: str, include: str, folder: Path) -> Path:
+    st = os.stat(cc)
+    key = hashlib.sha256()
+    for part in (SOURCE.read_bytes(), " ".join(FLAGS).encode(), include.encode(), sys.version.encode(),
+                 str(sys.hexversion).encode(), (sysconfig.get_config_var("EXT_SUFFIX") or "").encode(),
+                 sys.platform.encode(), os.uname().machine.encode(),
+                 ("%s:%d:%d" % (os.path.realpath(cc), st.st_size, st.st_mtime_ns)).encode()):
+        key.update(part)
+        key.update(b"\0")
+    return folder / ("fastpath-%s.so" % key.hexdigest()[:20])
+
+
+def _import(path: Path) -> Any:
+    loader = importlib.machinery.ExtensionFileLoader(MODULE, str(path))
+    spec = importlib.util.spec_from_file_location(MODULE, str(path), loader=loader)
+    if spec is None:
+        raise RuntimeError("cannot load %s" % path)
+    module = importlib.util.module_from_spec(spec)
+    loader.exec_module(module)
+    return module
+
+
+def configure(module: Any, lib: ctypes.CDLL, codes: Dict[Any, Tuple[int, int]], float32: int, half_from: int,
+              threads_from: int, get_num_threads: Callable[[], int], valid_stats: int) -> None:
+    """Bind the extension to the kernel library's ``pt_stats`` and the adapter's dtype codes."""
+    address = ctypes.cast(lib.pt_stats, ctypes.c_void_p).value
+    module.configure(int(address or 0), dict(codes), float32, half_from, threads_from, get_num_threads, valid_stats)
+
+
+def _load() -> Optional[Any]:
+    if os.environ.get(build.ENV_SWITCH, "").strip() == "0" or os.environ.get(ENV_SWITCH, "").strip() == "0":
+        return None
+    if build.load() is None:  # no kernel to bind (said by build.load)
+        return None
+    cc = build.compiler()
+    include = include_dir()
+    if cc is None or include is None:
+        log.info("statistics fast path: %s; the Python path", "no C compiler" if cc is None
+                 else "no Python.h for this interpreter")
+        return None
+    try:
+        folders = build.cache_dirs()
+        for i, folder in enumerate(folders):
+            path = library_path(cc, include, folder)
+            if not path.exists():
+                try:
+                    build.build(cc, path, sources=(SOURCE,), flags=(*FLAGS, "-I" + include))
+                except build.FolderError:
+                    if i + 1 < len(folders):
+                        continue
+                    raise
+            build.check_owner(path)
+            return _import(path)
+        return None
+    except Exception as exc:  # noqa: BLE001 - any failure means the Python path, said once
+        log.warning("statistics fast path unavailable (%s); the Python path", exc)
+        return None
+
+
+_module: Once[Optional[Any]] = Once(_load)
+
+
+def module() -> Optional[Any]:
+    """The extension module (built at first use, cached; not yet configured), or None; kept for the process."""
+    return _module.get()
+
+
+def reset() -> None:
+    """Forget the outcome of ``module()`` (tests)."""
+    _module.reset()
+
+
+__all__ = ["module", "reset", "configure", "include_dir", "library_path", "SOURCE", "ENV_SWITCH", "HostRow"]
