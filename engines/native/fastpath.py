@@ -29,8 +29,10 @@ log = logging.getLogger("engines.native")
 SOURCE = Path(__file__).parent / "pyext" / "fastpath.c"
 MODULE = "_probe_fastpath"
 ENV_SWITCH = "PROBE_TUI_FASTPATH"
-# The kernel library's flags (IEEE semantics, no -march) without -shared's companions that only a library needs.
-FLAGS = ["-O2", "-fPIC", "-shared", "-fvisibility=hidden", "-fno-strict-aliasing"]
+# Portable (no -march: the cache may be shared by nodes); only PyInit visible; a call to an undeclared function (a
+# CPython-internal one missing from this version's headers) fails the build instead of loading a broken module.
+FLAGS = ["-O2", "-fPIC", "-shared", "-fvisibility=hidden", "-fno-strict-aliasing",
+         "-Werror=implicit-function-declaration", "-Werror=int-conversion"]
 
 HostRow = Callable[[Any, bool], Optional[Tuple[Any, ...]]]
 
