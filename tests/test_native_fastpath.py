@@ -3,6 +3,7 @@ Python path for every case it does not take, its fallbacks, and a demo capture r
 without it."""
 
 import logging
+import zlib
 
 import numpy as np
 import pytest
@@ -12,6 +13,7 @@ from test_capture_support import run_demo
 from engines.adapters.torch import tensor_stats
 from engines.adapters.torch.tensor_stats import StatsBatch
 from engines.native import build, fastpath
+from engines.native import crc32 as native_crc
 
 TINY2 = {"preset": "tiny", "steps": 2}
 
@@ -158,27 +160,34 @@ def test_the_extension_is_built_once_and_cached(tmp_path, monkeypatch):
         fastpath.reset()
 
 
-def test_a_demo_capture_records_the_same_with_and_without_it(host_row, tmp_path, monkeypatch):
-    """The demo under L1 capture: every statistics column of every row is the same, and the fast path took
-    every dense float tensor (none reached the Python path while it was on)."""
+@pytest.mark.parametrize("options", [dict(level="L1"), dict(level="mix"), dict(level="L1", summary_mode="md5")],
+                         ids=["L1", "mix", "L1-md5"])
+def test_a_demo_capture_records_the_same_with_and_without_it(host_row, tmp_path, monkeypatch, options):
+    """The demo under capture: every statistics column (and md5's CRC32) of every row is the same, and the fast
+    path took every dense float tensor (none reached the Python path while it was on)."""
     taken = []
     general = StatsBatch.add_general
 
-    def refuse_dense(self, entry, t):
+    def note_dense(self, entry, t):
         if t.dtype.is_floating_point and t.dim() and t.is_contiguous() and not t.is_neg() and t.numel():
             taken.append(t.shape)
         return general(self, entry, t)
 
-    monkeypatch.setattr(StatsBatch, "add_general", refuse_dense)
-    fast, _, _ = run_demo(tmp_path / "fast", TINY2, level="L1")
+    monkeypatch.setattr(StatsBatch, "add_general", note_dense)
+    fast, _, _ = run_demo(tmp_path / "fast", TINY2, **options)
     assert not taken  # every dense float tensor went through the fast path
     monkeypatch.setattr(tensor_stats, "host_row", lambda: None)
-    slow, _, _ = run_demo(tmp_path / "slow", TINY2, level="L1")
+    monkeypatch.setattr(native_crc, "fast_at", lambda: None)
+    slow, _, _ = run_demo(tmp_path / "slow", TINY2, **options)
     assert taken  # and through the Python path without it
     try:
         a, b = fast.reader.tensors(), slow.reader.tensors()
         assert len(a["max"]) == len(b["max"]) > 500
-        for col in ("max", "min", "mean", "norm", "dtype", "shape", "slot", "record"):
+        columns = ["max", "min", "mean", "norm", "nan_count", "dtype", "shape", "slot", "record", "numel"]
+        if options.get("summary_mode") == "md5":
+            columns.append("crc32")
+            assert (np.asarray(a["crc32"]) != 0).sum() > 500
+        for col in columns:
             x, y = np.asarray(a[col]), np.asarray(b[col])
             if x.dtype.kind == "f":
                 assert np.array_equal(x, y, equal_nan=True), col
@@ -187,3 +196,17 @@ def test_a_demo_capture_records_the_same_with_and_without_it(host_row, tmp_path,
     finally:
         fast.close()
         slow.close()
+
+
+def test_crc32_at_gives_zlibs_value():
+    fn = native_crc.fast_at()
+    if fn is None:
+        pytest.skip("no fast path")
+    rng = np.random.default_rng(3)
+    raw = rng.integers(0, 256, 100000, dtype=np.uint8).tobytes()
+    buf = np.frombuffer(raw, dtype=np.uint8)
+    base = buf.__array_interface__["data"][0]
+    for off, n in ((0, 0), (1, 5), (13, 64), (2, 1000), (0, 99999), (7, 65536)):
+        assert fn(base + off, n) == zlib.crc32(raw[off:off + n])
+    with pytest.raises(ValueError):
+        fn(0, 10)

@@ -14,11 +14,11 @@ import logging
 import os
 import random
 import zlib
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import numpy as np
 
-from engines.native import build
+from engines.native import build, fastpath
 from engines.native.once import Once
 
 log = logging.getLogger("engines.native")
@@ -133,8 +133,9 @@ def kernel() -> Optional[NativeCrc32]:
 
 
 def reset() -> None:
-    """Forget the outcome of ``kernel()`` (tests)."""
+    """Forget the outcome of ``kernel()`` and ``fast_at()`` (tests)."""
     _kernel.reset()
+    _fast_at.reset()
 
 
 def crc32(data: Any, value: int = 0) -> int:
@@ -155,11 +156,42 @@ def crc32_at(ptr: int, nbytes: int, value: int = 0, threads: int = 1) -> int:
     return zlib.crc32((ctypes.c_char * nbytes).from_address(ptr), value)
 
 
+def _bind_fast_at() -> Optional[Callable[[int, int], int]]:
+    """The fast path's ``crc32_at(ptr, nbytes)`` (``engines/native/pyext/fastpath.c``: the kernel's ``pt_crc32``
+    without a ctypes call), checked against the kernel on buffers around its block sizes, or None."""
+    k = kernel()
+    module = fastpath.module() if k is not None else None
+    lib = build.load()
+    if k is None or module is None or lib is None:
+        return None
+    try:
+        module.configure_crc(int(ctypes.cast(lib.pt_crc32, ctypes.c_void_p).value or 0))
+        fn = module.crc32_at
+        raw = os.urandom(300000)
+        buf = np.frombuffer(raw, dtype=np.uint8)
+        base = buf.__array_interface__["data"][0]
+        for off, n in ((0, 0), (1, 1), (3, 63), (0, 64), (5, 513), (7, 4097), (0, 262144), (9, 299990)):
+            if fn(base + off, n) != zlib.crc32(raw[off:off + n]):
+                raise RuntimeError("self-check failed (%d bytes at +%d)" % (n, off))
+        return fn
+    except Exception as exc:  # noqa: BLE001 - NativeCrc32.at then, said once
+        log.warning("CRC32 fast path unavailable (%s); the ctypes call", exc)
+        return None
+
+
+_fast_at: Once[Optional[Callable[[int, int], int]]] = Once(_bind_fast_at)
+
+
+def fast_at() -> Optional[Callable[[int, int], int]]:
+    """``crc32_at(ptr, nbytes)`` on one thread from 0 without a ctypes call, or None; decided once a process."""
+    return _fast_at.get()
+
+
 def method_name() -> str:
     """How CRC32 is computed in this process: the kernel's method, or "zlib"."""
     k = kernel()
     return "zlib" if k is None else METHOD_NAMES.get(k.method, str(k.method))
 
 
-__all__ = ["NativeCrc32", "kernel", "reset", "crc32", "crc32_at", "self_check", "method_name", "THREADS_FROM",
+__all__ = ["NativeCrc32", "kernel", "fast_at", "reset", "crc32", "crc32_at", "self_check", "method_name", "THREADS_FROM",
            "TABLES", "PCLMUL", "VPCLMUL256", "VPCLMUL512"]

@@ -44,6 +44,7 @@ class TensorEntries(StepEntries):
     def __init__(self, options: CaptureOptions, summary: CaptureSummary, force_batched: bool = False) -> None:
         self.force_batched = force_batched
         self._crc = native_crc.kernel()
+        self._crc_at = native_crc.fast_at() if self._crc is not None else None
         self._pool: Optional[ThreadPoolExecutor] = None
         # Full-tensor copies held this step pass this many bytes: they go to ``spill`` (the session's hook that
         # writes them now) before the next copy is kept (output.memory_budget).
@@ -157,12 +158,6 @@ class TensorEntries(StepEntries):
             self.summary.failed("writing tensors early", exc)
 
     def _hash(self, e: int, t: torch.Tensor) -> None:
-        shape = tuple(t.shape)
-        name = str(t.dtype)
-        if not self.want_crc and (not t.is_cpu or self.force_batched):
-            s, m = device_word_sum(t)
-            self.device_sums[e] = (s, m, name, shape)
-            return
         if not self.want_xhash and self._crc is not None and t.is_cpu and not self.force_batched and not t.is_conj() \
                 and not t.is_neg():
             # CRC32 alone of a CPU tensor (msprobe's md5): the native kernel reads the tensor's own memory now, on
@@ -175,9 +170,19 @@ class TensorEntries(StepEntries):
             except RuntimeError:  # no readable pointer: the copy below
                 pass
             else:
-                self.crcs[e] = self._crc.at(ptr, nbytes, 0, _num_threads() if nbytes >= native_crc.THREADS_FROM
-                                            else 1)
+                fast = self._crc_at
+                if fast is not None and nbytes < native_crc.THREADS_FROM:  # one thread: no ctypes call
+                    self.crcs[e] = fast(ptr, nbytes)
+                else:
+                    self.crcs[e] = self._crc.at(ptr, nbytes, 0, _num_threads() if nbytes >= native_crc.THREADS_FROM
+                                                else 1)
                 return
+        shape = tuple(t.shape)
+        name = str(t.dtype)
+        if not self.want_crc and (not t.is_cpu or self.force_batched):
+            s, m = device_word_sum(t)
+            self.device_sums[e] = (s, m, name, shape)
+            return
         if e in self.host_data:
             arr = self.host_data[e][0]
         else:

@@ -14,6 +14,10 @@
  * foreign call (argument conversion, ~1 us) and the tuple's nine items read back from a ctypes array; here it is
  * the seven method calls and the kernel. No framework headers: the tensor is asked through its Python methods.
  *
+ * `crc32_at(ptr, nbytes)` is md5 mode's CRC-32 of a CPU tensor's memory (engines/adapters/torch/entries.py's
+ * `_hash`): crc32.c's `pt_crc32`, bound by address once `configure_crc` is given it (engines/native/crc32.py), in
+ * place of a ctypes call.
+ *
  * `configure(pt_stats_address, codes, float32_code, threads_from, get_num_threads, valid_stats)` is called
  * once by engines/native/fastpath.py: codes maps each float dtype object to (kernel code, item size - 1).
  */
@@ -143,6 +147,55 @@ static PyObject *host_row(PyObject *module, PyObject *const *args, Py_ssize_t na
                          (long long)out[5], (long long)out[6]);
 }
 
+/* ---- the CRC-32 of memory (md5 mode): crc32.c's `pt_crc32`, bound by address like `pt_stats` ---- */
+typedef uint32_t (*pt_crc_fn)(uint32_t crc, const void *buf, size_t len);
+static pt_crc_fn crc_fn = NULL;
+
+/* crc32_at(ptr, nbytes): the CRC-32 of nbytes at ptr (from 0), as NativeCrc32.at(ptr, nbytes) on one thread. */
+static PyObject *crc32_at(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    (void)module;
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "crc32_at(ptr, nbytes)");
+        return NULL;
+    }
+    if (crc_fn == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "crc32_at: not configured");
+        return NULL;
+    }
+    unsigned long long ptr = PyLong_AsUnsignedLongLong(args[0]);
+    if (ptr == (unsigned long long)-1 && PyErr_Occurred())
+        return NULL;
+    long long nbytes = PyLong_AsLongLong(args[1]);
+    if (nbytes == -1 && PyErr_Occurred())
+        return NULL;
+    if (nbytes < 0 || (nbytes > 0 && ptr == 0)) {
+        PyErr_SetString(PyExc_ValueError, "crc32_at: no memory to read");
+        return NULL;
+    }
+    uint32_t crc;
+    if (nbytes >= RELEASE_FROM * 4) {
+        Py_BEGIN_ALLOW_THREADS
+        crc = crc_fn(0, (const void *)(uintptr_t)ptr, (size_t)nbytes);
+        Py_END_ALLOW_THREADS
+    } else {
+        crc = crc_fn(0, (const void *)(uintptr_t)ptr, (size_t)nbytes);
+    }
+    return PyLong_FromUnsignedLong(crc);
+}
+
+static PyObject *configure_crc(PyObject *module, PyObject *args) {
+    (void)module;
+    unsigned long long address;
+    if (!PyArg_ParseTuple(args, "K", &address))
+        return NULL;
+    if (address == 0) {
+        PyErr_SetString(PyExc_ValueError, "configure_crc: no kernel address");
+        return NULL;
+    }
+    crc_fn = (pt_crc_fn)(uintptr_t)address;
+    Py_RETURN_NONE;
+}
+
 static PyObject *configure(PyObject *module, PyObject *args) {
     (void)module;
     unsigned long long address;
@@ -183,6 +236,9 @@ static PyMethodDef methods[] = {
      "host_row(t, high): the statistics row of a contiguous CPU float tensor, or None (the Python path)."},
     {"configure", configure, METH_VARARGS, "configure(address, codes, float32, half_from, threads_from, "
                                            "get_num_threads, valid_stats)"},
+    {"crc32_at", (PyCFunction)(void (*)(void))crc32_at, METH_FASTCALL,
+     "crc32_at(ptr, nbytes): the CRC-32 of nbytes bytes at address ptr."},
+    {"configure_crc", configure_crc, METH_VARARGS, "configure_crc(address of pt_crc32)"},
     {NULL, NULL, 0, NULL},
 };
 
