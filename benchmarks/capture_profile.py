@@ -63,6 +63,8 @@ def by_phase(stats: pstats.Stats) -> Dict[str, Tuple[float, float]]:
     raw: Dict[Any, Any] = stats.stats  # type: ignore[attr-defined]
     for func, (_cc, nc, tt, _ct, callers) in raw.items():
         phase = phase_of(func[0])
+        if "_probe_fastpath." in func[2]:  # the native fast path's C calls (engines/native/pyext/fastpath.c)
+            phase = "statistics"
         if phase != OTHER or not callers:
             add(phase, tt, nc)
             continue
