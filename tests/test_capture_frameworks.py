@@ -56,7 +56,12 @@ def _fail_every_seventh_statistic(framework, monkeypatch):
     if framework == "pytorch":
         from engines.adapters.torch import tensor_stats
 
-        monkeypatch.setattr(tensor_stats.StatsBatch, "add", failing(tensor_stats.StatsBatch.add))
+        # both ways a summary is computed: the native fast path's call (``TensorEntries.entry`` asks it directly)
+        # and the Python path
+        fast = tensor_stats.host_row()
+        if fast is not None:
+            monkeypatch.setattr(tensor_stats, "host_row", lambda: failing(fast))
+        monkeypatch.setattr(tensor_stats.StatsBatch, "add_general", failing(tensor_stats.StatsBatch.add_general))
     else:
         from engines.adapters.mindspore import tensor_stats
 
