@@ -24,7 +24,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any, List, Optional, Sequence
+from typing import Any, Callable, List, Optional, Sequence
 
 from engines.native.once import Once
 
@@ -107,6 +107,26 @@ def build(cc: str, target: Path, sources: Sequence[Path] = SOURCES, flags: Seque
             os.unlink(tmp)
 
 
+def cached(cc: str, path_in: Callable[[Path], Path], sources: Sequence[Path] = SOURCES,
+           flags: Sequence[str] = FLAGS) -> Path:
+    """The library ``path_in(folder)`` of the first cache folder that can hold it (``cache_dirs()``), compiled there
+    from ``sources`` if missing, and owned by this user; raises when none can (``FolderError``), the build fails or
+    the owner check does."""
+    folders = cache_dirs()
+    for i, folder in enumerate(folders):
+        path = path_in(folder)
+        if not path.exists():
+            try:
+                build(cc, path, sources, flags)
+            except FolderError:  # the next folder, if any
+                if i + 1 < len(folders):
+                    continue
+                raise
+        check_owner(path)
+        return path
+    raise FolderError("no cache folder")  # (not reached: the last folder returns or raises)
+
+
 def check_owner(path: Path) -> None:
     """Load only a library that this user owns, from a folder no one else may write to."""
     for p in (path.parent, path):
@@ -167,19 +187,7 @@ def _load() -> Optional[ctypes.CDLL]:
                     "reductions")
         return None
     try:
-        folders = cache_dirs()
-        for i, folder in enumerate(folders):
-            path = library_path(cc, folder)
-            if not path.exists():
-                try:
-                    build(cc, path)
-                except FolderError:  # the next folder, if any
-                    if i + 1 < len(folders):
-                        continue
-                    raise
-            check_owner(path)
-            return _bind(path)
-        return None  # (not reached: the last folder returns or raises)
+        return _bind(cached(cc, lambda folder: library_path(cc, folder)))
     except Exception as exc:  # noqa: BLE001 - any failure means the framework path, said once
         log.warning("native statistics kernel unavailable (%s); statistics by the framework's reductions", exc)
         return None
@@ -199,4 +207,4 @@ def reset() -> None:
 
 
 __all__ = ["load", "reset", "build", "library_path", "compiler", "cache_dir", "cache_dirs", "FolderError", "ENV_SWITCH", "ENV_DIR",
-           "SOURCE", "SOURCES", "HEADERS", "check_owner", "FLAGS"]
+           "SOURCE", "SOURCES", "HEADERS", "cached", "check_owner", "FLAGS"]

@@ -1,10 +1,12 @@
-"""The per-entry statistics call as a CPython extension (``pyext/fastpath.c``), built and cached like the kernel
-library (``build.py``) and bound to that library's ``pt_stats`` by address.
+"""The per-entry kernel calls as a CPython extension (``pyext/fastpath.c``: ``host_row``, a tensor's statistics
+row; ``crc32_at``, md5's CRC-32), built and cached like the kernel library (``build.py``) and bound to that
+library's ``pt_stats`` and ``pt_crc32`` by address (``configure`` here; ``configure_crc`` by ``crc32.fast_at``).
 
-``host_row()`` returns the extension's ``host_row(t, high)``, or None when it is off (``PROBE_TUI_NATIVE=0`` or
+``module()`` returns the extension module, or None when it is off (``PROBE_TUI_NATIVE=0`` or
 ``PROBE_TUI_FASTPATH=0``), the kernel library is unavailable, Python's headers are missing (a system Python
-without its ``-dev`` package), or the build, the load or the self-check fails: the caller then keeps its Python
-path, which gives the same rows. One log line says why, once.
+without its ``-dev`` package), or the build or the load fails: the callers then keep the kernels' ctypes calls,
+which give the same values. One log line says why, once. Each caller checks the function it binds before use
+(the torch adapter's ``tensor_stats.host_row``, ``crc32.fast_at``).
 
 The extension is built against this interpreter's headers, so its cache key holds the interpreter's version and
 ABI as well as the source, the flags and the compiler.
@@ -80,25 +82,14 @@ def _load() -> Optional[Any]:
     cc = build.compiler()
     include = include_dir()
     if cc is None or include is None:
-        log.info("statistics fast path: %s; the Python path", "no C compiler" if cc is None
+        log.info("native fast path: %s; the kernels' ctypes calls", "no C compiler" if cc is None
                  else "no Python.h for this interpreter")
         return None
     try:
-        folders = build.cache_dirs()
-        for i, folder in enumerate(folders):
-            path = library_path(cc, include, folder)
-            if not path.exists():
-                try:
-                    build.build(cc, path, sources=(SOURCE,), flags=(*FLAGS, "-I" + include))
-                except build.FolderError:
-                    if i + 1 < len(folders):
-                        continue
-                    raise
-            build.check_owner(path)
-            return _import(path)
-        return None
+        return _import(build.cached(cc, lambda folder: library_path(cc, include, folder), sources=(SOURCE,),
+                                    flags=(*FLAGS, "-I" + include)))
     except Exception as exc:  # noqa: BLE001 - any failure means the Python path, said once
-        log.warning("statistics fast path unavailable (%s); the Python path", exc)
+        log.warning("native fast path unavailable (%s); the kernels' ctypes calls", exc)
         return None
 
 
