@@ -165,7 +165,7 @@ def _bind_fast_at() -> Optional[Callable[[int, int], int]]:
     if k is None or module is None or lib is None:
         return None
     try:
-        module.configure_crc(int(ctypes.cast(lib.pt_crc32, ctypes.c_void_p).value or 0))
+        fastpath.configure_crc(module, lib)
         fn = module.crc32_at
         raw = os.urandom(300000)
         buf = np.frombuffer(raw, dtype=np.uint8)

@@ -1,6 +1,6 @@
 """The per-entry kernel calls as a CPython extension (``pyext/fastpath.c``: ``host_row``, a tensor's statistics
 row; ``crc32_at``, md5's CRC-32), built and cached like the kernel library (``build.py``) and bound to that
-library's ``pt_stats`` and ``pt_crc32`` by address (``configure`` here; ``configure_crc`` by ``crc32.fast_at``).
+library's ``pt_stats`` and ``pt_crc32`` by address (``configure``, ``configure_crc``).
 
 ``module()`` returns the extension module, or None when it is off (``PROBE_TUI_NATIVE=0`` or
 ``PROBE_TUI_FASTPATH=0``), the kernel library is unavailable, Python's headers are missing (a system Python
@@ -70,8 +70,18 @@ def _import(path: Path) -> Any:
 def configure(module: Any, lib: ctypes.CDLL, codes: Dict[Any, Tuple[int, int]], float32: int, half_from: int,
               threads_from: int, get_num_threads: Callable[[], int], valid_stats: int) -> None:
     """Bind the extension to the kernel library's ``pt_stats`` and the adapter's dtype codes."""
-    address = ctypes.cast(lib.pt_stats, ctypes.c_void_p).value
-    module.configure(int(address or 0), dict(codes), float32, half_from, threads_from, get_num_threads, valid_stats)
+    module.configure(_address(lib.pt_stats), dict(codes), float32, half_from, threads_from, get_num_threads,
+                     valid_stats)
+
+
+def configure_crc(module: Any, lib: ctypes.CDLL) -> None:
+    """Bind the extension's ``crc32_at`` to the kernel library's ``pt_crc32``."""
+    module.configure_crc(_address(lib.pt_crc32))
+
+
+def _address(fn: Any) -> int:
+    """A ctypes function's address in the loaded library (0 if it has none: the extension refuses it)."""
+    return int(ctypes.cast(fn, ctypes.c_void_p).value or 0)
 
 
 def _load() -> Optional[Any]:
@@ -106,4 +116,4 @@ def reset() -> None:
     _module.reset()
 
 
-__all__ = ["module", "reset", "configure", "include_dir", "library_path", "SOURCE", "ENV_SWITCH", "HostRow"]
+__all__ = ["module", "reset", "configure", "configure_crc", "include_dir", "library_path", "SOURCE", "ENV_SWITCH", "HostRow"]
