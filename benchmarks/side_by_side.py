@@ -38,12 +38,16 @@ step holds before they are written), so the peak memory of several budgets is co
 ``--blocks`` (blocks of ``--steps`` steps alternate, the thread drained inside the captured block's time), since
 single interleaved steps would let the thread's writing slow the next bare step instead. For probe-tui the step's end
 is timed too: on the training thread (statistics to the host, the hand-over, and without a writer thread the
-write and commit) and the store write with its commit alone, medians in ms.
+write and commit) and the store write with its commit alone, medians in ms. A statistics job's steps are
+written by a writer process (engines/capture/writer_process.py; ``PROBE_TUI_WRITER=inline`` keeps them in the
+training process): its CPU time a step and its peak resident memory are printed beside the training process's
+figures, since its work is off the measured thread but not free.
 """
 
 import argparse
 import json
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -241,6 +245,7 @@ def worker(tool: str, preset: str, mode: str, rounds: int, steps: int, warmup: i
         # both copies warmed (AdamW's state allocated, the heap settled) before the baseline of peak memory
         warm_pairs = warm_to_steady_peak([bare.step, work.step])
         rss0 = _peak_rss_mb()
+        children0 = resource.getrusage(resource.RUSAGE_CHILDREN)
         cfg_path = tmp / "config.json"
         dump = tmp / "dump"
         cfg = msprobe_config(mode, str(dump))
@@ -306,6 +311,11 @@ def worker(tool: str, preset: str, mode: str, rounds: int, steps: int, warmup: i
             files = len(written)
             nbytes = sum(p.stat().st_size for p in written)
         rss_growth = _peak_rss_mb() - rss0
+        # probe-tui's writer process (engines/capture/writer_process.py), waited for at close: its CPU a step
+        # and its peak memory, reported beside the training process's
+        children = resource.getrusage(resource.RUSAGE_CHILDREN)
+        child_cpu = (children.ru_utime + children.ru_stime) - (children0.ru_utime + children0.ru_stime)
+        writer_rss = children.ru_maxrss / 1024.0 if child_cpu > 0 else None
         per_step = records / instrumented if instrumented else 0.0
         mb_step = nbytes / max(instrumented, 1) / 1e6
         added_s = statistics.median(added)
@@ -316,6 +326,8 @@ def worker(tool: str, preset: str, mode: str, rounds: int, steps: int, warmup: i
                 "rss_growth_mb": rss_growth, "warm_pairs": warm_pairs, "mb_per_step": mb_step,
                 "write_mb_s": mb_step / added_s if added_s > 0 else None, "memory_budget": memory_budget,
                 "async_dump": async_dump,
+                "writer_cpu_ms": child_cpu / max(instrumented, 1) * 1e3 if child_cpu > 0 else None,
+                "writer_rss_mb": writer_rss,
                 "step_end_ms": statistics.median(ends["step_end"]) * 1e3 if ends.get("step_end") else None,
                 "write_ms": statistics.median(ends["write"]) * 1e3 if ends.get("write") else None}
     finally:
@@ -410,19 +422,22 @@ def format_table(results: Dict[str, Dict[str, Dict[str, Dict[str, Any]]]], prese
 def format_details(results: Dict[str, Dict[str, Dict[str, Dict[str, Any]]]], presets: List[str],
                    modes: List[str]) -> List[str]:
     lines = ["| preset | mode | tool | ratio (spread) | µs/record | records/step | files/step | peak RSS growth "
-             "| MB/step | MB/s written | step end / write (ms) |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "| MB/step | MB/s written | step end / write (ms) | writer process: CPU ms/step, peak RSS |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for p in presets:
         for mode in modes:
             for tool, r in results.get(p, {}).get(mode, {}).items():  # msprobe, probe-tui, then other budgets
                 if "error" in r:
-                    lines.append("| %s | %s | %s | failed: %s | | | | | | | |" % (p, mode, tool, r["error"]))
+                    lines.append("| %s | %s | %s | failed: %s | | | | | | | | |" % (p, mode, tool, r["error"]))
                     continue
                 ends = "" if r.get("step_end_ms") is None else "%.2f / %s" % (
                     r["step_end_ms"], _fmt(r.get("write_ms"), "%.2f"))
-                lines.append("| %s | %s | %s | %.2f× (%.2f–%.2f) | %s | %.0f | %.1f | %.0f MB | %s | %s | %s |" % (
+                writer = "" if r.get("writer_cpu_ms") is None else "%.2f, %.0f MB" % (
+                    r["writer_cpu_ms"], r.get("writer_rss_mb") or 0.0)
+                lines.append("| %s | %s | %s | %.2f× (%.2f–%.2f) | %s | %.0f | %.1f | %.0f MB | %s | %s | %s | %s |" % (
                     p, mode, tool, r["ratio"], r["ratio_min"], r["ratio_max"], _fmt(r["us_per_record"], "%.0f"),
                     r["records_per_step"], r["files_per_step"], r["rss_growth_mb"],
-                    _fmt(r.get("mb_per_step"), "%.1f"), _fmt(r.get("write_mb_s"), "%.0f"), ends))
+                    _fmt(r.get("mb_per_step"), "%.1f"), _fmt(r.get("write_mb_s"), "%.0f"), ends, writer))
     return lines
 
 

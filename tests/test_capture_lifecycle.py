@@ -159,11 +159,14 @@ WRITER_SCRIPT = textwrap.dedent('''
 ''')
 
 
+@pytest.mark.parametrize("writer", ["process", "inline"])
 @pytest.mark.parametrize("mode", ["swmr", "per_step"])
-def test_sigkill_leaves_committed_steps_readable(tmp_path, mode):
+def test_sigkill_leaves_committed_steps_readable(tmp_path, mode, writer):
+    """In the training process (``inline``) the steps committed before the kill stay readable; a writer process
+    outlives the training, writes every step it was handed and closes the store as ``killed``."""
     script = tmp_path / "writer.py"
     script.write_text(WRITER_SCRIPT)
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    env = dict(os.environ, PYTHONPATH=str(ROOT), PROBE_TUI_WRITER=writer)
     proc = subprocess.Popen([sys.executable, str(script), str(tmp_path), mode], env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
@@ -179,6 +182,16 @@ def test_sigkill_leaves_committed_steps_readable(tmp_path, mode):
         if proc.poll() is None:
             proc.kill()
         proc.stderr.close()
+    from engines.store import StoreReader
+
+    deadline = time.time() + 60
+    while True:  # a writer process finishes the steps it holds, then closes the store
+        with StoreReader(tmp_path / "rank0", "dump") as store:
+            status = store.status
+        if status != "running" or time.time() > deadline:
+            break
+        time.sleep(0.05)
+    assert status == "killed"
     dump = Dump(tmp_path / "rank0")
     steps = dump.steps()
     assert steps[:3] == [0, 1, 2]

@@ -34,11 +34,17 @@ def test_details_show_failures():
     results = {"tiny": {"tensor L1": {"probe-tui": {"error": "boom"}, "msprobe": {
         "ratio": 3.0, "ratio_min": 2.5, "ratio_max": 3.5, "us_per_record": 12.34, "records_per_step": 400.0,
         "files_per_step": 3.0, "rss_growth_mb": 41.0, "mb_per_step": 12.5, "write_mb_s": 150.0,
-        "step_end_ms": 4.5, "write_ms": 2.25}}}}
-    lines = bench.format_details(results, ["tiny"], ["tensor L1"])
-    assert lines[0].endswith("| MB/step | MB/s written | step end / write (ms) |")
-    assert "| tiny | tensor L1 | msprobe | 3.00× (2.50–3.50) | 12 | 400 | 3.0 | 41 MB | 12.5 | 150 | 4.50 / 2.25 |" in lines
-    assert "| tiny | tensor L1 | probe-tui | failed: boom | | | | | | | |" in lines
+        "step_end_ms": 4.5, "write_ms": 2.25}}, "statistics L1": {"probe-tui": {
+        "ratio": 1.5, "ratio_min": 1.4, "ratio_max": 1.6, "us_per_record": 16.0, "records_per_step": 400.0,
+        "files_per_step": 0.0, "rss_growth_mb": 30.0, "mb_per_step": 0.2, "write_mb_s": None,
+        "step_end_ms": 0.6, "write_ms": None, "writer_cpu_ms": 1.25, "writer_rss_mb": 61.0}}}}
+    lines = bench.format_details(results, ["tiny"], ["tensor L1", "statistics L1"])
+    assert lines[0].endswith("| MB/step | MB/s written | step end / write (ms) | writer process: CPU ms/step, peak RSS |")
+    assert "| tiny | tensor L1 | msprobe | 3.00× (2.50–3.50) | 12 | 400 | 3.0 | 41 MB | 12.5 | 150 | 4.50 / 2.25 |  |" \
+        in lines
+    assert "| tiny | tensor L1 | probe-tui | failed: boom | | | | | | | | |" in lines
+    assert "| tiny | statistics L1 | probe-tui | 1.50× (1.40–1.60) | 16 | 400 | 0.0 | 30 MB | 0.2 | — | 0.60 / — " \
+           "| 1.25, 61 MB |" in lines
 
 
 def test_msprobe_skipped_without_its_python(monkeypatch):

@@ -64,6 +64,15 @@ class TensorHighlights:
         self._float_cache: Dict[str, bool] = {}
         self._lock = threading.Lock()
 
+    def __getstate__(self) -> Dict[str, Any]:  # sent back by the writer process (its lock stays behind)
+        state = dict(self.__dict__)
+        del state["_lock"]
+        return state
+
+    def __setstate__(self, state: Dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
+
     @property
     def nonfinite_rows(self) -> int:
         return sum(self.nonfinite.values())

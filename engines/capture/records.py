@@ -145,7 +145,7 @@ class StepBuffer:
             "direction": np.asarray(self.rec_direction, dtype=np.uint8),
             "parent": list(self.rec_parent),
             "stack": np.asarray(stacks, dtype=np.int64),
-            "args": encode_all(self.rec_args),
+            "args": self.rec_args if type(self.rec_args) is EncodedArgs else encode_all(self.rec_args),
             "flags": flags,
         }
         tensors = {
@@ -174,6 +174,11 @@ class StepBuffer:
             dist = entries.dist
             tensors["dist"] = [dist.get(i, "") if h else "" for i, h in zip(safe.tolist(), has.tolist())]
         return StepBatch(step, records, tensors)
+
+
+class EncodedArgs(list):
+    """A step's ``rec_args`` already encoded (``encode_all``): what the training process hands its writer process
+    when an argument is a value of a framework's class, which that process does not import."""
 
 
 class StepBatch:

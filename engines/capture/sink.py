@@ -15,6 +15,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 
+from engines.capture import writer_process
 from engines.capture.records import EntryColumns, StepBuffer
 from engines.capture.summary import CaptureSummary
 
@@ -223,14 +224,20 @@ class _Spill:
 
 
 def dump_sink_factory(rank_dir: Callable[[int], Any], options: Any, meta: Dict[str, Any], summary: CaptureSummary,
-                      on_step: Optional[Callable[[int, int, int], None]] = None) -> Callable[[int], DumpSink]:
-    """``rank -> DumpSink`` writing ``<run>/rank<R>/`` with the job's compression, budget and store mode."""
+                      on_step: Optional[Callable[[int, int, int], None]] = None) -> Callable[[int], Any]:
+    """``rank -> sink`` writing ``<run>/rank<R>/`` with the job's compression, budget and store mode: a
+    ``writer_process.ProcessSink`` where the job stores no full tensor (``writer_process.wanted``), else a
+    ``DumpSink`` in this process."""
 
-    def make(rank: int) -> DumpSink:
+    def make(rank: int) -> Any:
         from engines.store import DumpWriter
 
         writer_meta = dict(meta)
         writer_meta["rank"] = rank
+        if writer_process.wanted(options):  # a step's records written off the training thread
+            sink = writer_process.start(rank_dir(rank), writer_meta, options, summary, on_step)
+            if sink is not None:
+                return sink
         writer = DumpWriter(rank_dir(rank), meta=writer_meta, mode=options.store_mode,
                             compression=options.compression, compression_level=options.compression_level,
                             disk_budget=options.disk_budget)

@@ -141,15 +141,26 @@ class CaptureTask(SessionTask):
         super().__init__(ctx, run, reporter, say)
         self.task = ctx.job.task
         self.options = CaptureOptions.from_job(ctx.job)
-        written: Dict[int, Any] = {}
+        written: Dict[int, int] = {}  # step -> its records, once written
+        nbytes_at = [0, 0]  # bytes written so far; bytes written when the last step event went out
 
         def on_written(step: int, records: int, nbytes: int) -> None:
-            written[step] = (records, nbytes)
+            written[step] = records
+            nbytes_at[0] += nbytes
 
         def details(step: int) -> Dict[str, Any]:
-            if step not in written:
-                return {}
-            return {"records": written[step][0], "bytes": written[step][1]}
+            """The step's records (written, or handed to the writer process and not written yet) and the bytes
+            written since the previous step event: the step's own in this process, and with a writer process
+            those of the steps it finished meanwhile (their sum is what the run has written so far)."""
+            out: Dict[str, Any] = {}
+            records = written.get(step)
+            if records is None:
+                records = getattr(self.session.sink, "handed", {}).get(step)
+            if records is not None:
+                out["records"] = records
+            if nbytes_at[0] > nbytes_at[1]:
+                out["bytes"], nbytes_at[1] = nbytes_at[0] - nbytes_at[1], nbytes_at[0]
+            return out
 
         reporter.details = details
         sinks = dump_sink_factory(run.rank_dir, self.options, run_meta(ctx, self.options), self.summary,

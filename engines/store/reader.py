@@ -13,7 +13,7 @@ import numpy as np
 
 from engines.safe_fs import PathLike
 
-from . import validate
+from . import live, validate
 from .announce import SEGMENTS_FILE, kinds_in, read_events
 from .closing import Closing
 from .errors import StoreError, StoreWarning
@@ -33,6 +33,7 @@ class StoreReader(Closing):
 
     def __init__(self, directory: PathLike, kind: Optional[str] = None) -> None:
         path = Path(directory)
+        live.settle(path)  # a writer process of this process: its handed-over steps first
         self._single_file: Optional[Path] = None
         if path.is_file():
             self._single_file, path = path, path.parent

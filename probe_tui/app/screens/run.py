@@ -207,6 +207,12 @@ class RunScreen(AppScreen):
                 self.child.reported_end = True
             self.exit_code = event.get("exit_code")
             self.summary = event.get("summary") or {}
+            # the run's totals (a writer process may finish its last steps after their step events)
+            if isinstance(self.summary.get("records"), int) and self.records is not None:
+                self.records = self.summary["records"]
+            written = (self.summary.get("capture") or {}).get("bytes")
+            if isinstance(written, int) and self.bytes is not None:
+                self.bytes = written
             if event.get("run_dir"):
                 if self.run_dir is None:
                     self._log(f"run folder: {event['run_dir']}", "bold")
