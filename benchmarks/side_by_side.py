@@ -47,7 +47,6 @@ figures, since its work is off the measured thread but not free.
 import argparse
 import json
 import os
-import resource
 import shutil
 import statistics
 import subprocess
@@ -245,7 +244,6 @@ def worker(tool: str, preset: str, mode: str, rounds: int, steps: int, warmup: i
         # both copies warmed (AdamW's state allocated, the heap settled) before the baseline of peak memory
         warm_pairs = warm_to_steady_peak([bare.step, work.step])
         rss0 = _peak_rss_mb()
-        children0 = resource.getrusage(resource.RUSAGE_CHILDREN)
         cfg_path = tmp / "config.json"
         dump = tmp / "dump"
         cfg = msprobe_config(mode, str(dump))
@@ -304,18 +302,19 @@ def worker(tool: str, preset: str, mode: str, rounds: int, steps: int, warmup: i
             ratios.append(statistics.median(arm_t) / statistics.median(base_t))
             added.append(statistics.median(arm_t) - statistics.median(base_t))
             base_s = statistics.median(base_t)
+        writer: Dict[str, float] = {}
         if tool != "msprobe":
+            sink = getattr(getattr(getattr(debugger, "runner", None), "session", None), "sink", None)
             summary = debugger.close()
+            writer = dict(getattr(sink, "usage", None) or {})
             records = int(summary.get("records", 0))
             written = [p for p in dump.rglob("*") if p.is_file()]
             files = len(written)
             nbytes = sum(p.stat().st_size for p in written)
         rss_growth = _peak_rss_mb() - rss0
-        # probe-tui's writer process (engines/capture/writer_process.py), waited for at close: its CPU a step
-        # and its peak memory, reported beside the training process's
-        children = resource.getrusage(resource.RUSAGE_CHILDREN)
-        child_cpu = (children.ru_utime + children.ru_stime) - (children0.ru_utime + children0.ru_stime)
-        writer_rss = children.ru_maxrss / 1024.0 if child_cpu > 0 else None
+        # probe-tui's writer process (engines/capture/writer_process.py) tells at its end the CPU time it spent
+        # on steps and its peak memory: reported beside the training process's
+        writer_rss = writer.get("peak_rss_mb")
         per_step = records / instrumented if instrumented else 0.0
         mb_step = nbytes / max(instrumented, 1) / 1e6
         added_s = statistics.median(added)
@@ -326,7 +325,7 @@ def worker(tool: str, preset: str, mode: str, rounds: int, steps: int, warmup: i
                 "rss_growth_mb": rss_growth, "warm_pairs": warm_pairs, "mb_per_step": mb_step,
                 "write_mb_s": mb_step / added_s if added_s > 0 else None, "memory_budget": memory_budget,
                 "async_dump": async_dump,
-                "writer_cpu_ms": child_cpu / max(instrumented, 1) * 1e3 if child_cpu > 0 else None,
+                "writer_cpu_ms": writer["step_cpu_s"] / writer["steps"] * 1e3 if writer.get("steps") else None,
                 "writer_rss_mb": writer_rss,
                 "step_end_ms": statistics.median(ends["step_end"]) * 1e3 if ends.get("step_end") else None,
                 "write_ms": statistics.median(ends["write"]) * 1e3 if ends.get("write") else None}

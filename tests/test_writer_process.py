@@ -215,3 +215,61 @@ def test_a_writer_process_that_never_answers_is_given_up(tmp_path, monkeypatch, 
         assert any("no answer in 1 s" in r.getMessage() for r in caplog.records)
     finally:
         dump.close()
+
+
+def test_the_writer_writes_its_backlog_when_the_training_process_is_gone(tmp_path, monkeypatch):
+    """The writer's side alone (``writer_child.serve`` on two pipes): three steps in its input, then the training
+    process gone (nobody reads the answers, the input ends): every step is written and the store closes as
+    ``killed``."""
+    import copy
+    import threading
+
+    from engines.capture import pipe_frames, writer_child
+    from engines.capture.sink import DumpSink
+    from tests.dump_support import Dump
+
+    payloads = []
+    real_write = DumpSink._write
+
+    def keep(self, payload):
+        payloads.append(copy.deepcopy(payload))
+        real_write(self, payload)
+
+    monkeypatch.setenv(writer_process.ENV_SWITCH, "inline")
+    monkeypatch.setattr(DumpSink, "_write", keep)
+    run_demo(tmp_path / "source", TINY3, level="L1")[0].close()
+    monkeypatch.setattr(DumpSink, "_write", real_write)
+    assert [p.step for p in payloads] == [0, 1, 2]
+
+    in_r, in_w = os.pipe()
+    out_r, out_w = os.pipe()
+    done = []
+    worker = threading.Thread(target=lambda: done.append(writer_child.serve(in_r, out_w, os.getppid())))
+    worker.start()
+    folder = tmp_path / "rank0"
+    pipe_frames.send(in_w, ("open", str(folder), {"framework": "pytorch"}, "auto", "none", None, None))
+    assert pipe_frames.receive(out_r)[0] == "ready"
+    os.close(out_r)  # the training process is gone: its answers go nowhere
+
+    def hand_over():
+        try:
+            for payload in payloads:
+                pipe_frames.send(in_w, ("step", payload))
+        except OSError:  # the writer died: the assertion below says so
+            pass
+        os.close(in_w)
+
+    sender = threading.Thread(target=hand_over, daemon=True)
+    sender.start()
+    worker.join(timeout=60)
+    os.close(in_r)  # (unblocks the sender if the writer died early)
+    sender.join(timeout=10)
+    os.close(out_w)
+    assert done == [0]
+    with StoreReader(folder, "dump") as store:
+        assert store.status == "killed"
+    dump = Dump(folder)
+    try:
+        assert dump.steps() == [0, 1, 2] and len(dump.names(2)) > 100
+    finally:
+        dump.close()

@@ -69,6 +69,7 @@ class ProcessSink:
         self.stopped: Optional[str] = None
         self.pid: Optional[int] = None  # the writer process's
         self.handed: Dict[int, int] = {}  # step -> its records, handed over and not written yet
+        self.usage: Dict[str, float] = {}  # the child's CPU seconds and peak memory (MB), told at its end
         self._folder: Optional[Path] = None
         self._proc: Optional[subprocess.Popen] = None
         self._out = -1  # the pipe to the child (its stdin)
@@ -182,6 +183,7 @@ class ProcessSink:
             if message[0] == "closed":
                 self._apply(message[1])
                 self.summary.highlights = message[2]
+                self.usage = message[3]
                 with self._lock:
                     self._gone = "closed"
                     self._lock.notify_all()
